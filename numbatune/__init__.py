@@ -1,0 +1,41 @@
+"""numbatune: decorator-based autotuning for Numba-CUDA kernels.
+
+>>> @numbatune.autotune(variants=numbatune.product(TPB=[8, 16, 32]), launch=...)
+... @cuda.jit
+... def kernel(...): ...
+"""
+
+from numbatune._backend import select_backend
+
+select_backend()
+
+from numbatune._version import __version__  # noqa: E402
+from numbatune.config import configure, load_environment, settings  # noqa: E402
+from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
+from numbatune.keys import TuningKeyError, anchor  # noqa: E402
+from numbatune.tuner import TuneReport, TuningError, VariantResult  # noqa: E402
+from numbatune.variants import Variant, product  # noqa: E402
+
+load_environment()
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division, for grid sizes: ``cdiv(1000, 256) == 4``."""
+    return -(-a // b)
+
+
+__all__ = [
+    "TuneReport",
+    "TunedKernel",
+    "TuningError",
+    "TuningKeyError",
+    "Variant",
+    "VariantResult",
+    "__version__",
+    "anchor",
+    "autotune",
+    "cdiv",
+    "configure",
+    "product",
+    "settings",
+]

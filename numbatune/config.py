@@ -1,0 +1,98 @@
+"""Settings: defaults, ``NUMBATUNE_*`` environment variables, and :func:`configure` from Python.
+
+Every setting is read from its environment variable when numbatune is imported, and can be
+changed later with ``numbatune.configure(name=value)``. An invalid value raises a ``ValueError``
+that names the setting and what it expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "numbatune"
+
+
+def _parse_cache_dir(text: str) -> Path | None:
+    return None if text.strip().lower() in {"", "off", "none"} else Path(text).expanduser()
+
+
+def _parse_positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be a number > 0")
+    return value
+
+
+def _parse_positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be an integer >= 1")
+    return value
+
+
+@dataclasses.dataclass
+class Settings:
+    """numbatune's settings; the environment variable of each is ``NUMBATUNE_<NAME>``."""
+
+    #: Where tuning results are kept on disk; ``None`` (``off``) keeps them in memory only.
+    cache_dir: Path | None = dataclasses.field(default_factory=_default_cache_dir)
+    #: Time spent measuring the variants of one key, in seconds, after warm-up.
+    budget_s: float = 0.1
+    #: Fewest and most timed runs of each variant on a GPU.
+    min_runs: int = 10
+    max_runs: int = 500
+    #: Timed runs of each variant under the simulator, where timing means nothing.
+    simulator_runs: int = 2
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "cache_dir": _parse_cache_dir,
+    "budget_s": _parse_positive_float,
+    "min_runs": _parse_positive_int,
+    "max_runs": _parse_positive_int,
+    "simulator_runs": _parse_positive_int,
+}
+
+settings = Settings()
+
+
+def _validated(name: str, value: Any) -> Any:
+    if name not in _PARSERS:
+        raise ValueError(f"numbatune: unknown setting {name!r}; settings are {sorted(_PARSERS)}")
+    if name == "cache_dir" and (value is None or isinstance(value, os.PathLike)):
+        return None if value is None else Path(value)
+    try:
+        return _PARSERS[name](str(value))
+    except ValueError as error:
+        raise ValueError(
+            f"numbatune: invalid value {value!r} for setting {name} "
+            f"(NUMBATUNE_{name.upper()}): {error}"
+        ) from None
+
+
+def configure(**values: Any) -> Settings:
+    """Change settings from Python, e.g. ``numbatune.configure(budget_s=0.5)``."""
+    checked = {name: _validated(name, value) for name, value in values.items()}
+    if checked.get("min_runs", settings.min_runs) > checked.get("max_runs", settings.max_runs):
+        raise ValueError("numbatune: setting min_runs must not exceed max_runs")
+    for name, value in checked.items():
+        setattr(settings, name, value)
+    return settings
+
+
+def load_environment() -> None:
+    """Read every ``NUMBATUNE_<NAME>`` variable that is set."""
+    configure(
+        **{
+            name: os.environ[f"NUMBATUNE_{name.upper()}"]
+            for name in _PARSERS
+            if f"NUMBATUNE_{name.upper()}" in os.environ
+        }
+    )

@@ -1,0 +1,256 @@
+"""The ``@autotune`` decorator and the tuned kernel it returns.
+
+A call computes the key, looks it up in memory and launches the winner: that is the whole hot
+path. On a miss the cache finds the answer on disk or tunes the key (once, however many threads
+ask), and the winner is launched on the caller's arguments.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from numbatune import arrays, keys, tuner
+from numbatune.cache import TuneCache, device_partition
+from numbatune.config import settings
+from numbatune.tuner import TuneReport
+from numbatune.variants import KernelTemplate, Variant, as_variants
+
+LaunchConfig = tuple[Any, ...]
+
+# The simulator runs one kernel at a time in a process; launches from several threads take turns.
+_simulator_lock = threading.Lock()
+
+
+def autotune(
+    kernel: Any = None,
+    *,
+    variants: Iterable[Variant | Mapping[str, Any]],
+    launch: Callable[..., LaunchConfig],
+    key: str | Sequence[str] | Callable[..., Hashable] | None = None,
+    name: str | None = None,
+) -> Any:
+    """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
+
+    ``kernel`` is a ``numba.cuda.jit`` kernel or a plain Python kernel function. Each variant
+    (a dict of the global names the kernel reads, or a :class:`Variant` with jit options) is
+    compiled as a kernel of its own in which those names are constants. ``launch`` is called as
+    ``launch(*args, **params)`` with the call's arguments and the parameters of a variant that
+    it names (all of them if it takes ``**kwargs``), and returns ``(grid, block)`` or
+    ``(grid, block, dynamic_shared_memory_bytes)``. ``key`` chooses which calls share a result
+    (see :func:`numbatune.keys.build_key`); by default, calls whose array arguments have the
+    same shapes rounded up to powers of two, dtypes and layouts.
+
+    Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
+    like a function: ``kernel(*args, stream=0)``.
+    """
+
+    def decorate(kernel: Any) -> TunedKernel:
+        return TunedKernel(kernel, variants=variants, launch=launch, key=key, name=name)
+
+    return decorate if kernel is None else decorate(kernel)
+
+
+class TunedKernel:
+    """A kernel with several compile-time variants that launches the fastest for each key."""
+
+    def __init__(
+        self,
+        kernel: Any,
+        *,
+        variants: Iterable[Variant | Mapping[str, Any]],
+        launch: Callable[..., LaunchConfig],
+        key: str | Sequence[str] | Callable[..., Hashable] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
+        self._template = KernelTemplate(kernel, self.name)
+        self._variants = as_variants(variants, self.name)
+        self._template.check_params(self._variants)
+        if not callable(launch):
+            raise TypeError(
+                f"autotune({self.name}): launch must be a function of the kernel's arguments "
+                f"returning (grid, block[, shared_memory_bytes]), got {launch!r}"
+            )
+        self._launch = launch
+        self._launch_params = _launch_params(launch, self._variants)
+        self._parameters = list(self._template.signature.parameters)
+        self._key = keys.build_key(key, self._template.signature, self.name)
+        self.__name__ = self.name
+        self.__doc__ = self._template.function.__doc__
+        module = getattr(self._template.function, "__module__", None) or "__main__"
+        self.function_id = f"{module}.{self._template.function.__qualname__}"
+        self._checksum = self._template.checksum(self._variants, launch)
+        self._cache: TuneCache | None = None
+        self._kernels: dict[Variant, Any] = {}
+        self._hot: dict[Hashable, tuple[Any, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        #: Counters of work done: variants compiled (per signature) and keys benchmarked.
+        self.stats = {"compiles": 0, "benchmarks": 0}
+
+    # -- the hot path -----------------------------------------------------------------------
+
+    def __call__(self, *args: Any, stream: Any = 0) -> None:
+        """Launch the fastest variant for these arguments, tuning first if the key is new."""
+        if len(args) != len(self._parameters):
+            raise TypeError(
+                f"{self.name}() takes {len(self._parameters)} arguments "
+                f"({', '.join(self._parameters)}), got {len(args)}"
+            )
+        key = self._key(args)
+        try:
+            hot = self._hot.get(key)
+        except TypeError:
+            keys.check_hashable(key, self.name)
+            raise
+        if hot is None:
+            hot = self._miss(key, args, stream)
+        kernel, params = hot
+        config = self._launch(*args, **params)
+        self._run(kernel, config, args, stream)
+
+    @staticmethod
+    def _run(kernel: Any, config: LaunchConfig, args: tuple[Any, ...], stream: Any) -> None:
+        grid, block = config[0], config[1]
+        shared = config[2] if len(config) > 2 else 0
+        if arrays.SIMULATOR:
+            with _simulator_lock:
+                kernel[grid, block, stream, shared](*args)
+        else:
+            kernel[grid, block, stream, shared](*args)
+
+    # -- the miss path ----------------------------------------------------------------------
+
+    def _miss(self, key: Hashable, args: tuple[Any, ...], stream: Any) -> tuple[Any, dict]:
+        return self._remember(key, self._report(key, args, stream, force=False), args)
+
+    def _remember(self, key: Hashable, report: TuneReport, args: tuple[Any, ...]) -> tuple:
+        """Put the winner of ``report`` on the hot path, checking its launch function once."""
+        variant = report.best_variant
+        params = self._launch_params[variant]
+        _checked_launch_config(self._launch(*args, **params), self.name)
+        hot = self._hot[key] = (self._prepare_kernel(variant, args), params)
+        return hot
+
+    def _report(self, key: Hashable, args: tuple[Any, ...], stream: Any, force: bool) -> TuneReport:
+        keys.check_hashable(key, self.name)
+        self._check_arguments(args)
+
+        def tune() -> TuneReport:
+            report = tuner.tune(self.name, key, self._variants, args, self._prepare, stream)
+            if report.source == "benchmark":
+                with self._lock:
+                    self.stats["benchmarks"] += 1
+            return report
+
+        return self._tune_cache().lookup(key, tune, force=force)
+
+    def _tune_cache(self) -> TuneCache:
+        if self._cache is None:
+            with self._lock:
+                if self._cache is None:
+                    directory = settings.cache_dir
+                    self._cache = TuneCache(
+                        self.function_id,
+                        self._checksum,
+                        self._variants,
+                        None if directory is None else directory / device_partition(),
+                    )
+        return self._cache
+
+    def _check_arguments(self, args: tuple[Any, ...]) -> None:
+        for name, value in zip(self._parameters, args, strict=True):
+            if isinstance(value, np.ndarray) and value.ndim > 0:
+                raise TypeError(
+                    f"{self.name}: argument {name!r} is a host (NumPy) array; pass a device "
+                    "array (numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
+                )
+
+    def _prepare_kernel(self, variant: Variant, args: tuple[Any, ...]) -> Any:
+        """The variant's dispatcher, compiled for the types of ``args``."""
+        with self._lock:
+            kernel = self._kernels.get(variant)
+            if kernel is None:
+                kernel = self._kernels[variant] = self._template.specialise(variant)
+        if not arrays.SIMULATOR:
+            signature = tuple(kernel.typeof_pyval(a) for a in args)
+            if signature not in kernel.overloads:
+                kernel.compile(signature)
+                with self._lock:
+                    self.stats["compiles"] += 1
+        return kernel
+
+    def _prepare(self, variant: Variant, args: tuple[Any, ...]) -> tuner.Launcher:
+        kernel = self._prepare_kernel(variant, args)
+        config = _checked_launch_config(
+            self._launch(*args, **self._launch_params[variant]), self.name
+        )
+        return lambda args, stream: self._run(kernel, config, args, stream)
+
+    # -- introspection ----------------------------------------------------------------------
+
+    @property
+    def variants(self) -> list[Variant]:
+        """The variants, in the order given."""
+        return list(self._variants)
+
+    def tune(self, *args: Any, force: bool = False, stream: Any = 0) -> TuneReport:
+        """Tune for these arguments if needed (always with ``force``) without launching on them.
+
+        Returns the report: ``key``, ``best`` (the winner's parameters), ``source`` (where the
+        answer came from) and ``results`` (one record per variant).
+        """
+        key = self._key(args)
+        report = self._report(key, args, stream, force=force)
+        self._remember(key, report, args)
+        return report
+
+    def __repr__(self) -> str:
+        return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
+
+
+def _launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> dict[Variant, dict]:
+    """For each variant, the parameters to pass to ``launch`` (those it names, or all)."""
+    try:
+        parameters = inspect.signature(launch).parameters.values()
+    except (TypeError, ValueError):
+        return {v: dict(v.params) for v in variants}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return {v: dict(v.params) for v in variants}
+    named = {p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+    return {v: {k: x for k, x in v.params.items() if k in named} for v in variants}
+
+
+def _checked_launch_config(config: Any, name: str) -> LaunchConfig:
+    """Validate what a launch function returned: (grid, block[, shared_memory_bytes])."""
+
+    def dims(value: Any) -> bool:
+        values = value if isinstance(value, tuple | list) else (value,)
+        return 1 <= len(values) <= 3 and all(
+            isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in values
+        )
+
+    if (
+        isinstance(config, tuple | list)
+        and len(config) in (2, 3)
+        and dims(config[0])
+        and dims(config[1])
+        and (
+            len(config) == 2
+            or (
+                isinstance(config[2], int | np.integer)
+                and not isinstance(config[2], bool)
+                and config[2] >= 0
+            )
+        )
+    ):
+        return tuple(config)
+    raise ValueError(
+        f"{name}: the launch function returned {config!r}; expected (grid, block) or "
+        "(grid, block, shared_memory_bytes), where grid and block are positive integers or "
+        "tuples of 1 to 3 positive integers"
+    )

@@ -1,0 +1,127 @@
+"""Tuning keys: which calls share a tuning result.
+
+A key is computed from a call's arguments on every call, so it is built once per decorated
+kernel into a plain function of the arguments. Every form of key ends with the dtype and layout
+of each array argument: a float64 call never reuses a float32 winner.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from numbatune import arrays
+
+KeyFunction = Callable[[tuple[Any, ...]], Hashable]
+
+
+def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2) -> int:
+    """Round ``x`` up to a power of ``base``, then clamp it to ``[min, max]``.
+
+    Sizes that round to the same anchor share a tuning result, so a kernel is tuned once for
+    1000 and 1024 elements (cubecl's ``anchor``). ``anchor(0)`` and ``anchor(1)`` are 1.
+    """
+    if isinstance(x, bool) or not isinstance(x, int | np.integer):
+        raise TypeError(f"anchor: x must be a non-negative integer, got {x!r}")
+    if x < 0:
+        raise ValueError(f"anchor: x must be a non-negative integer, got {x}")
+    if isinstance(base, bool) or not isinstance(base, int) or base < 2:
+        raise ValueError(f"anchor: base must be an integer >= 2, got {base!r}")
+    power = 1
+    while power < x:
+        power *= base
+    if max is not None:
+        power = power if power < max else max
+    if min is not None:
+        power = power if power > min else min
+    return power
+
+
+def _array_key(value: Any) -> tuple[tuple[int, ...], str, str]:
+    shape, dtype, layout = arrays.info(value)
+    return tuple(anchor(n) for n in shape), dtype, layout
+
+
+def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(arrays.info(a)[1:] for a in args if arrays.is_array(a))
+
+
+def _default_key(args: tuple[Any, ...]) -> Hashable:
+    return tuple(_array_key(a) for a in args if arrays.is_array(a))
+
+
+def build_key(
+    key: str | Sequence[str] | Callable[..., Hashable] | None,
+    signature: inspect.Signature,
+    kernel_name: str,
+) -> KeyFunction:
+    """Turn the ``key=`` argument of :func:`numbatune.autotune` into a function of the arguments.
+
+    - ``None``: the anchored shape, dtype and layout of every array argument.
+    - a name or a sequence of names: for each named array its anchored shape, dtype and layout,
+      for each named scalar its value; then the dtypes and layouts of all array arguments.
+    - a function: called with the kernel's arguments, its (hashable) result, then the dtypes
+      and layouts of all array arguments.
+    """
+    if key is None:
+        return _default_key
+    if isinstance(key, str):
+        key = [key]
+    if callable(key):
+        return _function_key(key, kernel_name)
+    if isinstance(key, Sequence) and all(isinstance(name, str) for name in key):
+        return _named_key(list(key), signature, kernel_name)
+    raise TypeError(
+        f"autotune({kernel_name}): key must be None, an argument name, a list of argument "
+        f"names or a function of the arguments, got {key!r}"
+    )
+
+
+def _named_key(names: list[str], signature: inspect.Signature, kernel_name: str) -> KeyFunction:
+    parameters = list(signature.parameters)
+    unknown = [name for name in names if name not in parameters]
+    if unknown:
+        raise ValueError(
+            f"autotune({kernel_name}): key names {unknown} are not arguments of the kernel; "
+            f"its arguments are {parameters}"
+        )
+    positions = [parameters.index(name) for name in names]
+
+    def named_key(args: tuple[Any, ...]) -> Hashable:
+        picked = tuple(
+            _array_key(args[i]) if arrays.is_array(args[i]) else args[i] for i in positions
+        )
+        return picked + _types_of(args)
+
+    return named_key
+
+
+def _function_key(function: Callable[..., Hashable], kernel_name: str) -> KeyFunction:
+    def function_key(args: tuple[Any, ...]) -> Hashable:
+        try:
+            user_part = function(*args)
+        except Exception as error:
+            raise TuningKeyError(
+                f"autotune({kernel_name}): the key function raised {type(error).__name__}: {error}"
+            ) from error
+        return (user_part, *_types_of(args))
+
+    return function_key
+
+
+class TuningKeyError(ValueError):
+    """The key of a call could not be computed."""
+
+
+def check_hashable(key: Any, kernel_name: str) -> None:
+    """Raise a clear error when a key cannot be used as a cache key."""
+    try:
+        hash(key)
+    except TypeError as error:
+        raise TuningKeyError(
+            f"autotune({kernel_name}): the key {key!r} is not hashable ({error}); "
+            "a key function must return numbers, strings and tuples of them"
+        ) from None

@@ -1,0 +1,232 @@
+"""Variants: sets of compile-time constants, and kernels specialised on them.
+
+A variant binds names the kernel reads as globals (or closure variables) to constant values,
+plus optional ``numba.cuda.jit`` options. numba freezes globals at compile time, so compiling
+the kernel's function again with those names rebound gives a kernel in which they are
+constants: ``cuda.shared.array(shape=TPB, ...)`` and ``range(TPB)`` specialise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numba
+from numba import cuda
+
+from numbatune._version import __version__
+from numbatune.arrays import SIMULATOR
+
+# numba.cuda.jit options a variant may set. The simulator accepts only the first group; the
+# others still count in the checksum, since they change the code on a GPU.
+SIMULATOR_JIT_OPTIONS = frozenset({"fastmath", "debug", "opt"})
+JIT_OPTIONS = SIMULATOR_JIT_OPTIONS | frozenset(
+    {
+        "max_registers",
+        "lineinfo",
+        "launch_bounds",
+        "lto",
+        "forceinline",
+        "inline",
+        "shared_memory_carveout",
+    }
+)
+
+
+class Variant:
+    """One point of a tuning space: compile-time parameters and ``numba.cuda.jit`` options.
+
+    >>> Variant({"TPB": 16}, fastmath=True)
+    Variant(TPB=16, fastmath=True)
+    """
+
+    __slots__ = ("jit", "label", "params")
+
+    def __init__(self, params: Mapping[str, Any], **jit: Any) -> None:
+        if not isinstance(params, Mapping):
+            raise TypeError(f"Variant: params must be a mapping of names to values, got {params!r}")
+        unknown = sorted(set(jit) - JIT_OPTIONS)
+        if unknown:
+            raise ValueError(
+                f"Variant: unknown numba.cuda.jit options {unknown}; "
+                f"known options are {sorted(JIT_OPTIONS)}"
+            )
+        self.params: dict[str, Any] = dict(params)
+        self.jit: dict[str, Any] = dict(jit)
+        self.label = ", ".join(f"{k}={v!r}" for k, v in {**self.params, **self.jit}.items())
+
+    def __repr__(self) -> str:
+        return f"Variant({self.label})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Variant) and (self.params, self.jit) == (other.params, other.jit)
+
+    def __hash__(self) -> int:
+        return hash(self.label)
+
+
+def product(
+    where: Callable[..., bool] | None = None,
+    jit: Mapping[str, Sequence[Any]] | None = None,
+    **axes: Sequence[Any],
+) -> list[Variant]:
+    """Every combination of the given values, as variants.
+
+    ``product(BM=[64, 128], BN=[64, 128], where=lambda BM, BN: BM >= BN)`` keeps the
+    combinations the filter accepts (it is called with the parameters as keywords).
+    ``jit={"fastmath": [False, True]}`` adds numba.cuda.jit options as further axes.
+    """
+    jit = dict(jit or {})
+    for name, values in {**axes, **jit}.items():
+        if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+            raise TypeError(f"product: {name} must be a list of values, got {values!r}")
+    names, jit_names = list(axes), list(jit)
+    variants = []
+    for values in itertools.product(*axes.values(), *jit.values()):
+        params = dict(zip(names, values[: len(names)], strict=True))
+        if where is None or where(**params):
+            variants.append(
+                Variant(params, **dict(zip(jit_names, values[len(names) :], strict=True)))
+            )
+    return variants
+
+
+def as_variants(variants: Iterable[Variant | Mapping[str, Any]], kernel_name: str) -> list[Variant]:
+    """Check and normalise ``variants=``: a non-empty list of unique Variants or dicts."""
+    if isinstance(variants, Mapping) or not isinstance(variants, Iterable):
+        raise TypeError(
+            f"autotune({kernel_name}): variants must be a list of dicts or Variants "
+            f"(numbatune.product builds one), got {variants!r}"
+        )
+    result = [v if isinstance(v, Variant) else Variant(v) for v in variants]
+    if not result:
+        raise ValueError(f"autotune({kernel_name}): variants is empty; give at least one")
+    seen: set[Variant] = set()
+    for variant in result:
+        if variant in seen:
+            raise ValueError(f"autotune({kernel_name}): variant {variant.label} is listed twice")
+        seen.add(variant)
+    return result
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+    """Global and free-variable names a function's code (and the code nested in it) reads."""
+    names = set(code.co_names) | set(code.co_freevars)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _names_read(constant)
+    return names
+
+
+def _source_of(function: Callable[..., Any]) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        code = function.__code__
+        return repr((code.co_code, code.co_consts, code.co_names))
+
+
+class KernelTemplate:
+    """The user's kernel function, from which each variant's kernel is compiled."""
+
+    def __init__(self, kernel: Any, name: str) -> None:
+        self.function, self.jit_options = _unwrap(kernel, name)
+        self.name = name
+        self.signature = inspect.signature(self.function)
+        self._names_read = _names_read(self.function.__code__)
+
+    def check_params(self, variants: Sequence[Variant]) -> None:
+        """Refuse parameters the kernel never reads: they would silently change nothing."""
+        unread = sorted({p for v in variants for p in v.params} - self._names_read)
+        if unread:
+            raise ValueError(
+                f"autotune({self.name}): variant parameters {unread} are never read by the "
+                "kernel; a parameter must be a global or closure variable the kernel uses"
+            )
+
+    def specialise(self, variant: Variant) -> Any:
+        """A new ``numba.cuda.jit`` dispatcher in which the variant's parameters are constants."""
+        function = self.function
+        namespace = dict(function.__globals__)
+        namespace.update(variant.params)
+        closure = function.__closure__
+        if closure is not None:
+            closure = tuple(
+                types.CellType(variant.params[name]) if name in variant.params else cell
+                for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
+            )
+        specialised = types.FunctionType(
+            function.__code__, namespace, function.__name__, function.__defaults__, closure
+        )
+        specialised.__kwdefaults__ = function.__kwdefaults__
+        specialised.__qualname__ = function.__qualname__
+        specialised.__module__ = function.__module__
+        specialised.__doc__ = function.__doc__
+        options = {**self.jit_options, **variant.jit}
+        if SIMULATOR:
+            options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
+        return cuda.jit(**options)(specialised)
+
+    def checksum(self, variants: Sequence[Variant], launch: Callable[..., Any]) -> str:
+        """A digest of everything that decides what the variants compute and how fast.
+
+        It covers the kernel's source and the source of the device functions it calls, each
+        variant's parameters and jit options, the launch function and the versions of numba,
+        numba-cuda and numbatune. A stored result whose checksum differs is tuned again.
+        """
+        digest = hashlib.sha256()
+        parts = [
+            __version__,
+            numba.__version__,
+            _numba_cuda_version(),
+            repr(sorted((k, v) for k, v in self.jit_options.items() if k in JIT_OPTIONS)),
+            _source_of(self.function),
+            _source_of(launch),
+            *(
+                _source_of(value.py_func)
+                for name in sorted(self._names_read)
+                if hasattr(value := self.function.__globals__.get(name), "py_func")
+            ),
+            *(repr((sorted(v.params.items()), sorted(v.jit.items()))) for v in variants),
+        ]
+        for part in parts:
+            digest.update(part.encode())
+            digest.update(b"\0")
+        return digest.hexdigest()[:32]
+
+
+def _numba_cuda_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("numba-cuda")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _unwrap(kernel: Any, name: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The Python function and jit options behind a ``cuda.jit`` kernel or a plain function."""
+    if isinstance(kernel, types.FunctionType):
+        return kernel, {}
+    function = getattr(kernel, "py_func", None)
+    if not isinstance(function, types.FunctionType):
+        raise TypeError(
+            f"autotune({name}): expected a numba.cuda.jit kernel or a plain Python function, "
+            f"got {type(kernel).__name__}"
+        )
+    if SIMULATOR:
+        options = {"fastmath": kernel._fastmath, "debug": kernel._debug}
+        is_device = kernel._device  # the simulator keeps these private
+    else:
+        options = {k: v for k, v in kernel.targetoptions.items() if k != "device"}
+        is_device = kernel.targetoptions.get("device", False)
+    if is_device:
+        raise TypeError(
+            f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
+            "autotune kernels, which are launched from the host"
+        )
+    return function, options

@@ -1,0 +1,27 @@
+import pytest
+
+from numbatune import anchor
+
+
+@pytest.mark.parametrize(
+    ("x", "expected"), [(0, 1), (1, 1), (2, 2), (3, 4), (1000, 1024), (1024, 1024), (1025, 2048)]
+)
+def test_anchor_rounds_up_to_a_power_of_two(x, expected):
+    assert anchor(x) == expected
+
+
+def test_anchor_other_base_and_clamps():
+    assert anchor(10, base=3) == 27
+    assert anchor(5000, max=4096) == 4096
+    assert anchor(3, min=16) == 16
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "8", True])
+def test_anchor_refuses_what_is_not_a_size(bad):
+    with pytest.raises((TypeError, ValueError), match="anchor: x"):
+        anchor(bad)
+
+
+def test_anchor_refuses_a_base_below_two():
+    with pytest.raises(ValueError, match="base"):
+        anchor(8, base=1)
