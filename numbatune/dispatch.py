@@ -70,7 +70,6 @@ class TunedKernel:
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
         self._variants = as_variants(variants, self.name)
-        self._template.check_params(self._variants)
         if not callable(launch):
             raise TypeError(
                 f"autotune({self.name}): launch must be a function of the kernel's arguments "
@@ -78,6 +77,8 @@ class TunedKernel:
             )
         self._launch = launch
         self._launch_params = _launch_params(launch, self._variants)
+        launch_reads = {name for params in self._launch_params.values() for name in params}
+        self._template.check_params(self._variants, launch_reads)
         self._parameters = list(self._template.signature.parameters)
         self._key = keys.build_key(key, self._template.signature, self.name)
         self.__name__ = self.name

@@ -12,7 +12,7 @@ import hashlib
 import inspect
 import itertools
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import numba
@@ -139,13 +139,17 @@ class KernelTemplate:
         self.signature = inspect.signature(self.function)
         self._names_read = _names_read(self.function.__code__)
 
-    def check_params(self, variants: Sequence[Variant]) -> None:
-        """Refuse parameters the kernel never reads: they would silently change nothing."""
-        unread = sorted({p for v in variants for p in v.params} - self._names_read)
+    def check_params(self, variants: Sequence[Variant], launch_reads: Set[str]) -> None:
+        """Refuse parameters that neither the kernel nor the launch function reads.
+
+        Such a parameter would silently change nothing.
+        """
+        unread = sorted({p for v in variants for p in v.params} - self._names_read - launch_reads)
         if unread:
             raise ValueError(
-                f"autotune({self.name}): variant parameters {unread} are never read by the "
-                "kernel; a parameter must be a global or closure variable the kernel uses"
+                f"autotune({self.name}): variant parameters {unread} are read neither by the "
+                "kernel nor by the launch function; a parameter must be a global or closure "
+                "variable the kernel uses, or a keyword argument of the launch function"
             )
 
     def specialise(self, variant: Variant) -> Any:

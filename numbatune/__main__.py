@@ -1,0 +1,5 @@
+import sys
+
+from numbatune.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""The demo: tune the example kernels and print what each variant measured.
+
+Each example module in ``examples/`` defines ``example(small: bool) -> (tuned_kernel, args)``.
+Under the simulator the examples run at small sizes and the times mean nothing about speed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from numbatune.arrays import SIMULATOR
+from numbatune.dispatch import TunedKernel
+from numbatune.tuner import TuneReport
+
+Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
+
+
+def find_examples_dir() -> Path:
+    """``examples/`` of the current directory, else of the source tree numbatune runs from."""
+    for candidate in (Path.cwd() / "examples", Path(__file__).resolve().parents[1] / "examples"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(
+        "numbatune demo: no examples/ directory here or beside the numbatune package; "
+        "run it from a clone of the numbatune repository or pass --examples DIR"
+    )
+
+
+def load_examples(directory: Path) -> list[Example]:
+    """The ``example`` function of every module in ``directory`` that has one, by file name."""
+    found = []
+    for path in sorted(directory.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"numbatune_examples.{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        if callable(getattr(module, "example", None)):
+            found.append(module.example)
+    return found
+
+
+def report_rows(name: str, report: TuneReport) -> list[list[str]]:
+    """Table rows for one report: one per variant, the winner marked."""
+    rows = []
+    for index, result in enumerate(report.results):
+        if result.error is not None:
+            time = "failed: " + result.error.splitlines()[0][:60]
+        elif result.median_s is None:
+            time = "-"
+        else:
+            time = f"{result.median_s * 1e6:.1f}"
+        rows.append(
+            [
+                name if index == 0 else "",
+                _short(report.key) if index == 0 else "",
+                result.variant.label,
+                time,
+                "*" if index == report.best_index else "",
+                report.source if index == 0 else "",
+            ]
+        )
+    return rows
+
+
+def _short(key: Any, width: int = 40) -> str:
+    text = repr(key)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def format_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    rows = [list(header), *map(list, rows)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def main(examples: Iterable[Example], small: bool | None = None, out: TextIO = sys.stdout) -> None:
+    """Tune each example, launch its winner once, and print one table for all of them."""
+    small = SIMULATOR if small is None else small
+    if SIMULATOR:
+        print(
+            "numbatune demo: no GPU, running under numba's CUDA simulator at small sizes; "
+            "times say nothing about speed.",
+            file=out,
+        )
+    rows = []
+    for example in examples:
+        tuned, args = example(small)
+        report = tuned.tune(*args)
+        tuned(*args)
+        rows.extend(report_rows(tuned.name, report))
+    header = ["kernel", "key", "variant", "median (us)", "best", "source"]
+    print(format_table(header, rows), file=out)
