@@ -8,6 +8,7 @@ constants: ``cuda.shared.array(shape=TPB, ...)`` and ``range(TPB)`` specialise.
 
 from __future__ import annotations
 
+import dis
 import hashlib
 import inspect
 import itertools
@@ -114,8 +115,15 @@ def as_variants(variants: Iterable[Variant | Mapping[str, Any]], kernel_name: st
 
 
 def _names_read(code: types.CodeType) -> set[str]:
-    """Global and free-variable names a function's code (and the code nested in it) reads."""
-    names = set(code.co_names) | set(code.co_freevars)
+    """Global and free-variable names a function's code (and the code nested in it) reads.
+
+    Attribute names (``module.NAME``) are not counted: rebinding them would change nothing.
+    """
+    names = {
+        instruction.argval
+        for instruction in dis.get_instructions(code)
+        if instruction.opname in {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
+    }
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             names |= _names_read(constant)

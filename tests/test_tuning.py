@@ -1,0 +1,183 @@
+"""The core paths of a tuned kernel: specialisation, keys, miss, hit, force, data safety."""
+
+import threading
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from tests import kernels
+
+
+def device(array):
+    return cuda.to_device(np.ascontiguousarray(array))
+
+
+def tuned_matmul(tpbs):
+    return nt.autotune(variants=nt.product(TPB=tpbs), launch=kernels.matmul_launch)(
+        kernels.fast_matmul
+    )
+
+
+def tuned_accumulate(blocks=(2, 4, 8), **options):
+    return nt.autotune(
+        variants=nt.product(BLOCK=list(blocks)), launch=kernels.accumulate_launch, **options
+    )(kernels.accumulate)
+
+
+@pytest.mark.parametrize("tpb", [2, 4, 8])
+def test_each_variant_of_numba_docs_fast_matmul_computes_the_product(tpb):
+    rng = np.random.default_rng(tpb)
+    a = rng.random((8, 8), dtype=np.float32)
+    b = rng.random((8, 8), dtype=np.float32)
+    c = device(np.zeros((8, 8), np.float32))
+    tuned_matmul([tpb])(device(a), device(b), c)
+    np.testing.assert_allclose(c.copy_to_host(), a @ b, rtol=1e-5)
+
+
+def test_tuned_fast_matmul_benchmarks_once_then_hits_memory():
+    rng = np.random.default_rng(0)
+    a, b = rng.random((8, 8), dtype=np.float32), rng.random((8, 8), dtype=np.float32)
+    tuned = tuned_matmul([2, 4, 8])
+    c = device(np.zeros((8, 8), np.float32))
+    tuned(device(a), device(b), c)
+    tuned(device(a), device(b), c)
+    np.testing.assert_allclose(c.copy_to_host(), a @ b, rtol=1e-5)
+    assert tuned.stats["benchmarks"] == 1
+
+
+def test_closure_constants_specialise_too():
+    def make(width):
+        @cuda.jit
+        def fill(out):
+            i = cuda.grid(1)
+            if i < out.shape[0]:
+                out[i] = width
+
+        return fill
+
+    tuned = nt.autotune(variants=[{"width": 7}], launch=lambda out: (1, out.shape[0]))(make(1))
+    out = device(np.zeros(4, np.int32))
+    tuned(out)
+    assert out.copy_to_host().tolist() == [7, 7, 7, 7]
+
+
+FILL_VALUE = 1
+
+
+def test_a_plain_function_can_be_decorated():
+    def fill(out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = FILL_VALUE
+
+    tuned = nt.autotune(variants=[{"FILL_VALUE": 3}], launch=lambda out: (1, out.shape[0]))(fill)
+    out = device(np.zeros(4, np.int32))
+    tuned(out)
+    assert out.copy_to_host().tolist() == [3, 3, 3, 3]
+
+
+def test_one_variant_is_not_benchmarked():
+    tuned = tuned_accumulate(blocks=[4])
+    report = tuned.tune(device(np.ones(8, np.float32)), device(np.zeros(8, np.float32)))
+    assert report.source == "single"
+    assert tuned.stats["benchmarks"] == 0
+    assert report.best == {"BLOCK": 4}
+
+
+def test_report_lists_every_variant_and_the_winner_is_the_fastest():
+    tuned = tuned_accumulate()
+    report = tuned.tune(device(np.ones(8, np.float32)), device(np.zeros(8, np.float32)))
+    assert report.source == "benchmark"
+    assert [r.params for r in report.results] == [{"BLOCK": 2}, {"BLOCK": 4}, {"BLOCK": 8}]
+    assert all(r.error is None and r.median_s > 0 for r in report.results)
+    fastest = min(report.results, key=lambda r: r.median_s)
+    assert report.best == fastest.params
+    assert tuned.variants == nt.product(BLOCK=[2, 4, 8])
+
+
+def test_tune_answers_from_memory_then_force_measures_again():
+    tuned = tuned_accumulate()
+    args = device(np.ones(8, np.float32)), device(np.zeros(8, np.float32))
+    assert tuned.tune(*args).source == "benchmark"
+    assert tuned.tune(*args).source == "memory"
+    assert tuned.tune(*args, force=True).source == "benchmark"
+    assert tuned.stats["benchmarks"] == 2
+
+
+def test_sizes_with_the_same_anchor_share_a_result_and_other_dtypes_do_not():
+    tuned = tuned_accumulate()
+    for n, dtype in [(7, np.float32), (8, np.float32), (5, np.float32), (8, np.float64)]:
+        tuned(device(np.ones(n, dtype)), device(np.zeros(n, dtype)))
+    assert tuned.stats["benchmarks"] == 2  # 5, 7 and 8 anchor to 8; float64 is a new key
+
+
+def test_named_key_uses_scalar_values_and_array_shapes():
+    @cuda.jit
+    def scale(a, out, factor):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] * factor
+
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]),
+        launch=lambda a, out, factor, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
+        key=["a", "factor"],
+    )(scale)
+    a, out = device(np.arange(6, dtype=np.float32)), device(np.zeros(6, np.float32))
+    report = tuned.tune(a, out, 2.0)
+    assert report.key[:2] == (((8,), "float32", "C"), 2.0)
+    tuned(a, out, 3.0)
+    assert tuned.stats["benchmarks"] == 2
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(6) * 3.0)
+
+
+def test_function_key_decides_which_calls_share_a_result():
+    tuned = tuned_accumulate(key=lambda a, out: "one key for all sizes")
+    for n in (3, 8, 30):
+        tuned(device(np.ones(n, np.float32)), device(np.zeros(n, np.float32)))
+    assert tuned.stats["benchmarks"] == 1
+
+
+def test_the_callers_arrays_hold_exactly_one_launch_on_a_miss_and_a_hit():
+    tuned = tuned_accumulate()
+    a, out = device(np.arange(8, dtype=np.float32)), device(np.ones(8, np.float32))
+    tuned(a, out)  # miss: benchmarks on clones, then one launch on the caller's arrays
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(8) + 1)
+    tuned(a, out)  # hit
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(8) + 1)
+    np.testing.assert_array_equal(a.copy_to_host(), np.arange(8))
+
+
+def test_tune_never_writes_into_the_callers_arrays():
+    tuned = tuned_accumulate()
+    a, out = device(np.arange(8, dtype=np.float32)), device(np.ones(8, np.float32))
+    tuned.tune(a, out)
+    tuned.tune(a, out, force=True)
+    np.testing.assert_array_equal(out.copy_to_host(), np.ones(8))
+
+
+def test_concurrent_callers_of_a_new_key_share_one_benchmark():
+    tuned = tuned_accumulate()
+    outputs = [device(np.zeros(8, np.float32)) for _ in range(6)]
+    a = device(np.arange(8, dtype=np.float32))
+    start = threading.Barrier(len(outputs))
+    errors = []
+
+    def call(out):
+        start.wait()
+        try:
+            tuned(a, out)
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=call, args=(out,)) for out in outputs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert tuned.stats["benchmarks"] == 1
+    for out in outputs:
+        np.testing.assert_array_equal(out.copy_to_host(), np.arange(8))
