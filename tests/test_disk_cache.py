@@ -1,0 +1,130 @@
+"""The disk tune cache across processes: hits, checksum mismatches and corruption."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+KERNEL_MODULE = """
+from numba import cuda
+import numbatune as nt
+
+BLOCK = 4
+
+
+@nt.autotune(
+    variants=nt.product(BLOCK=[2, 4, 8]),
+    launch=lambda a, out, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
+)
+@cuda.jit
+def add(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] + {increment}
+"""
+
+SCRIPT = """
+import json
+import numpy as np
+from numba import cuda
+import tunedkernel
+
+a = cuda.to_device(np.arange(8, dtype=np.float32))
+out = cuda.to_device(np.zeros(8, np.float32))
+report = tunedkernel.add.tune(a, out)
+tunedkernel.add(a, out)
+print(json.dumps({
+    "source": report.source,
+    "best": report.best,
+    "stats": tunedkernel.add.stats,
+    "out": out.copy_to_host().tolist(),
+}))
+"""
+
+
+def run_in_new_process(module_dir: Path, cache_dir: Path, increment: int = 1) -> dict:
+    (module_dir / "tunedkernel.py").write_text(KERNEL_MODULE.format(increment=increment))
+    env = {**os.environ, "NUMBATUNE_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(module_dir)}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=module_dir,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_answers_from_disk_without_benchmarking(tmp_path):
+    first = run_in_new_process(tmp_path, tmp_path / "cache")
+    second = run_in_new_process(tmp_path, tmp_path / "cache")
+    assert first["source"] == "benchmark" and first["stats"]["benchmarks"] == 1
+    assert second["source"] == "disk" and second["stats"]["benchmarks"] == 0
+    assert second["best"] == first["best"]
+    assert second["out"] == [x + 1 for x in range(8)]
+
+
+def test_changing_the_kernel_source_invalidates_the_stored_result(tmp_path):
+    run_in_new_process(tmp_path, tmp_path / "cache", increment=1)
+    changed = run_in_new_process(tmp_path, tmp_path / "cache", increment=2)
+    assert changed["source"] == "benchmark"
+    assert changed["out"] == [x + 2 for x in range(8)]
+    again = run_in_new_process(tmp_path, tmp_path / "cache", increment=2)
+    assert again["source"] == "disk"
+
+
+def test_a_corrupted_cache_warns_and_starts_fresh(tmp_path):
+    run_in_new_process(tmp_path, tmp_path / "cache")
+    databases = list((tmp_path / "cache").rglob("cache.db"))
+    assert databases
+    for database in databases:
+        database.write_bytes(b"this is not a sqlite database" * 100)
+    (tmp_path / "tunedkernel.py").write_text(KERNEL_MODULE.format(increment=1))
+    env = {
+        **os.environ,
+        "NUMBATUNE_CACHE_DIR": str(tmp_path / "cache"),
+        "PYTHONPATH": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["source"] == "benchmark"
+    assert result["out"] == [x + 1 for x in range(8)]
+    assert "cannot be read" in done.stderr
+    assert list((tmp_path / "cache").rglob("*.corrupt-*"))
+
+
+def test_a_corrupted_entry_is_tuned_again(caplog):
+    import numpy as np
+    from numba import cuda
+
+    import numbatune as nt
+    from tests import kernels
+
+    def tuned():
+        return nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
+            kernels.accumulate
+        )
+
+    args = cuda.to_device(np.ones(4, np.float32)), cuda.to_device(np.zeros(4, np.float32))
+    first = tuned()
+    first.tune(*args)
+    disk = first._tune_cache()._open()
+    for stored_key in list(disk):
+        disk.set(stored_key, "{not json")
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        report = tuned().tune(*args)
+    assert report.source == "benchmark"
+    assert "corrupted tune cache entry" in caplog.text
+    stored = [json.loads(disk[k]) for k in disk]
+    assert stored and all(entry["results"] for entry in stored)

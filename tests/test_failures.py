@@ -1,0 +1,132 @@
+"""Failing variants and bad input: recorded, or refused with a clear error."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from tests import kernels
+
+OFFSET = 0
+
+
+@cuda.jit
+def shifted_copy(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i + OFFSET] = a[i]
+
+
+def shifted(offsets, launch=lambda a, out: (1, a.shape[0])):
+    return nt.autotune(variants=nt.product(OFFSET=offsets), launch=launch)(shifted_copy)
+
+
+def arrays(n=4):
+    return cuda.to_device(np.arange(n, dtype=np.float32)), cuda.to_device(np.zeros(n, np.float32))
+
+
+def test_a_failing_variant_is_recorded_and_skipped():
+    tuned = shifted([100, 0])  # OFFSET=100 writes out of bounds
+    a, out = arrays()
+    report = tuned.tune(a, out)
+    failed, good = report.results
+    assert failed.median_s is None and "IndexError" in failed.error
+    assert good.error is None and report.best == {"OFFSET": 0}
+    tuned(a, out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(4))
+
+
+def test_when_every_variant_fails_one_error_names_them_all_and_nothing_is_kept():
+    tuned = shifted([100, 200])
+    a, out = arrays()
+    with pytest.raises(nt.TuningError) as raised:
+        tuned(a, out)
+    message = str(raised.value)
+    assert "OFFSET=100" in message and "OFFSET=200" in message and "IndexError" in message
+    with pytest.raises(nt.TuningError):
+        tuned(a, out)  # nothing was cached for the key: it is tried again
+    assert tuned.stats["benchmarks"] == 0
+    np.testing.assert_array_equal(out.copy_to_host(), np.zeros(4))
+
+
+def test_a_variant_whose_launch_config_is_invalid_is_recorded():
+    def launch(a, out, *, OFFSET):
+        return (1, 0 if OFFSET else a.shape[0])
+
+    tuned = shifted([1, 0], launch=launch)
+    report = tuned.tune(*arrays())
+    assert "launch function returned" in report.results[0].error
+    assert report.best == {"OFFSET": 0}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"variants": []}, "variants is empty"),
+        ({"variants": [{"BLOCK": 2}, {"BLOCK": 2}]}, "listed twice"),
+        ({"variants": {"BLOCK": 2}}, "variants must be a list"),
+        ({"variants": [{"NOT_READ": 2}]}, r"\['NOT_READ'\] are read neither"),
+        ({"variants": [nt.Variant({"BLOCK": 2})], "launch": 5}, "launch must be a function"),
+        ({"key": 5}, "key must be None"),
+        ({"key": ["a", "nope"]}, r"key names \['nope'\] are not arguments"),
+    ],
+)
+def test_bad_decorator_arguments_are_refused_at_decoration(options, message):
+    arguments = {"variants": nt.product(BLOCK=[2]), "launch": kernels.accumulate_launch}
+    with pytest.raises((TypeError, ValueError), match=message):
+        nt.autotune(**{**arguments, **options})(kernels.accumulate)
+
+
+def test_unknown_jit_options_are_refused():
+    with pytest.raises(ValueError, match=r"unknown numba\.cuda\.jit options"):
+        nt.Variant({"BLOCK": 2}, fast_math=True)
+
+
+def test_decorating_something_that_is_not_a_kernel_is_refused():
+    with pytest.raises(TypeError, match=r"expected a numba\.cuda\.jit kernel"):
+        nt.autotune(variants=[{"BLOCK": 2}], launch=kernels.accumulate_launch)(42)
+
+
+def test_decorating_a_device_function_is_refused():
+    @cuda.jit(device=True)
+    def helper(x):
+        return x + kernels.BLOCK
+
+    with pytest.raises(TypeError, match="device function"):
+        nt.autotune(variants=[{"BLOCK": 2}], launch=kernels.accumulate_launch)(helper)
+
+
+def tuned_accumulate(**options):
+    return nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch, **options
+    )(kernels.accumulate)
+
+
+def test_host_numpy_arrays_are_refused_by_name():
+    with pytest.raises(TypeError, match="argument 'out' is a host \\(NumPy\\) array"):
+        tuned_accumulate()(cuda.to_device(np.ones(4, np.float32)), np.zeros(4, np.float32))
+
+
+def test_a_wrong_number_of_arguments_is_refused():
+    with pytest.raises(TypeError, match=r"takes 2 arguments \(a, out\), got 1"):
+        tuned_accumulate()(cuda.to_device(np.ones(4, np.float32)))
+
+
+def test_a_key_function_that_raises_is_reported_as_such():
+    tuned = tuned_accumulate(key=lambda a, out: a.no_such_attribute)
+    with pytest.raises(nt.TuningKeyError, match="key function raised AttributeError"):
+        tuned(*arrays())
+
+
+def test_an_unhashable_key_is_reported_as_such():
+    tuned = tuned_accumulate(key=lambda a, out: [a.shape[0]])
+    with pytest.raises(nt.TuningKeyError, match="not hashable"):
+        tuned(*arrays())
+
+
+def test_a_malformed_launch_config_for_the_only_variant_is_reported():
+    tuned = nt.autotune(variants=[{"BLOCK": 2}], launch=lambda a, out, BLOCK: (1,))(
+        kernels.accumulate
+    )
+    with pytest.raises(ValueError, match=r"expected \(grid, block\)"):
+        tuned(*arrays())
