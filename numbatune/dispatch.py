@@ -199,6 +199,16 @@ class TunedKernel:
         """The variants, in the order given."""
         return list(self._variants)
 
+    def run_variant(
+        self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = 0
+    ) -> None:
+        """Launch one given variant on ``args``, as if it had won (compiling it if needed)."""
+        variant = variant if isinstance(variant, Variant) else Variant(variant)
+        if variant not in self._launch_params:
+            raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
+        self._check_arguments(args)
+        self._prepare(variant, args)(args, stream)
+
     def tune(self, *args: Any, force: bool = False, stream: Any = 0) -> TuneReport:
         """Tune for these arguments if needed (always with ``force``) without launching on them.
 

@@ -1,0 +1,45 @@
+"""saxpy, out = a * x + y, tuned over block size and items per thread.
+
+Run it: python examples/saxpy.py
+"""
+
+import numbatune as nt  # first: on a machine with no GPU it turns numba's simulator on
+
+import numpy as np
+from numba import cuda
+
+BLOCK = 256  # threads per block
+ITEMS = 1  # elements per thread, strided by BLOCK so that accesses coalesce
+
+
+@nt.autotune(
+    variants=nt.product(BLOCK=[128, 256, 512, 1024], ITEMS=[1, 2, 4, 8]),
+    launch=lambda a, x, y, out, *, BLOCK, ITEMS: (nt.cdiv(x.shape[0], BLOCK * ITEMS), BLOCK),
+)
+@cuda.jit
+def saxpy(a, x, y, out):
+    first = cuda.blockIdx.x * BLOCK * ITEMS + cuda.threadIdx.x
+    for k in range(ITEMS):
+        i = first + k * BLOCK
+        if i < x.shape[0]:
+            out[i] = a * x[i] + y[i]
+
+
+def example(small: bool = False):
+    """The tuned kernel and arguments to tune it on (small: sizes for the simulator)."""
+    n = 300 if small else 1 << 28
+    rng = np.random.default_rng(0)
+    x = cuda.to_device(rng.random(n, dtype=np.float32))
+    y = cuda.to_device(rng.random(n, dtype=np.float32))
+    return saxpy, (np.float32(2.0), x, y, cuda.device_array(n, np.float32))
+
+
+def reference(a, x, y, out):
+    """What saxpy computes, on the host."""
+    return a * x.copy_to_host() + y.copy_to_host()
+
+
+if __name__ == "__main__":
+    from numbatune import demo
+
+    demo.main([example])
