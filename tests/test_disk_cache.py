@@ -47,7 +47,13 @@ print(json.dumps({
 
 def run_in_new_process(module_dir: Path, cache_dir: Path, increment: int = 1) -> dict:
     (module_dir / "tunedkernel.py").write_text(KERNEL_MODULE.format(increment=increment))
-    env = {**os.environ, "NUMBATUNE_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(module_dir)}
+    env = {
+        **os.environ,
+        "NUMBATUNE_CACHE_DIR": str(cache_dir),
+        "PYTHONPATH": os.pathsep.join(
+            [str(module_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(SCRIPT)],
         env=env,

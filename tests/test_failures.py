@@ -7,18 +7,10 @@ from numba import cuda
 import numbatune as nt
 from tests import kernels
 
-OFFSET = 0
 
-
-@cuda.jit
-def shifted_copy(a, out):
-    i = cuda.grid(1)
-    if i < a.shape[0]:
-        out[i + OFFSET] = a[i]
-
-
-def shifted(offsets, launch=lambda a, out: (1, a.shape[0])):
-    return nt.autotune(variants=nt.product(OFFSET=offsets), launch=launch)(shifted_copy)
+def sine(reps, launch=lambda a, out: (1, a.shape[0])):
+    """REPS=None fails: a TypeError under the simulator, a typing error when compiling."""
+    return nt.autotune(variants=nt.product(REPS=reps), launch=launch)(kernels.repeated_sine)
 
 
 def arrays(n=4):
@@ -26,23 +18,23 @@ def arrays(n=4):
 
 
 def test_a_failing_variant_is_recorded_and_skipped():
-    tuned = shifted([100, 0])  # OFFSET=100 writes out of bounds
+    tuned = sine([None, 1])
     a, out = arrays()
     report = tuned.tune(a, out)
     failed, good = report.results
-    assert failed.median_s is None and "IndexError" in failed.error
-    assert good.error is None and report.best == {"OFFSET": 0}
+    assert failed.median_s is None and "Error" in failed.error
+    assert good.error is None and report.best == {"REPS": 1}
     tuned(a, out)
-    np.testing.assert_array_equal(out.copy_to_host(), np.arange(4))
+    np.testing.assert_allclose(out.copy_to_host(), np.sin(np.arange(4)) + np.arange(4), rtol=1e-6)
 
 
 def test_when_every_variant_fails_one_error_names_them_all_and_nothing_is_kept():
-    tuned = shifted([100, 200])
+    tuned = sine([None, "two"])
     a, out = arrays()
     with pytest.raises(nt.TuningError) as raised:
         tuned(a, out)
     message = str(raised.value)
-    assert "OFFSET=100" in message and "OFFSET=200" in message and "IndexError" in message
+    assert "REPS=None" in message and "REPS='two'" in message and "Error" in message
     with pytest.raises(nt.TuningError):
         tuned(a, out)  # nothing was cached for the key: it is tried again
     assert tuned.stats["benchmarks"] == 0
@@ -50,13 +42,13 @@ def test_when_every_variant_fails_one_error_names_them_all_and_nothing_is_kept()
 
 
 def test_a_variant_whose_launch_config_is_invalid_is_recorded():
-    def launch(a, out, *, OFFSET):
-        return (1, 0 if OFFSET else a.shape[0])
+    def launch(a, out, *, REPS):
+        return (1, 0 if REPS == 2 else a.shape[0])
 
-    tuned = shifted([1, 0], launch=launch)
+    tuned = sine([2, 1], launch=launch)
     report = tuned.tune(*arrays())
     assert "launch function returned" in report.results[0].error
-    assert report.best == {"OFFSET": 0}
+    assert report.best == {"REPS": 1}
 
 
 @pytest.mark.parametrize(
