@@ -1,22 +1,50 @@
 """Timing kernel launches: CUDA events on a GPU, the wall clock under the simulator.
 
-Variants are measured in interleaved rounds (A B C, A B C, ...), so that clock and thermal
-drift hit them all alike. After a warm-up round, one timed round estimates each variant's
-cost, and the number of rounds is chosen so that all of them fit the time budget.
+How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says why):
+
+1. **Warm-up**: untimed rounds over every variant for at least ``settings.warmup_s``.
+2. **Interleaved rounds**: each round runs every variant still measured once, and the order
+   rotates by one from round to round (A B C, B C A, C A B, ...), so that clock and thermal drift,
+   and the place in a round, hit every variant alike.
+3. **Events**: each run lies between a start and an end CUDA event. Before a round, a one-thread
+   kernel holds the device busy for twice as long as the host took to queue the last round, so
+   the queued runs execute back to back and the events time kernels, not the host's launch
+   overhead (which exceeds the run time of a small kernel).
+4. **L2 flush**: when the call's arrays take less than twice the device's L2 cache, a memset of a
+   buffer of twice the L2 size is queued before each run, after the previous run's end event and
+   before this run's start event: every run starts from a cold L2, outside the timed region, and
+   no variant profits from the previous one's reads of the same inputs. Larger arrays evict the
+   L2 by themselves.
+5. **Early stop**: once ``settings.early_stop_rounds`` rounds are timed, after each round, a
+   variant whose fastest run is slower than ``settings.early_stop_ratio`` times the leader's
+   median (the lowest median) is no longer measured. Its fastest run is its most favourable
+   reading and the leader's median a robust one, so it cannot win.
+6. **Budget**: timed rounds go on until ``settings.budget_s`` of wall time is spent on them,
+   within ``settings.min_runs`` to ``settings.max_runs`` rounds.
+
+Each variant's result is the median of its runs and their interquartile range. Under the
+simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or flush,
+timed by the wall clock: those times say nothing about speed.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from numba import cuda
 
+from numbatune import arrays
 from numbatune.arrays import SIMULATOR
 from numbatune.config import settings
+
+#: A function that queues one launch of a variant.
+Run = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -27,20 +55,64 @@ class Timing:
     #: Interquartile range of the timed runs.
     spread_s: float
     runs: int
+    #: True when the variant stopped being measured early, being clearly slower than the leader.
+    stopped_early: bool = False
 
 
-def _summary(samples: list[float]) -> Timing:
+def summary(samples: Sequence[float], stopped_early: bool = False) -> Timing:
+    """Median, interquartile range and count of a variant's timed runs."""
     if len(samples) >= 4:
         quartiles = statistics.quantiles(samples, n=4)
         spread = quartiles[2] - quartiles[0]
     else:
         spread = max(samples) - min(samples)
-    return Timing(statistics.median(samples), spread, len(samples))
+    return Timing(statistics.median(samples), spread, len(samples), stopped_early)
 
 
-# Before each round the device is held busy for longer than the host takes to queue the round,
-# so that the events time the kernels and not the host's launch overhead (which is larger than
-# the run time of a small kernel): the queued launches then run back to back.
+def early_stopped(samples: Mapping[Hashable, Sequence[float]], rounds: int) -> set[Hashable]:
+    """The variants to stop measuring after ``rounds`` timed rounds (rule 5 above).
+
+    ``samples`` holds the timed runs of each variant still measured.
+    """
+    timed = {name: runs for name, runs in samples.items() if runs}
+    if rounds < settings.early_stop_rounds or len(timed) < 2:
+        return set()
+    limit = settings.early_stop_ratio * min(statistics.median(runs) for runs in timed.values())
+    return {name for name, runs in timed.items() if min(runs) > limit}
+
+
+def working_set_bytes(inputs: Iterable[Any]) -> int:
+    """Bytes of device memory the array arguments among ``inputs`` span (scalars count 0)."""
+    total = 0
+    for value in inputs:
+        if arrays.is_array(value):
+            shape, dtype, _ = arrays.info(value)
+            total += math.prod(shape) * np.dtype(dtype).itemsize
+    return total
+
+
+def flush_bytes(working_set: int, l2_bytes: int) -> int:
+    """Size of the buffer to write before each run: ``2 * l2_bytes`` if needed, else 0 (rule 4)."""
+    return 2 * l2_bytes if settings.flush_l2 and working_set < 2 * l2_bytes else 0
+
+
+class _WallClock:
+    """Under the simulator: the wall clock around each run, one after another."""
+
+    def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
+        outcome: dict[Hashable, float | Exception] = {}
+        for name, run in order:
+            started = time.perf_counter()
+            try:
+                run()
+            except Exception as error:
+                outcome[name] = error
+                continue
+            outcome[name] = time.perf_counter() - started
+        return outcome
+
+
+# The first round's device hold, before the host's queueing time has been measured.
 _FIRST_HOLD_S = 2e-3
 _HOLD_MARGIN = 2.0
 _spin_kernel = None
@@ -60,62 +132,103 @@ def _hold_device(stream: Any, seconds: float) -> None:
     _spin_kernel[1, 1, stream](int(seconds * _HOLD_MARGIN * 1e6) + 20)
 
 
-def measure(
-    runs: Mapping[Hashable, Callable[[], None]], stream: Any = 0
-) -> dict[Hashable, Timing | BaseException]:
-    """Time each run (a function that queues one launch on ``stream``).
+class _Events:
+    """On a GPU: a pair of CUDA events around each run, optionally an L2 flush before it."""
 
-    A run that raises is recorded with its exception and not run again; the others go on.
-    """
-    outcome: dict[Hashable, list[float] | BaseException] = {name: [] for name in runs}
-    _queueing_s = [_FIRST_HOLD_S]
+    def __init__(self, stream: Any, flush_size: int) -> None:
+        from numba.cuda.cudadrv import driver
 
-    def live() -> list[Hashable]:
-        return [name for name, samples in outcome.items() if isinstance(samples, list)]
+        self._stream = stream
+        self._stream_handle = driver._stream_handle(stream)
+        self._memset = driver.driver.cuMemsetD8Async
+        self._flush = cuda.device_array(flush_size, np.uint8) if flush_size else None
+        self._events: dict[Hashable, tuple[Any, Any]] = {}
+        self._queueing_s = _FIRST_HOLD_S
 
-    def one_round(timed: bool) -> None:
-        if SIMULATOR:
-            for name in live():
-                started = time.perf_counter()
-                try:
-                    runs[name]()
-                except Exception as error:
-                    outcome[name] = error
-                    continue
-                if timed:
-                    outcome[name].append(time.perf_counter() - started)
-            return
-        events = {}
-        _hold_device(stream, _queueing_s[0])
+    def _flush_l2(self) -> None:
+        flush = self._flush
+        assert flush is not None
+        self._memset(flush.device_ctypes_pointer.value, 0, flush.size, self._stream_handle)
+
+    def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
+        outcome: dict[Hashable, float | Exception] = {}
+        recorded = []
+        _hold_device(self._stream, self._queueing_s)
         queueing_started = time.perf_counter()
-        for name in live():
-            start, end = cuda.event(), cuda.event()
-            start.record(stream)
+        for name, run in order:
+            if self._flush is not None:
+                self._flush_l2()
+            start, end = self._events.get(name) or self._events.setdefault(
+                name, (cuda.event(), cuda.event())
+            )
+            start.record(self._stream)
             try:
-                runs[name]()
+                run()
             except Exception as error:
                 outcome[name] = error
                 continue
-            end.record(stream)
-            events[name] = (start, end)
-        _queueing_s[0] = time.perf_counter() - queueing_started
-        for name, (start, end) in events.items():
+            end.record(self._stream)
+            recorded.append(name)
+        self._queueing_s = time.perf_counter() - queueing_started
+        for name in recorded:
+            start, end = self._events[name]
             end.synchronize()
-            if timed:
-                outcome[name].append(cuda.event_elapsed_time(start, end) / 1e3)
+            outcome[name] = cuda.event_elapsed_time(start, end) / 1e3
+        return outcome
 
+
+def _l2_bytes() -> int:
+    return int(cuda.get_current_device().L2_CACHE_SIZE)
+
+
+def measure(
+    runs: Mapping[Hashable, Run], stream: Any = 0, inputs: Iterable[Any] = ()
+) -> dict[Hashable, Timing | Exception]:
+    """Time each run (a function that queues one launch on ``stream``), as the module says.
+
+    ``inputs`` are the arguments the runs work on; their size decides the L2 flush. A run that
+    raises is recorded with its exception and not run again; the others go on.
+    """
     if SIMULATOR:
-        for _ in range(settings.simulator_runs):
-            one_round(timed=True)
+        stopwatch: _WallClock | _Events = _WallClock()
+        warmup_s, budget_s = None, 0.0
+        fewest = most = settings.simulator_runs
     else:
-        one_round(timed=False)
-        one_round(timed=True)
-        estimate = sum(outcome[name][0] for name in live())
-        rounds = settings.max_runs if estimate <= 0 else int(settings.budget_s / estimate)
-        rounds = max(settings.min_runs, min(settings.max_runs, rounds))
-        for _ in range(rounds - 1):
-            one_round(timed=True)
+        stopwatch = _Events(stream, flush_bytes(working_set_bytes(inputs), _l2_bytes()))
+        warmup_s, budget_s = settings.warmup_s, settings.budget_s
+        fewest, most = settings.min_runs, settings.max_runs
+    samples: dict[Hashable, list[float]] = {name: [] for name in runs}
+    failed: dict[Hashable, Exception] = {}
+    stopped: set[Hashable] = set()
+
+    def live() -> list[Hashable]:
+        return [name for name in runs if name not in failed and name not in stopped]
+
+    def one_round(number: int, timed: bool) -> None:
+        names = live()
+        shift = number % len(names)
+        order = [(name, runs[name]) for name in names[shift:] + names[:shift]]
+        for name, outcome in stopwatch.round(order).items():
+            if isinstance(outcome, Exception):
+                failed[name] = outcome
+            elif timed:
+                samples[name].append(outcome)
+
+    if warmup_s is not None:
+        started, rounds = time.perf_counter(), 0
+        while live() and (rounds == 0 or time.perf_counter() - started < warmup_s):
+            one_round(rounds, timed=False)
+            rounds += 1
+    started, rounds = time.perf_counter(), 0
+
+    def more() -> bool:
+        return rounds < fewest or (rounds < most and time.perf_counter() - started < budget_s)
+
+    while live() and more():
+        one_round(rounds, timed=True)
+        rounds += 1
+        stopped |= early_stopped({name: samples[name] for name in live()}, rounds)
     return {
-        name: samples if isinstance(samples, BaseException) else _summary(samples)
-        for name, samples in outcome.items()
+        name: failed[name] if name in failed else summary(samples[name], name in stopped)
+        for name in runs
     }

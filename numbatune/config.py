@@ -30,6 +30,29 @@ def _parse_positive_float(text: str) -> float:
     return value
 
 
+def _parse_non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError("must be a number >= 0")
+    return value
+
+
+def _parse_ratio(text: str) -> float:
+    value = float(text)
+    if not value > 1:
+        raise ValueError("must be a number > 1 (inf turns early stopping off)")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    words = {"1": True, "true": True, "on": True, "yes": True}
+    words.update({"0": False, "false": False, "off": False, "no": False})
+    try:
+        return words[text.strip().lower()]
+    except KeyError:
+        raise ValueError("must be one of 1/0, true/false, on/off, yes/no") from None
+
+
 def _parse_positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -48,6 +71,14 @@ class Settings:
     #: Fewest and most timed runs of each variant on a GPU.
     min_runs: int = 10
     max_runs: int = 500
+    #: Untimed rounds over all variants run for at least this long, in seconds, before timing.
+    warmup_s: float = 0.025
+    #: Empty the GPU's L2 cache before each timed run when the arrays fit in twice its size.
+    flush_l2: bool = True
+    #: After ``early_stop_rounds`` rounds, a variant whose fastest run is slower than this many
+    #: times the leader's median stops being measured; ``inf`` measures every variant to the end.
+    early_stop_ratio: float = 1.5
+    early_stop_rounds: int = 5
     #: Timed runs of each variant under the simulator, where timing means nothing.
     simulator_runs: int = 2
 
@@ -57,6 +88,10 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "budget_s": _parse_positive_float,
     "min_runs": _parse_positive_int,
     "max_runs": _parse_positive_int,
+    "warmup_s": _parse_non_negative_float,
+    "flush_l2": _parse_bool,
+    "early_stop_ratio": _parse_ratio,
+    "early_stop_rounds": _parse_positive_int,
     "simulator_runs": _parse_positive_int,
 }
 

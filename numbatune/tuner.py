@@ -100,7 +100,7 @@ def tune(
             errors[index] = _describe(error)
             continue
         launchers[index] = _bind(launcher, clones, stream)
-    timings = bench.measure(launchers, stream)
+    timings = bench.measure(launchers, stream, inputs=clones)
     results = []
     for index, variant in enumerate(variants):
         timing = timings.get(index)

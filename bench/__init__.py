@@ -1,0 +1,1 @@
+"""numbatune's benchmark suite: ``python bench/run.py OUT_DIR [--smoke]``; docs/benchmarks.md."""

@@ -1,0 +1,94 @@
+"""Run the benchmark suite: ``python bench/run.py OUT_DIR [--smoke] [--only SECTION ...]``.
+
+Writes every figure to ``OUT_DIR/results.json`` (rewritten after each section, so a run cut short
+keeps what it measured) and prints one table per section. ``--smoke`` runs under numba's CUDA
+simulator at tiny sizes to keep the code working; its times mean nothing. docs/benchmarks.md
+explains each section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: bench/ is on the path, the repository is not
+    sys.path.insert(0, str(ROOT))
+
+# numbatune before numba: without a GPU it turns numba's simulator on.
+from numbatune.arrays import SIMULATOR  # noqa: E402
+
+SECTIONS = ["dispatch", "tuning_time", "accuracy", "stability", "warm_start", "ceilings"]
+
+
+def _dispatch(out_dir: Path, smoke: bool) -> Any:
+    if not (ROOT / "bench" / "dispatch_cost.py").exists():
+        return "not run: bench/dispatch_cost.py (issue 4) does not exist yet"
+    from bench import dispatch_cost
+
+    return dispatch_cost.measure_dispatch(out_dir)
+
+
+def _section(name: str) -> Callable[[Path, argparse.Namespace], Any]:
+    if name == "dispatch":
+        return lambda out_dir, arguments: _dispatch(out_dir, arguments.smoke)
+    module = importlib.import_module(f"bench.{name}")
+    if name == "ceilings":
+        return lambda out_dir, arguments: module.run(arguments.smoke, arguments.examples)
+    return lambda out_dir, arguments: module.run(arguments.smoke)
+
+
+def _table(name: str, result: Any) -> str:
+    if isinstance(result, dict) and "error" in result:
+        return "FAILED: " + result["error"].strip().splitlines()[-1]
+    module = importlib.import_module(f"bench.{name}") if name != "dispatch" else None
+    if module is None or isinstance(result, str):
+        return result if isinstance(result, str) else json.dumps(result, indent=1, default=str)
+    return module.table(result)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the sections, write OUT_DIR/results.json, print the tables; 1 if a section failed."""
+    parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="directory for results.json")
+    parser.add_argument("--smoke", action="store_true", help="simulator, tiny sizes, no claims")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
+    parser.add_argument("--examples", type=Path, help="example modules (default: examples/)")
+    arguments = parser.parse_args(argv)
+    if arguments.smoke != SIMULATOR:
+        parser.error(
+            "--smoke runs under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1), and a full run "
+            f"needs a GPU; the simulator is {'on' if SIMULATOR else 'off'} here"
+        )
+    from bench import measuring
+
+    out_dir: Path = arguments.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"environment": measuring.environment(), "sections": {}}
+    failed = False
+    if SIMULATOR:
+        print("bench: smoke run under numba's CUDA simulator; times say nothing about speed.")
+    with measuring.configured(cache_dir=None):  # every key is tuned, none read from disk
+        for name in arguments.only or SECTIONS:
+            started = time.perf_counter()
+            try:
+                result = _section(name)(out_dir, arguments)
+            except Exception:
+                failed = True
+                result = {"error": traceback.format_exc()}
+            seconds = time.perf_counter() - started
+            results["sections"][name] = {"seconds": seconds, "result": result}
+            (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+            print(f"\n== {name} ({seconds:.1f} s)\n{_table(name, result)}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

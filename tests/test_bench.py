@@ -1,0 +1,222 @@
+"""The stopwatch's rules (rounds, early stop, L2 flush, settings) and the benchmark suite."""
+
+import json
+import math
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+import numbatune as nt
+from bench import kernels
+from bench import run as bench_run
+from numbatune import bench
+from tests import kernels as test_kernels
+
+MB = 1 << 20
+
+
+def test_a_variant_whose_fastest_run_exceeds_ratio_times_the_leaders_median_stops():
+    samples = {
+        "leader": [1.0, 1.1, 0.9, 1.0, 1.0],  # median 1.0: the limit is 1.5
+        "close": [1.4, 1.6, 1.5, 1.45, 1.5],  # fastest 1.4: might still win on a good day
+        "slow": [1.6, 1.7, 1.8, 1.6, 1.9],
+    }
+    assert bench.early_stopped(samples, rounds=5) == {"slow"}
+
+
+def test_no_variant_stops_before_early_stop_rounds_or_when_early_stop_is_off():
+    samples = {"leader": [1.0] * 4, "slow": [9.0] * 4}
+    assert bench.early_stopped(samples, rounds=4) == set()
+    nt.configure(early_stop_ratio=math.inf)
+    try:
+        assert bench.early_stopped({"leader": [1.0] * 9, "slow": [9.0] * 9}, rounds=9) == set()
+    finally:
+        nt.configure(early_stop_ratio=1.5)
+
+
+@given(
+    st.dictionaries(
+        st.integers(0, 9),
+        st.lists(st.floats(1e-6, 1.0), min_size=5, max_size=12),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_the_variant_with_the_lowest_median_is_never_stopped(samples):
+    stopped = bench.early_stopped(samples, rounds=12)
+    medians = {name: float(np.median(runs)) for name, runs in samples.items()}
+    assert min(medians, key=medians.get) not in stopped
+    assert len(stopped) < len(samples)
+
+
+def test_the_l2_is_flushed_with_twice_its_size_only_for_working_sets_under_twice_its_size():
+    assert bench.flush_bytes(10 * MB, 50 * MB) == 100 * MB
+    assert bench.flush_bytes(99 * MB, 50 * MB) == 100 * MB
+    assert bench.flush_bytes(100 * MB, 50 * MB) == 0
+    nt.configure(flush_l2=False)
+    try:
+        assert bench.flush_bytes(10 * MB, 50 * MB) == 0
+    finally:
+        nt.configure(flush_l2=True)
+
+
+def test_the_working_set_counts_every_array_argument_and_no_scalar():
+    inputs = (np.float32(2.0), cuda.device_array(10, np.float32), cuda.device_array((4, 4)), 3)
+    assert bench.working_set_bytes(inputs) == 10 * 4 + 16 * 8
+
+
+def test_rounds_interleave_the_variants_in_an_order_that_rotates():
+    calls = []
+    runs = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    nt.configure(simulator_runs=3)
+    try:
+        timings = bench.measure(runs)
+    finally:
+        nt.configure(simulator_runs=2)
+    assert calls == list("abcbcacab")
+    assert all(timing.runs == 3 and not timing.stopped_early for timing in timings.values())
+
+
+def test_a_run_that_raises_is_recorded_and_not_run_again():
+    calls = []
+
+    def broken():
+        calls.append("broken")
+        raise RuntimeError("launch failed")
+
+    timings = bench.measure({"ok": lambda: calls.append("ok"), "broken": broken})
+    assert calls.count("broken") == 1
+    assert isinstance(timings["broken"], RuntimeError)
+    assert timings["ok"].runs == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("early_stop_ratio", "1", "number > 1"),
+        ("early_stop_rounds", "0", "integer >= 1"),
+        ("warmup_s", "-1", "number >= 0"),
+        ("flush_l2", "maybe", "true/false"),
+    ],
+)
+def test_bad_timing_settings_are_refused_with_the_setting_named(name, value, expected):
+    with pytest.raises(ValueError, match=f"{name}.*{expected}"):
+        nt.configure(**{name: value})
+
+
+def test_flush_l2_reads_the_usual_words_for_yes_and_no():
+    try:
+        assert nt.configure(flush_l2="off").flush_l2 is False
+        assert nt.configure(flush_l2="1").flush_l2 is True
+    finally:
+        nt.configure(flush_l2=True)
+
+
+def _reference(name, args):
+    host = [a.copy_to_host() if hasattr(a, "copy_to_host") else a for a in args]
+    if name == "scale_add":
+        return host[0] * host[1] + host[2]
+    if name == "block_sum":
+        return np.array([host[0].sum()])
+    if name == "transpose":
+        return host[0].T
+    if name == "matmul":
+        return host[0] @ host[1]
+    laplace = host[1].copy()
+    a = host[0]
+    laplace[1:-1, 1:-1] = (
+        a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] - 4 * a[1:-1, 1:-1]
+    )
+    return laplace
+
+
+def _check_variants(case, size, smoke):
+    tuned = case.tuned(smoke)
+    for variant in tuned.variants:
+        args = case.arguments(size)
+        if case.name == "laplace":  # the border is not written: give it known values
+            args[1].copy_to_device(np.zeros((size, size), np.float32))
+        expected = _reference(case.name, args)
+        tuned.run_variant(variant, *args)
+        np.testing.assert_allclose(
+            args[-1].copy_to_host(), expected, rtol=1e-4, atol=1e-4, err_msg=variant.label
+        )
+
+
+@pytest.mark.parametrize("case", kernels.CASES, ids=lambda case: case.name)
+def test_the_suites_kernels_compute_their_function_in_the_variants_the_smoke_run_uses(case):
+    size = {"transpose": 12, "matmul": 20, "laplace": 10}.get(case.name, 40)
+    _check_variants(case, size, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", kernels.CASES, ids=lambda case: case.name)
+def test_every_variant_of_the_suites_kernels_computes_its_function(case):
+    _check_variants(
+        case, {"transpose": 300, "matmul": 200, "laplace": 300}.get(case.name, 5000), False
+    )
+
+
+@pytest.mark.gpu
+def test_a_variant_doing_64_times_the_work_stops_being_measured_early():
+    tuned = nt.autotune(
+        variants=nt.product(REPS=[1, 64]),
+        launch=lambda a, out: (nt.cdiv(a.shape[0], 256), 256),
+    )(test_kernels.repeated_sine)
+    a = cuda.to_device(np.random.default_rng(0).random(1 << 20, dtype=np.float32))
+    fast, slow = tuned.tune(a, cuda.device_array(1 << 20, np.float32)).results
+    assert slow.runs == nt.settings.early_stop_rounds
+    assert fast.runs >= nt.settings.min_runs
+
+
+TINY_EXAMPLE = """
+import numbatune as nt
+import numpy as np
+from numba import cuda
+
+BLOCK = 4
+
+
+@nt.autotune(
+    variants=nt.product(BLOCK=[2, 4]),
+    launch=lambda x, out, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+)
+@cuda.jit
+def double(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = 2 * x[i]
+
+
+def example(small=False):
+    x = cuda.to_device(np.arange(8, dtype=np.float32))
+    return double, (x, cuda.device_array(8, np.float32))
+
+
+def work(x, out):
+    return {"bytes": x.nbytes + out.nbytes}
+"""
+
+
+@pytest.mark.skipif(not nt.arrays.SIMULATOR, reason="the smoke run is the simulator's")
+def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "tiny.py").write_text(textwrap.dedent(TINY_EXAMPLE))
+    status = bench_run.main([str(tmp_path / "out"), "--smoke", "--examples", str(examples)])
+    results = json.loads((tmp_path / "out" / "results.json").read_text())["sections"]
+    assert status == 0, {name: s["result"] for name, s in results.items()}
+    assert set(results) == set(bench_run.SECTIONS)
+    warm = results["warm_start"]["result"]
+    assert warm["cold"]["benchmarks"] == warm["cold"]["keys"]
+    assert warm["warm"]["benchmarks"] == 0
+    (tiny,) = results["ceilings"]["result"]["examples"]
+    assert tiny["kernel"] == "double" and tiny["ceiling"] == "copy"
+    assert len(results["accuracy"]["result"]["keys"]) == sum(
+        len(c.smoke_sizes) for c in kernels.CASES
+    )
+    assert "times say nothing about speed" in capsys.readouterr().out
