@@ -24,9 +24,11 @@ ROWS = 8  # rows of a tile one block of the transpose handles at a time
 WPT = 1  # outputs per thread of the matrix product
 BLOCK_Y = 1  # a 2-D block's height
 
-# Shared-memory tiles are allocated at the largest TILE (32) by every variant, padded by one column
-# against bank conflicts: numba needs constant shapes, and TILE + 1 is not one to its typing.
+# Shared-memory tiles are allocated at the largest TILE by every variant, the transpose's padded
+# by one column against bank conflicts: numba needs shapes that are constants to its typing, and
+# an expression such as TILE + 1 in the kernel is not one.
 MAX_TILE = 32
+PADDED_TILE = MAX_TILE + 1
 
 
 @cuda.jit
@@ -73,7 +75,7 @@ def block_sum_launch(x, out, *, BLOCK, ITEMS):
 @cuda.jit
 def transpose(a, out):
     """out = a.T through a shared-memory tile; a block of TILE x ROWS threads moves a tile."""
-    tile = cuda.shared.array((MAX_TILE, MAX_TILE + 1), float32)
+    tile = cuda.shared.array((MAX_TILE, PADDED_TILE), float32)
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
     first_row = cuda.blockIdx.y * TILE

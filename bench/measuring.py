@@ -153,16 +153,11 @@ def environment() -> dict[str, Any]:
         "simulator": SIMULATOR,
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
         "versions": {
-            name: _version(name)
-            for name in (
-                "numbatune",
-                "numba",
-                "numba-cuda",
-                "numpy",
-                "torch",
-                "triton",
-                "cupy-cuda13x",
-            )
+            "numbatune": numbatune.__version__,
+            **{
+                name: _version(name)
+                for name in ("numba", "numba-cuda", "numpy", "torch", "triton", "cupy-cuda13x")
+            },
         },
     }
     if not SIMULATOR:
