@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from numbatune.arrays import SIMULATOR
 from numbatune.dispatch import TunedKernel
+from numbatune.keys import describe
 from numbatune.tuner import TuneReport
 
 Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
@@ -67,8 +68,8 @@ def report_rows(name: str, report: TuneReport) -> list[list[str]]:
     return rows
 
 
-def _short(key: Any, width: int = 40) -> str:
-    text = repr(key)
+def _short(key: Any, width: int = 48) -> str:
+    text = describe(key)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

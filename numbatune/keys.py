@@ -116,6 +116,21 @@ class TuningKeyError(ValueError):
     """The key of a call could not be computed."""
 
 
+def describe(key: Any) -> str:
+    """A short text for a key: ``(1024, 'float32', 'C')`` array parts read ``1024 float32 C``."""
+    if (
+        isinstance(key, tuple)
+        and len(key) == 3
+        and isinstance(key[0], tuple)
+        and isinstance(key[1], str)
+        and key[2] in ("C", "F", "A")
+    ):
+        return f"{'x'.join(map(str, key[0]))} {key[1]} {key[2]}"
+    if isinstance(key, tuple):
+        return "(" + ", ".join(describe(part) for part in key) + ")"
+    return repr(key)
+
+
 def check_hashable(key: Any, kernel_name: str) -> None:
     """Raise a clear error when a key cannot be used as a cache key."""
     try:

@@ -25,3 +25,11 @@ def test_anchor_refuses_what_is_not_a_size(bad):
 def test_anchor_refuses_a_base_below_two():
     with pytest.raises(ValueError, match="base"):
         anchor(8, base=1)
+
+
+def test_describe_reads_array_parts_of_keys_shortly():
+    from numbatune.keys import describe
+
+    key = (((1024,), "float32", "C"), ((16, 8), "float64", "F"))
+    assert describe(key) == "(1024 float32 C, 16x8 float64 F)"
+    assert describe(("user", 3)) == "('user', 3)"
