@@ -28,17 +28,11 @@ from numbatune.arrays import SIMULATOR  # noqa: E402
 SECTIONS = ["dispatch", "tuning_time", "accuracy", "stability", "warm_start", "ceilings"]
 
 
-def _dispatch(out_dir: Path, smoke: bool) -> Any:
-    if not (ROOT / "bench" / "dispatch_cost.py").exists():
-        return "not run: bench/dispatch_cost.py (issue 4) does not exist yet"
-    from bench import dispatch_cost
-
-    return dispatch_cost.measure_dispatch(out_dir)
-
-
 def _section(name: str) -> Callable[[Path, argparse.Namespace], Any]:
     if name == "dispatch":
-        return lambda out_dir, arguments: _dispatch(out_dir, arguments.smoke)
+        from bench import dispatch_cost
+
+        return lambda out_dir, arguments: dispatch_cost.measure_dispatch(out_dir, arguments.smoke)
     module = importlib.import_module(f"bench.{name}")
     if name == "ceilings":
         return lambda out_dir, arguments: module.run(arguments.smoke, arguments.examples)
@@ -48,9 +42,11 @@ def _section(name: str) -> Callable[[Path, argparse.Namespace], Any]:
 def _table(name: str, result: Any) -> str:
     if isinstance(result, dict) and "error" in result:
         return "FAILED: " + result["error"].strip().splitlines()[-1]
-    module = importlib.import_module(f"bench.{name}") if name != "dispatch" else None
-    if module is None or isinstance(result, str):
-        return result if isinstance(result, str) else json.dumps(result, indent=1, default=str)
+    if isinstance(result, str):
+        return result
+    module = importlib.import_module(
+        "bench.dispatch_cost" if name == "dispatch" else f"bench.{name}"
+    )
     return module.table(result)
 
 
