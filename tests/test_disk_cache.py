@@ -45,7 +45,8 @@ print(json.dumps({
 """
 
 
-def run_in_new_process(module_dir: Path, cache_dir: Path, increment: int = 1) -> dict:
+def run_in_new_process(module_dir: Path, cache_dir: Path, increment: int = 1) -> tuple[dict, str]:
+    """Tune and call the kernel module in a fresh process; its JSON result and its stderr."""
     (module_dir / "tunedkernel.py").write_text(KERNEL_MODULE.format(increment=increment))
     env = {
         **os.environ,
@@ -59,15 +60,15 @@ def run_in_new_process(module_dir: Path, cache_dir: Path, increment: int = 1) ->
         env=env,
         capture_output=True,
         text=True,
-        check=True,
         cwd=module_dir,
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 def test_a_second_process_answers_from_disk_without_benchmarking(tmp_path):
-    first = run_in_new_process(tmp_path, tmp_path / "cache")
-    second = run_in_new_process(tmp_path, tmp_path / "cache")
+    first, _ = run_in_new_process(tmp_path, tmp_path / "cache")
+    second, _ = run_in_new_process(tmp_path, tmp_path / "cache")
     assert first["source"] == "benchmark" and first["stats"]["benchmarks"] == 1
     assert second["source"] == "disk" and second["stats"]["benchmarks"] == 0
     assert second["best"] == first["best"]
@@ -76,10 +77,10 @@ def test_a_second_process_answers_from_disk_without_benchmarking(tmp_path):
 
 def test_changing_the_kernel_source_invalidates_the_stored_result(tmp_path):
     run_in_new_process(tmp_path, tmp_path / "cache", increment=1)
-    changed = run_in_new_process(tmp_path, tmp_path / "cache", increment=2)
+    changed, _ = run_in_new_process(tmp_path, tmp_path / "cache", increment=2)
     assert changed["source"] == "benchmark"
     assert changed["out"] == [x + 2 for x in range(8)]
-    again = run_in_new_process(tmp_path, tmp_path / "cache", increment=2)
+    again, _ = run_in_new_process(tmp_path, tmp_path / "cache", increment=2)
     assert again["source"] == "disk"
 
 
@@ -89,24 +90,10 @@ def test_a_corrupted_cache_warns_and_starts_fresh(tmp_path):
     assert databases
     for database in databases:
         database.write_bytes(b"this is not a sqlite database" * 100)
-    (tmp_path / "tunedkernel.py").write_text(KERNEL_MODULE.format(increment=1))
-    env = {
-        **os.environ,
-        "NUMBATUNE_CACHE_DIR": str(tmp_path / "cache"),
-        "PYTHONPATH": str(tmp_path),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, stderr = run_in_new_process(tmp_path, tmp_path / "cache")
     assert result["source"] == "benchmark"
     assert result["out"] == [x + 1 for x in range(8)]
-    assert "cannot be read" in done.stderr
+    assert "cannot be read" in stderr
     assert list((tmp_path / "cache").rglob("*.corrupt-*"))
 
 
