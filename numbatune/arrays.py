@@ -71,8 +71,33 @@ def _info_of_interface(array: Any) -> ArrayInfo:
     return ArrayInfo(shape, dtype.name, layout_of(shape, interface.get("strides"), dtype.itemsize))
 
 
+def _info_of_torch_tensor(tensor: Any) -> ArrayInfo:
+    shape = tuple(tensor.shape)
+    dtype = str(tensor.dtype)[len("torch.") :]  # torch.float32 -> float32, as NumPy names it
+    if tensor.is_contiguous():
+        return ArrayInfo(shape, dtype, "C")
+    itemsize = tensor.element_size()
+    strides = tuple(stride * itemsize for stride in tensor.stride())
+    return ArrayInfo(shape, dtype, layout_of(shape, strides, itemsize))
+
+
+def _info_of_cupy_array(array: Any) -> ArrayInfo:
+    flags = array.flags
+    layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+    return ArrayInfo(array.shape, array.dtype.name, layout)
+
+
 def _info_reader(kind: type) -> Callable[[Any], ArrayInfo]:
-    return _info_of_numba_array if issubclass(kind, _NumbaDeviceArray) else _info_of_interface
+    """The cheapest reader for arrays of this type: building ``__cuda_array_interface__``
+    on every call costs tens of microseconds for torch tensors and CuPy arrays."""
+    if issubclass(kind, _NumbaDeviceArray):
+        return _info_of_numba_array
+    root = kind.__module__.partition(".")[0]
+    if root == "torch" and kind.__name__ == "Tensor":
+        return _info_of_torch_tensor
+    if root == "cupy" and kind.__name__ == "ndarray":
+        return _info_of_cupy_array
+    return _info_of_interface
 
 
 _info_readers: dict[type, Callable[[Any], ArrayInfo]] = {}

@@ -30,9 +30,12 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
         raise ValueError(f"anchor: x must be a non-negative integer, got {x}")
     if isinstance(base, bool) or not isinstance(base, int) or base < 2:
         raise ValueError(f"anchor: base must be an integer >= 2, got {base!r}")
-    power = 1
-    while power < x:
-        power *= base
+    if base == 2:
+        power = 1 << (int(x) - 1).bit_length() if x > 1 else 1
+    else:
+        power = 1
+        while power < x:
+            power *= base
     if max is not None:
         power = power if power < max else max
     if min is not None:

@@ -65,3 +65,12 @@ def test_cuda_array_interface_arguments_are_tuned_and_launched(library):
     tuned(a, out)
     cuda.synchronize()
     assert float(out.sum()) == N
+
+
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_fast_array_readers_agree_with_the_cuda_array_interface(library):
+    module = pytest.importorskip(library)
+    device = {"device": "cuda"} if library == "torch" else {}
+    matrix = module.zeros((6, 10), dtype=module.float32, **device)
+    for view in (matrix, matrix.T, matrix[::2, 1::3], matrix[2:, :], matrix[:1, :]):
+        assert arrays.info(view) == arrays._info_of_interface(view)
