@@ -195,6 +195,11 @@ class TunedKernel:
     # -- introspection ----------------------------------------------------------------------
 
     @property
+    def py_func(self) -> Callable[..., None]:
+        """The Python function behind the kernel, as on numba's dispatchers."""
+        return self._template.function
+
+    @property
     def variants(self) -> list[Variant]:
         """The variants, in the order given."""
         return list(self._variants)

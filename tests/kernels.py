@@ -1,12 +1,14 @@
 """Kernels for the tests, written as numba users write them: constants are module globals."""
 
+import importlib.util
 import math
+from pathlib import Path
+from types import ModuleType
 
-from numba import cuda, float32
+from numba import cuda
 
 import numbatune as nt
 
-TPB = 4
 BLOCK = 4
 REPS = 1
 
@@ -15,29 +17,17 @@ def matmul_launch(A, B, C, *, TPB):
     return (nt.cdiv(C.shape[0], TPB), nt.cdiv(C.shape[1], TPB)), (TPB, TPB)
 
 
-@cuda.jit
-def fast_matmul(A, B, C):
-    """numba-cuda's documentation example, unchanged."""
-    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    x, y = cuda.grid(2)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    bpg = cuda.gridDim.x
-    tmp = float32(0.0)
-    for i in range(bpg):
-        sA[tx, ty] = 0
-        sB[tx, ty] = 0
-        if x < A.shape[0] and (ty + i * TPB) < A.shape[1]:
-            sA[tx, ty] = A[x, ty + i * TPB]
-        if y < B.shape[1] and (tx + i * TPB) < B.shape[0]:
-            sB[tx, ty] = B[tx + i * TPB, y]
-        cuda.syncthreads()
-        for j in range(TPB):
-            tmp += sA[tx, j] * sB[j, ty]
-        cuda.syncthreads()
-    if x < C.shape[0] and y < C.shape[1]:
-        C[x, y] = tmp
+def load_example(name: str) -> ModuleType:
+    """The module examples/NAME.py (examples/ is not a package)."""
+    path = Path(__file__).parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"examples_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: numba-cuda's documentation example, unchanged (it reads the global TPB of examples/matmul.py).
+fast_matmul = load_example("matmul").fast_matmul.py_func
 
 
 def accumulate_launch(a, out, *, BLOCK):

@@ -1,10 +1,11 @@
 """Every variant of every example computes what the example's reference says, at small sizes."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.kernels import load_example
 
 EXAMPLES = sorted(
     path
@@ -13,16 +14,9 @@ EXAMPLES = sorted(
 )
 
 
-def load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"examples_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_variant_of_the_example_matches_its_reference(path):
-    module = load(path)
+    module = load_example(path.stem)
     tuned, args = module.example(small=True)
     expected = module.reference(*args)
     output = args[-1]
@@ -36,7 +30,7 @@ def test_every_variant_of_the_example_matches_its_reference(path):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_the_tuned_example_matches_its_reference(path):
-    module = load(path)
+    module = load_example(path.stem)
     tuned, args = module.example(small=True)
     tuned(*args)
     np.testing.assert_allclose(args[-1].copy_to_host(), module.reference(*args), rtol=1e-5)
