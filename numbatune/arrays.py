@@ -37,7 +37,35 @@ class ArrayInfo(NamedTuple):
 
 def is_array(value: Any) -> bool:
     """True for a device array numba can launch on (numba, CuPy, torch and other CAI objects)."""
-    return isinstance(value, _NumbaDeviceArray) or hasattr(type(value), "__cuda_array_interface__")
+    return read(value) is not None
+
+
+def info(array: Any) -> ArrayInfo:
+    """Shape, dtype name and layout of a device array, read the cheapest way its type allows."""
+    found = read(array)
+    if found is None:
+        raise TypeError(f"not a device array: {array!r}")
+    return ArrayInfo(*found)
+
+
+def read(value: Any) -> tuple[tuple[int, ...], str, str] | None:
+    """``(shape, dtype name, layout)`` of a device array, or None for anything else.
+
+    This runs on every call of a tuned kernel, so each class gets its own reader, found with
+    one dictionary lookup: building ``__cuda_array_interface__`` costs tens of microseconds
+    for torch tensors and CuPy arrays.
+    """
+    return (readers.get(type(value)) or reader_of(type(value)))(value)
+
+
+def library_of(kind: type) -> str | None:
+    """``"numba"``, ``"torch"`` or ``"cupy"`` for those libraries' array classes, else None."""
+    if issubclass(kind, _NumbaDeviceArray):
+        return "numba"
+    root = kind.__module__.partition(".")[0]
+    if (root, kind.__name__) in (("torch", "Tensor"), ("cupy", "ndarray")):
+        return root
+    return None
 
 
 def layout_of(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> str:
@@ -59,57 +87,75 @@ def layout_of(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize:
     return "F" if dense(dims) else "A"
 
 
-def _info_of_numba_array(array: Any) -> ArrayInfo:
+_dtype_names: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    """NumPy's name for a NumPy or torch dtype (``torch.float32`` -> ``float32``), cached."""
+    name = _dtype_names.get(dtype)
+    if name is None:
+        text = dtype.name if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
+        name = _dtype_names[dtype] = text
+    return name
+
+
+def _read_numba_array(array: Any) -> tuple[tuple[int, ...], str, str]:
+    dtype = array.dtype
     layout = "C" if array.is_c_contiguous() else "F" if array.is_f_contiguous() else "A"
-    return ArrayInfo(tuple(array.shape), array.dtype.name, layout)
+    return array.shape, _dtype_names.get(dtype) or _dtype_name(dtype), layout
 
 
-def _info_of_interface(array: Any) -> ArrayInfo:
+def _read_torch_tensor(tensor: Any) -> tuple[tuple[int, ...], str, str]:
+    dtype = tensor.dtype
+    name = _dtype_names.get(dtype) or _dtype_name(dtype)
+    if tensor.is_contiguous():
+        return tensor.shape, name, "C"  # torch.Size is a tuple
+    itemsize = tensor.element_size()
+    strides = tuple(stride * itemsize for stride in tensor.stride())
+    return tensor.shape, name, layout_of(tensor.shape, strides, itemsize)
+
+
+def _read_cupy_array(array: Any) -> tuple[tuple[int, ...], str, str]:
+    dtype = array.dtype
+    name = _dtype_names.get(dtype) or _dtype_name(dtype)
+    if array._c_contiguous:
+        return array.shape, name, "C"
+    return array.shape, name, "F" if array._f_contiguous else "A"
+
+
+def _read_interface(array: Any) -> tuple[tuple[int, ...], str, str]:
     interface = array.__cuda_array_interface__
     dtype = np.dtype(interface["typestr"])
     shape = tuple(interface["shape"])
-    return ArrayInfo(shape, dtype.name, layout_of(shape, interface.get("strides"), dtype.itemsize))
+    return shape, dtype.name, layout_of(shape, interface.get("strides"), dtype.itemsize)
 
 
-def _info_of_torch_tensor(tensor: Any) -> ArrayInfo:
-    shape = tuple(tensor.shape)
-    dtype = str(tensor.dtype)[len("torch.") :]  # torch.float32 -> float32, as NumPy names it
-    if tensor.is_contiguous():
-        return ArrayInfo(shape, dtype, "C")
-    itemsize = tensor.element_size()
-    strides = tuple(stride * itemsize for stride in tensor.stride())
-    return ArrayInfo(shape, dtype, layout_of(shape, strides, itemsize))
+def _not_an_array(value: Any) -> None:
+    return None
 
 
-def _info_of_cupy_array(array: Any) -> ArrayInfo:
-    flags = array.flags
-    layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
-    return ArrayInfo(array.shape, array.dtype.name, layout)
+Reader = Callable[[Any], tuple[tuple[int, ...], str, str] | None]
 
 
-def _info_reader(kind: type) -> Callable[[Any], ArrayInfo]:
-    """The cheapest reader for arrays of this type: building ``__cuda_array_interface__``
-    on every call costs tens of microseconds for torch tensors and CuPy arrays."""
-    if issubclass(kind, _NumbaDeviceArray):
-        return _info_of_numba_array
-    root = kind.__module__.partition(".")[0]
-    if root == "torch" and kind.__name__ == "Tensor":
-        return _info_of_torch_tensor
-    if root == "cupy" and kind.__name__ == "ndarray":
-        return _info_of_cupy_array
-    return _info_of_interface
-
-
-_info_readers: dict[type, Callable[[Any], ArrayInfo]] = {}
-
-
-def info(array: Any) -> ArrayInfo:
-    """Shape, dtype name and layout of a device array, read the cheapest way its type allows."""
-    kind = type(array)
-    reader = _info_readers.get(kind)
+def reader_of(kind: type) -> Reader:
+    """The function :func:`read` uses for values of class ``kind``."""
+    reader = readers.get(kind)
     if reader is None:
-        reader = _info_readers[kind] = _info_reader(kind)
-    return reader(array)
+        library = library_of(kind)
+        if library is not None:
+            reader = {"numba": _read_numba_array, "torch": _read_torch_tensor}.get(
+                library, _read_cupy_array
+            )
+        elif hasattr(kind, "__cuda_array_interface__"):
+            reader = _read_interface
+        else:
+            reader = _not_an_array
+        readers[kind] = reader
+    return reader
+
+
+#: Each class's reader, filled by :func:`reader_of`.
+readers: dict[type, Reader] = {}
 
 
 def clone(array: Any, stream: Any = 0) -> Any:

@@ -81,6 +81,9 @@ class Settings:
     early_stop_rounds: int = 5
     #: Timed runs of each variant under the simulator, where timing means nothing.
     simulator_runs: int = 2
+    #: Launch winners with arguments packed by numbatune (``numbatune.launch``) rather than
+    #: through numba's launch; read when a kernel first meets a new key or argument classes.
+    fast_launch: bool = True
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -93,6 +96,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "early_stop_ratio": _parse_ratio,
     "early_stop_rounds": _parse_positive_int,
     "simulator_runs": _parse_positive_int,
+    "fast_launch": _parse_bool,
 }
 
 settings = Settings()

@@ -7,6 +7,7 @@ ask), and the winner is launched on the caller's arguments.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -14,16 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, keys, tuner
+from numbatune import keys, tuner
+from numbatune.arrays import SIMULATOR
 from numbatune.cache import TuneCache, device_partition
 from numbatune.config import settings
+from numbatune.launch import Launch, fast_launch, numba_launch, numba_stream
 from numbatune.tuner import TuneReport
 from numbatune.variants import KernelTemplate, Variant, as_variants
 
 LaunchConfig = tuple[Any, ...]
-
-# The simulator runs one kernel at a time in a process; launches from several threads take turns.
-_simulator_lock = threading.Lock()
 
 
 def autotune(
@@ -46,7 +46,8 @@ def autotune(
     same shapes rounded up to powers of two, dtypes and layouts.
 
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
-    like a function: ``kernel(*args, stream=0)``.
+    like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)`` (see
+    :meth:`TunedKernel.__call__`).
     """
 
     def decorate(kernel: Any) -> TunedKernel:
@@ -80,6 +81,7 @@ class TunedKernel:
         launch_reads = {name for params in self._launch_params.values() for name in params}
         self._template.check_params(self._variants, launch_reads)
         self._parameters = list(self._template.signature.parameters)
+        self._arity = len(self._parameters)
         self._key = keys.build_key(key, self._template.signature, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
@@ -88,58 +90,75 @@ class TunedKernel:
         self._checksum = self._template.checksum(self._variants, launch)
         self._cache: TuneCache | None = None
         self._kernels: dict[Variant, Any] = {}
-        self._hot: dict[Hashable, tuple[Any, dict[str, Any]]] = {}
+        self._hot: dict[Hashable, _Winner] = {}
         self._lock = threading.Lock()
         #: Counters of work done: variants compiled (per signature) and keys benchmarked.
         self.stats = {"compiles": 0, "benchmarks": 0}
 
     # -- the hot path -----------------------------------------------------------------------
 
-    def __call__(self, *args: Any, stream: Any = 0) -> None:
-        """Launch the fastest variant for these arguments, tuning first if the key is new."""
-        if len(args) != len(self._parameters):
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        """Launch the fastest variant for these arguments, tuning first if the key is new.
+
+        ``stream`` is a numba, torch or CuPy stream or a raw ``CUstream`` handle. With None, the
+        kernel goes to the current stream of torch or CuPy when the arguments are theirs (as
+        Triton does), else to numba's default stream. Arrays of torch or CuPy used on another
+        stream make it wait on the device for their current stream, as their
+        ``__cuda_array_interface__`` asks.
+        """
+        if len(args) != self._arity:
             raise TypeError(
                 f"{self.name}() takes {len(self._parameters)} arguments "
                 f"({', '.join(self._parameters)}), got {len(args)}"
             )
         key = self._key(args)
         try:
-            hot = self._hot.get(key)
+            winner = self._hot.get(key)
         except TypeError:
             keys.check_hashable(key, self.name)
             raise
-        if hot is None:
-            hot = self._miss(key, args, stream)
-        kernel, params = hot
-        config = self._launch(*args, **params)
-        self._run(kernel, config, args, stream)
-
-    @staticmethod
-    def _run(kernel: Any, config: LaunchConfig, args: tuple[Any, ...], stream: Any) -> None:
-        grid, block = config[0], config[1]
-        shared = config[2] if len(config) > 2 else 0
-        if arrays.SIMULATOR:
-            with _simulator_lock:
-                kernel[grid, block, stream, shared](*args)
-        else:
-            kernel[grid, block, stream, shared](*args)
+        if winner is None:
+            winner = self._miss(key, args, stream)
+        winner.launch(args, self._launch(*args, **winner.params), stream)
 
     # -- the miss path ----------------------------------------------------------------------
 
-    def _miss(self, key: Hashable, args: tuple[Any, ...], stream: Any) -> tuple[Any, dict]:
+    def _miss(self, key: Hashable, args: tuple[Any, ...], stream: Any) -> _Winner:
         return self._remember(key, self._report(key, args, stream, force=False), args)
 
-    def _remember(self, key: Hashable, report: TuneReport, args: tuple[Any, ...]) -> tuple:
+    def _remember(self, key: Hashable, report: TuneReport, args: tuple[Any, ...]) -> _Winner:
         """Put the winner of ``report`` on the hot path, checking its launch function once."""
         variant = report.best_variant
         params = self._launch_params[variant]
         _checked_launch_config(self._launch(*args, **params), self.name)
-        hot = self._hot[key] = (self._prepare_kernel(variant, args), params)
-        return hot
+        winner = _Winner(variant, params)
+        winner.launch = functools.partial(self._launch_by_classes, winner)
+        self._hot[key] = winner
+        return winner
+
+    def _launch_by_classes(
+        self, winner: _Winner, args: tuple[Any, ...], config: LaunchConfig, stream: Any
+    ) -> None:
+        """Launch ``winner`` with the launch made for these argument classes, made if new.
+
+        Fast launches form a chain from the winner's hot slot, newest first: each checks the
+        classes of its arguments and passes others to the next, the last to this method.
+        """
+        classes = tuple(map(type, args))
+        launch = winner.launches.get(classes)
+        if launch is None:
+            kernel = self._prepare_kernel(winner.variant, args)
+            with self._lock:
+                fast = settings.fast_launch and fast_launch(kernel, args, self.name, winner.launch)
+                launch = winner.launches[classes] = fast or numba_launch(kernel)
+                if fast:
+                    winner.launch = fast
+        launch(args, config, stream)
 
     def _report(self, key: Hashable, args: tuple[Any, ...], stream: Any, force: bool) -> TuneReport:
         keys.check_hashable(key, self.name)
         self._check_arguments(args)
+        stream = numba_stream(stream, args)
 
         def tune() -> TuneReport:
             report = tuner.tune(self.name, key, self._variants, args, self._prepare, stream)
@@ -177,7 +196,7 @@ class TunedKernel:
             kernel = self._kernels.get(variant)
             if kernel is None:
                 kernel = self._kernels[variant] = self._template.specialise(variant)
-        if not arrays.SIMULATOR:
+        if not SIMULATOR:
             signature = tuple(kernel.typeof_pyval(a) for a in args)
             if signature not in kernel.overloads:
                 kernel.compile(signature)
@@ -190,7 +209,8 @@ class TunedKernel:
         config = _checked_launch_config(
             self._launch(*args, **self._launch_params[variant]), self.name
         )
-        return lambda args, stream: self._run(kernel, config, args, stream)
+        launch = numba_launch(kernel)
+        return lambda args, stream: launch(args, config, stream)
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -205,7 +225,7 @@ class TunedKernel:
         return list(self._variants)
 
     def run_variant(
-        self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = 0
+        self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = None
     ) -> None:
         """Launch one given variant on ``args``, as if it had won (compiling it if needed)."""
         variant = variant if isinstance(variant, Variant) else Variant(variant)
@@ -214,7 +234,7 @@ class TunedKernel:
         self._check_arguments(args)
         self._prepare(variant, args)(args, stream)
 
-    def tune(self, *args: Any, force: bool = False, stream: Any = 0) -> TuneReport:
+    def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed (always with ``force``) without launching on them.
 
         Returns the report: ``key``, ``best`` (the winner's parameters), ``source`` (where the
@@ -227,6 +247,18 @@ class TunedKernel:
 
     def __repr__(self) -> str:
         return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
+
+
+class _Winner:
+    """A key's winning variant, its launches by argument classes, and the one tried first."""
+
+    __slots__ = ("launch", "launches", "params", "variant")
+
+    def __init__(self, variant: Variant, params: dict[str, Any]) -> None:
+        self.variant = variant
+        self.params = params
+        self.launches: dict[tuple[type, ...], Launch] = {}
+        self.launch: Launch
 
 
 def _launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> dict[Variant, dict]:

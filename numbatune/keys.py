@@ -1,8 +1,8 @@
 """Tuning keys: which calls share a tuning result.
 
 A key is computed from a call's arguments on every call, so it is built once per decorated
-kernel into a plain function of the arguments. Every form of key ends with the dtype and layout
-of each array argument: a float64 call never reuses a float32 winner.
+kernel into a plain function of the arguments. Every form of key holds the dtype, layout and
+number of dimensions of each array argument: a float64 call never reuses a float32 winner.
 """
 
 from __future__ import annotations
@@ -43,17 +43,38 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     return power
 
 
-def _array_key(value: Any) -> tuple[tuple[int, ...], str, str]:
-    shape, dtype, layout = arrays.info(value)
-    return tuple(anchor(n) for n in shape), dtype, layout
+def _anchored(found: tuple[tuple[int, ...], str, str]) -> tuple[tuple[int, ...], str, str]:
+    """An array's key part: its shape anchored (as ``anchor``, inlined: this runs every call)."""
+    shape, dtype, layout = found
+    if len(shape) == 1:
+        n = shape[0]
+        return (1 << (n - 1).bit_length() if n > 1 else 1,), dtype, layout
+    return tuple([1 << (n - 1).bit_length() if n > 1 else 1 for n in shape]), dtype, layout
 
 
-def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
-    return tuple(arrays.info(a)[1:] for a in args if arrays.is_array(a))
+def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
+    """Dtype, layout and number of dimensions of each array argument."""
+    types = []
+    for value in args:
+        found = arrays.read(value)
+        if found is not None:
+            types.append((found[1], found[2], len(found[0])))
+    return tuple(types)
 
 
 def _default_key(args: tuple[Any, ...]) -> Hashable:
-    return tuple(_array_key(a) for a in args if arrays.is_array(a))
+    key = []
+    readers = arrays.readers
+    for value in args:
+        found = (readers.get(type(value)) or arrays.reader_of(type(value)))(value)
+        if found is not None:
+            shape = found[0]
+            if len(shape) == 1:  # _anchored, inlined for the most common case
+                n = shape[0]
+                key.append(((1 << (n - 1).bit_length() if n > 1 else 1,), found[1], found[2]))
+            else:
+                key.append(_anchored(found))
+    return tuple(key)
 
 
 def build_key(
@@ -65,9 +86,10 @@ def build_key(
 
     - ``None``: the anchored shape, dtype and layout of every array argument.
     - a name or a sequence of names: for each named array its anchored shape, dtype and layout,
-      for each named scalar its value; then the dtypes and layouts of all array arguments.
-    - a function: called with the kernel's arguments, its (hashable) result, then the dtypes
-      and layouts of all array arguments.
+      for each named scalar its value; then the dtype, layout and number of dimensions of every
+      array argument.
+    - a function: called with the kernel's arguments, its (hashable) result, then the dtype,
+      layout and number of dimensions of every array argument.
     """
     if key is None:
         return _default_key
@@ -94,10 +116,11 @@ def _named_key(names: list[str], signature: inspect.Signature, kernel_name: str)
     positions = [parameters.index(name) for name in names]
 
     def named_key(args: tuple[Any, ...]) -> Hashable:
-        picked = tuple(
-            _array_key(args[i]) if arrays.is_array(args[i]) else args[i] for i in positions
-        )
-        return picked + _types_of(args)
+        picked = []
+        for i in positions:
+            found = arrays.read(args[i])
+            picked.append(args[i] if found is None else _anchored(found))
+        return (*picked, *_types_of(args))
 
     return named_key
 
@@ -129,6 +152,14 @@ def describe(key: Any) -> str:
         and key[2] in ("C", "F", "A")
     ):
         return f"{'x'.join(map(str, key[0]))} {key[1]} {key[2]}"
+    if (
+        isinstance(key, tuple)
+        and len(key) == 3
+        and isinstance(key[0], str)
+        and key[1] in ("C", "F", "A")
+        and isinstance(key[2], int)
+    ):
+        return f"{key[0]} {key[1]} {key[2]}d"
     if isinstance(key, tuple):
         return "(" + ", ".join(describe(part) for part in key) + ")"
     return repr(key)

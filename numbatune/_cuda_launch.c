@@ -1,0 +1,117 @@
+/* cuLaunchKernel called from Python with as little in between as possible.
+ *
+ * Compiled on first use by numbatune/cudalaunch.py (as Triton compiles its launchers). The
+ * kernel's parameters arrive packed in one bytes object, with the byte offset of each parameter
+ * in another; the driver copies them during the call, so nothing is shared between calls or
+ * threads. The driver is found at run time, so no CUDA header or library is needed to build.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+
+#define MAX_PARAMETERS 1024
+
+typedef int (*launch_kernel_t)(void *function, unsigned grid_x, unsigned grid_y,
+                               unsigned grid_z, unsigned block_x, unsigned block_y,
+                               unsigned block_z, unsigned shared_bytes, void *stream,
+                               void **parameters, void **extra);
+
+static launch_kernel_t launch_kernel = NULL;
+
+static int unsigned_of(PyObject *value, unsigned *out) {
+    unsigned long result;
+    if (PyLong_Check(value)) {
+        result = PyLong_AsUnsignedLong(value);
+    } else {
+        PyObject *index = PyNumber_Index(value);
+        if (index == NULL) return -1;
+        result = PyLong_AsUnsignedLong(index);
+        Py_DECREF(index);
+    }
+    if (result == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    if (result > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
+        return -1;
+    }
+    *out = (unsigned)result;
+    return 0;
+}
+
+/* An int, or a tuple or list of 1 to 3 ints, as three dimensions. */
+static int dim3_of(PyObject *value, unsigned out[3]) {
+    out[0] = out[1] = out[2] = 1;
+    if (PyTuple_Check(value) || PyList_Check(value)) {
+        Py_ssize_t count = PySequence_Fast_GET_SIZE(value);
+        PyObject **items = PySequence_Fast_ITEMS(value);
+        if (count < 1 || count > 3) {
+            PyErr_SetString(PyExc_ValueError, "grid and block take 1 to 3 dimensions");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (unsigned_of(items[i], &out[i]) < 0) return -1;
+        }
+        return 0;
+    }
+    return unsigned_of(value, &out[0]);
+}
+
+/* launch(function, config, stream, parameters, offsets) -> CUresult, where config is
+ * (grid, block) or (grid, block, shared_bytes). */
+static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    unsigned grid[3], block[3], shared = 0;
+    void *pointers[MAX_PARAMETERS];
+    if (nargs != 5 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
+        !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "launch(function, (grid, block[, shared]), stream, parameters: bytes, "
+                        "offsets: bytes)");
+        return NULL;
+    }
+    Py_ssize_t config_size = PySequence_Fast_GET_SIZE(args[1]);
+    PyObject **config = PySequence_Fast_ITEMS(args[1]);
+    if (config_size != 2 && config_size != 3) {
+        PyErr_SetString(PyExc_ValueError, "a launch configuration is (grid, block[, shared])");
+        return NULL;
+    }
+    if (dim3_of(config[0], grid) < 0 || dim3_of(config[1], block) < 0) return NULL;
+    if (config_size == 3 && unsigned_of(config[2], &shared) < 0) return NULL;
+    void *function = PyLong_AsVoidPtr(args[0]);
+    if (function == NULL && PyErr_Occurred()) return NULL;
+    void *stream = PyLong_AsVoidPtr(args[2]);
+    if (stream == NULL && PyErr_Occurred()) return NULL;
+    char *data = PyBytes_AS_STRING(args[3]);
+    const int64_t *offsets = (const int64_t *)PyBytes_AS_STRING(args[4]);
+    Py_ssize_t count = PyBytes_GET_SIZE(args[4]) / (Py_ssize_t)sizeof(int64_t);
+    if (count > MAX_PARAMETERS) {
+        PyErr_SetString(PyExc_ValueError, "too many kernel parameters");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) pointers[i] = data + offsets[i];
+    int result = launch_kernel(function, grid[0], grid[1], grid[2], block[0], block[1],
+                               block[2], shared, stream, count ? pointers : NULL, NULL);
+    return PyLong_FromLong(result);
+}
+
+static PyMethodDef methods[] = {
+    {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
+     "launch(function, (grid, block[, shared]), stream, parameters, offsets) -> CUresult"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_numbatune_launch", NULL, -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__numbatune_launch(void) {
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (driver == NULL) {
+        PyErr_Format(PyExc_ImportError, "cannot load libcuda.so.1: %s", dlerror());
+        return NULL;
+    }
+    launch_kernel = (launch_kernel_t)dlsym(driver, "cuLaunchKernel");
+    if (launch_kernel == NULL) {
+        PyErr_SetString(PyExc_ImportError, "libcuda.so.1 has no cuLaunchKernel");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,293 @@
+"""A tuned call gives exactly what numba's own launch gives, for every argument kind.
+
+On a GPU the winner is launched by numbatune's fast launch where it has a plan for the
+arguments and by numba where it has not; under the simulator always by numba. Either way, the
+outputs and the shapes, strides and sizes the kernel sees must equal those of
+``kernel[grid, block](*args)``.
+"""
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune.arrays import SIMULATOR
+
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
+
+
+@cuda.jit
+def copy_1d(x, out, seen):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i]
+    if i == 0:
+        seen[0], seen[1], seen[2] = x.size, x.shape[0], x.strides[0]
+
+
+@cuda.jit
+def copy_2d(x, out, seen):
+    i, j = cuda.grid(2)
+    if i < x.shape[0] and j < x.shape[1]:
+        out[i, j] = x[i, j]
+    if i == 0 and j == 0:
+        seen[0], seen[1], seen[2] = x.size, x.shape[0], x.shape[1]
+        seen[3], seen[4] = x.strides[0], x.strides[1]
+
+
+@cuda.jit
+def copy_3d(x, out, seen):
+    i, j = cuda.grid(2)
+    if i < x.shape[0] and j < x.shape[1]:
+        for k in range(x.shape[2]):
+            out[i, j, k] = x[i, j, k]
+    if i == 0 and j == 0:
+        seen[0], seen[1], seen[2], seen[3] = x.size, x.shape[0], x.shape[1], x.shape[2]
+        seen[4], seen[5], seen[6] = x.strides[0], x.strides[1], x.strides[2]
+
+
+def _grid(x, out, seen):
+    if x.ndim == 1:
+        return nt.cdiv(max(x.shape[0], 1), 32), 32
+    return (nt.cdiv(max(x.shape[0], 1), 4), nt.cdiv(max(x.shape[1], 1), 4)), (4, 4)
+
+
+KERNELS = {1: copy_1d, 2: copy_2d, 3: copy_3d}
+COPIES = {
+    ndim: nt.autotune(variants=[{}], launch=_grid, name=f"copy_{ndim}d")(kernel)
+    for ndim, kernel in KERNELS.items()
+}
+
+
+def _host(shape, dtype, seed=0):
+    values = np.random.default_rng(seed).normal(size=(2, *shape)) * 50
+    if np.dtype(dtype).kind == "c":
+        return (values[0] + 1j * values[1]).astype(dtype)
+    if np.dtype(dtype).kind == "u":
+        values = np.abs(values)
+    return values[0].astype(dtype)
+
+
+def _views(host, device):
+    """The caller's arrays: contiguous C, Fortran order, and strided views of each rank."""
+    yield "1d", device(host[:, 0, 0].copy())
+    yield "1d strided", device(host[:, 0, 0].copy())[::2]
+    yield "2d C", device(host[:, :, 0].copy())
+    yield "2d F", device(np.asfortranarray(host[:, :, 0]))
+    yield "2d strided", device(host[:, :, 0].copy())[1::2, ::3]
+    yield "3d C", device(host.copy())
+    yield "3d strided", device(host.copy())[:, ::2, 1:]
+
+
+def _device_makers():
+    makers = {"numba": cuda.to_device}
+    if not SIMULATOR:
+        for library in ("cupy", "torch"):
+            try:
+                module = __import__(library)
+            except ImportError:
+                continue
+            if library == "cupy":
+                makers["cupy"] = module.asarray
+            else:
+                makers["torch"] = lambda host, torch=module: torch.from_numpy(host).cuda()
+    return makers
+
+
+def _to_host(array):
+    if hasattr(array, "copy_to_host"):
+        return array.copy_to_host()
+    if hasattr(array, "get"):
+        return array.get()
+    return array.cpu().numpy()
+
+
+def _run_both(x, dtype):
+    """(output, seen) of the tuned call and of numba's launch, on fresh outputs."""
+    results = []
+    for launch in ("tuned", "numba"):
+        out = cuda.device_array(x.shape, dtype=dtype)
+        seen = cuda.to_device(np.zeros(8, np.int64))
+        if launch == "tuned":
+            COPIES[len(x.shape)](x, out, seen)
+        else:
+            grid, block = _grid(x, out, seen)
+            KERNELS[len(x.shape)][grid, block](x, out, seen)
+        results.append((out.copy_to_host(), seen.copy_to_host()))
+    return results
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("library", list(_device_makers()))
+def test_arrays_of_every_dtype_rank_and_layout_match_numba(library, dtype, caplog):
+    make = _device_makers()[library]
+    host = _host((6, 10, 3), dtype)
+    caplog.set_level(logging.DEBUG, logger="numbatune")
+    for view_name, x in _views(host, make):
+        (out, seen), (expected_out, expected_seen) = _run_both(x, dtype)
+        np.testing.assert_array_equal(out, expected_out, err_msg=view_name)
+        np.testing.assert_array_equal(out, _to_host(x), err_msg=view_name)
+        assert list(seen) == list(expected_seen), view_name
+    if not SIMULATOR:
+        assert "launched through numba" not in caplog.text
+
+
+@cuda.jit
+def store_scalars(out, a, b):
+    out[0] = a
+    out[1] = b
+
+
+SCALARS = [
+    (True, np.bool_(False)),
+    (-3, np.int8(-7)),
+    (np.int16(-300), np.int32(-70000)),
+    (np.int64(-(2**40)), np.uint8(200)),
+    (np.uint16(60000), np.uint32(4_000_000_000)),
+    (np.uint64(2**63 + 5), 2**62),
+    (np.float16(1.5), np.float32(-2.25)),
+    (3.125, np.float64(1e300)),
+    (1.5 - 2j, np.complex64(0.5 + 0.25j)),
+    (np.complex128(-1e200 + 3j), 7j),
+]
+
+
+@pytest.mark.parametrize("a, b", SCALARS, ids=lambda v: type(v).__name__)
+def test_scalars_of_every_type_match_numba(a, b, caplog):
+    tuned = nt.autotune(variants=[{}], launch=lambda out, a, b: (1, 1))(store_scalars)
+    caplog.set_level(logging.DEBUG, logger="numbatune")
+    dtype = np.complex128 if isinstance(a, complex | np.complexfloating) else np.float64
+    outputs = []
+    for launch in (tuned, store_scalars[1, 1]):
+        out = cuda.to_device(np.zeros(2, dtype))
+        launch(out, a, b)
+        outputs.append(out.copy_to_host())
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    if not SIMULATOR:
+        assert "launched through numba" not in caplog.text
+
+
+@cuda.jit
+def sum_tuple(out, pair, scale):
+    out[0] = (pair[0] + pair[1]) * scale
+
+
+def test_tuples_and_changing_scalar_types_match_numba():
+    tuned = nt.autotune(variants=[{}], launch=lambda out, pair, scale: (1, 1))(sum_tuple)
+    calls = [
+        ((1, 2), 3),
+        ((1.5, 2.25), 3),  # same classes at the top, other element types: numba retypes
+        ((1, 2.5), 2.0),
+        ((np.float32(0.1), np.float32(0.2)), 10),
+        ((2**63 + 1, 1), 1),  # beyond int64: numba types it uint64
+        ((-4, 1), -1),
+    ]
+    for pair, scale in calls:
+        out, expected = cuda.to_device(np.zeros(1)), cuda.to_device(np.zeros(1))
+        tuned(out, pair, scale)
+        sum_tuple[1, 1](expected, pair, scale)
+        assert out.copy_to_host()[0] == expected.copy_to_host()[0], (pair, scale)
+
+
+def test_concurrent_callers_from_threads_get_their_own_results():
+    tuned = COPIES[1]
+    inputs = [cuda.to_device(np.full(40, i, np.float32)) for i in range(8)]
+    outputs = [cuda.device_array(40, np.float32) for _ in inputs]
+    errors = []
+
+    def call(i):
+        try:
+            for _ in range(5):
+                tuned(inputs[i], outputs[i], cuda.to_device(np.zeros(8, np.int64)))
+        except Exception as error:  # reported below, in the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(inputs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    cuda.synchronize()
+    assert not errors
+    for i, out in enumerate(outputs):
+        assert np.all(out.copy_to_host() == i)
+
+
+def test_with_fast_launch_off_results_are_the_same():
+    x = cuda.to_device(np.arange(20, dtype=np.float32))
+    out = cuda.device_array(20, np.float32)
+    nt.configure(fast_launch=False)
+    try:
+        tuned = nt.autotune(variants=[{}], launch=_grid)(copy_1d)
+        tuned(x, out, cuda.to_device(np.zeros(8, np.int64)))
+    finally:
+        nt.configure(fast_launch=True)
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(20, dtype=np.float32))
+
+
+def test_a_c_launcher_that_cannot_be_built_leaves_the_cuda_bindings_launch(monkeypatch):
+    from numbatune import cudalaunch
+
+    def no_compiler():
+        raise OSError("cc: not found")
+
+    monkeypatch.setattr(cudalaunch, "_launcher", None)
+    monkeypatch.setattr(cudalaunch, "BUILD_ERROR", None)
+    monkeypatch.setattr(cudalaunch, "_compiled_module", no_compiler)
+    assert cudalaunch.launcher() is cudalaunch._launch_with_bindings
+    assert "cc: not found" in cudalaunch.BUILD_ERROR
+
+
+@pytest.mark.gpu
+def test_the_c_launcher_is_built_and_the_bindings_launch_gives_the_same(monkeypatch):
+    from numbatune import cudalaunch
+
+    x = cuda.to_device(_host((6, 10, 3), np.float32))[:, ::2, 0]
+    (out, seen), _ = _run_both(x, np.float32)
+    assert cudalaunch.BUILD_ERROR is None
+    monkeypatch.setattr(cudalaunch, "_launcher", cudalaunch._launch_with_bindings)
+    tuned = nt.autotune(variants=[{}], launch=_grid)(copy_2d)
+    bindings_out = cuda.device_array(x.shape, np.float32)
+    bindings_seen = cuda.to_device(np.zeros(8, np.int64))
+    tuned(x, bindings_out, bindings_seen)
+    np.testing.assert_array_equal(bindings_out.copy_to_host(), out)
+    np.testing.assert_array_equal(bindings_seen.copy_to_host(), seen)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("explicit", [False, True], ids=["current stream", "explicit stream"])
+def test_torch_work_queued_before_a_tuned_call_is_seen_by_it(explicit):
+    torch = pytest.importorskip("torch")
+    producer, other = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.zeros(1 << 16, device="cuda")
+    out = torch.empty_like(x)
+    seen = torch.zeros(8, dtype=torch.int64, device="cuda")
+    COPIES[1](x, out, seen)  # tuned: what follows is a cache hit
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(20_000_000)  # keeps the producer's stream busy for milliseconds
+        x.fill_(3.0)
+        if explicit:
+            COPIES[1](x, out, seen, stream=other)
+        else:
+            COPIES[1](x, out, seen)
+    torch.cuda.synchronize()
+    assert bool((out == 3.0).all())
