@@ -3,6 +3,8 @@
 The kernel is ``out[i] = a * x[i]`` on two 1 Ki float32 arrays and one scalar: it runs for a
 few microseconds, so what is measured is the host's cost per call. Each figure is the median
 over batches of the time per call, a batch being many calls followed by one synchronisation.
+All methods of all array kinds take turns batch by batch (A B C A B C ...), after a warm-up of
+about two seconds, so that clock changes and other load on the host hit them all alike.
 """
 
 from __future__ import annotations
@@ -30,26 +32,36 @@ def scale(x, out, a):
         out[i] = a * x[i]
 
 
-tuned_scale = nt.autotune(
-    variants=nt.product(BLOCK=[128, 256]),
-    launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
-    name="bench_dispatch_scale",
-)(scale)
+def tuned_scale(kind: str) -> nt.TunedKernel:
+    """``scale`` tuned over two block sizes; one tuned kernel per array kind, as a program
+    that uses one array library has."""
+    return nt.autotune(
+        variants=nt.product(BLOCK=[128, 256]),
+        launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+        name=f"bench_dispatch_scale_{kind}",
+    )(scale)
 
 
-def per_call_us(call: Callable[[], Any], batches: int, calls: int) -> float:
-    """Median over ``batches`` of the wall time per call of ``calls`` calls and one sync."""
-    for _ in range(calls):
-        call()
+def per_call_us(
+    calls: dict[Any, Callable[[], Any]], batches: int, per_batch: int, warmup_s: float
+) -> dict[Any, float]:
+    """For each method, the median over ``batches`` of the wall time per call of a batch of
+    ``per_batch`` calls and one synchronisation; the methods take turns batch by batch."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < warmup_s:
+        for call in calls.values():
+            for _ in range(per_batch):
+                call()
     cuda.synchronize()
-    samples = []
+    samples: dict[Any, list[float]] = {name: [] for name in calls}
     for _ in range(batches):
-        started = time.perf_counter()
-        for _ in range(calls):
-            call()
-        cuda.synchronize()
-        samples.append((time.perf_counter() - started) / calls * 1e6)
-    return statistics.median(samples)
+        for name, call in calls.items():
+            started = time.perf_counter()
+            for _ in range(per_batch):
+                call()
+            cuda.synchronize()
+            samples[name].append((time.perf_counter() - started) / per_batch * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _array_kinds() -> dict[str, Callable[[np.ndarray], Any]]:
@@ -71,7 +83,7 @@ def _array_kinds() -> dict[str, Callable[[np.ndarray], Any]]:
     return kinds
 
 
-def _triton_hit(batches: int, calls: int) -> float | str:
+def _triton_hit() -> Callable[[], Any] | str:
     try:
         import torch
         import triton
@@ -94,33 +106,38 @@ def _triton_hit(batches: int, calls: int) -> float | str:
     def call() -> None:
         triton_scale[lambda meta: (triton.cdiv(SIZE, meta["BLOCK_SIZE"]),)](x, out, 2.0, SIZE)
 
-    return per_call_us(call, batches, calls)
+    call()  # tune: what is measured are cache hits
+    return call
 
 
 def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[str, Any]:
     """Median microseconds per call for each way of launching, per array kind."""
-    batches, calls = (2, 3) if smoke else (30, 300)
+    batches, per_batch, warmup_s = (2, 3, 0.0) if smoke else (30, 300, 2.0)
     host = np.random.default_rng(0).random(SIZE, dtype=np.float32)
     a = np.float32(2.0)
     grid = nt.cdiv(SIZE, BLOCK)
     configured = scale[grid, BLOCK]
-    results: dict[str, Any] = {"size": SIZE, "batches": batches, "calls_per_batch": calls}
+    calls: dict[tuple[str, str], Callable[[], Any]] = {}
     for kind, make in _array_kinds().items():
         x, out = make(host), make(np.zeros_like(host))
-        tuned_scale(x, out, a)  # tune: what follows are cache hits
-        results[kind] = {
-            "numbatune hit": per_call_us(
-                lambda x=x, out=out: tuned_scale(x, out, a), batches, calls
-            ),
-            "numba k[grid, block](...)": per_call_us(
-                lambda x=x, out=out: scale[grid, BLOCK](x, out, a), batches, calls
-            ),
-            "numba cfg = k[grid, block]; cfg(...)": per_call_us(
-                lambda x=x, out=out: configured(x, out, a), batches, calls
-            ),
-        }
-    if not SIMULATOR:
-        results["torch"]["triton autotune hit"] = _triton_hit(batches, calls)
+        tuned = tuned_scale(kind)
+        tuned(x, out, a)  # tune: what follows are cache hits
+        calls[kind, "numbatune hit"] = lambda t=tuned, x=x, out=out: t(x, out, a)
+        calls[kind, "numba k[grid, block](...)"] = lambda x=x, out=out: scale[grid, BLOCK](
+            x, out, a
+        )
+        calls[kind, "numba cfg = k[grid, block]; cfg(...)"] = lambda x=x, out=out: configured(
+            x, out, a
+        )
+    triton = "not run: simulator" if SIMULATOR else _triton_hit()
+    if callable(triton):
+        calls["torch", "triton autotune hit"] = triton
+    medians = per_call_us(calls, batches, per_batch, warmup_s)
+    results: dict[str, Any] = {"size": SIZE, "batches": batches, "calls_per_batch": per_batch}
+    for (kind, method), median in medians.items():
+        results.setdefault(kind, {})[method] = median
+    if isinstance(triton, str) and not SIMULATOR:
+        results.setdefault("torch", {})["triton autotune hit"] = triton
     return results
 
 
