@@ -55,7 +55,7 @@ def read(value: Any) -> tuple[tuple[int, ...], str, str] | None:
     one dictionary lookup: building ``__cuda_array_interface__`` costs tens of microseconds
     for torch tensors and CuPy arrays.
     """
-    return (readers.get(type(value)) or reader_of(type(value)))(value)
+    return (_readers.get(type(value)) or reader_of(type(value)))(value)
 
 
 def library_of(kind: type) -> str | None:
@@ -136,26 +136,29 @@ def _not_an_array(value: Any) -> None:
 
 Reader = Callable[[Any], tuple[tuple[int, ...], str, str] | None]
 
+_LIBRARY_READERS: dict[str, Reader] = {
+    "numba": _read_numba_array,
+    "torch": _read_torch_tensor,
+    "cupy": _read_cupy_array,
+}
+
 
 def reader_of(kind: type) -> Reader:
     """The function :func:`read` uses for values of class ``kind``."""
-    reader = readers.get(kind)
+    reader = _readers.get(kind)
     if reader is None:
         library = library_of(kind)
         if library is not None:
-            reader = {"numba": _read_numba_array, "torch": _read_torch_tensor}.get(
-                library, _read_cupy_array
-            )
+            reader = _LIBRARY_READERS[library]
         elif hasattr(kind, "__cuda_array_interface__"):
             reader = _read_interface
         else:
             reader = _not_an_array
-        readers[kind] = reader
+        _readers[kind] = reader
     return reader
 
 
-#: Each class's reader, filled by :func:`reader_of`.
-readers: dict[type, Reader] = {}
+_readers: dict[type, Reader] = {}  # each class's reader, filled by reader_of
 
 
 def clone(array: Any, stream: Any = 0) -> Any:

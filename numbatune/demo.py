@@ -10,6 +10,7 @@ import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
 from numbatune.arrays import SIMULATOR
@@ -31,15 +32,21 @@ def find_examples_dir() -> Path:
     )
 
 
+def load_module(path: Path) -> ModuleType:
+    """Run the example file ``path`` as the module ``numbatune_examples.<file name>``."""
+    spec = importlib.util.spec_from_file_location(f"numbatune_examples.{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_examples(directory: Path) -> list[Example]:
     """The ``example`` function of every module in ``directory`` that has one, by file name."""
     found = []
     for path in sorted(directory.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"numbatune_examples.{path.stem}", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        module = load_module(path)
         if callable(getattr(module, "example", None)):
             found.append(module.example)
     return found

@@ -64,16 +64,10 @@ def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
 
 def _default_key(args: tuple[Any, ...]) -> Hashable:
     key = []
-    readers = arrays.readers
     for value in args:
-        found = (readers.get(type(value)) or arrays.reader_of(type(value)))(value)
+        found = arrays.read(value)
         if found is not None:
-            shape = found[0]
-            if len(shape) == 1:  # _anchored, inlined for the most common case
-                n = shape[0]
-                key.append(((1 << (n - 1).bit_length() if n > 1 else 1,), found[1], found[2]))
-            else:
-                key.append(_anchored(found))
+            key.append(_anchored(found))
     return tuple(key)
 
 

@@ -3,8 +3,9 @@
 numba's own launch types and wraps every argument again on every call, which costs 22-65 us on
 an H100. A fast launch does that work once per argument signature: it knows the compiled
 function, the byte layout of its parameters and how to read each argument's fields, so a call is
-a few attribute reads, one ``struct.pack_into`` and one ``cuLaunchKernel``. The reading code is
-generated per signature, as Triton generates its launchers.
+a few attribute reads, one ``struct.pack`` and one ``cuLaunchKernel`` (from C, see
+:mod:`numbatune.cudalaunch`). The reading code is generated per signature, as Triton generates
+its launchers.
 
 numba's parameter layout is not public API, so it is checked twice: numba-cuda must be a version
 this module was written against (:data:`SUPPORTED_NUMBA_CUDA`), and the layout planned here must
@@ -122,18 +123,17 @@ class _Plan:
             self.statements.append(f"{name} = {argument}.shape")
             shape = [f"{name}[{d}]" for d in range(ndim)]
             size = " * ".join(shape) or "1"
-            if library == "torch":
-                pointer = f"{argument}.data_ptr()"
-                strides = [f"{name}s[{d}] * {itemsize}" for d in range(ndim)]
-                if layout != "C":
-                    self.statements.append(f"{name}s = {argument}.stride()")
-            else:
-                pointer = f"{argument}.data.ptr"
-                strides = [f"{argument}.strides[{d}]" for d in range(ndim)]
-            # A C-contiguous array exports no strides, and numba computes them from the shape.
-            # (For dimensions of size 1 numba's may differ; no element's address depends on it.)
+            pointer = f"{argument}.data_ptr()" if library == "torch" else f"{argument}.data.ptr"
             if layout == "C":
+                # A C-contiguous array exports no strides, and numba computes them from the
+                # shape. (For dimensions of size 1 numba's may differ; no element's address
+                # depends on them.)
                 strides = [" * ".join([str(itemsize), *shape[d + 1 :]]) for d in range(ndim)]
+            elif library == "torch":  # torch counts strides in elements
+                self.statements.append(f"{name}s = {argument}.stride()")
+                strides = [f"{name}s[{d}] * {itemsize}" for d in range(ndim)]
+            else:
+                strides = [f"{argument}.strides[{d}]" for d in range(ndim)]
         self.fields += [("Q", "0"), ("Q", "0"), ("q", size), ("q", str(itemsize))]
         self.fields += [("Q", pointer)] + [("q", s) for s in shape] + [("q", s) for s in strides]
         return True
@@ -161,31 +161,24 @@ def stream_handle(stream: Any) -> int:
     )
 
 
-def current_stream(library: str, array: Any) -> int:
-    """The stream the array library queues work on now, for one of its arrays."""
+def _stream_getter(library: str) -> Callable[..., Any]:
+    """torch's or CuPy's function for its current stream."""
     if library == "torch":
         import torch
 
-        return torch._C._cuda_getCurrentRawStream(array.get_device())
+        return torch._C._cuda_getCurrentRawStream  # of a device index, as Triton reads it
+    import cupy
+
+    return cupy.cuda.get_current_stream
+
+
+def current_stream(library: str, array: Any) -> int:
+    """The stream the array library queues work on now, for one of its arrays (0 for numba)."""
+    if library == "torch":
+        return _stream_getter("torch")(array.get_device())
     if library == "cupy":
-        import cupy
-
-        return cupy.cuda.get_current_stream().ptr
+        return _stream_getter("cupy")().ptr
     return 0
-
-
-def _stream_getters(lines: list[str]) -> dict[str, Any]:
-    """The functions the generated code calls for torch's and CuPy's current streams."""
-    getters: dict[str, Any] = {}
-    if any("_torch_stream" in line for line in lines):
-        import torch
-
-        getters["_torch_stream"] = torch._C._cuda_getCurrentRawStream
-    if any("_cupy_stream" in line for line in lines):
-        import cupy
-
-        getters["_cupy_stream"] = cupy.cuda.get_current_stream
-    return getters
 
 
 class _Waiter:
@@ -280,8 +273,9 @@ def _overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
     return kernel, None
 
 
-def _stream_lines(args: tuple[Any, ...], sync: bool) -> list[str]:
-    """Code that turns ``stream`` into a raw handle, ordered after torch's and CuPy's streams."""
+def _stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str]]:
+    """Code that turns ``stream`` into a raw handle, ordered after torch's and CuPy's streams
+    (the same reads as :func:`current_stream`), and the libraries whose streams it reads."""
     handle = "stream if type(stream) is int else _stream_handle(stream)"
     producers: dict[str, str] = {}
     for index, value in enumerate(args):
@@ -290,7 +284,7 @@ def _stream_lines(args: tuple[Any, ...], sync: bool) -> list[str]:
             current = f"_torch_stream(a{index}.get_device())"
             producers.setdefault(library, current if library == "torch" else "_cupy_stream().ptr")
     if not producers:
-        return [f"    stream = 0 if stream is None else {handle}"]
+        return [f"    stream = 0 if stream is None else {handle}"], []
     lines = []
     for number, producer in enumerate(producers.values()):
         lines.append(f"    producer = {producer}")
@@ -298,7 +292,7 @@ def _stream_lines(args: tuple[Any, ...], sync: bool) -> list[str]:
             lines.append(f"    stream = producer if stream is None else {handle}")
         if sync:
             lines += ["    if stream != producer:", "        _wait(stream, producer)"]
-    return lines
+    return lines, list(producers)
 
 
 def _generate(
@@ -312,7 +306,8 @@ def _generate(
 ) -> Launch:
     from numba.cuda.core import config
 
-    stream_lines = _stream_lines(args, bool(config.CUDA_ARRAY_INTERFACE_SYNC))
+    sync = bool(config.CUDA_ARRAY_INTERFACE_SYNC)
+    stream_lines, libraries = _stream_lines(args, sync)
     fmt, position = "<", 0
     for (offset, size), (letter, _) in zip(layout, plan.fields, strict=True):
         fmt += f"{offset - position}x" * (offset > position) + letter
@@ -355,8 +350,8 @@ def _generate(
         **plan.classes,
         "_otherwise": otherwise,
         "_stream_handle": stream_handle,
-        **_stream_getters(stream_lines),
-        "_wait": _Waiter() if any("_wait(" in line for line in stream_lines) else None,
+        **{f"_{library}_stream": _stream_getter(library) for library in libraries},
+        "_wait": _Waiter() if sync and libraries else None,
         "_numba_launch": numba_launch(dispatcher),
         "_half_bits": _half_bits,
         "_pack": struct.Struct(fmt).pack,
@@ -403,9 +398,7 @@ def numba_stream(stream: Any, args: tuple[Any, ...] = ()) -> Any:
                 break
         else:
             return 0
-    if isinstance(stream, cuda.cudadrv.driver.Stream if not SIMULATOR else ()):
-        return stream
-    if SIMULATOR:
+    if SIMULATOR or isinstance(stream, cuda.cudadrv.driver.Stream):
         return stream
     handle = stream_handle(stream)
     return 0 if handle == 0 else cuda.external_stream(handle)

@@ -1,6 +1,5 @@
 """Kernels for the tests, written as numba users write them: constants are module globals."""
 
-import importlib.util
 import math
 from pathlib import Path
 from types import ModuleType
@@ -8,6 +7,7 @@ from types import ModuleType
 from numba import cuda
 
 import numbatune as nt
+from numbatune.demo import load_module
 
 BLOCK = 4
 REPS = 1
@@ -18,12 +18,8 @@ def matmul_launch(A, B, C, *, TPB):
 
 
 def load_example(name: str) -> ModuleType:
-    """The module examples/NAME.py (examples/ is not a package)."""
-    path = Path(__file__).parents[1] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"examples_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The module examples/NAME.py (examples/ is not a package), loaded afresh."""
+    return load_module(Path(__file__).parents[1] / "examples" / f"{name}.py")
 
 
 #: numba-cuda's documentation example, unchanged (it reads the global TPB of examples/matmul.py).
