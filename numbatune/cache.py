@@ -86,12 +86,18 @@ class TuneCache:
         self._lock = threading.Lock()
 
     def lookup(
-        self, key: Hashable, tune: Callable[[], TuneReport], force: bool = False
+        self,
+        key: Hashable,
+        tune: Callable[[], TuneReport],
+        force: bool = False,
+        reuse: Callable[[TuneReport], TuneReport | None] | None = None,
     ) -> TuneReport:
         """The report for ``key``: from memory, else disk, else by calling ``tune`` (once).
 
         Threads asking for a key that another thread is tuning wait for its result. With
-        ``force`` the key is tuned again even when a result is known.
+        ``force`` the key is tuned again even when a result is known. ``reuse`` turns a report
+        read from disk into the answer, or None when it does not serve (tried too few variants
+        for the level: numbatune.levels.reuse).
         """
         with self._lock:
             entry = self._memory.get(key)
@@ -109,6 +115,8 @@ class TuneCache:
             return entry.report.with_source("memory")
         try:
             report = None if force else self._load(key)
+            if report is not None and reuse is not None:
+                report = reuse(report)
             if report is None:
                 report = tune()
                 if report.source == "benchmark":

@@ -53,6 +53,17 @@ def _parse_bool(text: str) -> bool:
         raise ValueError("must be one of 1/0, true/false, on/off, yes/no") from None
 
 
+#: Tuning levels, from the fewest variants tried to all of them (see numbatune.levels).
+LEVELS = ("minimal", "balanced", "extensive", "full")
+
+
+def _parse_level(text: str) -> str:
+    level = text.strip().lower()
+    if level not in LEVELS:
+        raise ValueError(f"must be one of {', '.join(LEVELS)}")
+    return level
+
+
 def _parse_positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -84,6 +95,10 @@ class Settings:
     #: Launch winners with arguments packed by numbatune (``numbatune.launch``) rather than
     #: through numba's launch; read when a kernel first meets a new key or argument classes.
     fast_launch: bool = True
+    #: How many priority groups of variants a key's tuning tries: ``minimal`` the highest only,
+    #: ``balanced`` two, ``extensive`` three, ``full`` all (numbatune.levels); read when a key is
+    #: tuned. Kernels whose variants all have the same priority try every variant at any level.
+    level: str = "full"
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -97,6 +112,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "early_stop_rounds": _parse_positive_int,
     "simulator_runs": _parse_positive_int,
     "fast_launch": _parse_bool,
+    "level": _parse_level,
 }
 
 settings = Settings()

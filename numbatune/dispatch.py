@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import keys, tuner
+from numbatune import keys, levels, tuner
 from numbatune.arrays import SIMULATOR
 from numbatune.cache import TuneCache, device_partition
 from numbatune.config import settings
@@ -33,6 +33,8 @@ def autotune(
     launch: Callable[..., LaunchConfig],
     key: str | Sequence[str] | Callable[..., Hashable] | None = None,
     name: str | None = None,
+    level: str | None = None,
+    prune: levels.Prune | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -45,13 +47,26 @@ def autotune(
     (see :func:`numbatune.keys.build_key`); by default, calls whose array arguments have the
     same shapes rounded up to powers of two, dtypes and layouts.
 
+    ``prune(key, variants)`` returns the variants worth trying for a key, before any is
+    compiled. ``level`` (``minimal``, ``balanced``, ``extensive`` or ``full``; by default the
+    ``level`` setting, ``NUMBATUNE_LEVEL``) bounds how many priority groups of the variants are
+    tried (see :mod:`numbatune.levels`).
+
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)`` (see
     :meth:`TunedKernel.__call__`).
     """
 
     def decorate(kernel: Any) -> TunedKernel:
-        return TunedKernel(kernel, variants=variants, launch=launch, key=key, name=name)
+        return TunedKernel(
+            kernel,
+            variants=variants,
+            launch=launch,
+            key=key,
+            name=name,
+            level=level,
+            prune=prune,
+        )
 
     return decorate if kernel is None else decorate(kernel)
 
@@ -67,6 +82,8 @@ class TunedKernel:
         launch: Callable[..., LaunchConfig],
         key: str | Sequence[str] | Callable[..., Hashable] | None = None,
         name: str | None = None,
+        level: str | None = None,
+        prune: levels.Prune | None = None,
     ) -> None:
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
@@ -83,6 +100,8 @@ class TunedKernel:
         self._parameters = list(self._template.signature.parameters)
         self._arity = len(self._parameters)
         self._key = keys.build_key(key, self._template.signature, self.name)
+        self._level = levels.check_level(level, self.name)
+        self._prune = levels.check_prune(prune, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
         module = getattr(self._template.function, "__module__", None) or "__main__"
@@ -160,14 +179,22 @@ class TunedKernel:
         self._check_arguments(args)
         stream = numba_stream(stream, args)
 
+        planned = levels.plan(
+            self.name, key, self._variants, self._level or settings.level, self._prune
+        )
+
         def tune() -> TuneReport:
-            report = tuner.tune(self.name, key, self._variants, args, self._prepare, stream)
+            report = levels.tune(
+                self.name, key, self._variants, planned, args, self._prepare, stream
+            )
             if report.source == "benchmark":
                 with self._lock:
                     self.stats["benchmarks"] += 1
             return report
 
-        return self._tune_cache().lookup(key, tune, force=force)
+        return self._tune_cache().lookup(
+            key, tune, force=force, reuse=lambda stored: levels.reuse(stored, planned)
+        )
 
     def _tune_cache(self) -> TuneCache:
         if self._cache is None:

@@ -13,10 +13,11 @@ import hashlib
 import inspect
 import itertools
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import numba
+import numpy as np
 from numba import cuda
 
 from numbatune._version import __version__
@@ -38,18 +39,36 @@ JIT_OPTIONS = SIMULATOR_JIT_OPTIONS | frozenset(
 )
 
 
+#: A variant's priority: an integer, or a function of the tuning key that returns one.
+Priority = int | Callable[[Hashable], int]
+
+
 class Variant:
     """One point of a tuning space: compile-time parameters and ``numba.cuda.jit`` options.
 
+    ``priority`` orders the variants for the tuning levels (see :mod:`numbatune.levels`):
+    variants of equal priority form a group, and groups are tried from the highest priority
+    down; the ``minimal`` level tries only the highest group. It is an integer (default 0) or
+    a function of the tuning key that returns one, for a priority that depends on the
+    problem (cubecl's tune groups). It does not change the kernel: two variants that differ
+    only in priority are equal.
+
     >>> Variant({"TPB": 16}, fastmath=True)
     Variant(TPB=16, fastmath=True)
+    >>> Variant({"TPB": 16}, priority=1)
+    Variant(TPB=16, priority=1)
     """
 
-    __slots__ = ("jit", "label", "params")
+    __slots__ = ("jit", "label", "params", "priority")
 
-    def __init__(self, params: Mapping[str, Any], **jit: Any) -> None:
+    def __init__(self, params: Mapping[str, Any], priority: Priority = 0, **jit: Any) -> None:
         if not isinstance(params, Mapping):
             raise TypeError(f"Variant: params must be a mapping of names to values, got {params!r}")
+        if not callable(priority) and not _is_int(priority):
+            raise TypeError(
+                f"Variant: priority must be an integer or a function of the tuning key "
+                f"returning one, got {priority!r}"
+            )
         unknown = sorted(set(jit) - JIT_OPTIONS)
         if unknown:
             raise ValueError(
@@ -58,9 +77,24 @@ class Variant:
             )
         self.params: dict[str, Any] = dict(params)
         self.jit: dict[str, Any] = dict(jit)
+        self.priority: Priority = priority
         self.label = ", ".join(f"{k}={v!r}" for k, v in {**self.params, **self.jit}.items())
 
+    def priority_for(self, key: Hashable) -> int:
+        """The variant's priority for a tuning key (higher is tried first)."""
+        if not callable(self.priority):
+            return int(self.priority)
+        value = self.priority(key)
+        if not _is_int(value):
+            raise TypeError(
+                f"Variant({self.label}): its priority function returned {value!r} for key "
+                f"{key!r}; expected an integer"
+            )
+        return int(value)
+
     def __repr__(self) -> str:
+        if callable(self.priority) or self.priority != 0:
+            return f"Variant({self.label}, priority={self.priority!r})"
         return f"Variant({self.label})"
 
     def __eq__(self, other: object) -> bool:
@@ -70,9 +104,14 @@ class Variant:
         return hash(self.label)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def product(
     where: Callable[..., bool] | None = None,
     jit: Mapping[str, Sequence[Any]] | None = None,
+    priority: Callable[..., Priority] | None = None,
     **axes: Sequence[Any],
 ) -> list[Variant]:
     """Every combination of the given values, as variants.
@@ -80,18 +119,30 @@ def product(
     ``product(BM=[64, 128], BN=[64, 128], where=lambda BM, BN: BM >= BN)`` keeps the
     combinations the filter accepts (it is called with the parameters as keywords).
     ``jit={"fastmath": [False, True]}`` adds numba.cuda.jit options as further axes.
+    ``priority=lambda BM, BN: ...`` gives each combination its priority (see
+    :class:`Variant`); it is called with the parameters as keywords and returns an integer, or
+    a function of the tuning key that returns one.
     """
     jit = dict(jit or {})
     for name, values in {**axes, **jit}.items():
         if isinstance(values, str | bytes) or not isinstance(values, Iterable):
             raise TypeError(f"product: {name} must be a list of values, got {values!r}")
+    if priority is not None and not callable(priority):
+        raise TypeError(
+            f"product: priority must be a function of the parameters (as keywords), "
+            f"got {priority!r}"
+        )
     names, jit_names = list(axes), list(jit)
     variants = []
     for values in itertools.product(*axes.values(), *jit.values()):
         params = dict(zip(names, values[: len(names)], strict=True))
         if where is None or where(**params):
             variants.append(
-                Variant(params, **dict(zip(jit_names, values[len(names) :], strict=True)))
+                Variant(
+                    params,
+                    0 if priority is None else priority(**params),
+                    **dict(zip(jit_names, values[len(names) :], strict=True)),
+                )
             )
     return variants
 
