@@ -25,7 +25,15 @@ if str(ROOT) not in sys.path:  # run as a script: bench/ is on the path, the rep
 # numbatune before numba: without a GPU it turns numba's simulator on.
 from numbatune.arrays import SIMULATOR  # noqa: E402
 
-SECTIONS = ["dispatch", "tuning_time", "accuracy", "stability", "warm_start", "ceilings"]
+SECTIONS = [
+    "dispatch",
+    "tuning_time",
+    "accuracy",
+    "stability",
+    "warm_start",
+    "ceilings",
+    "levels",
+]
 
 
 def _section(name: str) -> Callable[[Path, argparse.Namespace], Any]:
@@ -34,7 +42,7 @@ def _section(name: str) -> Callable[[Path, argparse.Namespace], Any]:
 
         return lambda out_dir, arguments: dispatch_cost.measure_dispatch(out_dir, arguments.smoke)
     module = importlib.import_module(f"bench.{name}")
-    if name == "ceilings":
+    if name in ("ceilings", "levels"):
         return lambda out_dir, arguments: module.run(arguments.smoke, arguments.examples)
     return lambda out_dir, arguments: module.run(arguments.smoke)
 
