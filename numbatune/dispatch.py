@@ -7,11 +7,10 @@ ask), and the winner is launched on the caller's arguments.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from numbatune import keys, levels, tuner
 from numbatune.arrays import SIMULATOR
 from numbatune.cache import TuneCache, device_partition
 from numbatune.config import settings
-from numbatune.launch import Launch, fast_launch, numba_launch, numba_stream
+from numbatune.launch import FastPath, fast_path, numba_launch, numba_stream
 from numbatune.tuner import TuneReport
 from numbatune.variants import KernelTemplate, Variant, as_variants
 
@@ -110,6 +109,9 @@ class TunedKernel:
         self._cache: TuneCache | None = None
         self._kernels: dict[Variant, Any] = {}
         self._hot: dict[Hashable, _Winner] = {}
+        # Fast paths by argument classes and numba signature; calls try the newest first.
+        self._paths: dict[tuple[Any, ...], FastPath] = {}
+        self._call: Callable[[tuple[Any, ...], Any], None] = self._dispatch
         self._lock = threading.Lock()
         #: Counters of work done: variants compiled (per signature) and keys benchmarked.
         self.stats = {"compiles": 0, "benchmarks": 0}
@@ -125,6 +127,10 @@ class TunedKernel:
         stream make it wait on the device for their current stream, as their
         ``__cuda_array_interface__`` asks.
         """
+        self._call(args, stream)
+
+    def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
+        """The general path: for calls that no fast path takes (see :meth:`_launch_winner`)."""
         if len(args) != self._arity:
             raise TypeError(
                 f"{self.name}() takes {len(self._parameters)} arguments "
@@ -138,7 +144,7 @@ class TunedKernel:
             raise
         if winner is None:
             winner = self._miss(key, args, stream)
-        winner.launch(args, self._launch(*args, **winner.params), stream)
+        self._launch_winner(winner, args, stream)
 
     # -- the miss path ----------------------------------------------------------------------
 
@@ -151,28 +157,37 @@ class TunedKernel:
         params = self._launch_params[variant]
         _checked_launch_config(self._launch(*args, **params), self.name)
         winner = _Winner(variant, params)
-        winner.launch = functools.partial(self._launch_by_classes, winner)
-        self._hot[key] = winner
+        with self._lock:
+            if key in self._hot:  # tuned again: the fast paths learn the new winner
+                for path in self._paths.values():
+                    path.clear()
+            self._hot[key] = winner
         return winner
 
-    def _launch_by_classes(
-        self, winner: _Winner, args: tuple[Any, ...], config: LaunchConfig, stream: Any
-    ) -> None:
-        """Launch ``winner`` with the launch made for these argument classes, made if new.
+    def _launch_winner(self, winner: _Winner, args: tuple[Any, ...], stream: Any) -> None:
+        """Launch ``winner`` through the fast path for the signature of ``args``, made and
+        taught this key if needed, or through numba where no fast path serves them.
 
-        Fast launches form a chain from the winner's hot slot, newest first: each checks the
-        classes of its arguments and passes others to the next, the last to this method.
+        Fast paths form a chain from ``self._call``, newest first: each takes calls of its own
+        signature and known keys and passes others to the next, the last to :meth:`_dispatch`.
         """
-        classes = tuple(map(type, args))
-        launch = winner.launches.get(classes)
-        if launch is None:
-            kernel = self._prepare_kernel(winner.variant, args)
+        kernel = self._prepare_kernel(winner.variant, args)
+        if settings.fast_launch and not SIMULATOR:
+            signature = (*map(type, args), *(kernel.typeof_pyval(a) for a in args))
+            key = None if self._key is keys.default_key else self._key
             with self._lock:
-                fast = settings.fast_launch and fast_launch(kernel, args, self.name, winner.launch)
-                launch = winner.launches[classes] = fast or numba_launch(kernel)
-                if fast:
-                    winner.launch = fast
-        launch(args, config, stream)
+                path = self._paths.get(signature)
+                if path is None and signature not in self._paths:
+                    path = self._paths[signature] = fast_path(
+                        kernel, args, self.name, key, self._launch, self._call
+                    )
+                    if path is not None:
+                        self._call = path.call
+                added = path is not None and path.add(kernel, args, winner.params)
+            if added:
+                path.call(args, stream)  # finds the key just added: never back here
+                return
+        numba_launch(kernel)(args, self._launch(*args, **winner.params), stream)
 
     def _report(self, key: Hashable, args: tuple[Any, ...], stream: Any, force: bool) -> TuneReport:
         keys.check_hashable(key, self.name)
@@ -276,16 +291,11 @@ class TunedKernel:
         return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
 
 
-class _Winner:
-    """A key's winning variant, its launches by argument classes, and the one tried first."""
+class _Winner(NamedTuple):
+    """A key's winning variant and the parameters its launch function takes."""
 
-    __slots__ = ("launch", "launches", "params", "variant")
-
-    def __init__(self, variant: Variant, params: dict[str, Any]) -> None:
-        self.variant = variant
-        self.params = params
-        self.launches: dict[tuple[type, ...], Launch] = {}
-        self.launch: Launch
+    variant: Variant
+    params: dict[str, Any]
 
 
 def _launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> dict[Variant, dict]:

@@ -62,7 +62,8 @@ def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
     return tuple(types)
 
 
-def _default_key(args: tuple[Any, ...]) -> Hashable:
+def default_key(args: tuple[Any, ...]) -> Hashable:
+    """The key of ``key=None``: each array argument's anchored shape, dtype name and layout."""
     key = []
     for value in args:
         found = arrays.read(value)
@@ -86,7 +87,7 @@ def build_key(
       layout and number of dimensions of every array argument.
     """
     if key is None:
-        return _default_key
+        return default_key
     if isinstance(key, str):
         key = [key]
     if callable(key):

@@ -1,17 +1,19 @@
 """Fast launch: a compiled numba kernel launched with its parameters packed by hand.
 
 numba's own launch types and wraps every argument again on every call, which costs 22-65 us on
-an H100. A fast launch does that work once per argument signature: it knows the compiled
-function, the byte layout of its parameters and how to read each argument's fields, so a call is
-a few attribute reads, one ``struct.pack`` and one ``cuLaunchKernel`` (from C, see
-:mod:`numbatune.cudalaunch`). The reading code is generated per signature, as Triton generates
-its launchers.
+an H100. A fast path does that work once per argument signature (the classes of the arguments,
+and for arrays their dtype, rank and layout): its code, generated per signature as Triton
+generates its launchers, checks that a call has that signature, reads each argument's fields
+once, computes the key from them, finds the key's winner in a dictionary, calls the launch
+function, packs the parameters with one ``struct.pack`` and calls ``cuLaunchKernel`` (from C, see
+:mod:`numbatune.cudalaunch`). Calls of other signatures, and keys not yet tuned, go on to the
+tuned kernel's general path.
 
 numba's parameter layout is not public API, so it is checked twice: numba-cuda must be a version
 this module was written against (:data:`SUPPORTED_NUMBA_CUDA`), and the layout planned here must
 match, parameter for parameter, the sizes the driver reports for the compiled function.
 Whatever is not planned here (unknown versions, records, datetimes, arrays of other libraries,
-debug or cooperative kernels) is left to numba's launch: :func:`fast_launch` returns ``None``.
+debug or cooperative kernels) is left to numba's launch: :func:`fast_path` returns ``None``.
 
 Streams. With ``stream=None`` a launch goes to the current stream of the arguments' array
 library (torch's or CuPy's, as Triton does for torch), or numba's default stream for numba
@@ -25,14 +27,14 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 from numba import cuda
 
 from numbatune import cudalaunch
-from numbatune.arrays import SIMULATOR, library_of
+from numbatune.arrays import SIMULATOR, library_of, read
 
 logger = logging.getLogger("numbatune")
 
@@ -57,37 +59,49 @@ def supported() -> str | None:
 
 
 class _Plan:
-    """The generated code of one launch: statements, guards, and (format, value) per parameter."""
+    """The generated code of one argument signature: reads, guards, key parts and parameters.
+
+    ``steps`` are ("read", statement) and ("check", condition) in order; the checks hold for
+    the arguments numba types as this signature (classes, and for arrays dtype, rank and
+    layout). ``key_parts`` are the anchored sizes of the top-level arrays, which with the checks
+    determine the default key. ``fields`` are (struct format, expression) per kernel parameter.
+    """
 
     def __init__(self) -> None:
-        self.statements: list[str] = []
-        self.guards: list[str] = []
+        self.steps: list[tuple[str, str]] = []
+        self.arrays = 0
+        self.key_parts: list[str] = []
         self.fields: list[tuple[str, str]] = []
-        self.classes: dict[str, type] = {}
+        self.constants: dict[str, Any] = {}
+
+    def constant(self, value: Any) -> str:
+        """A name under which the generated code sees ``value``."""
+        name = f"_k{len(self.constants)}"
+        self.constants[name] = value
+        return name
 
     def add(self, argument: str, numba_type: Any, value: Any) -> bool:
         """Plan the parameters of one argument; False when it has no plan."""
         from numba.core import types
 
+        self.steps.append(("check", f"type({argument}) is {self.constant(type(value))}"))
         if isinstance(numba_type, types.Array):
             return self._add_array(argument, numba_type, value)
         if isinstance(numba_type, types.BaseTuple):
             if not isinstance(value, tuple) or len(value) != len(numba_type):
                 return False
-            self.guards.append(f"len({argument}) == {len(value)}")
-            for index, (item_type, item) in enumerate(zip(numba_type, value, strict=True)):
-                item_expression = f"{argument}[{index}]"
-                class_name = f"_class{len(self.classes)}"
-                self.classes[class_name] = type(item)
-                self.guards.append(f"type({item_expression}) is {class_name}")
-                if not self.add(item_expression, item_type, item):
-                    return False
-            return True
-        return self._add_scalar(argument, numba_type)
+            self.steps.append(("check", f"len({argument}) == {len(value)}"))
+            return all(
+                self.add(f"{argument}[{index}]", item_type, item)
+                for index, (item_type, item) in enumerate(zip(numba_type, value, strict=True))
+            )
+        return self._add_scalar(argument, numba_type, value)
 
-    def _add_scalar(self, argument: str, numba_type: Any) -> bool:
+    def _add_scalar(self, argument: str, numba_type: Any, value: Any) -> bool:
         from numba.core import types
 
+        if type(value) is int and numba_type != types.int64:
+            return False  # numba types ints of 2**63 and over as uint64: not by class
         if numba_type == types.boolean:
             self.fields.append(("?", argument))
         elif isinstance(numba_type, types.Integer):
@@ -111,30 +125,57 @@ class _Plan:
         if library is None or not numba_type.mutable or not numba_type.aligned:
             return False
         ndim, layout = numba_type.ndim, numba_type.layout
-        itemsize = as_dtype(numba_type.dtype).itemsize
-        name = f"_{len(self.statements)}"
+        dtype = as_dtype(numba_type.dtype)
+        name = f"_{self.arrays}"
+        self.arrays += 1
         if library == "numba":
             # numba launches its own arrays with the fields of this cached view of them.
-            self.statements.append(f"{name} = {argument}._strided_memory_view_shim")
+            self.steps += [
+                ("read", f"{name} = {argument}._strided_memory_view_shim"),
+                ("read", f"{name}s = {name}.shape"),
+                ("read", f"{name}l = {name}._layout"),
+            ]
+            dtype_read = f"{name}.dtype"
+            c_contiguous, f_contiguous = f"{name}l.is_contiguous_c", f"{name}l.is_contiguous_f"
+            a_layout = f"not {f_contiguous}"
             size, pointer = f"{name}.size", f"({name}.ptr or 0)"
-            shape = [f"{name}.shape[{d}]" for d in range(ndim)]
-            strides = [f"{name}._layout.strides_in_bytes[{d}]" for d in range(ndim)]
+            strides = [f"{name}l.strides_in_bytes[{d}]" for d in range(ndim)]
         else:
-            self.statements.append(f"{name} = {argument}.shape")
-            shape = [f"{name}[{d}]" for d in range(ndim)]
-            size = " * ".join(shape) or "1"
-            pointer = f"{argument}.data_ptr()" if library == "torch" else f"{argument}.data.ptr"
-            if layout == "C":
-                # A C-contiguous array exports no strides, and numba computes them from the
-                # shape. (For dimensions of size 1 numba's may differ; no element's address
-                # depends on them.)
-                strides = [" * ".join([str(itemsize), *shape[d + 1 :]]) for d in range(ndim)]
-            elif library == "torch":  # torch counts strides in elements
-                self.statements.append(f"{name}s = {argument}.stride()")
-                strides = [f"{name}s[{d}] * {itemsize}" for d in range(ndim)]
+            self.steps.append(("read", f"{name}s = {argument}.shape"))
+            dtype_read = f"{argument}.dtype"
+            size = " * ".join(f"{name}s[{d}]" for d in range(ndim)) or "1"
+            if library == "torch":
+                pointer = f"{argument}.data_ptr()"
+                c_contiguous = f"{argument}.is_contiguous()"
+                f_contiguous = f"_layout_of({argument}) == 'F'"
+                a_layout = f"_layout_of({argument}) == 'A'"
+                # torch counts strides in elements.
+                strides = [f"{argument}.stride({d}) * {dtype.itemsize}" for d in range(ndim)]
             else:
+                pointer = f"{argument}.data.ptr"
+                c_contiguous = f"{argument}._c_contiguous"
+                f_contiguous = f"{argument}._f_contiguous"
+                a_layout = f"not {f_contiguous}"
                 strides = [f"{argument}.strides[{d}]" for d in range(ndim)]
-        self.fields += [("Q", "0"), ("Q", "0"), ("q", size), ("q", str(itemsize))]
+        shape = [f"{name}s[{d}]" for d in range(ndim)]
+        if layout == "C":
+            # A C-contiguous array exports no strides, and numba computes them from the shape.
+            # (For dimensions of size 1 numba's may differ; no element's address depends on
+            # them.) numba's own arrays carry theirs.
+            if library != "numba":
+                strides = [" * ".join([str(dtype.itemsize), *shape[d + 1 :]]) for d in range(ndim)]
+            self.steps.append(("check", c_contiguous))
+        else:
+            layout_check = f_contiguous if layout == "F" else a_layout
+            self.steps.append(("check", f"not {c_contiguous} and {layout_check}"))
+        expected = self.constant(value.dtype)  # numpy's or torch's dtype object
+        self.steps += [
+            ("check", f"len({name}s) == {ndim}"),
+            ("check", f"({dtype_read} is {expected} or {dtype_read} == {expected})"),
+        ]
+        if "[" not in argument:  # a top-level array: its anchored sizes are in the default key
+            self.key_parts += [f"(1 << ({s} - 1).bit_length() if {s} > 1 else 1)" for s in shape]
+        self.fields += [("Q", "0"), ("Q", "0"), ("q", size), ("q", str(dtype.itemsize))]
         self.fields += [("Q", pointer)] + [("q", s) for s in shape] + [("q", s) for s in strides]
         return True
 
@@ -206,15 +247,65 @@ def _checked(result: tuple[Any, ...]) -> tuple[Any, ...]:
     return result[1:]
 
 
-def fast_launch(
-    dispatcher: Any, args: tuple[Any, ...], name: str, otherwise: Launch
-) -> Launch | None:
-    """A launch of ``dispatcher``'s overload for ``args`` that bypasses numba's argument handling.
+class FastPath:
+    """A tuned kernel's fused call for one argument signature, made by :func:`fast_path`.
 
-    The launch serves arguments of the same classes as ``args`` and hands any others to
-    ``otherwise``. Returns None, logging why at DEBUG, when this module has no plan for the
-    kernel or its arguments; the caller then launches through numba. The overload for ``args``
-    must be compiled already.
+    ``call(args, stream)`` checks that the arguments have this signature (classes, and for
+    arrays dtype, rank and layout), computes their key, finds the key's winner among those
+    :meth:`add` gave it, calls the launch function and launches the winner; arguments of another
+    signature and keys it does not know go to the ``otherwise`` it was made with.
+    """
+
+    def __init__(
+        self,
+        call: Callable[[tuple[Any, ...], Any], None],
+        key_of: Callable[[tuple[Any, ...]], Hashable | None],
+        winners: dict[Hashable, tuple[int, dict[str, Any], Launch]],
+        layout: list[tuple[int, int]],
+        name: str,
+    ) -> None:
+        self.call = call
+        self._name = name
+        self._key_of = key_of
+        self._winners = winners
+        self._layout = layout
+
+    def add(self, dispatcher: Any, args: tuple[Any, ...], params: dict[str, Any]) -> bool:
+        """Launch ``dispatcher``'s overload for ``args`` (compiled already) for calls with the
+        key of ``args``, passing ``params`` to the launch function. False when this path cannot
+        serve ``args`` (the caller then launches through numba)."""
+        key = self._key_of(args)
+        kernel, reason = _overload(dispatcher, args)
+        if key is None:
+            reason = "its checks refuse the arguments it was planned for"
+        elif not reason and _parameter_layout(kernel._codelibrary.get_cufunc()) != self._layout:
+            reason = "this variant's parameter layout differs from the signature's"
+        if reason:
+            logger.debug("%s: launched through numba: %s", self._name, reason)
+            return False
+        function = kernel._codelibrary.get_cufunc()
+        self._winners[key] = (_function_handle(function), params, numba_launch(dispatcher))
+        return True
+
+    def clear(self) -> None:
+        """Forget every winner (their keys are tuned again)."""
+        self._winners.clear()
+
+
+def fast_path(
+    dispatcher: Any,
+    args: tuple[Any, ...],
+    name: str,
+    key: Callable[[tuple[Any, ...]], Hashable] | None,
+    config: Callable[..., tuple[Any, ...]],
+    otherwise: Callable[[tuple[Any, ...], Any], None],
+) -> FastPath | None:
+    """A fused call for arguments typed as ``args``, bypassing numba's argument handling.
+
+    ``key`` computes a call's key (None: the default key, then computed inline from the sizes
+    the call reads anyway); ``config(*args, **params)`` is the launch function. Returns None,
+    logging why at DEBUG, when this module has no plan for the kernel or its arguments; the
+    caller then launches through numba. ``dispatcher``'s overload for ``args`` must be compiled.
     """
     kernel, reason = _overload(dispatcher, args)
     reason = supported() or reason
@@ -226,11 +317,9 @@ def fast_launch(
         if not plan.add(f"a{index}", numba_type, value):
             logger.debug("%s: launched through numba: no plan for %s", name, numba_type)
             return None
-    function = kernel._codelibrary.get_cufunc()
-    try:
-        layout = [(info.offset, info.size) for info in function.kernel.arguments_info]
-    except Exception as error:  # an old driver or cuda.core: no way to check the layout
-        logger.debug("%s: launched through numba: %s", name, error)
+    layout = _parameter_layout(kernel._codelibrary.get_cufunc())
+    if layout is None:
+        logger.debug("%s: launched through numba: the driver gives no parameter layout", name)
         return None
     planned = [struct.calcsize(letter) for letter, _ in plan.fields]
     if [size for _, size in layout] != planned:
@@ -242,7 +331,15 @@ def fast_launch(
             planned,
         )
         return None
-    return _generate(plan, layout, _function_handle(function), dispatcher, args, name, otherwise)
+    return _generate(plan, layout, key, config, args, name, otherwise)
+
+
+def _parameter_layout(function: Any) -> list[tuple[int, int]] | None:
+    """(offset, size) of each parameter of a compiled function, as the driver reports them."""
+    try:
+        return [(info.offset, info.size) for info in function.kernel.arguments_info]
+    except Exception:  # an old driver or cuda.core: no way to check the layout
+        return None
 
 
 def _function_handle(function: Any) -> int:
@@ -261,7 +358,7 @@ def _function_handle(function: Any) -> int:
 def _overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
     """The compiled overload for ``args``, and why it cannot be launched fast (or None)."""
     if SIMULATOR:
-        return None, None
+        return None, "running under numba's simulator"
     signature = tuple(dispatcher.typeof_pyval(a) for a in args)
     kernel = dispatcher.overloads.get(signature)
     if kernel is None:
@@ -295,41 +392,68 @@ def _stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[st
     return lines, list(producers)
 
 
+def _front(plan: _Plan, arity: int, reject: str) -> list[str]:
+    """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's reads and checks,
+    running ``reject`` for arguments of another signature."""
+    lines = [f"    if len(args) != {arity}:", f"        {reject}"]
+    if arity:
+        lines.append(f"    {''.join(f'a{i}, ' for i in range(arity))}= args")
+    checks: list[str] = []
+    for kind, code in [*plan.steps, ("read", "")]:
+        if kind == "check":
+            checks.append(code)
+            continue
+        if checks:
+            lines += [f"    if not ({' and '.join(checks)}):", f"        {reject}"]
+            checks = []
+        if code:
+            lines.append(f"    {code}")
+    return lines
+
+
 def _generate(
     plan: _Plan,
     layout: list[tuple[int, int]],
-    function: int,
-    dispatcher: Any,
+    key: Callable[[tuple[Any, ...]], Hashable] | None,
+    config: Callable[..., tuple[Any, ...]],
     args: tuple[Any, ...],
     name: str,
-    otherwise: Launch,
-) -> Launch:
-    from numba.cuda.core import config
+    otherwise: Callable[[tuple[Any, ...], Any], None],
+) -> FastPath:
+    from numba.cuda.core import config as numba_config
 
-    sync = bool(config.CUDA_ARRAY_INTERFACE_SYNC)
+    sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
     stream_lines, libraries = _stream_lines(args, sync)
     fmt, position = "<", 0
     for (offset, size), (letter, _) in zip(layout, plan.fields, strict=True):
         fmt += f"{offset - position}x" * (offset > position) + letter
         position = offset + size
-    classes = {f"_c{index}": type(value) for index, value in enumerate(args)}
-    guard = " or ".join(f"type(a{index}) is not _c{index}" for index in range(len(args)))
-    values = "".join(f", {value}" for _, value in plan.fields)
-    retry = "_launch(_function, config, stream, parameters, _offsets)"
-    lines = ["def launch(args, config, stream):"]
-    lines.append(f"    {''.join(f'a{i}, ' for i in range(len(args)))}= args")
-    if args:
-        lines += [f"    if {guard}:", "        return _otherwise(args, config, stream)"]
-    lines += stream_lines
-    if plan.guards:
-        lines += [f"    if not ({' and '.join(plan.guards)}):"]
-        lines += ["        return _numba_launch(args, config, stream)"]
-    lines += [f"    {statement}" for statement in plan.statements]
-    lines += [
+    key_expression = (
+        "_key(args)" if key is not None else f"({''.join(f'{p}, ' for p in plan.key_parts)})"
+    )
+    arguments = "".join(f"a{i}, " for i in range(len(args)))
+    values = ", ".join(value for _, value in plan.fields)
+    retry = "_launch(function, config, stream, parameters, _offsets)"
+    reject = "return _otherwise(args, stream)"
+    lines = [
+        "def key_of(args):",
+        *_front(plan, len(args), "return None"),
+        f"    return {key_expression}",
+        "def call(args, stream):",
+        *_front(plan, len(args), reject),
         "    try:",
-        f"        parameters = _pack({values[2:]})",
+        f"        found = _winners.get({key_expression})",
+        "    except TypeError:  # an unhashable key: the general path says so",
+        f"        {reject}",
+        "    if found is None:",
+        f"        {reject}",
+        "    function, params, numba_launch = found",
+        f"    config = _config({arguments}**params)",
+        *stream_lines,
+        "    try:",
+        f"        parameters = _pack({values})",
         "    except struct.error:  # a value numba types otherwise, e.g. an int over 2**63",
-        "        return _numba_launch(args, config, stream)",
+        "        return numba_launch(args, config, stream)",
         f"    error = {retry}",
         "    if error == _INVALID_CONTEXT:  # the first launch in this thread",
         "        _current_context()",
@@ -344,28 +468,35 @@ def _generate(
 
         raise CudaAPIError(error, f"{name}: launching with (grid, block[, shared]) {config}")
 
+    winners: dict[Hashable, tuple[int, dict[str, Any], Launch]] = {}
     namespace = {
         "struct": struct,
-        **classes,
-        **plan.classes,
+        **plan.constants,
+        "_winners": winners,
+        "_key": key,
+        "_config": config,
         "_otherwise": otherwise,
+        "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
         **{f"_{library}_stream": _stream_getter(library) for library in libraries},
         "_wait": _Waiter() if sync and libraries else None,
-        "_numba_launch": numba_launch(dispatcher),
         "_half_bits": _half_bits,
         "_pack": struct.Struct(fmt).pack,
         "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
         "_launch": cudalaunch.launcher(),
-        "_function": function,
         "_INVALID_CONTEXT": _CUDA_ERROR_INVALID_CONTEXT,
         "_current_context": cuda.current_context,
         "_raise": raise_launch_error,
     }
-    exec(compile(source, f"<numbatune launch of {name}>", "exec"), namespace)
-    launch = namespace["launch"]
-    launch.source = source
-    return launch
+    exec(compile(source, f"<numbatune fast path of {name}>", "exec"), namespace)
+    call = namespace["call"]
+    call.source = source
+    return FastPath(call, namespace["key_of"], winners, layout, name)
+
+
+def _layout_of(array: Any) -> str:
+    """numba's layout letter for an array (torch's own test is cheaper for C-contiguous)."""
+    return read(array)[2]
 
 
 # The simulator runs one kernel at a time in a process; launches from several threads take turns.

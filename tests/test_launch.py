@@ -6,6 +6,7 @@ outputs and the shapes, strides and sizes the kernel sees must equal those of
 ``kernel[grid, block](*args)``.
 """
 
+import contextlib
 import logging
 import threading
 
@@ -120,14 +121,32 @@ def _to_host(array):
     return array.cpu().numpy()
 
 
+@contextlib.contextmanager
+def _only_the_fast_path(tuned):
+    """A context in which a call of ``tuned`` that leaves its fast paths fails the test (on a
+    GPU; the simulator has none)."""
+
+    def general_path(*args):
+        raise AssertionError(f"{tuned.name}: a call with a known key left the fast path")
+
+    with pytest.MonkeyPatch.context() as patch:
+        if not SIMULATOR:
+            patch.setattr(tuned, "_launch_winner", general_path)
+        yield
+
+
 def _run_both(x, dtype):
-    """(output, seen) of the tuned call and of numba's launch, on fresh outputs."""
+    """(output, seen) of the tuned call and of numba's launch, on fresh outputs. On a GPU the
+    tuned call is made twice; the second, a cache hit, must take the fast path."""
     results = []
     for launch in ("tuned", "numba"):
         out = cuda.device_array(x.shape, dtype=dtype)
         seen = cuda.to_device(np.zeros(8, np.int64))
         if launch == "tuned":
-            COPIES[len(x.shape)](x, out, seen)
+            tuned = COPIES[len(x.shape)]
+            tuned(x, out, seen)
+            with _only_the_fast_path(tuned):
+                tuned(x, out, seen)
         else:
             grid, block = _grid(x, out, seen)
             KERNELS[len(x.shape)][grid, block](x, out, seen)
@@ -180,6 +199,9 @@ def test_scalars_of_every_type_match_numba(a, b, caplog):
         out = cuda.to_device(np.zeros(2, dtype))
         launch(out, a, b)
         outputs.append(out.copy_to_host())
+    with _only_the_fast_path(tuned):
+        tuned(out, a, b)
+    np.testing.assert_array_equal(out.copy_to_host(), outputs[1])
     np.testing.assert_array_equal(outputs[0], outputs[1])
     if not SIMULATOR:
         assert "launched through numba" not in caplog.text
@@ -199,8 +221,9 @@ def test_tuples_and_changing_scalar_types_match_numba():
         ((np.float32(0.1), np.float32(0.2)), 10),
         ((2**63 + 1, 1), 1),  # beyond int64: numba types it uint64
         ((-4, 1), -1),
+        ((1, 2), 2**63 + 3),
     ]
-    for pair, scale in calls:
+    for pair, scale in [*calls, *reversed(calls)]:  # then again, every signature's path made
         out, expected = cuda.to_device(np.zeros(1)), cuda.to_device(np.zeros(1))
         tuned(out, pair, scale)
         sum_tuple[1, 1](expected, pair, scale)
