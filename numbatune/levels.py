@@ -194,7 +194,7 @@ def _runs(
     clones = tuple(arrays.clone(a, stream) if arrays.is_array(a) else a for a in args)
     try:
         prepare(variant, clones)(clones, stream)
-        cuda.synchronize()
+        (stream or cuda.default_stream()).synchronize()  # a launch error shows here
     except Exception as error:
         logger.info(
             "numbatune: %s: %s failed (%s); trying the next priority group too",
@@ -216,9 +216,9 @@ def _aligned(report: TuneReport, variants: Sequence[Variant]) -> TuneReport:
 def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
     """A stored report as the answer for ``planned``, or None when it must be tuned again.
 
-    It serves when it has a result (a time or an error) for every variant the plan tries first
-    and one of its timed variants is among those the plan allows (not pruned); its winner is
-    then the fastest of those.
+    It serves when it has a result (a time or an error) for every variant the plan tries first.
+    Its winner stays the winner unless the prune function now removes it; then the fastest of
+    the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
     """
     known = {r.variant for r in stored.results if r.median_s is not None or r.error}
     if not all(variant in known for variant in planned.first):
@@ -230,6 +230,8 @@ def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
         )
         return None
     allowed = set(planned.allowed)
+    if stored.best_variant in allowed:
+        return stored
     timed = [
         (result.median_s, index)
         for index, result in enumerate(stored.results)

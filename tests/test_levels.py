@@ -160,6 +160,13 @@ def test_a_stored_winner_that_prune_now_removes_is_not_used():
     assert pruned.source == "disk" and pruned.best["BLOCK"] != winner
 
 
+def test_a_stored_winner_stays_the_winner_even_when_another_variant_ties_with_it():
+    """Event timings are coarse: equal medians happen, and tuning broke the tie already."""
+    variants = nt.product(B=[1, 2])
+    stored = nt.TuneReport("key", 1, "disk", [nt.VariantResult(v, 2e-6) for v in variants])
+    assert levels.reuse(stored, levels.plan("k", "key", variants, "full")).best_index == 1
+
+
 def test_plan_groups_by_priority_highest_first_and_keeps_the_kernel_order_within():
     variants = nt.product(B=[1, 2, 3, 4], priority=lambda B: B % 2)
     planned = levels.plan("k", None, variants, "minimal")
