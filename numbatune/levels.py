@@ -1,26 +1,23 @@
 """Tuning levels, priorities and pruning: which variants a key's tuning tries.
 
 For each key, the user's ``prune(key, variants)`` (if any) first keeps the variants worth
-trying. The rest are put in *priority groups*: variants of equal priority
-(:attr:`Variant.priority <numbatune.Variant>`, computed for the key when it is a function)
-form a group, and groups are ordered from the highest priority down. The level decides how
-many groups are tuned together:
+trying. Those are put in *priority groups*: variants of equal ``Variant.priority`` (computed for
+the key when it is a function) form a group, and groups are ordered from the highest priority
+down. The level decides how many groups are tuned together:
 
-========== ============================================================
-level      groups benchmarked together
-========== ============================================================
-minimal    the highest-priority group only
-balanced   the two highest groups
-extensive  the three highest groups
-full       every group
-========== ============================================================
+| level     | groups benchmarked together     |
+| --------- | ------------------------------- |
+| minimal   | the highest-priority group only |
+| balanced  | the two highest groups          |
+| extensive | the three highest groups        |
+| full      | every group                     |
 
 Only if every variant tried fails (to compile or to launch) is the next group added and the
 set tuned again, one group at a time (cubecl's tune plans go on to the next group likewise);
-tuning raises only when every variant has failed.
-A kernel whose variants all share one priority (the default, 0) has a single group, so every
-level tries all its variants. A single variant tried alone is not measured: it is run once on
-clones of the arguments to check that it works, when other groups are left to fall back on.
+tuning raises only when every variant has failed. A kernel whose variants all share one
+priority (the default, 0) has a single group, so every level tries all its variants. A single
+variant tried alone is not measured: it is run once on clones of the arguments to check that it
+works, when other groups are left to fall back on.
 
 A stored result is reused while it covers the variants that the current level and prune would
 try first: a result tuned at ``minimal`` is tuned again when the level is raised to ``full``,
