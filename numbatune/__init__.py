@@ -13,6 +13,17 @@ from numbatune._version import __version__  # noqa: E402
 from numbatune.config import configure, load_environment, settings  # noqa: E402
 from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
 from numbatune.keys import TuningKeyError, anchor  # noqa: E402
+from numbatune.streams import (  # noqa: E402
+    Profile,
+    ProfileError,
+    ProfileToken,
+    StreamError,
+    end_profile,
+    memory_cleanup,
+    memory_usage,
+    profile,
+    start_profile,
+)
 from numbatune.tuner import TuneReport, TuningError, VariantResult  # noqa: E402
 from numbatune.variants import Variant, product  # noqa: E402
 
@@ -25,6 +36,10 @@ def cdiv(a: int, b: int) -> int:
 
 
 __all__ = [
+    "Profile",
+    "ProfileError",
+    "ProfileToken",
+    "StreamError",
     "TuneReport",
     "TunedKernel",
     "TuningError",
@@ -36,6 +51,11 @@ __all__ = [
     "autotune",
     "cdiv",
     "configure",
+    "end_profile",
+    "memory_cleanup",
+    "memory_usage",
     "product",
+    "profile",
     "settings",
+    "start_profile",
 ]

@@ -14,11 +14,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from numbatune import keys, levels, tuner
+from numbatune import arrays, keys, levels, streams, tuner
 from numbatune.arrays import SIMULATOR
 from numbatune.cache import TuneCache, device_partition
 from numbatune.config import settings
-from numbatune.launch import FastPath, fast_path, numba_launch, numba_stream
+from numbatune.launch import FastPath, fast_path, numba_launch, numba_stream, raw_stream
 from numbatune.tuner import TuneReport
 from numbatune.variants import KernelTemplate, Variant, as_variants
 
@@ -187,12 +187,16 @@ class TunedKernel:
             if added:
                 path.call(args, stream)  # finds the key just added: never back here
                 return
-        numba_launch(kernel)(args, self._launch(*args, **winner.params), stream)
+        numba_launch(kernel, self.name)(args, self._launch(*args, **winner.params), stream)
 
     def _report(self, key: Hashable, args: tuple[Any, ...], stream: Any, force: bool) -> TuneReport:
         keys.check_hashable(key, self.name)
         self._check_arguments(args)
         stream = numba_stream(stream, args)
+        # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
+        handle = raw_stream(stream)
+        if handle != streams.monitor.stream:
+            streams.monitor.before(handle, tuple(a for a in args if arrays.is_array(a)), None)
 
         planned = levels.plan(
             self.name, key, self._variants, self._level or settings.level, self._prune

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from numbatune import cudalaunch
+from numbatune import cudalaunch, streams
 from numbatune.arrays import SIMULATOR, library_of, read
 
 logger = logging.getLogger("numbatune")
@@ -72,6 +72,7 @@ class _Plan:
         self.arrays = 0
         self.key_parts: list[str] = []
         self.fields: list[tuple[str, str]] = []
+        self.arrays_read: list[str] = []
         self.constants: dict[str, Any] = {}
 
     def constant(self, value: Any) -> str:
@@ -128,6 +129,7 @@ class _Plan:
         dtype = as_dtype(numba_type.dtype)
         name = f"_{self.arrays}"
         self.arrays += 1
+        self.arrays_read.append(argument)
         if library == "numba":
             # numba launches its own arrays with the fields of this cached view of them.
             self.steps += [
@@ -191,7 +193,10 @@ def stream_handle(stream: Any) -> int:
         return stream
     protocol = getattr(stream, "__cuda_stream__", None)
     if protocol is not None:
-        return int(protocol()[1])
+        try:
+            return int(protocol()[1])
+        except Exception as error:  # e.g. cuda.core's stream, once closed
+            raise streams.StreamError(f"stream {stream!r} cannot be used: {error}") from error
     for attribute in ("cuda_stream", "ptr", "handle"):  # torch, CuPy, numba
         handle = getattr(stream, attribute, None)
         if handle is not None:
@@ -220,31 +225,6 @@ def current_stream(library: str, array: Any) -> int:
     if library == "cupy":
         return _stream_getter("cupy")().ptr
     return 0
-
-
-class _Waiter:
-    """Makes a stream wait, on the device, for the work queued so far on another."""
-
-    def __init__(self) -> None:
-        from cuda.bindings import driver
-
-        self._driver = driver
-        flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        self._event = _checked(driver.cuEventCreate(flags))[0]
-        self._lock = threading.Lock()
-
-    def __call__(self, waiting: int, producer: int) -> None:
-        with self._lock:
-            _checked(self._driver.cuEventRecord(self._event, producer))
-            _checked(self._driver.cuStreamWaitEvent(waiting, self._event, 0))
-
-
-def _checked(result: tuple[Any, ...]) -> tuple[Any, ...]:
-    if result[0]:
-        from numba.cuda.cudadrv.driver import CudaAPIError
-
-        raise CudaAPIError(int(result[0]), f"CUDA driver call failed: {result[0]!r}")
-    return result[1:]
 
 
 class FastPath:
@@ -284,7 +264,11 @@ class FastPath:
             logger.debug("%s: launched through numba: %s", self._name, reason)
             return False
         function = kernel._codelibrary.get_cufunc()
-        self._winners[key] = (_function_handle(function), params, numba_launch(dispatcher))
+        self._winners[key] = (
+            _function_handle(function),
+            params,
+            numba_launch(dispatcher, self._name),
+        )
         return True
 
     def clear(self) -> None:
@@ -435,6 +419,7 @@ def _generate(
     values = ", ".join(value for _, value in plan.fields)
     retry = "_launch(function, config, stream, parameters, _offsets)"
     reject = "return _otherwise(args, stream)"
+    watch = f"_monitor.before(stream, ({''.join(f'{a}, ' for a in plan.arrays_read)}), _name)"
     lines = [
         "def key_of(args):",
         *_front(plan, len(args), "return None"),
@@ -454,18 +439,22 @@ def _generate(
         f"        parameters = _pack({values})",
         "    except struct.error:  # a value numba types otherwise, e.g. an int over 2**63",
         "        return numba_launch(args, config, stream)",
+        f"    watched = stream != _monitor.stream and {watch}",
         f"    error = {retry}",
         "    if error == _INVALID_CONTEXT:  # the first launch in this thread",
         "        _current_context()",
         f"        error = {retry}",
         "    if error:",
-        "        _raise(error, config)",
+        "        _raise(error, config, stream)",
+        "    if watched:",
+        "        _monitor.after(watched)",
     ]
     source = "\n".join(lines)
 
-    def raise_launch_error(error: int, config: Any) -> None:
+    def raise_launch_error(error: int, config: Any, stream: int) -> None:
         from numba.cuda.cudadrv.driver import CudaAPIError
 
+        streams.check_stream(stream)  # a clearer error when the stream is the cause
         raise CudaAPIError(error, f"{name}: launching with (grid, block[, shared]) {config}")
 
     winners: dict[Hashable, tuple[int, dict[str, Any], Launch]] = {}
@@ -479,7 +468,7 @@ def _generate(
         "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
         **{f"_{library}_stream": _stream_getter(library) for library in libraries},
-        "_wait": _Waiter() if sync and libraries else None,
+        "_wait": streams.monitor.wait,
         "_half_bits": _half_bits,
         "_pack": struct.Struct(fmt).pack,
         "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
@@ -487,6 +476,8 @@ def _generate(
         "_INVALID_CONTEXT": _CUDA_ERROR_INVALID_CONTEXT,
         "_current_context": cuda.current_context,
         "_raise": raise_launch_error,
+        "_monitor": streams.monitor,
+        "_name": name,
     }
     exec(compile(source, f"<numbatune fast path of {name}>", "exec"), namespace)
     call = namespace["call"]
@@ -503,20 +494,41 @@ def _layout_of(array: Any) -> str:
 _simulator_lock = threading.Lock()
 
 
-def numba_launch(dispatcher: Any) -> Launch:
-    """A launch through numba's own ``kernel[grid, block, stream, shared](*args)``."""
+def numba_launch(dispatcher: Any, name: str | None = None) -> Launch:
+    """A launch through numba's own ``kernel[grid, block, stream, shared](*args)``.
+
+    With a ``name`` the launches are a tuned kernel's and :data:`streams.monitor` sees them (for
+    ordering across streams and profiles); without, they are tuning's, on private clones.
+    """
 
     def launch(args: tuple[Any, ...], config: tuple[Any, ...], stream: Any) -> None:
         grid, block = config[0], config[1]
         shared = config[2] if len(config) > 2 else 0
-        configured = dispatcher[grid, block, numba_stream(stream, args), shared]
+        stream = numba_stream(stream, args)
+        configured = dispatcher[grid, block, stream, shared]
+        watched = None
+        if name is not None:
+            handle = raw_stream(stream)
+            if handle != streams.monitor.stream:
+                arrays = tuple(a for a in args if library_of(type(a)) is not None)
+                watched = streams.monitor.before(handle, arrays, name)
         if SIMULATOR:
             with _simulator_lock:
                 configured(*args)
         else:
             configured(*args)
+        if watched:
+            streams.monitor.after(watched)
 
     return launch
+
+
+def raw_stream(stream: Any) -> int:
+    """The raw handle of what :func:`numba_stream` returns (under the simulator, a number that
+    tells its streams apart)."""
+    if SIMULATOR:
+        return id(stream) if stream else 0
+    return stream_handle(stream)
 
 
 def numba_stream(stream: Any, args: tuple[Any, ...] = ()) -> Any:

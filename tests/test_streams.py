@@ -1,0 +1,398 @@
+"""Streams: device-side ordering across streams, deferred release, profiles, memory.
+
+The bookkeeping is tested under the simulator with a recording stand-in for CUDA events; the
+GPU tests show real concurrency, ordering, release under torch's and CuPy's caching allocators,
+and profiles of real launches.
+"""
+
+import threading
+import weakref
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune.arrays import SIMULATOR
+from numbatune.streams import Monitor, StreamOrder, _Launch
+
+
+def _order():
+    waits = []
+    return StreamOrder(lambda waiting, producer: waits.append((waiting, producer))), waits
+
+
+def test_arrays_used_on_their_own_stream_add_no_waits():
+    order, waits = _order()
+    for _ in range(3):
+        order.use(1, ["x"])
+        order.use(2, ["y"])
+    assert waits == []
+
+
+def test_a_launch_waits_once_for_the_stream_that_last_used_its_array():
+    order, waits = _order()
+    order.use(1, ["x"])
+    order.use(2, ["x", "y"])
+    assert waits == [(2, 1)]
+    order.use(2, ["x"])  # stream 2 has seen that use already
+    order.use(1, ["z"])
+    order.use(2, ["y"])
+    assert waits == [(2, 1)]
+
+
+def test_a_wait_covers_every_earlier_use_on_the_producer():
+    order, waits = _order()
+    order.use(1, ["x"])
+    order.use(1, ["y"])
+    order.use(2, ["y"])  # waits for all queued on 1 so far, x's use included
+    order.use(2, ["x"])
+    assert waits == [(2, 1)]
+    order.use(1, ["x"])  # x was last used on 2: 1 waits for it, and then 2 for 1 again
+    order.use(2, ["x"])
+    assert waits == [(2, 1), (1, 2), (2, 1)]
+
+
+def test_forgetting_buffers_past_the_limit_keeps_the_ordering():
+    waits = []
+    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), limit=4)
+    for buffer in range(6):
+        order.use(1, [buffer])
+    assert len(order._last_use) <= 4
+    order.use(2, ["new"])  # buffers were forgotten: stream 2 waits for all of stream 1
+    assert waits == [(2, 1)]
+
+
+class RecordingEvents:
+    """Events that record what is asked of them; ``synchronize`` blocks until released."""
+
+    def __init__(self):
+        self.waits = []
+        self.released = threading.Event()
+        self.destroyed = threading.Event()
+
+    def create(self, timing=True):
+        return {"time": 0.0}
+
+    def record(self, event, stream):
+        event["time"] = float(len(self.waits))
+
+    def wait(self, waiting, producer):
+        self.waits.append((waiting, producer))
+
+    def synchronize(self, event):
+        self.released.wait(timeout=30)
+
+    def check(self, stream):
+        pass
+
+    def elapsed_s(self, start, end):
+        return 0.5
+
+    def destroy(self, event):
+        self.destroyed.set()
+
+
+def test_the_first_launch_on_a_second_stream_waits_for_the_first_stream():
+    events = RecordingEvents()
+    monitor = Monitor(events)
+    x, y, z = (cuda.device_array(4, np.float32) for _ in range(3))
+    monitor.before(7, (x,), "k")  # one stream so far: nothing tracked
+    assert monitor.stream == 7 and events.waits == []
+    monitor.before(9, (y,), "k")
+    assert events.waits == [(9, 7)]
+    monitor.before(7, (z,), "k")
+    monitor.before(9, (y,), "k")
+    assert events.waits == [(9, 7)]
+    monitor.before(9, (x[1:],), "k")  # a view of x, used on 7 before 9's first wait
+    assert events.waits == [(9, 7)]
+    monitor.before(7, (y[:2],), "k")  # a view of y, last used on 9
+    assert events.waits == [(9, 7), (7, 9)]
+
+
+def test_kept_arrays_live_until_the_device_passes_their_launch():
+    class Array:
+        pass
+
+    events = RecordingEvents()
+    monitor = Monitor(events)
+    array = Array()
+    alive = weakref.ref(array)
+    monitor.after(_Launch(stream=3, name="k", kept=(array,)))
+    del array
+    assert alive() is not None and monitor.kept_arrays() == 1
+    events.released.set()  # the device passes the launch
+    assert events.destroyed.wait(timeout=30)
+    assert alive() is None and monitor.kept_arrays() == 0
+
+
+@cuda.jit
+def fill(x, value):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        x[i] = value
+
+
+FILL = nt.autotune(variants=nt.product(BLOCK=[32, 64]), launch=lambda x, v, *, BLOCK: (4, BLOCK))(
+    fill
+)
+
+
+def test_profiles_count_the_tuned_launches_made_while_open_and_may_nest_and_overlap():
+    x = cuda.device_array(64, np.float32)
+    FILL(x, 1.0)  # tuned outside any profile
+    outer = nt.start_profile()
+    FILL(x, 2.0)
+    inner = nt.start_profile()
+    FILL(x, 3.0)
+    inner_result = nt.end_profile(inner)
+    overlapping = nt.start_profile()
+    FILL(x, 4.0)
+    outer_result = nt.end_profile(outer)
+    FILL(x, 5.0)
+    overlapping_result = nt.end_profile(overlapping)
+    assert (inner_result.launches, outer_result.launches, overlapping_result.launches) == (1, 3, 2)
+    assert outer_result.device_s > 0
+    assert set(outer_result.by_kernel) == {"fill"}
+    assert outer_result.by_kernel["fill"] == pytest.approx(outer_result.device_s)
+    with nt.profile() as measured:
+        FILL(x, 6.0)
+        FILL(x, 7.0)
+    assert measured.launches == 2
+    np.testing.assert_array_equal(x.copy_to_host(), 7.0)
+
+
+def test_ending_a_profile_twice_or_with_a_foreign_token_is_a_clear_error():
+    token = nt.start_profile()
+    nt.end_profile(token)
+    with pytest.raises(nt.ProfileError, match="not open"):
+        nt.end_profile(token)
+    with pytest.raises(nt.ProfileError, match="start_profile"):
+        nt.end_profile(42)
+    with pytest.raises(nt.ProfileError, match="not open"):
+        nt.end_profile(nt.ProfileToken(10**9))
+    with nt.profile() as measured:  # nothing was left broken
+        FILL(cuda.device_array(64, np.float32), 1.0)
+    assert measured.launches == 1
+
+
+def test_memory_usage_reports_and_cleanup_runs():
+    usage = nt.memory_usage()
+    assert usage["kept_arrays"] >= 0
+    if not SIMULATOR:
+        assert 0 < usage["free"] <= usage["total"]
+    nt.memory_cleanup()
+
+
+# -- on a GPU -----------------------------------------------------------------------------------
+
+
+@cuda.jit
+def spin_then_fill(x, value, microseconds):
+    """Thread 0 of each block sleeps for about ``microseconds``; then x[:] = value."""
+    if cuda.threadIdx.x == 0:
+        for _ in range(microseconds):
+            cuda.nanosleep(1000)
+    cuda.syncthreads()
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        x[i] = value
+
+
+@cuda.jit
+def copy(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i]
+
+
+def _spin_then_fill():
+    return nt.autotune(variants=[{}], launch=lambda x, v, c: (nt.cdiv(x.shape[0], 256), 256))(
+        spin_then_fill
+    )
+
+
+def _copy():
+    return nt.autotune(
+        variants=nt.product(BLOCK=[128, 256]),
+        launch=lambda x, out, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+    )(copy)
+
+
+SPIN_US = 100_000  # about 0.1 s
+
+
+def _wall_s(work):
+    import time
+
+    cuda.synchronize()
+    started = time.perf_counter()
+    work()
+    cuda.synchronize()
+    return time.perf_counter() - started
+
+
+@pytest.mark.gpu
+def test_independent_streams_overlap_and_a_shared_array_is_ordered():
+    spin = _spin_then_fill()
+    a, b = cuda.stream(), cuda.stream()
+    x, y = cuda.device_array(1024, np.float32), cuda.device_array(1024, np.float32)
+    # Compile, and launch on both streams once, outside the timings: the first launch on a
+    # second stream waits for all that the first queued before (see numbatune.streams).
+    spin(x, 0.0, 1000, stream=a)
+    spin(y, 0.0, 1000, stream=b)
+    one = _wall_s(lambda: spin(x, 1.0, SPIN_US, stream=a))
+    disjoint = _wall_s(lambda: (spin(x, 2.0, SPIN_US, stream=a), spin(y, 3.0, SPIN_US, stream=b)))
+    assert disjoint < 1.5 * one, (one, disjoint)  # they ran side by side
+    shared = _wall_s(lambda: (spin(x, 4.0, SPIN_US, stream=a), spin(x, 5.0, SPIN_US, stream=b)))
+    assert shared > 1.8 * one, (one, shared)  # b waited for a
+    np.testing.assert_array_equal(x.copy_to_host(), 5.0)  # ... so b's write came last
+
+
+@pytest.mark.gpu
+def test_a_reader_on_another_stream_sees_the_writers_result():
+    spin, copier = _spin_then_fill(), _copy()
+    a, b = cuda.stream(), cuda.stream()
+    x, out = cuda.device_array(1 << 16, np.float32), cuda.device_array(1 << 16, np.float32)
+    copier(x, out, stream=b)  # tuned before the timed part
+    spin(x, 0.0, 1000, stream=a)
+    cuda.synchronize()
+    spin(x, 9.0, SPIN_US, stream=a)
+    copier(x, out, stream=b)  # without a wait on the device it would copy before the fill
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 9.0)
+
+
+def _non_blocking_stream():
+    from cuda.bindings import driver
+
+    cuda.current_context()  # the stream belongs to numba's context
+    error, stream = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    assert not error
+    return int(stream)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(library):
+    module = pytest.importorskip(library)
+    spin, copier = _spin_then_fill(), _copy()
+    n = 1 << 20
+    # Non-blocking: the legacy default stream, where the library allocates, does not wait for it.
+    other = cuda.external_stream(_non_blocking_stream())
+    out = cuda.device_array(n, np.float32)
+    hold = cuda.device_array(1, np.float32)
+
+    def make(value):
+        if library == "torch":
+            return module.full((n,), value, dtype=module.float32, device="cuda")
+        return module.full((n,), value, dtype=module.float32)
+
+    copier(make(0.0), out, stream=other)  # tune first
+    spin(hold, 0.0, 1000, stream=other)
+    cuda.synchronize()
+    x = make(1.0)
+    spin(hold, 0.0, SPIN_US, stream=other)  # keeps the other stream busy
+    copier(x, out, stream=other)  # reads x once the spin is over
+    del x  # the library's allocator may hand x's memory out again at once...
+    make(2.0)  # ...to this, written on the library's stream while the copy waits
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 1.0)
+
+
+@pytest.mark.gpu
+def test_tuning_on_a_miss_keeps_the_callers_stream_order_and_leaves_other_streams_alone():
+    from numbatune import bench
+
+    spin, copier = _spin_then_fill(), _copy()
+    a, b = cuda.stream(), cuda.stream()
+    x, out = cuda.device_array(1 << 16, np.float32), cuda.device_array(1 << 16, np.float32)
+    small = cuda.device_array(1, np.float32)
+    spin(small, 0.0, 1000, stream=a)
+    spin(small, 0.0, 1000, stream=b)
+    cuda.synchronize()
+    spin(x, 6.0, 10 * SPIN_US, stream=a)  # about a second of work queued on a
+    a_done = cuda.event()
+    a_done.record(a)
+    measuring = threading.Event()
+    measure = bench.measure
+
+    def measure_and_tell(*args, **kwargs):
+        measuring.set()
+        return measure(*args, **kwargs)
+
+    errors = []
+
+    def tuned_call():
+        try:
+            copier(x, out, stream=a)  # a miss: tunes on a, behind the spin
+        except Exception as error:  # reported in the main thread
+            errors.append(error)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench, "measure", measure_and_tell)
+        thread = threading.Thread(target=tuned_call)
+        thread.start()
+        assert measuring.wait(timeout=60)
+        spin(small, 1.0, 1000, stream=b)  # queued on b while the tuning runs wait on a
+        b_done = cuda.event()
+        b_done.record(b)
+        b_done.synchronize()
+        assert not a_done.query(), "b's work waited for a's"
+        thread.join()
+    assert not errors
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 6.0)
+
+
+@pytest.mark.gpu
+def test_profiles_measure_device_time_with_events():
+    spin = _spin_then_fill()
+    x = cuda.device_array(256, np.float32)
+    spin(x, 0.0, 1000)
+    with nt.profile() as measured:
+        for _ in range(3):
+            spin(x, 1.0, SPIN_US // 10)
+    wall = _wall_s(lambda: [spin(x, 1.0, SPIN_US // 10) for _ in range(3)])
+    assert measured.launches == 3
+    assert 0.5 * wall < measured.device_s < 1.5 * wall
+
+
+@pytest.mark.gpu
+def test_streams_of_another_context_are_refused():
+    from cuda.bindings import driver
+
+    x = cuda.device_array(64, np.float32)
+    FILL(x, 0.0)
+    error, device = driver.cuDeviceGet(0)
+    try:  # cuda-bindings 13 takes creation parameters first
+        error, context = driver.cuCtxCreate(None, 0, device)
+    except TypeError:
+        error, context = driver.cuCtxCreate(0, device)
+    assert not error
+    try:
+        error, foreign = driver.cuStreamCreate(0)
+    finally:
+        driver.cuCtxPopCurrent()
+    try:
+        with pytest.raises(nt.StreamError, match="another CUDA context"):
+            FILL(x, 1.0, stream=int(foreign))
+    finally:
+        driver.cuCtxDestroy(context)
+    FILL(x, 2.0, stream=cuda.stream())  # nothing was left broken
+    cuda.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2.0)
+
+
+@pytest.mark.gpu
+def test_a_closed_stream_is_refused_and_an_open_one_works():
+    core = pytest.importorskip("cuda.core")
+    x = cuda.device_array(64, np.float32)
+    FILL(x, 0.0)
+    stream = core.Device(0).create_stream()
+    FILL(x, 3.0, stream=stream)
+    stream.sync()
+    np.testing.assert_array_equal(x.copy_to_host(), 3.0)
+    stream.close()
+    with pytest.raises(nt.StreamError, match="closed"):
+        FILL(x, 4.0, stream=stream)
