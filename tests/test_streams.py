@@ -396,3 +396,33 @@ def test_a_closed_stream_is_refused_and_an_open_one_works():
     stream.close()
     with pytest.raises(nt.StreamError, match="closed"):
         FILL(x, 4.0, stream=stream)
+
+
+def _library_stream(library):
+    """A new stream of ``library`` and a function telling whether its work is done."""
+    if library == "numba":
+        from cuda.bindings import driver
+
+        stream = cuda.stream()
+        return stream, lambda: driver.cuStreamQuery(driver.CUstream(int(stream)))[0] == 0
+    module = pytest.importorskip(library)
+    if library == "torch":
+        stream = module.cuda.Stream()
+        return stream, stream.query
+    stream = module.cuda.Stream(non_blocking=False)
+    return stream, lambda: stream.done
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("library", ["numba", "torch", "cupy"])
+def test_a_tuned_kernel_runs_on_the_stream_of_any_library_it_is_given(library):
+    spin = _spin_then_fill()
+    x = cuda.device_array(256, np.float32)
+    stream, done = _library_stream(library)
+    spin(x, 0.0, 1000, stream=stream)
+    cuda.synchronize()
+    spin(x, 8.0, SPIN_US, stream=stream)
+    assert not done()  # the 0.1 s kernel is queued on that very stream
+    cuda.synchronize()
+    assert done()
+    np.testing.assert_array_equal(x.copy_to_host(), 8.0)
