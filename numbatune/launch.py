@@ -419,7 +419,8 @@ def _generate(
     values = ", ".join(value for _, value in plan.fields)
     retry = "_launch(function, config, stream, parameters, _offsets)"
     reject = "return _otherwise(args, stream)"
-    watch = f"_monitor.before(stream, ({''.join(f'{a}, ' for a in plan.arrays_read)}), _name)"
+    watched_arrays = "".join(f"{a}, " for a in plan.arrays_read)
+    watch = f"_monitor.before(stream, ({watched_arrays}), _name, given)"
     lines = [
         "def key_of(args):",
         *_front(plan, len(args), "return None"),
@@ -434,6 +435,7 @@ def _generate(
         f"        {reject}",
         "    function, params, numba_launch = found",
         f"    config = _config({arguments}**params)",
+        "    given = stream",
         *stream_lines,
         "    try:",
         f"        parameters = _pack({values})",
@@ -511,7 +513,7 @@ def numba_launch(dispatcher: Any, name: str | None = None) -> Launch:
             handle = raw_stream(stream)
             if handle != streams.monitor.stream:
                 arrays = tuple(a for a in args if library_of(type(a)) is not None)
-                watched = streams.monitor.before(handle, arrays, name)
+                watched = streams.monitor.before(handle, arrays, name, stream)
         if SIMULATOR:
             with _simulator_lock:
                 configured(*args)

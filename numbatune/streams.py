@@ -40,23 +40,33 @@ from numbatune.arrays import SIMULATOR, library_of
 class StreamOrder:
     """Which streams a launch must wait for, from where each buffer was last used.
 
-    ``wait(waiting, producer)`` is called to make stream ``waiting`` wait, on the device, for
-    everything queued so far on stream ``producer``. After ``limit`` buffers are remembered they
-    are all forgotten at once, and each stream's next launch waits for what the others queued
-    before (a barrier), so memory stays bounded and no ordering is lost.
+    ``record(stream)`` records the stream's event after its latest launch (:meth:`launched`
+    calls it, so a stream is touched only right after numbatune launched on it);
+    ``wait(waiting, producer)`` makes stream ``waiting`` wait, on the device, for the producer's
+    event. After ``limit`` buffers are remembered they are all forgotten at once, and each
+    stream's next launch waits for what the others queued before (a barrier), so memory stays
+    bounded and no ordering is lost.
     """
 
-    def __init__(self, wait: Callable[[int, int], None], limit: int = 1 << 16) -> None:
+    def __init__(
+        self,
+        wait: Callable[[int, int], None],
+        record: Callable[[int], None],
+        limit: int = 1 << 16,
+    ) -> None:
         self._wait = wait
+        self._record = record
         self._limit = limit
         self._cursors: dict[int, int] = {}
+        self._recorded: dict[int, int] = {}
         self._last_use: dict[Hashable, tuple[int, int]] = {}
         self._waited: dict[tuple[int, int], int] = {}
         self._barrier: dict[int, int] = {}
         self._past_barrier: set[int] = set()
 
-    def use(self, stream: int, buffers: Iterable[Hashable]) -> None:
-        """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use."""
+    def use(self, stream: int, buffers: Iterable[Hashable]) -> int:
+        """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use;
+        returns the launch's cursor, for :meth:`launched`."""
         if stream not in self._past_barrier:
             for producer, cursor in self._barrier.items():
                 self._wait_for(stream, producer, cursor)
@@ -70,6 +80,12 @@ class StreamOrder:
         self._cursors[stream] = cursor
         if len(self._last_use) > self._limit:
             self.barrier()
+        return cursor
+
+    def launched(self, stream: int, cursor: int) -> None:
+        """The launch :meth:`use` gave ``cursor`` is queued: record the stream's event."""
+        self._record(stream)
+        self._recorded[stream] = max(self._recorded.get(stream, 0), cursor)
 
     def barrier(self) -> None:
         """Forget every buffer; each stream's next launch waits for all queued on the others."""
@@ -78,9 +94,13 @@ class StreamOrder:
         self._last_use.clear()
 
     def _wait_for(self, stream: int, producer: int, cursor: int) -> None:
-        if producer != stream and self._waited.get((stream, producer), 0) < cursor:
-            self._wait(stream, producer)
-            self._waited[(stream, producer)] = self._cursors.get(producer, 0)
+        if producer == stream or self._waited.get((stream, producer), 0) >= cursor:
+            return
+        if self._recorded.get(producer, 0) < cursor:  # the first stream, or a launch in flight
+            self._record(producer)
+            self._recorded[producer] = self._cursors.get(producer, 0)
+        self._wait(stream, producer)
+        self._waited[(stream, producer)] = self._recorded[producer]
 
 
 class _DriverEvents:
@@ -109,7 +129,11 @@ class _DriverEvents:
     def wait(self, waiting: int, producer: int) -> None:
         """``waiting`` waits for what is queued on ``producer`` (callers hold the monitor lock)."""
         self.record(self._wait_event, producer)
-        self._checked(self._driver.cuStreamWaitEvent(waiting, self._wait_event, 0))
+        self.wait_event(waiting, self._wait_event)
+
+    def wait_event(self, waiting: int, event: Any) -> None:
+        """``waiting`` waits for the work before ``event``'s latest record."""
+        self._checked(self._driver.cuStreamWaitEvent(waiting, event, 0))
 
     def synchronize(self, event: Any) -> None:
         self._checked(self._driver.cuEventSynchronize(event))
@@ -134,6 +158,9 @@ class _SimulatorEvents:
         event[0] = time.perf_counter()
 
     def wait(self, waiting: int, producer: int) -> None:
+        pass
+
+    def wait_event(self, waiting: int, event: Any) -> None:
         pass
 
     def synchronize(self, event: Any) -> None:
@@ -183,6 +210,7 @@ class _Launch:
 
     stream: int
     name: str | None
+    cursor: int = 0
     start: Any = None
     end: Any = None
     kept: tuple[Any, ...] = ()
@@ -210,7 +238,11 @@ class Monitor:
         self._kept: collections.deque[tuple[Any, tuple[Any, ...]]] = collections.deque()
         self._kept_ready = threading.Condition(self._lock)
         self._keeper: threading.Thread | None = None
-        self._checked_streams: set[int] = set()
+        # Each stream seen, with the object that owns it (None for raw handles and the
+        # libraries' current streams, which their libraries keep).
+        self._streams: dict[int, Any] = {}
+        # Each tracked stream's event, recorded after numbatune's latest launch on it.
+        self._latest: dict[int, Any] = {}
 
     @property
     def events(self) -> Any:
@@ -220,33 +252,39 @@ class Monitor:
 
     # -- launches -----------------------------------------------------------------------------
 
-    def before(self, stream: int, arrays: tuple[Any, ...], name: str | None) -> _Launch | None:
+    def before(
+        self, stream: int, arrays: tuple[Any, ...], name: str | None, given: Any = None
+    ) -> _Launch | None:
         """Order a launch of ``name`` on ``stream`` over ``arrays`` after their last uses;
-        returns what :meth:`after` needs, or None when it needs nothing."""
+        returns what :meth:`after` needs, or None when it needs nothing. ``given`` is the
+        stream object the caller passed, kept alive so that ``stream`` stays valid while
+        later launches may wait for it."""
         with self._lock:
-            if stream not in self._checked_streams:
+            if stream not in self._streams:
                 self.events.check(stream)
-                self._checked_streams.add(stream)
+                self._streams[stream] = None if isinstance(given, int) else given
             if self.stream is None:
                 self.stream = stream
                 return None
             if self._order is None:
                 self._start_ordering()
             assert self._order is not None
-            self._order.use(stream, [buffer_of(a) for a in arrays if a is not None])
+            cursor = self._order.use(stream, [buffer_of(a) for a in arrays if a is not None])
             if name is None:
                 return None
-            launch = _Launch(stream, name)
+            launch = _Launch(stream, name, cursor)
             if self._profiles:
                 launch.start = self.events.create()
                 self.events.record(launch.start, stream)
                 launch.profiles = list(self._profiles.values())
             launch.kept = tuple(a for a in arrays if _needs_keeping(a, stream))
-            return launch if launch.profiles or launch.kept else None
+            return launch
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued."""
         with self._lock:
+            if self._order is not None:
+                self._order.launched(launch.stream, launch.cursor)
             if launch.profiles:
                 launch.end = self.events.create()
                 self.events.record(launch.end, launch.stream)
@@ -265,13 +303,22 @@ class Monitor:
         with self._lock:
             self.events.wait(waiting, producer)
 
+    def _record_event(self, stream: int) -> None:
+        event = self._latest.get(stream)
+        if event is None:
+            event = self._latest[stream] = self.events.create(timing=False)
+        self.events.record(event, stream)
+
+    def _wait_for_event(self, waiting: int, producer: int) -> None:
+        self.events.wait_event(waiting, self._latest[producer])
+
     def _start_ordering(self) -> None:
         """A second stream or a profile: from now on every launch is watched and every buffer
         tracked; what the first stream queued before is waited for by each other stream's
         first launch."""
         first = self.stream
         self.stream = _ANY
-        self._order = StreamOrder(self.events.wait)
+        self._order = StreamOrder(self._wait_for_event, self._record_event)
         if first is not None:
             self._order.use(first, ())
             self._order.barrier()

@@ -19,7 +19,8 @@ from numbatune.streams import Monitor, StreamOrder, _Launch
 
 def _order():
     waits = []
-    return StreamOrder(lambda waiting, producer: waits.append((waiting, producer))), waits
+    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), lambda s: 0)
+    return order, waits
 
 
 def test_arrays_used_on_their_own_stream_add_no_waits():
@@ -53,9 +54,19 @@ def test_a_wait_covers_every_earlier_use_on_the_producer():
     assert waits == [(2, 1), (1, 2), (2, 1)]
 
 
+def test_a_producer_stream_is_touched_only_right_after_a_launch_on_it():
+    """Its event is recorded when its launch is queued; a later waiter uses that event, so a
+    stream destroyed meanwhile is never handed to the driver again."""
+    records, waits = [], []
+    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), records.append)
+    order.launched(1, order.use(1, ["x"]))
+    order.use(2, ["x"])
+    assert records == [1] and waits == [(2, 1)]
+
+
 def test_forgetting_buffers_past_the_limit_keeps_the_ordering():
     waits = []
-    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), limit=4)
+    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), id, 4)
     for buffer in range(6):
         order.use(1, [buffer])
     assert len(order._last_use) <= 4
@@ -75,10 +86,13 @@ class RecordingEvents:
         return {"time": 0.0}
 
     def record(self, event, stream):
-        event["time"] = float(len(self.waits))
+        event["stream"] = stream
 
     def wait(self, waiting, producer):
         self.waits.append((waiting, producer))
+
+    def wait_event(self, waiting, event):
+        self.waits.append((waiting, event["stream"]))
 
     def synchronize(self, event):
         self.released.wait(timeout=30)
