@@ -14,7 +14,11 @@ ITEMS = 1  # elements per thread, strided by BLOCK so that accesses coalesce
 
 @nt.autotune(
     variants=nt.product(BLOCK=[128, 256, 512, 1024], ITEMS=[1, 2, 4, 8]),
-    launch=lambda a, x, y, out, *, BLOCK, ITEMS: (nt.cdiv(x.shape[0], BLOCK * ITEMS), BLOCK),
+    # At least one block: a grid of 0 blocks is not a launch CUDA accepts (empty arrays).
+    launch=lambda a, x, y, out, *, BLOCK, ITEMS: (
+        max(1, nt.cdiv(x.shape[0], BLOCK * ITEMS)),
+        BLOCK,
+    ),
 )
 @cuda.jit
 def saxpy(a, x, y, out):

@@ -10,6 +10,7 @@ from numbatune._backend import select_backend
 select_backend()
 
 from numbatune._version import __version__  # noqa: E402
+from numbatune.checks import Check, Mismatch  # noqa: E402
 from numbatune.config import configure, load_environment, settings  # noqa: E402
 from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
 from numbatune.keys import TuningKeyError, anchor  # noqa: E402
@@ -36,6 +37,8 @@ def cdiv(a: int, b: int) -> int:
 
 
 __all__ = [
+    "Check",
+    "Mismatch",
     "Profile",
     "ProfileError",
     "ProfileToken",

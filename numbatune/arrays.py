@@ -161,6 +161,11 @@ def reader_of(kind: type) -> Reader:
 _readers: dict[type, Reader] = {}  # each class's reader, filled by reader_of
 
 
+def clone_arguments(args: tuple[Any, ...], stream: Any = 0) -> tuple[Any, ...]:
+    """The arguments with every array replaced by a :func:`clone` of it."""
+    return tuple(clone(a, stream) if is_array(a) else a for a in args)
+
+
 def clone(array: Any, stream: Any = 0) -> Any:
     """A numba device array with the same shape, dtype, strides, alignment and contents.
 

@@ -9,6 +9,7 @@ corrupted or unreadable one is set aside with a warning, never trusted.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -23,6 +24,7 @@ from typing import Any
 import diskcache
 import numpy as np
 
+from numbatune.checks import Mismatch
 from numbatune.tuner import TuneReport, TuningError, VariantResult
 from numbatune.variants import Variant
 
@@ -182,10 +184,12 @@ class TuneCache:
                     r["spread_s"],
                     r["runs"],
                     r["error"],
+                    Mismatch(**r["mismatch"]) if r.get("mismatch") else None,
                 )
                 for r in entry["results"]
             ]
-            return TuneReport(key, int(entry["best_index"]), "disk", results)
+            best = int(entry["best_index"])
+            return TuneReport(key, best, "disk", results, bool(entry.get("checked")))
         except _DISK_ERRORS as error:
             logger.warning(
                 "numbatune: %s: cannot read the tune cache (%s)", self.function_id, error
@@ -209,6 +213,7 @@ class TuneCache:
             "function": self.function_id,
             "key": repr(canonical_key(key)),
             "best_index": report.best_index,
+            "checked": report.checked,
             "results": [
                 {
                     "variant": r.variant.label,
@@ -218,6 +223,7 @@ class TuneCache:
                     "spread_s": r.spread_s,
                     "runs": r.runs,
                     "error": r.error,
+                    "mismatch": dataclasses.asdict(r.mismatch) if r.mismatch else None,
                 }
                 for r in report.results
             ],

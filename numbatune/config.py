@@ -99,6 +99,9 @@ class Settings:
     #: ``balanced`` two, ``extensive`` three, ``full`` all (numbatune.levels); read when a key is
     #: tuned. Kernels whose variants all have the same priority try every variant at any level.
     level: str = "full"
+    #: Check mode for every tuned kernel: each variant's outputs are compared with the first
+    #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.checks).
+    check: bool = False
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -113,6 +116,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "simulator_runs": _parse_positive_int,
     "fast_launch": _parse_bool,
     "level": _parse_level,
+    "check": _parse_bool,
 }
 
 settings = Settings()

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from numbatune import arrays, keys, levels, streams, tuner
+from numbatune import arrays, checks, keys, levels, streams, tuner
 from numbatune.arrays import SIMULATOR
 from numbatune.cache import TuneCache, device_partition
 from numbatune.config import settings
@@ -34,6 +34,7 @@ def autotune(
     name: str | None = None,
     level: str | None = None,
     prune: levels.Prune | None = None,
+    check: bool | checks.Check | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -51,6 +52,11 @@ def autotune(
     ``level`` setting, ``NUMBATUNE_LEVEL``) bounds how many priority groups of the variants are
     tried (see :mod:`numbatune.levels`).
 
+    ``check=True`` (or ``numbatune.Check(rtol=, atol=, reference=)``; by default the ``check``
+    setting, ``NUMBATUNE_CHECK``) compares every variant's outputs with a reference while a key
+    is tuned: a variant that disagrees cannot win, and the report says where it differed (see
+    :mod:`numbatune.checks`).
+
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)`` (see
     :meth:`TunedKernel.__call__`).
@@ -65,6 +71,7 @@ def autotune(
             name=name,
             level=level,
             prune=prune,
+            check=check,
         )
 
     return decorate if kernel is None else decorate(kernel)
@@ -83,6 +90,7 @@ class TunedKernel:
         name: str | None = None,
         level: str | None = None,
         prune: levels.Prune | None = None,
+        check: bool | checks.Check | None = None,
     ) -> None:
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
@@ -101,6 +109,7 @@ class TunedKernel:
         self._key = keys.build_key(key, self._template.signature, self.name)
         self._level = levels.check_level(level, self.name)
         self._prune = levels.check_prune(prune, self.name)
+        self._check = checks.as_check(check, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
         module = getattr(self._template.function, "__module__", None) or "__main__"
@@ -196,15 +205,26 @@ class TunedKernel:
         # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
         handle = raw_stream(stream)
         if handle != streams.monitor.stream:
-            streams.monitor.before(handle, tuple(a for a in args if arrays.is_array(a)), None)
+            watched = tuple(a for a in args if arrays.is_array(a))
+            streams.monitor.before(handle, watched, None, stream)
 
         planned = levels.plan(
             self.name, key, self._variants, self._level or settings.level, self._prune
         )
 
+        check = self._check or (checks.Check() if settings.check else None)
+
         def tune() -> TuneReport:
             report = levels.tune(
-                self.name, key, self._variants, planned, args, self._prepare, stream
+                self.name,
+                key,
+                self._variants,
+                planned,
+                args,
+                self._prepare,
+                stream,
+                check,
+                self._parameters,
             )
             if report.source == "benchmark":
                 with self._lock:
@@ -212,7 +232,7 @@ class TunedKernel:
             return report
 
         return self._tune_cache().lookup(
-            key, tune, force=force, reuse=lambda stored: levels.reuse(stored, planned)
+            key, tune, force=force, reuse=lambda stored: reuse(stored, planned, check)
         )
 
     def _tune_cache(self) -> TuneCache:
@@ -293,6 +313,16 @@ class TunedKernel:
 
     def __repr__(self) -> str:
         return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
+
+
+def reuse(
+    stored: TuneReport, planned: levels.Plan, check: checks.Check | None
+) -> TuneReport | None:
+    """A stored report as the answer, or None to tune again: in check mode, one tuned without
+    checks is tuned again; otherwise as :func:`numbatune.levels.reuse` decides."""
+    if check is not None and not stored.checked:
+        return None
+    return levels.reuse(stored, planned)
 
 
 class _Winner(NamedTuple):

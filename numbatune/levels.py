@@ -34,6 +34,7 @@ from typing import Any
 from numba import cuda
 
 from numbatune import arrays, tuner
+from numbatune.checks import Check
 from numbatune.config import LEVELS
 from numbatune.tuner import TuneReport, TuningError, VariantResult
 from numbatune.variants import Variant
@@ -147,6 +148,8 @@ def tune(
     args: tuple[Any, ...],
     prepare: tuner.Prepare,
     stream: Any,
+    check: Check | None = None,
+    names: Sequence[str] = (),
 ) -> TuneReport:
     """Tune the plan's variant sets in turn (:meth:`Plan.tries`) until one has a working variant.
 
@@ -164,13 +167,16 @@ def tune(
         planned.pruned,
     )
     *fallbacks, last = planned.tries()
+
+    def measured(variant_set: Sequence[Variant]) -> TuneReport:
+        report = tuner.tune(kernel_name, key, variant_set, args, prepare, stream, check, names)
+        return _aligned(report, variants)
+
     for variant_set in fallbacks:
         if len(variant_set) == 1 and not _runs(kernel_name, variant_set[0], args, prepare, stream):
             continue
         try:
-            return _aligned(
-                tuner.tune(kernel_name, key, variant_set, args, prepare, stream), variants
-            )
+            return measured(variant_set)
         except TuningError:
             logger.info(
                 "numbatune: every variant of %s tried for key %r failed; trying the next "
@@ -178,7 +184,7 @@ def tune(
                 kernel_name,
                 key,
             )
-    return _aligned(tuner.tune(kernel_name, key, last, args, prepare, stream), variants)
+    return measured(last)
 
 
 def _runs(
@@ -188,7 +194,7 @@ def _runs(
 
     A lone variant is not measured, but one that fails gives way to the next priority group.
     """
-    clones = tuple(arrays.clone(a, stream) if arrays.is_array(a) else a for a in args)
+    clones = arrays.clone_arguments(args, stream)
     try:
         prepare(variant, clones)(clones, stream)
         (stream or cuda.default_stream()).synchronize()  # a launch error shows here
@@ -207,17 +213,19 @@ def _aligned(report: TuneReport, variants: Sequence[Variant]) -> TuneReport:
     """``report`` with one result per variant of ``variants``, in order; untried ones empty."""
     measured = {result.variant: result for result in report.results}
     results = [measured.get(variant, VariantResult(variant, None)) for variant in variants]
-    return TuneReport(report.key, variants.index(report.best_variant), report.source, results)
+    best = variants.index(report.best_variant)
+    return TuneReport(report.key, best, report.source, results, report.checked)
 
 
 def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
     """A stored report as the answer for ``planned``, or None when it must be tuned again.
 
-    It serves when it has a result (a time or an error) for every variant the plan tries first.
+    It serves when it has a result (a time, an error or a mismatch) for every variant the plan
+    tries first.
     Its winner stays the winner unless the prune function now removes it; then the fastest of
     the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
     """
-    known = {r.variant for r in stored.results if r.median_s is not None or r.error}
+    known = {r.variant for r in stored.results if r.median_s is not None or r.error or r.mismatch}
     if not all(variant in known for variant in planned.first):
         logger.info(
             "numbatune: stored result for key %r tried fewer variants than level %s asks; "
@@ -236,4 +244,4 @@ def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
     ]
     if not timed:
         return None
-    return TuneReport(stored.key, min(timed)[1], stored.source, stored.results)
+    return TuneReport(stored.key, min(timed)[1], stored.source, stored.results, stored.checked)

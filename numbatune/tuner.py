@@ -12,7 +12,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from numbatune import arrays, bench
+from numbatune import arrays, bench, checks
+from numbatune.checks import Check, Mismatch
 from numbatune.variants import Variant
 
 logger = logging.getLogger("numbatune")
@@ -36,6 +37,8 @@ class VariantResult:
     runs: int = 0
     #: Why the variant failed, or None.
     error: str | None = None
+    #: In check mode, where its outputs differed from the reference's (it could not win).
+    mismatch: Mismatch | None = None
 
     @property
     def params(self) -> dict[str, Any]:
@@ -54,6 +57,8 @@ class TuneReport:
     #: has one variant and nothing was measured.
     source: str
     results: list[VariantResult] = field(repr=False)
+    #: Whether check mode compared the variants' outputs while tuning.
+    checked: bool = False
 
     @property
     def best_variant(self) -> Variant:
@@ -67,7 +72,7 @@ class TuneReport:
 
     def with_source(self, source: str) -> TuneReport:
         """The same report, answered from elsewhere."""
-        return TuneReport(self.key, self.best_index, source, self.results)
+        return TuneReport(self.key, self.best_index, source, self.results, self.checked)
 
 
 class TuningError(RuntimeError):
@@ -86,26 +91,41 @@ def tune(
     args: tuple[Any, ...],
     prepare: Prepare,
     stream: Any = 0,
+    check: Check | None = None,
+    names: Sequence[str] = (),
 ) -> TuneReport:
-    """Measure every variant on clones of ``args`` and report, the fastest first in the log."""
+    """Measure every variant on clones of ``args`` and report, the fastest first in the log.
+
+    With ``check``, each variant first runs once on fresh clones and its outputs (the array
+    arguments, named by ``names``) are compared with the reference's; one that disagrees is
+    not measured and cannot win.
+    """
     if len(variants) == 1:
         return TuneReport(key, 0, "single", [VariantResult(variants[0], None)])
-    clones = tuple(arrays.clone(a, stream) if arrays.is_array(a) else a for a in args)
-    launchers: dict[Hashable, Callable[[], None]] = {}
+    clones = arrays.clone_arguments(args, stream)
+    prepared: dict[int, Launcher] = {}
     errors: dict[int, str] = {}
     for index, variant in enumerate(variants):
         try:
-            launcher = prepare(variant, clones)
+            prepared[index] = prepare(variant, clones)
         except Exception as error:
             errors[index] = _describe(error)
-            continue
-        launchers[index] = _bind(launcher, clones, stream)
+    mismatches: dict[int, Mismatch] = {}
+    if check is not None:
+        mismatches = _checked(name, variants, prepared, errors, args, stream, check, names)
+    launchers = {
+        index: _bind(launcher, clones, stream)
+        for index, launcher in prepared.items()
+        if index not in errors and index not in mismatches
+    }
     timings = bench.measure(launchers, stream, inputs=clones)
     results = []
     for index, variant in enumerate(variants):
         timing = timings.get(index)
         if isinstance(timing, bench.Timing):
             results.append(VariantResult(variant, timing.median_s, timing.spread_s, timing.runs))
+        elif index in mismatches:
+            results.append(VariantResult(variant, None, mismatch=mismatches[index]))
         else:
             error = errors.get(index) or _describe(timing)  # type: ignore[arg-type]
             results.append(VariantResult(variant, None, error=error))
@@ -114,7 +134,9 @@ def tune(
         key=lambda i: results[i].median_s,  # type: ignore[arg-type, return-value]
     )
     if not timed:
-        lines = "\n".join(f"  {r.variant.label}: {r.error}" for r in results)
+        lines = "\n".join(
+            f"  {r.variant.label}: {r.error or f'wrong result: {r.mismatch}'}" for r in results
+        )
         raise TuningError(f"{name}: every variant failed for key {key!r}:\n{lines}")
     logger.info(
         "numbatune: tuned %s for key %r: %s",
@@ -124,7 +146,45 @@ def tune(
             f"{results[i].variant.label}: {results[i].median_s * 1e6:.1f} us" for i in timed[:3]
         ),
     )
-    return TuneReport(key, timed[0], "benchmark", results)
+    return TuneReport(key, timed[0], "benchmark", results, check is not None)
+
+
+def _checked(
+    name: str,
+    variants: Sequence[Variant],
+    prepared: dict[int, Launcher],
+    errors: dict[int, str],
+    args: tuple[Any, ...],
+    stream: Any,
+    check: Check,
+    names: Sequence[str],
+) -> dict[int, Mismatch]:
+    """Run each prepared variant once on fresh clones of ``args``; return the mismatches with
+    the reference, logged as warnings, and record in ``errors`` the variants that failed."""
+    expected = checks.reference_outputs(check, args, stream) if check.reference else None
+    labels = names or [f"#{i}" for i in range(len(args))]
+    mismatches: dict[int, Mismatch] = {}
+    for index, launcher in prepared.items():
+        fresh = arrays.clone_arguments(args, stream)
+        try:
+            launcher(fresh, stream)
+            got = checks.host_outputs(fresh, stream)
+        except Exception as error:
+            errors[index] = _describe(error)
+            continue
+        if expected is None:
+            expected = got  # the first variant that runs is the reference
+            continue
+        mismatch = checks.compare(expected, got, labels, check)
+        if mismatch is not None:
+            mismatches[index] = mismatch
+            logger.warning(
+                "numbatune: %s: %s gives wrong results (%s); it cannot win",
+                name,
+                variants[index].label,
+                mismatch,
+            )
+    return mismatches
 
 
 def _bind(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> Callable[[], None]:

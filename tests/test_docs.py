@@ -6,10 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_documentation_site_builds_strictly(tmp_path):
+    # Installed by the test extra, so CI always runs this; a GPU machine without it skips.
+    pytest.importorskip("mkdocs", reason="the docs tools (pip install -e '.[docs]') are absent")
     done = subprocess.run(
         [
             sys.executable,

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from numbatune.testing import assert_variants_agree
 from tests.kernels import load_example
 
 EXAMPLES = sorted(
@@ -34,3 +35,9 @@ def test_the_tuned_example_matches_its_reference(path):
     tuned, args = module.example(small=True)
     tuned(*args)
     np.testing.assert_allclose(args[-1].copy_to_host(), module.reference(*args), rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_variants_of_every_example_agree(path):
+    tuned, args = load_example(path.stem).example(small=True)
+    assert_variants_agree(tuned, *args)

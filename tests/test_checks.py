@@ -1,0 +1,116 @@
+"""Check mode finds a wrong variant, keeps it from winning and says where it was wrong;
+assert_variants_agree fails on it with a useful message."""
+
+import logging
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune.testing import assert_variants_agree
+
+ITEMS = 1  # elements per thread
+OFF_BY_ONE = 0  # 1: the deliberate bug, each thread's tile stops one element short
+
+
+@cuda.jit
+def double(x, out):
+    first = cuda.grid(1) * ITEMS
+    for k in range(ITEMS - OFF_BY_ONE):
+        i = first + k
+        if i < x.shape[0]:
+            out[i] = 2 * x[i]
+
+
+def _double(check=None):
+    return nt.autotune(
+        variants=[
+            {"ITEMS": 1, "OFF_BY_ONE": 0},
+            {"ITEMS": 4, "OFF_BY_ONE": 1},  # wrong at every tile's last element
+            {"ITEMS": 4, "OFF_BY_ONE": 0},
+        ],
+        launch=lambda x, out, *, ITEMS: (nt.cdiv(x.shape[0], 32 * ITEMS), 32),
+        check=check,
+    )(double)
+
+
+def _arguments(n=100):
+    x = cuda.to_device(np.arange(n, dtype=np.float32))
+    return x, cuda.to_device(np.full(n, -1.0, np.float32))
+
+
+def test_check_mode_excludes_and_reports_a_variant_that_is_wrong_at_a_tile_edge(caplog):
+    tuned = _double(check=True)
+    x, out = _arguments()
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        report = tuned.tune(x, out)
+    assert report.checked
+    wrong = report.results[1]
+    assert wrong.median_s is None and wrong.error is None
+    # 25 tiles of 4 each miss their last element, left at -1 where 2 * x is expected.
+    assert wrong.mismatch == nt.Mismatch("out", 25, 100, 199.0)
+    assert report.best_index != 1
+    assert "ITEMS=4, OFF_BY_ONE=1 gives wrong results (out: 25 of 100 elements differ" in (
+        caplog.text
+    )
+    np.testing.assert_array_equal(out.copy_to_host(), -1.0)  # tuning never writes the caller's
+
+
+def test_a_reference_function_on_the_host_can_be_the_reference():
+    def expected(x, out):
+        return 2 * x
+
+    tuned = _double(check=nt.Check(reference=expected))
+    report = tuned.tune(*_arguments())
+    assert [r.mismatch is not None for r in report.results] == [False, True, False]
+
+
+def test_mismatches_are_kept_in_the_disk_cache_and_unchecked_results_are_checked_again(
+    numbatune_cache,
+):
+    x, out = _arguments()
+    first = _double(check=True).tune(x, out)
+    again = _double(check=True).tune(x, out)  # a new process would read the same disk entry
+    assert again.source == "disk"
+    assert again.results[1].mismatch == first.results[1].mismatch
+    unchecked = _double().tune(x, out, force=True)
+    assert not unchecked.checked
+    assert _double(check=True).tune(x, out).source == "benchmark"
+
+
+def test_the_check_setting_turns_check_mode_on_for_every_kernel():
+    nt.configure(check=True)
+    try:
+        report = _double().tune(*_arguments())
+    finally:
+        nt.configure(check=False)
+    assert report.checked and report.results[1].mismatch is not None
+
+
+def test_tolerances_default_per_dtype_and_can_be_set():
+    assert nt.Check().tolerance(np.int32) == (0.0, 0.0)
+    rtol32, _ = nt.Check().tolerance(np.float32)
+    rtol64, _ = nt.Check().tolerance(np.float64)
+    assert rtol64 < rtol32 < nt.Check().tolerance(np.float16)[0]
+    assert nt.Check(rtol=0.5).tolerance(np.float64)[0] == 0.5
+    with pytest.raises(TypeError, match=r"check must be True, False, None or numbatune\.Check"):
+        _double(check="yes")
+
+
+def test_assert_variants_agree_names_the_wrong_variant():
+    x, out = _arguments(70)
+    with pytest.raises(AssertionError) as failure:
+        assert_variants_agree(_double(), x, out)
+    message = str(failure.value)
+    assert "1 of 2 variants disagree with ITEMS=1, OFF_BY_ONE=0" in message
+    assert "ITEMS=4, OFF_BY_ONE=1: out: 17 of 70 elements differ" in message
+    np.testing.assert_array_equal(out.copy_to_host(), -1.0)
+
+
+def test_assert_variants_agree_passes_for_correct_variants():
+    tuned = nt.autotune(
+        variants=[{"ITEMS": 1, "OFF_BY_ONE": 0}, {"ITEMS": 4, "OFF_BY_ONE": 0}],
+        launch=lambda x, out, *, ITEMS: (nt.cdiv(x.shape[0], 32 * ITEMS), 32),
+    )(double)
+    assert_variants_agree(tuned, *_arguments(70))

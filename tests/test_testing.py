@@ -1,0 +1,75 @@
+"""numbatune.testing: the strategies draw the edges, and a Hypothesis test of a tuned kernel
+written with them runs as a user would write it."""
+
+import numpy as np
+import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+from numba import cuda
+
+import numbatune as nt
+from numbatune import testing
+from tests.kernels import load_example
+
+saxpy = load_example("saxpy").saxpy
+
+
+def test_edge_sizes_surround_every_block_and_tile_size_of_the_variants():
+    sizes = testing.edge_sizes(saxpy)
+    for value in (128, 256, 512, 1024, 2, 4, 8):
+        assert {value - 1, value, value + 1, 2 * value + 1} <= set(sizes)
+    assert {0, 1, 3, 5, 7, 127} <= set(sizes)
+
+
+@given(data=st.data())
+@settings(max_examples=20, deadline=None)
+def test_arrays_with_special_values_hold_only_what_was_asked(data):
+    plain = data.draw(testing.host_arrays(np.float32, (8,)))
+    assert np.isfinite(plain).all()
+    special = data.draw(testing.host_arrays(np.float64, (16,), special_values=True))
+    assert special.dtype == np.float64 and special.shape == (16,)
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        lambda a: np.isnan(a).any(),
+        lambda a: np.isinf(a).any(),
+        lambda a: (np.signbit(a) & (a == 0)).any(),
+        lambda a: ((a != 0) & (np.abs(a) < np.finfo(np.float32).tiny)).any(),
+    ],
+    ids=["nan", "infinity", "negative zero", "subnormal"],
+)
+def test_special_values_include_negative_zero_subnormals_infinities_and_nan(wanted):
+    special = testing.host_arrays(np.float32, (16,), special_values=True)
+    find(special, wanted, settings=settings(database=None, max_examples=500))
+    with pytest.raises(NoSuchExample):
+        find(testing.host_arrays(np.float32, (16,)), wanted, settings=settings(database=None))
+
+
+def test_dtypes_refuse_unknown_kinds():
+    with pytest.raises(ValueError, match="kinds must be letters of 'fiucb'"):
+        testing.dtypes("fx")
+
+
+@given(
+    n=st.sampled_from([n for n in testing.edge_sizes(saxpy) if n <= 70]),
+    strided=st.booleans(),
+    data=st.data(),
+)
+@settings(max_examples=8, deadline=None)
+def test_a_user_hypothesis_test_of_saxpy_at_the_edges(n, strided, data):
+    x = data.draw(testing.device_arrays(np.float32, (n,), strided=strided))
+    y = data.draw(testing.device_arrays(np.float32, (n,)))
+    out = cuda.device_array(n, np.float32)
+    saxpy(np.float32(2.0), x, y, out)
+    expected = np.float32(2.0) * x.copy_to_host() + y.copy_to_host()
+    np.testing.assert_allclose(out.copy_to_host(), expected, rtol=1e-6)
+    assert x.is_c_contiguous() != strided or n <= 1
+
+
+def test_shapes_draw_sides_from_the_edge_sizes():
+    shape = testing.shapes(saxpy, ndim=2, max_side=40).example()
+    assert len(shape) == 2 and all(side in testing.edge_sizes(saxpy) for side in shape)
+    assert nt.Check  # the public name the testing page points to
