@@ -10,6 +10,7 @@ from numbatune._backend import select_backend
 select_backend()
 
 from numbatune._version import __version__  # noqa: E402
+from numbatune.cachefile import cache_import  # noqa: E402
 from numbatune.checks import Check, Mismatch  # noqa: E402
 from numbatune.config import configure, load_environment, settings  # noqa: E402
 from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
@@ -52,6 +53,7 @@ __all__ = [
     "__version__",
     "anchor",
     "autotune",
+    "cache_import",
     "cdiv",
     "configure",
     "end_profile",

@@ -1,11 +1,19 @@
-"""The ``numbatune`` command line (also ``python -m numbatune``)."""
+"""The ``numbatune`` command line (also ``python -m numbatune``).
+
+Data goes to stdout (a table, or JSON with ``--json``), messages to stderr. Exit status: 0 done,
+1 failed, 2 wrong usage (argparse's).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 
 def _demo(arguments: argparse.Namespace) -> int:
@@ -13,6 +21,167 @@ def _demo(arguments: argparse.Namespace) -> int:
 
     directory = arguments.examples or demo.find_examples_dir()
     demo.main(demo.load_examples(directory), small=arguments.small)
+    return 0
+
+
+def _cache_dir() -> Path | None:
+    from numbatune.config import settings
+
+    return settings.cache_dir
+
+
+def _print(arguments: argparse.Namespace, data: Any, header: list[str], rows: list[list]) -> None:
+    from numbatune.demo import format_table
+
+    if arguments.json:
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        print(format_table(header, [[str(cell) for cell in row] for row in rows]))
+
+
+def _info(arguments: argparse.Namespace) -> int:
+    from numba import cuda
+
+    from numbatune import cachefile
+    from numbatune.arrays import SIMULATOR
+
+    versions = {"python": platform.python_version()}
+    for package in ("numbatune", "numba", "numba-cuda", "numpy", "diskcache"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    devices = []
+    driver = None
+    if not SIMULATOR:
+        driver = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
+        for device in cuda.list_devices():
+            name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+            devices.append(
+                {"id": device.id, "name": name, "compute_capability": device.compute_capability}
+            )
+    cache_dir = _cache_dir()
+    data = {
+        "simulator": SIMULATOR,
+        "driver": driver,
+        "devices": devices,
+        "versions": versions,
+        "cache_dir": None if cache_dir is None else str(cache_dir),
+        "cache_bytes": 0 if cache_dir is None else cachefile.size_bytes(cache_dir),
+    }
+    rows = [
+        ["simulator", "yes (no CUDA GPU found)" if SIMULATOR else "no"],
+        ["driver", driver or "-"],
+        *[
+            [f"device {d['id']}", f"{d['name']} (sm{''.join(map(str, d['compute_capability']))})"]
+            for d in devices
+        ],
+        *[[name, version] for name, version in versions.items()],
+        ["cache", data["cache_dir"] or "off"],
+        ["cache size", f"{data['cache_bytes']} bytes"],
+    ]
+    _print(arguments, data, ["", ""], rows)
+    return 0
+
+
+def _needs_cache() -> Path:
+    cache_dir = _cache_dir()
+    if cache_dir is None:
+        raise _Failure("the disk cache is off (NUMBATUNE_CACHE_DIR=off)")
+    return cache_dir
+
+
+class _Failure(Exception):
+    """A command that cannot be done; the message goes to stderr, the status is 1."""
+
+
+def _cache_list(arguments: argparse.Namespace) -> int:
+    from numbatune import cachefile
+
+    counts: dict[tuple[str, str], int] = {}
+    for entry in cachefile.entries(_needs_cache()):
+        counts[(entry.device, entry.function)] = counts.get((entry.device, entry.function), 0) + 1
+    data = [{"device": d, "function": f, "keys": n} for (d, f), n in sorted(counts.items())]
+    rows = [[d["function"], d["keys"], d["device"]] for d in data]
+    _print(arguments, data, ["function", "keys", "device"], rows)
+    return 0
+
+
+def _entry_rows(entry: Any) -> list[list]:
+    rows = []
+    for index, result in enumerate(entry.stored["results"]):
+        time = result["median_s"]
+        outcome = f"{time * 1e6:.2f}" if time is not None else (result["error"] or "")[:60]
+        if result.get("mismatch"):
+            outcome = "wrong result: " + json.dumps(result["mismatch"])
+        best = "*" if index == entry.stored["best_index"] else ""
+        rows.append([entry.key if index == 0 else "", result["variant"], outcome, best])
+    return rows
+
+
+def _cache_show(arguments: argparse.Namespace) -> int:
+    from numbatune import cachefile
+
+    found = [
+        e
+        for e in cachefile.entries(_needs_cache(), arguments.function)
+        if arguments.key is None or arguments.key in e.key
+    ]
+    if not found:
+        raise _Failure(f"no stored result for {arguments.function}")
+    data = [{"device": e.device, "function": e.function, "key": e.key, **e.stored} for e in found]
+    rows = [row for entry in found for row in _entry_rows(entry)]
+    _print(arguments, data, ["key", "variant", "median (us)", "best"], rows)
+    return 0
+
+
+def _cache_clear(arguments: argparse.Namespace) -> int:
+    from numbatune import cachefile
+
+    deleted = cachefile.clear(_needs_cache(), arguments.function)
+    print(f"numbatune: deleted {deleted} stored results", file=sys.stderr)
+    return 0
+
+
+def _cache_export(arguments: argparse.Namespace) -> int:
+    from numbatune import cachefile
+
+    count = cachefile.export(_needs_cache(), arguments.file, arguments.function)
+    print(f"numbatune: exported {count} stored results to {arguments.file}", file=sys.stderr)
+    return 0
+
+
+def _cache_import(arguments: argparse.Namespace) -> int:
+    from numbatune import cachefile
+
+    try:
+        result = cachefile.import_file(arguments.file, _needs_cache())
+    except cachefile.CacheFileError as error:
+        raise _Failure(str(error)) from error
+    print(
+        f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
+        f"devices and {result.already_present} already in the cache",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _report(arguments: argparse.Namespace) -> int:
+    from numbatune import cachefile, report
+
+    found = cachefile.entries(_needs_cache(), arguments.function)
+    if not found:
+        raise _Failure(f"no stored result for {arguments.function}")
+    rows = [row for entry in found for row in _entry_rows(entry)]
+    _print(arguments, [e.stored for e in found], ["key", "variant", "median (us)", "best"], rows)
+    if arguments.output is not None:
+        try:
+            report.picture(found, arguments.output)
+        except ImportError as error:
+            raise _Failure(
+                f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"
+            ) from error
+        print(f"numbatune: wrote {arguments.output}", file=sys.stderr)
     return 0
 
 
@@ -28,13 +197,48 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true", default=None, help="small sizes")
     size.add_argument("--full", dest="small", action="store_false", help="GPU-sized inputs")
     demo.set_defaults(run=_demo)
+
+    def with_json(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        command.add_argument("--json", action="store_true", help="JSON on stdout, for scripts")
+        return command
+
+    with_json(commands.add_parser("info", help="devices, versions and the cache")).set_defaults(
+        run=_info
+    )
+    cache = commands.add_parser("cache", help="list, show, clear, export or import results")
+    actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
+    with_json(actions.add_parser("list", help="functions with stored results")).set_defaults(
+        run=_cache_list
+    )
+    show = with_json(actions.add_parser("show", help="a function's results, every variant"))
+    show.add_argument("function", help="the function (full name or its last part)")
+    show.add_argument("key", nargs="?", help="only keys whose text contains this")
+    show.set_defaults(run=_cache_show)
+    clear = actions.add_parser("clear", help="delete stored results (all, or one function's)")
+    clear.add_argument("function", nargs="?")
+    clear.set_defaults(run=_cache_clear)
+    export = actions.add_parser("export", help="write stored results to a JSON file")
+    export.add_argument("file", type=Path)
+    export.add_argument("--function", help="only this function's results")
+    export.set_defaults(run=_cache_export)
+    load = actions.add_parser("import", help="add an exported file's results for this device")
+    load.add_argument("file", type=Path)
+    load.set_defaults(run=_cache_import)
+    report = with_json(commands.add_parser("report", help="every variant's time per key"))
+    report.add_argument("function")
+    report.add_argument("-o", "--output", type=Path, help="write a picture (.png, .svg, .pdf)")
+    report.set_defaults(run=_report)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     arguments = build_parser().parse_args(argv)
-    return arguments.run(arguments)
+    try:
+        return arguments.run(arguments)
+    except _Failure as failure:
+        print(f"numbatune {arguments.command}: {failure}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

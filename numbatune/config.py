@@ -8,6 +8,7 @@ that names the setting and what it expects.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -57,11 +58,16 @@ def _parse_bool(text: str) -> bool:
 LEVELS = ("minimal", "balanced", "extensive", "full")
 
 
-def _parse_level(text: str) -> str:
-    level = text.strip().lower()
-    if level not in LEVELS:
-        raise ValueError(f"must be one of {', '.join(LEVELS)}")
-    return level
+def _one_of(*choices: str) -> Callable[[str], str]:
+    """A parser that accepts one of ``choices``, in any case."""
+
+    def parse(text: str) -> str:
+        choice = text.strip().lower()
+        if choice not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return choice
+
+    return parse
 
 
 def _parse_positive_int(text: str) -> int:
@@ -102,6 +108,12 @@ class Settings:
     #: Check mode for every tuned kernel: each variant's outputs are compared with the first
     #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.checks).
     check: bool = False
+    #: Tune keys that have no stored result; off: use the stored winner, else the first
+    #: variant the level tries, with no benchmark (production, CI).
+    tune: bool = True
+    #: Level of the ``numbatune`` logger: debug, info, warning or error; None leaves it to the
+    #: application's logging set-up.
+    log_level: str | None = None
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -115,8 +127,10 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "early_stop_rounds": _parse_positive_int,
     "simulator_runs": _parse_positive_int,
     "fast_launch": _parse_bool,
-    "level": _parse_level,
+    "level": _one_of(*LEVELS),
     "check": _parse_bool,
+    "tune": _parse_bool,
+    "log_level": _one_of("debug", "info", "warning", "error"),
 }
 
 settings = Settings()
@@ -143,6 +157,8 @@ def configure(**values: Any) -> Settings:
         raise ValueError("numbatune: setting min_runs must not exceed max_runs")
     for name, value in checked.items():
         setattr(settings, name, value)
+    if "log_level" in checked:
+        logging.getLogger("numbatune").setLevel(checked["log_level"].upper())
     return settings
 
 

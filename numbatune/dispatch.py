@@ -215,6 +215,10 @@ class TunedKernel:
         check = self._check or (checks.Check() if settings.check else None)
 
         def tune() -> TuneReport:
+            if not settings.tune:  # tuning off: the first variant the level tries, unmeasured
+                first = self._variants.index(planned.first[0])
+                results = [tuner.VariantResult(v, None) for v in self._variants]
+                return TuneReport(key, first, "untuned", results)
             report = levels.tune(
                 self.name,
                 key,

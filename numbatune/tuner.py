@@ -14,6 +14,7 @@ from typing import Any
 
 from numbatune import arrays, bench, checks
 from numbatune.checks import Check, Mismatch
+from numbatune.progress import Progress
 from numbatune.variants import Variant
 
 logger = logging.getLogger("numbatune")
@@ -53,8 +54,9 @@ class TuneReport:
     key: Hashable
     #: Index of the winner in ``results`` (and in the decorator's variant list).
     best_index: int
-    #: Where the answer came from: "benchmark", "memory", "disk", or "single" when the kernel
-    #: has one variant and nothing was measured.
+    #: Where the answer came from: "benchmark", "memory", "disk", "single" when the kernel
+    #: has one variant and nothing was measured, or "untuned" when tuning is off (the ``tune``
+    #: setting) and nothing was stored.
     source: str
     results: list[VariantResult] = field(repr=False)
     #: Whether check mode compared the variants' outputs while tuning.
@@ -105,11 +107,13 @@ def tune(
     clones = arrays.clone_arguments(args, stream)
     prepared: dict[int, Launcher] = {}
     errors: dict[int, str] = {}
+    progress = Progress(name, len(variants))
     for index, variant in enumerate(variants):
         try:
             prepared[index] = prepare(variant, clones)
         except Exception as error:
             errors[index] = _describe(error)
+        progress.step(index + 1, "compiled")
     mismatches: dict[int, Mismatch] = {}
     if check is not None:
         mismatches = _checked(name, variants, prepared, errors, args, stream, check, names)
@@ -118,7 +122,9 @@ def tune(
         for index, launcher in prepared.items()
         if index not in errors and index not in mismatches
     }
+    progress.step(len(variants), "compiled; measuring")
     timings = bench.measure(launchers, stream, inputs=clones)
+    progress.close()
     results = []
     for index, variant in enumerate(variants):
         timing = timings.get(index)

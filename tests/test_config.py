@@ -1,0 +1,96 @@
+"""Settings: every one from its environment variable or Python, with clear errors."""
+
+import logging
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from tests.kernels import load_example
+
+
+@pytest.mark.parametrize(
+    "name, value, expected",
+    [
+        ("level", "fastest", "must be one of minimal, balanced, extensive, full"),
+        ("budget_s", "-1", "must be a number > 0"),
+        ("check", "maybe", "must be one of 1/0, true/false"),
+        ("tune", "sometimes", "must be one of 1/0, true/false"),
+        ("log_level", "loud", "must be one of debug, info, warning, error"),
+    ],
+)
+def test_invalid_values_name_the_setting_and_its_variable(name, value, expected):
+    with pytest.raises(ValueError, match=f"NUMBATUNE_{name.upper()}") as error:
+        nt.configure(**{name: value})
+    assert expected in str(error.value)
+
+
+def test_unknown_settings_are_refused():
+    with pytest.raises(ValueError, match="unknown setting 'budget'"):
+        nt.configure(budget=1)
+
+
+def test_the_log_level_setting_sets_the_numbatune_logger():
+    logger = logging.getLogger("numbatune")
+    previous = logger.level
+    try:
+        nt.configure(log_level="DEBUG")
+        assert logger.level == logging.DEBUG
+    finally:
+        logger.setLevel(previous)
+        nt.configure(log_level="warning")
+
+
+def test_with_tuning_off_a_new_key_takes_the_first_variant_unmeasured():
+    saxpy = load_example("saxpy").saxpy
+    x = cuda.to_device(np.ones(40, np.float32))
+    out = cuda.device_array(40, np.float32)
+    nt.configure(tune=False)
+    try:
+        report = saxpy.tune(np.float32(2.0), x, x, out)
+        saxpy(np.float32(2.0), x, x, out)
+    finally:
+        nt.configure(tune=True)
+    assert report.source == "untuned" and report.best_index == 0
+    assert saxpy.stats["benchmarks"] == 0
+    np.testing.assert_array_equal(out.copy_to_host(), 3.0)
+
+
+def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
+    from numbatune.progress import Progress
+
+    progress = Progress("k", 4)
+    progress._started -= 10  # as if tuning had run for ten seconds
+    progress.step(2, "compiled")
+    progress.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_shows_on_a_terminal_after_a_moment_and_clears_its_line():
+    import io
+
+    from numbatune.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    progress = Progress("saxpy", 4, terminal)
+    progress.step(1, "compiled")
+    assert terminal.getvalue() == ""  # not within the first second
+    progress._started -= 10
+    progress.step(2, "compiled")
+    assert "tuning saxpy [##########..........] 2/4 compiled" in terminal.getvalue()
+    progress.close()
+    assert terminal.getvalue().endswith("\r\033[K")
+
+
+def test_every_setting_is_in_the_documented_table():
+    from dataclasses import fields
+    from pathlib import Path
+
+    table = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    for field in fields(nt.settings):
+        assert f"`NUMBATUNE_{field.name.upper()}`" in table, field.name
