@@ -42,11 +42,11 @@ def _print(arguments: argparse.Namespace, data: Any, header: list[str], rows: li
 def _info(arguments: argparse.Namespace) -> int:
     from numba import cuda
 
-    from numbatune import cachefile
+    from numbatune import __version__, cachefile
     from numbatune.arrays import SIMULATOR
 
-    versions = {"python": platform.python_version()}
-    for package in ("numbatune", "numba", "numba-cuda", "numpy", "diskcache"):
+    versions = {"python": platform.python_version(), "numbatune": __version__}
+    for package in ("numba", "numba-cuda", "numpy", "diskcache"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -123,11 +123,12 @@ def device_arrays(
     dtype: Any, shape: Any, special_values: bool = False, strided: bool | None = False
 ) -> Any:
     """Like :func:`host_arrays`, as numba device arrays. ``strided=True`` gives views of every
-    other element of a larger array (not contiguous); ``None`` draws both kinds."""
+    other element of a larger array (not contiguous; empty arrays stay contiguous); ``None``
+    draws both kinds."""
     from hypothesis import strategies as st
 
     def to_device(host: np.ndarray, step: int) -> Any:
-        if step == 1:
+        if step == 1 or host.size == 0:  # numba-cuda 0.30 cannot slice an empty device array
             return cuda.to_device(host)
         wide = np.zeros((host.shape[0] * step, *host.shape[1:]), host.dtype)
         wide[::step] = host

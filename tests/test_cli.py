@@ -9,6 +9,8 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune import cachefile
+from numbatune.arrays import SIMULATOR
+from numbatune.cache import device_partition
 from numbatune.cli import main
 from tests.kernels import load_example
 
@@ -33,14 +35,14 @@ def test_info_reports_the_simulator_versions_and_the_cache(capsys, numbatune_cac
     data = json.loads(out)
     assert status == 0 and data["cache_dir"] == str(numbatune_cache)
     assert data["versions"]["numbatune"] == nt.__version__
-    assert data["simulator"] is True
+    assert data["simulator"] is SIMULATOR and bool(data["devices"]) is not SIMULATOR
     status, out, _ = run(capsys, "info")
     assert status == 0 and "numba-cuda" in out
 
 
 def test_cache_list_and_show_give_tables_and_json(capsys, tuned_saxpy):
     status, out, _ = run(capsys, "cache", "list")
-    assert status == 0 and "saxpy" in out and "simulator" in out
+    assert status == 0 and "saxpy" in out and device_partition() in out
     status, out, _ = run(capsys, "cache", "list", "--json")
     [listed] = json.loads(out)
     assert listed["keys"] == 1 and listed["function"].endswith("saxpy")
