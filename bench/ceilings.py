@@ -1,11 +1,13 @@
 """What the tuned examples reach: each winner against a hardware ceiling measured in the same run.
 
-Every module of ``examples/`` with ``example(small) -> (tuned_kernel, args)`` is tuned; its winner
-and its default variant (the variant whose parameters equal the module's globals, if the space has
-it) are timed carefully. A module that defines ``work(*args) -> {"bytes": n}`` (bytes each read or
-written once) is held against the device-to-device copy bandwidth; one that defines
-``work(*args) -> {"flops": n}`` against cuBLAS float32 with TF32 off (through torch). For the
-examples written before ``work`` existed, ``KNOWN_WORK`` says it; others get their times only.
+Every example function of ``examples/`` (``example(small) -> (tuned_kernel, args)``, and
+``example_*``) is tuned; its winner and its default variant (the variant whose parameters equal
+the module's globals, if the space has it) are timed carefully. A module that defines
+``work(*args) -> {"bytes": n}`` (bytes each read or written once) is held against the
+device-to-device copy bandwidth; one that defines ``work(*args) -> {"flops": n}`` against cuBLAS
+float32 with TF32 off (through torch); others get their times only. A module that defines
+``baseline(*args) -> (name, call)`` also gets the time of ``call()``, a library doing the same
+work (torch.softmax, say), measured the same way.
 """
 
 from __future__ import annotations
@@ -19,19 +21,11 @@ import numpy as np
 from numba import cuda
 
 from bench import measuring
-from numbatune import bench as stopwatch
 from numbatune import demo
 from numbatune.demo import format_table
 
 COPY_BYTES, SMOKE_COPY_BYTES = 1 << 30, 1 << 12
 MATMUL_N = 4096
-
-
-#: The work of examples that predate ``work()``, by module name; a module's own ``work`` wins.
-KNOWN_WORK: dict[str, Callable[..., dict[str, int]]] = {
-    "saxpy": lambda *args: {"bytes": stopwatch.working_set_bytes(args)},
-    "matmul": lambda A, B, C: {"flops": 2 * A.shape[0] * A.shape[1] * B.shape[1]},
-}
 
 
 def copy_bandwidth(smoke: bool) -> dict[str, Any]:
@@ -86,8 +80,9 @@ def _default_variant(module: Any, variants: list) -> int | None:
     return None
 
 
-def _example(module: Any, smoke: bool, ceilings: dict[str, Any]) -> dict[str, Any]:
-    tuned, args = module.example(smoke)
+def _example(example: demo.Example, smoke: bool, ceilings: dict[str, Any]) -> dict[str, Any]:
+    module = sys.modules[example.__module__]
+    tuned, args = example(smoke)
     report = tuned.tune(*args)
     variants = tuned.variants
     default = _default_variant(module, variants)
@@ -100,12 +95,14 @@ def _example(module: Any, smoke: bool, ceilings: dict[str, Any]) -> dict[str, An
         "default": None if default is None else variants[default].label,
         "default_s": None if default is None else true[default],
     }
-    work = getattr(module, "work", None) or KNOWN_WORK.get(module.__name__.rsplit(".", 1)[-1])
-    if work is None:
+    if hasattr(module, "baseline"):  # the same work done by a library, timed alike
+        row["baseline"], call = module.baseline(*args)
+        row["baseline_s"] = measuring.time_callables({"baseline": call})["baseline"]
+    if not hasattr(module, "work"):
         row["ceiling"] = "none: the module defines no work(*args)"
         return row
-    row["work_from"] = "the module" if hasattr(module, "work") else "bench/ceilings.py"
-    amount = work(*args)
+    amount = module.work(*args)
+    row["shape"] = [list(getattr(a, "shape", ())) for a in args]
     if "bytes" in amount:
         row["rate"] = amount["bytes"] / row["winner_s"]
         row["ceiling"] = "copy"
@@ -131,10 +128,14 @@ def run(smoke: bool, examples_dir: Path | None = None) -> dict[str, Any]:
         found = demo.load_examples(examples_dir or demo.find_examples_dir())
     except FileNotFoundError as error:
         return {"ceilings": ceilings, "examples": [], "missing": str(error)}
-    rows = []
-    for example in found:
-        module = sys.modules[example.__module__]
-        rows.append({"module": module.__name__, **_example(module, smoke, ceilings)})
+    rows = [
+        {
+            "module": example.__module__,
+            "example": example.__name__,
+            **_example(example, smoke, ceilings),
+        }
+        for example in found
+    ]
     return {"ceilings": ceilings, "examples": rows}
 
 
@@ -161,8 +162,9 @@ def table(result: dict[str, Any]) -> str:
             else e["ceiling"],
             e["default"] or "-",
             _us(e["default_s"]),
+            f"{e['baseline']}: {_us(e['baseline_s'])}" if "baseline" in e else "-",
         ]
         for e in result["examples"]
     ]
-    header = ["example", "winner", "time (us)", "vs ceiling", "default", "default (us)"]
+    header = ["example", "winner", "time (us)", "vs ceiling", "default", "default (us)", "baseline"]
     return "\n".join([*lines, format_table(header, rows)])

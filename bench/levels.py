@@ -1,6 +1,7 @@
 """Tuning levels: what each level costs (tuning time) and loses (winner's time) against ``full``.
 
-Every module of ``examples/`` with ``example(small) -> (tuned_kernel, args)`` is measured. An
+Every example function of ``examples/`` (``example(small) -> (tuned_kernel, args)``, and
+``example_*``) is measured. An
 example whose variants carry no priorities gets them here by their distance from its defaults,
 the values of the module globals its kernel reads (what its author would launch untuned):
 priority = -(number of parameters that differ from their default), so ``minimal`` tries the
@@ -82,9 +83,8 @@ def _level(path: Path, name: str, level: str, args: tuple[Any, ...]) -> dict[str
     }
 
 
-def _example(path: Path, smoke: bool) -> dict[str, Any]:
-    module = demo.load_module(path)
-    tuned, args = module.example(smoke)
+def _example(path: Path, example: demo.Example, smoke: bool) -> dict[str, Any]:
+    tuned, args = example(smoke)
     tuned.tune(*args)  # throwaway: start-up costs of this kernel and these argument types
     levels = [_level(path, tuned.name, level, args) for level in reversed(LEVELS)]
     true = measuring.true_times(tuned, args)
@@ -96,6 +96,7 @@ def _example(path: Path, smoke: bool) -> dict[str, Any]:
         row["vs_best"] = row["winner_s"] / best
     return {
         "module": path.stem,
+        "example": example.__name__,
         "kernel": tuned.name,
         "variants": len(tuned.variants),
         "levels": levels[::-1],
@@ -108,8 +109,11 @@ def run(smoke: bool, examples_dir: Path | None = None) -> dict[str, Any]:
         directory = examples_dir or demo.find_examples_dir()
     except FileNotFoundError as error:
         return {"examples": [], "missing": str(error)}
-    paths = [p for p in sorted(directory.glob("*.py")) if "def example(" in p.read_text()]
-    examples = [_example(path, smoke) for path in paths]
+    examples = [
+        _example(path, example, smoke)
+        for path in sorted(directory.glob("*.py"))
+        for example in demo.examples_of(demo.load_module(path))
+    ]
     return {"examples": examples, "summary": _summary(examples)}
 
 

@@ -57,6 +57,11 @@ def reference(A, B, C):
     return A.copy_to_host() @ B.copy_to_host()
 
 
+def work(A, B, C):
+    """Floating-point operations: a multiply and an add per term."""
+    return {"flops": 2 * A.shape[0] * A.shape[1] * B.shape[1]}
+
+
 if __name__ == "__main__":
     from numbatune import demo
 

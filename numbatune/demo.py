@@ -1,6 +1,7 @@
 """The demo: tune the example kernels and print what each variant measured.
 
-Each example module in ``examples/`` defines ``example(small: bool) -> (tuned_kernel, args)``.
+Each example module in ``examples/`` defines ``example(small: bool) -> (tuned_kernel, args)``, and
+may define more such functions named ``example_*`` (one kernel tuned for two uses, say).
 Under the simulator the examples run at small sizes and the times mean nothing about speed.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 from numbatune.arrays import SIMULATOR
 from numbatune.dispatch import TunedKernel
 from numbatune.keys import describe
+from numbatune.testing import covering_variants
 from numbatune.tuner import TuneReport
 
 Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
@@ -42,14 +44,24 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
+def examples_of(module: ModuleType) -> list[Example]:
+    """The module's ``example`` and ``example_*`` functions, in the order they are defined."""
+    return [
+        value
+        for name, value in vars(module).items()
+        if (name == "example" or name.startswith("example_"))
+        and callable(value)
+        and getattr(value, "__module__", None) == module.__name__
+    ]
+
+
 def load_examples(directory: Path) -> list[Example]:
-    """The ``example`` function of every module in ``directory`` that has one, by file name."""
-    found = []
-    for path in sorted(directory.glob("*.py")):
-        module = load_module(path)
-        if callable(getattr(module, "example", None)):
-            found.append(module.example)
-    return found
+    """The example functions of every module in ``directory``, by file name."""
+    return [
+        example
+        for path in sorted(directory.glob("*.py"))
+        for example in examples_of(load_module(path))
+    ]
 
 
 def report_rows(name: str, report: TuneReport) -> list[list[str]]:
@@ -94,13 +106,16 @@ def main(examples: Iterable[Example], small: bool | None = None, out: TextIO = s
     small = SIMULATOR if small is None else small
     if SIMULATOR:
         print(
-            "numbatune demo: no GPU, running under numba's CUDA simulator at small sizes; "
-            "times say nothing about speed.",
+            "numbatune demo: no GPU, running under numba's CUDA simulator at small sizes, over "
+            "a few variants of each kernel that take every parameter value; times say nothing "
+            "about speed.",
             file=out,
         )
     rows = []
     for example in examples:
         tuned, args = example(small)
+        if SIMULATOR:  # every simulated thread is a Python thread: tune a covering few
+            tuned = tuned.with_variants(covering_variants(tuned))
         report = tuned.tune(*args)
         tuned(*args)
         rows.extend(report_rows(tuned.name, report))

@@ -92,6 +92,10 @@ class TunedKernel:
         prune: levels.Prune | None = None,
         check: bool | checks.Check | None = None,
     ) -> None:
+        #: What this kernel was made from, for :meth:`with_variants`.
+        self._made_from = dict(
+            kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune, check=check
+        )
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
         self._variants = as_variants(variants, self.name)
@@ -293,6 +297,16 @@ class TunedKernel:
     def variants(self) -> list[Variant]:
         """The variants, in the order given."""
         return list(self._variants)
+
+    def with_variants(self, variants: Iterable[Variant | Mapping[str, Any]]) -> TunedKernel:
+        """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``.
+
+        For trying a few variants while developing, or under numba's simulator (see
+        :func:`numbatune.testing.covering_variants`). It tunes and compiles on its own; its
+        results share this kernel's name in the disk cache, where the differing variants
+        make each one tune again over the other's.
+        """
+        return TunedKernel(variants=variants, **self._made_from)
 
     def run_variant(
         self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = None

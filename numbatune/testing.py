@@ -1,7 +1,9 @@
 """Tools for testing tuned kernels: agreement across variants, and Hypothesis strategies.
 
 ``assert_variants_agree(tuned, *args)`` runs every variant on copies of the arguments and fails
-with a diff naming the variants that disagree with the first. The strategies draw the inputs
+with a diff naming the variants that disagree with the first. ``covering_variants(tuned)`` picks a
+few variants that between them take every value of every parameter, for tests under numba's
+simulator, where every thread is a Python thread. The strategies draw the inputs
 autotuned kernels get wrong: sizes at and around each variant's block and tile sizes, empty and
 one-element arrays, primes, non-contiguous views, and special float values on request.
 
@@ -19,6 +21,7 @@ from numba import cuda
 from numbatune import arrays
 from numbatune.checks import Check, compare, host_outputs
 from numbatune.dispatch import TunedKernel
+from numbatune.variants import Variant
 
 _SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 257, 509, 1021)
 
@@ -51,6 +54,28 @@ def assert_variants_agree(
             f"{tuned.name}: {len(disagreeing)} of {len(variants) - 1} variants disagree with "
             f"{reference}:\n" + "\n".join(disagreeing)
         )
+
+
+def covering_variants(tuned: TunedKernel) -> list[Variant]:
+    """A few of ``tuned``'s variants that between them take every value of every parameter
+    (and jit option), in their original order: each code path a parameter switches on runs.
+
+    Picked greedily, each time the variant that takes the most values not yet taken (the
+    earliest on a tie). ``tuned.with_variants(covering_variants(tuned))`` tunes just these.
+    """
+    variants = tuned.variants
+
+    def values(variant: Variant) -> set[tuple[str, str]]:
+        settings = {**variant.params, **{f"jit:{k}": v for k, v in variant.jit.items()}}
+        return {(name, repr(value)) for name, value in settings.items()}
+
+    untaken = set().union(*map(values, variants))
+    chosen: list[int] = []
+    while untaken:
+        best = max(range(len(variants)), key=lambda i: len(values(variants[i]) & untaken))
+        chosen.append(best)
+        untaken -= values(variants[best])
+    return [variants[i] for i in sorted(chosen)]
 
 
 def edge_sizes(tuned: TunedKernel | None = None, extra: Iterable[int] = ()) -> list[int]:

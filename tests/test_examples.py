@@ -1,24 +1,41 @@
-"""Every variant of every example computes what the example's reference says, at small sizes."""
+"""Every variant of every example computes what the example's reference says, at small sizes.
+
+Under numba's simulator, where every thread is a Python thread, the examples' variants are cut
+to a few that take every value of every parameter (``covering_variants``); on a GPU all run.
+"""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from numbatune.testing import assert_variants_agree
+import numbatune as nt
+from numbatune.arrays import SIMULATOR
+from numbatune.demo import examples_of
+from numbatune.testing import assert_variants_agree, covering_variants
 from tests.kernels import load_example
 
-EXAMPLES = sorted(
-    path
-    for path in (Path(__file__).parents[1] / "examples").glob("*.py")
-    if "def example(" in path.read_text()
-)
+#: (module name, example function name) of every example of examples/.
+EXAMPLES = [
+    (path.stem, example.__name__)
+    for path in sorted((Path(__file__).parents[1] / "examples").glob("*.py"))
+    for example in examples_of(load_example(path.stem))
+]
+IDS = [f"{module}.{function}" for module, function in EXAMPLES]
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_every_variant_of_the_example_matches_its_reference(path):
-    module = load_example(path.stem)
-    tuned, args = module.example(small=True)
+def _example(module_name: str, function: str):
+    """The example's module, loaded afresh, and its kernel and small arguments."""
+    module = load_example(module_name)
+    tuned, args = getattr(module, function)(small=True)
+    if SIMULATOR:
+        tuned = tuned.with_variants(covering_variants(tuned))
+    return module, tuned, args
+
+
+@pytest.mark.parametrize(("name", "function"), EXAMPLES, ids=IDS)
+def test_every_variant_of_the_example_matches_its_reference(name, function):
+    module, tuned, args = _example(name, function)
     expected = module.reference(*args)
     output = args[-1]
     for variant in tuned.variants:
@@ -29,15 +46,16 @@ def test_every_variant_of_the_example_matches_its_reference(path):
         )
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_the_tuned_example_matches_its_reference(path):
-    module = load_example(path.stem)
-    tuned, args = module.example(small=True)
+@pytest.mark.parametrize(("name", "function"), EXAMPLES, ids=IDS)
+def test_the_tuned_example_matches_its_reference(name, function, monkeypatch):
+    module, tuned, args = _example(name, function)
+    if SIMULATOR:  # the first variant, untuned: the tests above run them all already
+        monkeypatch.setattr(nt.settings, "tune", False)
     tuned(*args)
     np.testing.assert_allclose(args[-1].copy_to_host(), module.reference(*args), rtol=1e-5)
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_the_variants_of_every_example_agree(path):
-    tuned, args = load_example(path.stem).example(small=True)
+@pytest.mark.parametrize(("name", "function"), EXAMPLES, ids=IDS)
+def test_the_variants_of_every_example_agree(name, function):
+    _, tuned, args = _example(name, function)
     assert_variants_agree(tuned, *args)

@@ -73,3 +73,36 @@ def test_shapes_draw_sides_from_the_edge_sizes():
     shape = testing.shapes(saxpy, ndim=2, max_side=40).example()
     assert len(shape) == 2 and all(side in testing.edge_sizes(saxpy) for side in shape)
     assert nt.Check  # the public name the testing page points to
+
+
+def test_covering_variants_take_every_value_of_every_parameter_in_few_variants():
+    chosen = testing.covering_variants(saxpy)
+    assert len(chosen) == 4  # BLOCK has four values; ITEMS four and VEC three ride along
+    for name in ("BLOCK", "ITEMS", "VEC"):
+        every = {v.params[name] for v in saxpy.variants}
+        assert {v.params[name] for v in chosen} == every
+    order = [saxpy.variants.index(v) for v in chosen]
+    assert order == sorted(order)
+
+
+def test_covering_variants_count_jit_options_as_parameters():
+    softmax = load_example("softmax").softmax
+    chosen = testing.covering_variants(softmax)
+    assert {v.jit["fastmath"] for v in chosen} == {False, True}
+
+
+def test_with_variants_tunes_only_the_given_variants_and_leaves_the_original_alone():
+    chosen = testing.covering_variants(saxpy)
+    small = saxpy.with_variants(chosen)
+    benchmarks_before = saxpy.stats["benchmarks"]
+    assert small.variants == chosen and len(saxpy.variants) == 48
+    x = cuda.to_device(np.arange(70, dtype=np.float32))
+    y = cuda.to_device(np.ones(70, dtype=np.float32))
+    out = cuda.device_array(70, np.float32)
+    report = small.tune(np.float32(2.0), x, y, out)
+    assert [r.variant for r in report.results] == chosen
+    assert report.best_variant in chosen
+    small(np.float32(2.0), x, y, out)
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(70) + 1)
+    assert saxpy.stats["benchmarks"] == benchmarks_before
+    assert small.stats["benchmarks"] == 1
