@@ -1,9 +1,9 @@
 """Tuning levels: what each level costs (tuning time) and loses (winner's time) against ``full``.
 
 Every example function of ``examples/`` (``example(small) -> (tuned_kernel, args)``, and
-``example_*``) is measured. An
-example whose variants carry no priorities gets them here by their distance from its defaults,
-the values of the module globals its kernel reads (what its author would launch untuned):
+``example_*``) is measured. An example whose variants carry no priorities gets them here by
+their distance from its defaults, the values of the module globals its kernel reads (what its
+author would launch untuned):
 priority = -(number of parameters that differ from their default), so ``minimal`` tries the
 default variant alone (launched unmeasured), ``balanced`` adds the variants that change one
 parameter, ``extensive`` those that change two, and ``full`` tries them all. Parameters with no

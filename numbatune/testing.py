@@ -64,17 +64,17 @@ def covering_variants(tuned: TunedKernel) -> list[Variant]:
     earliest on a tie). ``tuned.with_variants(covering_variants(tuned))`` tunes just these.
     """
     variants = tuned.variants
-
-    def values(variant: Variant) -> set[tuple[str, str]]:
-        settings = {**variant.params, **{f"jit:{k}": v for k, v in variant.jit.items()}}
-        return {(name, repr(value)) for name, value in settings.items()}
-
-    untaken = set().union(*map(values, variants))
+    values = [
+        {(name, repr(value)) for name, value in v.params.items()}
+        | {(f"jit:{name}", repr(value)) for name, value in v.jit.items()}
+        for v in variants
+    ]
+    untaken = set().union(*values)
     chosen: list[int] = []
     while untaken:
-        best = max(range(len(variants)), key=lambda i: len(values(variants[i]) & untaken))
+        best = max(range(len(variants)), key=lambda i: len(values[i] & untaken))
         chosen.append(best)
-        untaken -= values(variants[best])
+        untaken -= values[best]
     return [variants[i] for i in sorted(chosen)]
 
 
