@@ -13,6 +13,7 @@ from numbatune._version import __version__  # noqa: E402
 from numbatune.cachefile import cache_import  # noqa: E402
 from numbatune.checks import Check, Mismatch  # noqa: E402
 from numbatune.config import configure, load_environment, settings  # noqa: E402
+from numbatune.device import nonnegative  # noqa: E402
 from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
 from numbatune.keys import TuningKeyError, anchor  # noqa: E402
 from numbatune.streams import (  # noqa: E402
@@ -59,6 +60,7 @@ __all__ = [
     "end_profile",
     "memory_cleanup",
     "memory_usage",
+    "nonnegative",
     "product",
     "profile",
     "settings",
