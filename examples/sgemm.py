@@ -1,11 +1,13 @@
 """Float32 matrix product C = A @ B with register tiling, tuned over the block tile (BM x BN,
 stepping BK along k), the thread tile (TM x TN) and how a thread's tile lies in the block's.
 
-Each block stages a BK-deep slice of A (transposed) and of B in shared memory; each thread keeps
+Each block stages BK-deep slices of A (transposed) and of B in shared memory; each thread keeps
 a TM x TN tile of C in registers and updates it with outer products of TM values of A and TN of
-B. A thread's rows and columns are adjacent (SPREAD=False) or spaced across the block tile
-(SPREAD=True: neighbouring threads read neighbouring shared-memory words, without bank
-conflicts). Run it: python examples/sgemm.py
+B. While a thread multiplies one slice, its loads of the next are in flight (into registers,
+then into the other of two shared-memory buffers: one barrier a step). A thread's rows and
+columns are adjacent (SPREAD=False) or spaced across the block tile (SPREAD=True: neighbouring
+threads read neighbouring shared-memory words, without bank conflicts).
+Run it: python examples/sgemm.py
 """
 
 import numbatune as nt  # first: on a machine with no GPU it turns numba's simulator on
@@ -16,57 +18,82 @@ from numba import cuda, float32
 BM, BN, BK = 64, 64, 8  # the block's tile of C, and the depth of a step along k
 TM, TN = 4, 4  # the thread's tile of C
 SPREAD = False  # space a thread's rows and columns across the block tile (else adjacent)
+THREADS = (BM // TM) * (BN // TN)  # threads per block
+LOADS_A, LOADS_B = BM * BK // THREADS, BK * BN // THREADS  # a thread's loads per step
 
 
 @nt.autotune(
-    variants=nt.product(
-        BM=[64, 128],
-        BN=[64, 128],
-        BK=[8, 16],
-        TM=[4, 8],
-        TN=[4, 8],
-        SPREAD=[False, True],
-        where=lambda BM, BN, TM, TN, **_: 64 <= (BM // TM) * (BN // TN) <= 512,
-    ),
-    launch=lambda A, B, C, *, BM, BN, TM, TN: (
+    variants=[
+        {
+            "BM": bm,
+            "BN": bn,
+            "BK": bk,
+            "TM": tm,
+            "TN": tn,
+            "SPREAD": spread,
+            "THREADS": threads,
+            "LOADS_A": bm * bk // threads,
+            "LOADS_B": bk * bn // threads,
+        }
+        for bm in (64, 128)
+        for bn in (64, 128)
+        for bk in (8, 16)
+        for tm in (4, 8)
+        for tn in (4, 8)
+        for spread in (False, True)
+        for threads in [(bm // tm) * (bn // tn)]
+        if 64 <= threads <= 512 and bm * bk % threads == 0 and bk * bn % threads == 0
+    ],
+    launch=lambda A, B, C, *, BM, BN, THREADS: (
         (max(1, nt.cdiv(C.shape[1], BN)), max(1, nt.cdiv(C.shape[0], BM))),
-        (BM // TM) * (BN // TN),
+        THREADS,
     ),
 )
 @cuda.jit
 def sgemm(A, B, C):
     """C = A @ B"""
-    As = cuda.shared.array((BK, BM), float32)  # As[k, i] = A[first_row + i, k0 + k]
-    Bs = cuda.shared.array((BK, BN), float32)
+    As = cuda.shared.array((2, BK, BM), float32)  # As[_, k, i] = A[first_row + i, k0 + k]
+    Bs = cuda.shared.array((2, BK, BN), float32)
+    next_a = cuda.local.array(LOADS_A, float32)  # this thread's share of the next slices
+    next_b = cuda.local.array(LOADS_B, float32)
     acc = cuda.local.array((TM, TN), float32)
     a = cuda.local.array(TM, float32)
     b = cuda.local.array(TN, float32)
-    t, threads = cuda.threadIdx.x, cuda.blockDim.x
+    t = nt.nonnegative(cuda.threadIdx.x)
     ty, tx = t // (BN // TN), t % (BN // TN)
-    first_row, first_col = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+    first_row, first_col = (
+        nt.nonnegative(cuda.blockIdx.y) * BM,
+        nt.nonnegative(cuda.blockIdx.x) * BN,
+    )
     M, K, N = A.shape[0], A.shape[1], B.shape[1]
     for i in range(TM):
         for j in range(TN):
             acc[i, j] = 0
-    for k0 in range(0, K, BK):
-        for e in range(t, BM * BK, threads):
-            i, k = e // BK, e % BK
+    for k0 in range(0, K + BK, BK):  # load slice k0 while multiplying slice k0 - BK
+        k0 = nt.nonnegative(k0)  # (loop counters are signed too)
+        now = k0 // BK % 2  # the buffer slice k0 goes to; slice k0 - BK is in the other
+        for s in range(LOADS_A):
+            i, k = (t + s * THREADS) // BK, (t + s * THREADS) % BK
             inside = first_row + i < M and k0 + k < K
-            As[k, i] = A[first_row + i, k0 + k] if inside else float32(0)
-        for e in range(t, BK * BN, threads):
-            k, j = e // BN, e % BN
+            next_a[s] = A[first_row + i, k0 + k] if inside else float32(0)
+        for s in range(LOADS_B):
+            k, j = (t + s * THREADS) // BN, (t + s * THREADS) % BN
             inside = k0 + k < K and first_col + j < N
-            Bs[k, j] = B[k0 + k, first_col + j] if inside else float32(0)
-        cuda.syncthreads()
-        for k in range(BK):
-            for i in range(TM):
-                a[i] = As[k, ty + i * (BM // TM) if SPREAD else ty * TM + i]
-            for j in range(TN):
-                b[j] = Bs[k, tx + j * (BN // TN) if SPREAD else tx * TN + j]
-            for i in range(TM):
+            next_b[s] = B[k0 + k, first_col + j] if inside else float32(0)
+        if k0 > 0:
+            for k in range(BK):
+                for i in range(TM):
+                    a[i] = As[1 - now, k, ty + i * (BM // TM) if SPREAD else ty * TM + i]
                 for j in range(TN):
-                    acc[i, j] += a[i] * b[j]
-        cuda.syncthreads()
+                    b[j] = Bs[1 - now, k, tx + j * (BN // TN) if SPREAD else tx * TN + j]
+                for i in range(TM):
+                    for j in range(TN):
+                        acc[i, j] += a[i] * b[j]
+        for s in range(LOADS_A):
+            As[now, (t + s * THREADS) % BK, (t + s * THREADS) // BK] = next_a[s]
+        for s in range(LOADS_B):
+            Bs[now, (t + s * THREADS) // BN, (t + s * THREADS) % BN] = next_b[s]
+        cuda.syncthreads()  # the slice is stored, and every thread is done with the other
     for i in range(TM):
         row = first_row + (ty + i * (BM // TM) if SPREAD else ty * TM + i)
         for j in range(TN):

@@ -23,7 +23,7 @@ LOWEST = np.float32(-np.inf)
 @cuda.jit(device=True)
 def row_reduce(scratch, value, is_max):
     """The max (or the sum) of ``value`` over the threads of this block's row, to all of them."""
-    t = cuda.threadIdx.x
+    t = nt.nonnegative(cuda.threadIdx.x)
     scratch[t] = value
     cuda.syncthreads()
     width = cuda.blockDim.x // 2
@@ -43,10 +43,9 @@ def row_reduce(scratch, value, is_max):
         WARPS=[1, 4, 8, 16, 32],
         ROWS=[1, 2, 4, 8],
         ITEMS=[1, 8, 16, 32],
-        # 128 to 1024 threads a block; a block of 1024 has 64 registers a thread, which
-        # holds 8 kept values and not 16 (measured on an H100).
+        # 128 to 1024 threads a block; a block of 1024 has 64 registers a thread
         where=lambda WARPS, ROWS, ITEMS: (
-            4 <= WARPS * ROWS <= MAX_THREADS // 32 and (WARPS * ROWS <= 16 or ITEMS <= 8)
+            4 <= WARPS * ROWS <= MAX_THREADS // 32 and (WARPS * ROWS <= 16 or ITEMS <= 16)
         ),
         jit={"fastmath": [False, True]},  # fast exp: a few ulp less accurate
     ),
@@ -55,9 +54,10 @@ def row_reduce(scratch, value, is_max):
 @cuda.jit
 def softmax(x, out):
     """out[r, :] = exp(x[r, :] - max) / sum(exp(x[r, :] - max)) for every row r."""
-    width, t, y = cuda.blockDim.x, cuda.threadIdx.x, cuda.threadIdx.y
+    width = 32 * WARPS  # threads per row: a constant of the variant, unlike cuda.blockDim.x
+    t, y = nt.nonnegative(cuda.threadIdx.x), nt.nonnegative(cuda.threadIdx.y)
     scratch = cuda.shared.array(MAX_THREADS, float32)[y * width : (y + 1) * width]
-    row = cuda.blockIdx.x * ROWS + y
+    row = nt.nonnegative(cuda.blockIdx.x) * ROWS + y
     cols = x.shape[1] if row < x.shape[0] else 0  # threads past the last row join the syncs
     kept = cuda.local.array(ITEMS, float32)
     top = LOWEST

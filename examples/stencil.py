@@ -1,7 +1,9 @@
-"""The 5-point Laplacian of a 2D grid, tuned over the block's tile shape and whether a block
-first stages its tile and a one-point halo in shared memory or reads neighbours directly.
+"""The 5-point Laplacian of a 2D grid, tuned over the block's shape, how many rows of a column
+each thread walks down, and whether a block stages its rows with a one-column halo in shared
+memory or reads left and right neighbours directly.
 
-Run it: python examples/stencil.py
+A thread keeps the ROWS + 2 values of its column that its ROWS points need in registers, so it
+loads each value of a once however many rows it computes. Run it: python examples/stencil.py
 """
 
 import numbatune as nt  # first: on a machine with no GPU it turns numba's simulator on
@@ -9,21 +11,33 @@ import numbatune as nt  # first: on a machine with no GPU it turns numba's simul
 import numpy as np
 from numba import cuda, float32
 
-BX, BY = 32, 8  # a block's tile: BX columns by BY rows, one thread per point
-HALO_X, HALO_Y = BX + 2, BY + 2  # the tile with its halo (constants of each variant)
-SHARED = False  # stage the tile and its halo in shared memory (else read neighbours directly)
+BX, BY = 32, 8  # threads of a block: BX columns by BY rows of threads
+ROWS = 1  # points a thread computes, down its column
+COLUMN = ROWS + 2  # values of its column a thread keeps: its points, one above and one below
+HALO_X, HALO_Y = BX + 2, BY * ROWS  # the shared-memory tile: a block's rows, a column each side
+SHARED_BYTES = 48 * 1024  # the most shared memory a block can declare statically
+SHARED = False  # stage the rows and the halo in shared memory (else read neighbours directly)
 
 
 @nt.autotune(
     variants=[
-        {"BX": bx, "BY": by, "HALO_X": bx + 2, "HALO_Y": by + 2, "SHARED": shared}
-        for bx in (32, 64, 128, 256)
-        for by in (1, 2, 4, 8, 16)
+        {
+            "BX": bx,
+            "BY": by,
+            "ROWS": rows,
+            "COLUMN": rows + 2,
+            "HALO_X": bx + 2,
+            "HALO_Y": by * rows,
+            "SHARED": shared,
+        }
+        for bx in (32, 64, 128)
+        for by in (1, 2, 4, 8)
+        for rows in (1, 4, 8, 16)
         for shared in (False, True)
-        if 64 <= bx * by <= 1024
+        if 64 <= bx * by <= 1024 and by * rows * (bx + 2) * 4 <= SHARED_BYTES
     ],
-    launch=lambda a, out, *, BX, BY: (
-        (max(1, nt.cdiv(a.shape[1], BX)), max(1, nt.cdiv(a.shape[0], BY))),
+    launch=lambda a, out, *, BX, BY, ROWS: (
+        (max(1, nt.cdiv(a.shape[1], BX)), max(1, nt.cdiv(a.shape[0], BY * ROWS))),
         (BX, BY),
     ),
 )
@@ -31,30 +45,33 @@ SHARED = False  # stage the tile and its halo in shared memory (else read neighb
 def laplace(a, out):
     """out = the 5-point Laplacian of a at its interior points (the border is left as it is)."""
     tile = cuda.shared.array((HALO_Y, HALO_X), float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    col, row = cuda.grid(2)
+    column = cuda.local.array(COLUMN, float32)  # a[first - 1 : first + ROWS + 1, col]
+    tx, ty = nt.nonnegative(cuda.threadIdx.x), nt.nonnegative(cuda.threadIdx.y)
+    col = nt.nonnegative(cuda.blockIdx.x) * BX + tx
+    first = (nt.nonnegative(cuda.blockIdx.y) * BY + ty) * ROWS  # this thread's first row
     rows, cols = a.shape
-    inside = row < rows and col < cols
+    for k in range(COLUMN):  # all of a thread's loads are issued before any is used
+        inside = 0 < first + k <= rows and col < cols
+        column[k] = a[first + k - 1, col] if inside else float32(0)
     if SHARED:
-        if inside:
-            tile[ty + 1, tx + 1] = a[row, col]
-            if tx == 0 and col > 0:
-                tile[ty + 1, 0] = a[row, col - 1]
-            if tx == BX - 1 and col + 1 < cols:
-                tile[ty + 1, BX + 1] = a[row, col + 1]
-            if ty == 0 and row > 0:
-                tile[0, tx + 1] = a[row - 1, col]
-            if ty == BY - 1 and row + 1 < rows:
-                tile[BY + 1, tx + 1] = a[row + 1, col]
+        for k in range(ROWS):
+            row, y = first + k, ty * ROWS + k
+            tile[y, tx + 1] = column[k + 1]
+            if tx == 0 and col > 0 and row < rows:
+                tile[y, 0] = a[row, col - 1]
+            if tx == BX - 1 and col + 1 < cols and row < rows:
+                tile[y, BX + 1] = a[row, col + 1]
         cuda.syncthreads()
-    if 0 < row < rows - 1 and 0 < col < cols - 1:
-        if SHARED:
-            up, down = tile[ty, tx + 1], tile[ty + 2, tx + 1]
-            left, here, right = tile[ty + 1, tx], tile[ty + 1, tx + 1], tile[ty + 1, tx + 2]
-        else:
-            up, down = a[row - 1, col], a[row + 1, col]
-            left, here, right = a[row, col - 1], a[row, col], a[row, col + 1]
-        out[row, col] = up + down + left + right - float32(4) * here
+    if 0 < col < cols - 1:
+        for k in range(ROWS):
+            row = first + k
+            if 0 < row < rows - 1:
+                if SHARED:
+                    left, right = tile[ty * ROWS + k, tx], tile[ty * ROWS + k, tx + 2]
+                else:
+                    left, right = a[row, col - 1], a[row, col + 1]
+                up, here, down = column[k], column[k + 1], column[k + 2]
+                out[row, col] = up + down + left + right - float32(4) * here
 
 
 def example(small: bool = False):

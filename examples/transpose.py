@@ -1,5 +1,6 @@
 """Transpose of a float32 matrix through shared-memory tiles, tuned over the tile size, the
-tile's row stride in shared memory (padded against bank conflicts or not) and rows per thread.
+tile's row stride in shared memory (padded against bank conflicts or not), rows per thread and
+the order in which blocks take their tiles.
 
 Run it: python examples/transpose.py
 """
@@ -12,14 +13,16 @@ from numba import cuda, float32
 TILE = 32  # a block moves a TILE x TILE tile
 ROWS = 8  # a block has TILE x ROWS threads: each moves TILE / ROWS elements of the tile
 STRIDE = 33  # the tile's row stride in shared memory: TILE, or TILE + 1 against bank conflicts
+DIAGONAL = False  # blocks of a row of the grid take tiles along a diagonal (spreads the writes)
 
 
 @nt.autotune(
     variants=[
-        {"TILE": tile, "ROWS": rows, "STRIDE": tile + pad}
+        {"TILE": tile, "ROWS": rows, "STRIDE": tile + pad, "DIAGONAL": diagonal}
         for tile in (16, 32, 64)
         for rows in (2, 4, 8, 16)
         for pad in (0, 1)
+        for diagonal in (False, True)
         if rows <= tile and 64 <= tile * rows <= 1024
     ],
     launch=lambda a, out, *, TILE, ROWS: (
@@ -31,8 +34,11 @@ STRIDE = 33  # the tile's row stride in shared memory: TILE, or TILE + 1 against
 def transpose(a, out):
     """out = a.T"""
     tile = cuda.shared.array((TILE, STRIDE), float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    first_row, first_col = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    tx, ty = nt.nonnegative(cuda.threadIdx.x), nt.nonnegative(cuda.threadIdx.y)
+    x, y = nt.nonnegative(cuda.blockIdx.x), nt.nonnegative(cuda.blockIdx.y)
+    if DIAGONAL:  # each row of the grid still takes each of its tiles once
+        x = (x + y) % nt.nonnegative(cuda.gridDim.x)
+    first_row, first_col = y * TILE, x * TILE
     for k in range(0, TILE, ROWS):  # read rows of a's tile: consecutive threads, adjacent columns
         row, col = first_row + ty + k, first_col + tx
         if row < a.shape[0] and col < a.shape[1]:
