@@ -20,6 +20,7 @@ level's loss is its winner's careful time over ``full``'s winner's.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from pathlib import Path
@@ -83,7 +84,8 @@ def _level(path: Path, name: str, level: str, args: tuple[Any, ...]) -> dict[str
     }
 
 
-def _example(path: Path, example: demo.Example, smoke: bool) -> dict[str, Any]:
+def _example(example: demo.Example, smoke: bool) -> dict[str, Any]:
+    path = Path(inspect.getfile(example))  # its module's file, loaded afresh for each level
     tuned, args = example(smoke)
     tuned.tune(*args)  # throwaway: start-up costs of this kernel and these argument types
     levels = [_level(path, tuned.name, level, args) for level in reversed(LEVELS)]
@@ -109,11 +111,7 @@ def run(smoke: bool, examples_dir: Path | None = None) -> dict[str, Any]:
         directory = examples_dir or demo.find_examples_dir()
     except FileNotFoundError as error:
         return {"examples": [], "missing": str(error)}
-    examples = [
-        _example(path, example, smoke)
-        for path in sorted(directory.glob("*.py"))
-        for example in demo.examples_of(demo.load_module(path))
-    ]
+    examples = [_example(example, smoke) for example in demo.load_examples(directory)]
     return {"examples": examples, "summary": _summary(examples)}
 
 
