@@ -28,6 +28,7 @@ from numbatune.streams import (  # noqa: E402
     start_profile,
 )
 from numbatune.tuner import TuneReport, TuningError, VariantResult  # noqa: E402
+from numbatune.unroll import static_range  # noqa: E402
 from numbatune.variants import Variant, product  # noqa: E402
 
 load_environment()
@@ -65,4 +66,5 @@ __all__ = [
     "profile",
     "settings",
     "start_profile",
+    "static_range",
 ]

@@ -20,6 +20,7 @@ import numba
 import numpy as np
 from numba import cuda
 
+from numbatune import unroll
 from numbatune._version import __version__
 from numbatune.arrays import SIMULATOR
 
@@ -197,6 +198,7 @@ class KernelTemplate:
         self.name = name
         self.signature = inspect.signature(self.function)
         self._names_read = _names_read(self.function.__code__)
+        self._static_loops = unroll.has_static_loops(self.function)
 
     def check_params(self, variants: Sequence[Variant], launch_reads: Set[str]) -> None:
         """Refuse parameters that neither the kernel nor the launch function reads.
@@ -222,9 +224,12 @@ class KernelTemplate:
                 types.CellType(variant.params[name]) if name in variant.params else cell
                 for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
             )
-        specialised = types.FunctionType(
-            function.__code__, namespace, function.__name__, function.__defaults__, closure
-        )
+        if self._static_loops:
+            specialised = unroll.unrolled(function, namespace, closure)
+        else:
+            specialised = types.FunctionType(
+                function.__code__, namespace, function.__name__, function.__defaults__, closure
+            )
         specialised.__kwdefaults__ = function.__kwdefaults__
         specialised.__qualname__ = function.__qualname__
         specialised.__module__ = function.__module__

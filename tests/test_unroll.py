@@ -1,0 +1,98 @@
+"""numbatune.static_range: loops written out when a variant is compiled, with the same result."""
+
+import numpy as np
+import pytest
+from numba import cuda, float32
+
+import numbatune as nt
+
+STEPS = 4
+
+
+@nt.autotune(variants=nt.product(STEPS=[1, 3, 4]), launch=lambda a, out: (1, 1))
+@cuda.jit
+def prefix_sums(a, out):
+    """out[k] = a[0] + ... + a[k] for k < STEPS; the inner bound is the outer loop's value."""
+    for k in nt.static_range(STEPS):
+        total = float32(0)
+        for j in nt.static_range(k + 1):
+            total += a[j]
+        out[k] = total
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4])
+def test_static_loops_compute_what_range_loops_do(steps):
+    a = np.arange(1, 9, dtype=np.float32)
+    out = cuda.to_device(np.zeros(8, np.float32))
+    prefix_sums.run_variant({"STEPS": steps}, cuda.to_device(a), out)
+    expected = np.zeros(8, np.float32)
+    expected[:steps] = np.cumsum(a)[:steps]
+    np.testing.assert_array_equal(out.copy_to_host(), expected)
+
+
+def make_shifted_copy(shift):
+    """A kernel whose static loop reads a closure variable, in its bound and in its body."""
+
+    @nt.autotune(variants=nt.product(STEPS=[2, 3]), launch=lambda a, out: (1, 1))
+    @cuda.jit
+    def shifted_copy(a, out):
+        for k in nt.static_range(shift, shift + STEPS):
+            out[k] = a[k] + shift
+
+    return shifted_copy
+
+
+def test_static_loops_read_closure_variables():
+    kernel = make_shifted_copy(2)
+    a = np.arange(8, dtype=np.float32)
+    out = cuda.to_device(np.zeros(8, np.float32))
+    kernel.run_variant({"STEPS": 3}, cuda.to_device(a), out)
+    np.testing.assert_array_equal(out.copy_to_host(), [0, 0, 4, 5, 6, 0, 0, 0])
+
+
+@nt.autotune(variants=nt.product(STEPS=[2, 3]), launch=lambda a, out: (1, 1))
+@cuda.jit
+def runtime_bound(a, out):
+    for k in nt.static_range(a.shape[0]):
+        out[k] = a[k] * STEPS
+
+
+@nt.autotune(variants=nt.product(STEPS=[2, 3]), launch=lambda a, out: (1, 1))
+@cuda.jit
+def breaks_out(a, out):
+    for k in nt.static_range(STEPS):
+        if a[k] < 0:
+            break
+        out[k] = a[k]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "message"),
+    [
+        (runtime_bound, r"runtime_bound, line \d+\): its bounds must be compile-time integers"),
+        (breaks_out, r"breaks_out, line \d+\): the body cannot break or continue the loop"),
+    ],
+)
+def test_a_static_loop_that_cannot_be_written_out_is_refused_by_name(kernel, message):
+    a = cuda.to_device(np.ones(4, np.float32))
+    with pytest.raises(TypeError, match=message):
+        kernel.run_variant({"STEPS": 2}, a, cuda.device_array(4, np.float32))
+
+
+@nt.autotune(variants=nt.product(STEPS=[2, 3]), launch=lambda a, out: (1, 1))
+@cuda.jit
+def local_array_per_step(a, out):
+    """Each step sizes a local array by the loop variable: a constant only once written out."""
+    for k in nt.static_range(1, STEPS + 1):
+        scratch = cuda.local.array(k, float32)
+        for j in range(k):
+            scratch[j] = a[j]
+        out[k - 1] = scratch[k - 1]
+
+
+@pytest.mark.gpu
+def test_the_loop_variable_is_a_compile_time_constant_on_a_gpu():
+    a = np.arange(1, 5, dtype=np.float32)
+    out = cuda.to_device(np.zeros(4, np.float32))
+    local_array_per_step.run_variant({"STEPS": 3}, cuda.to_device(a), out)
+    np.testing.assert_array_equal(out.copy_to_host(), [1, 2, 3, 0])
