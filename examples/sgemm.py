@@ -1,49 +1,52 @@
 """Float32 matrix product C = A @ B with register tiling, tuned over the block tile (BM x BN,
-stepping BK along k), the thread tile (TM x TN) and how a thread's tile lies in the block's.
+stepping BK along k), the thread tile (TM x TN), how a thread's tile lies in the block's, and
+the registers a thread may use.
 
 Each block stages BK-deep slices of A (transposed) and of B in shared memory; each thread keeps
 a TM x TN tile of C in registers and updates it with outer products of TM values of A and TN of
 B. While a thread multiplies one slice, its loads of the next are in flight (into registers,
 then into the other of two shared-memory buffers: one barrier a step). A thread's rows and
-columns are adjacent (SPREAD=False) or spaced across the block tile (SPREAD=True: neighbouring
-threads read neighbouring shared-memory words, without bank conflicts).
+columns are adjacent (SPREAD=False) or in groups of four spaced across the block tile
+(SPREAD=True: a quarter-warp reads 32 different banks, four words a thread at a time).
+The k loop is written out when a variant is compiled (nt.static_range): numba leaves it rolled.
 Run it: python examples/sgemm.py
 """
 
 import numbatune as nt  # first: on a machine with no GPU it turns numba's simulator on
+
+import itertools
 
 import numpy as np
 from numba import cuda, float32
 
 BM, BN, BK = 64, 64, 8  # the block's tile of C, and the depth of a step along k
 TM, TN = 4, 4  # the thread's tile of C
-SPREAD = False  # space a thread's rows and columns across the block tile (else adjacent)
+SPREAD = False  # a thread's rows and columns in groups of four across the tile (else adjacent)
 THREADS = (BM // TM) * (BN // TN)  # threads per block
 LOADS_A, LOADS_B = BM * BK // THREADS, BK * BN // THREADS  # a thread's loads per step
 
 
+def variants():
+    """The tuning space. A 256-thread block of 8 x 8 thread tiles is also tried capped at 128
+    registers a thread, which lets two such blocks share a multiprocessor."""
+    for (bm, bn), bk, (tm, tn), spread in itertools.product(
+        [(64, 64), (64, 128), (128, 64), (128, 128)],
+        [8, 16],
+        [(4, 4), (8, 8)],
+        [False, True],
+    ):
+        threads = (bm // tm) * (bn // tn)
+        if not 64 <= threads <= 512:
+            continue
+        params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "SPREAD": spread}
+        params |= dict(THREADS=threads, LOADS_A=bm * bk // threads, LOADS_B=bk * bn // threads)
+        yield nt.Variant(params)
+        if threads == 256 and tm * tn == 64:
+            yield nt.Variant(params, max_registers=128)
+
+
 @nt.autotune(
-    variants=[
-        {
-            "BM": bm,
-            "BN": bn,
-            "BK": bk,
-            "TM": tm,
-            "TN": tn,
-            "SPREAD": spread,
-            "THREADS": threads,
-            "LOADS_A": bm * bk // threads,
-            "LOADS_B": bk * bn // threads,
-        }
-        for bm in (64, 128)
-        for bn in (64, 128)
-        for bk in (8, 16)
-        for tm in (4, 8)
-        for tn in (4, 8)
-        for spread in (False, True)
-        for threads in [(bm // tm) * (bn // tn)]
-        if 64 <= threads <= 512 and bm * bk % threads == 0 and bk * bn % threads == 0
-    ],
+    variants=list(variants()),
     launch=lambda A, B, C, *, BM, BN, THREADS: (
         (max(1, nt.cdiv(C.shape[1], BN)), max(1, nt.cdiv(C.shape[0], BM))),
         THREADS,
@@ -81,11 +84,19 @@ def sgemm(A, B, C):
             inside = k0 + k < K and first_col + j < N
             next_b[s] = B[k0 + k, first_col + j] if inside else float32(0)
         if k0 > 0:
-            for k in range(BK):
+            for k in nt.static_range(BK):  # written out: its indices become constants
                 for i in range(TM):
-                    a[i] = As[1 - now, k, ty + i * (BM // TM) if SPREAD else ty * TM + i]
+                    a[i] = As[
+                        1 - now,
+                        k,
+                        i // 4 * (BM * 4 // TM) + ty * 4 + i % 4 if SPREAD else ty * TM + i,
+                    ]
                 for j in range(TN):
-                    b[j] = Bs[1 - now, k, tx + j * (BN // TN) if SPREAD else tx * TN + j]
+                    b[j] = Bs[
+                        1 - now,
+                        k,
+                        j // 4 * (BN * 4 // TN) + tx * 4 + j % 4 if SPREAD else tx * TN + j,
+                    ]
                 for i in range(TM):
                     for j in range(TN):
                         acc[i, j] += a[i] * b[j]
@@ -95,9 +106,9 @@ def sgemm(A, B, C):
             Bs[now, (t + s * THREADS) // BN, (t + s * THREADS) % BN] = next_b[s]
         cuda.syncthreads()  # the slice is stored, and every thread is done with the other
     for i in range(TM):
-        row = first_row + (ty + i * (BM // TM) if SPREAD else ty * TM + i)
+        row = first_row + (i // 4 * (BM * 4 // TM) + ty * 4 + i % 4 if SPREAD else ty * TM + i)
         for j in range(TN):
-            col = first_col + (tx + j * (BN // TN) if SPREAD else tx * TN + j)
+            col = first_col + (j // 4 * (BN * 4 // TN) + tx * 4 + j % 4 if SPREAD else tx * TN + j)
             if row < M and col < N:
                 C[row, col] = acc[i, j]
 
