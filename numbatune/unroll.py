@@ -16,7 +16,7 @@ import copy
 import inspect
 import textwrap
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -54,12 +54,13 @@ def unrolled(
     function: types.FunctionType,
     namespace: dict[str, Any],
     closure: tuple[types.CellType, ...] | None,
-) -> types.FunctionType:
-    """A copy of ``function`` with its ``static_range`` loops written out.
+) -> tuple[types.CodeType, tuple[types.CellType, ...] | None]:
+    """The code of ``function`` with its ``static_range`` loops written out, and its closure.
 
-    ``namespace`` holds the globals the copy is compiled with (the variant's parameters
-    included), ``closure`` the cells of its free variables. Line numbers are kept, so numba's
-    errors point at the user's source.
+    ``namespace`` holds the globals the bounds are evaluated in (the variant's parameters
+    included), ``closure`` the cells of the function's free variables; the closure returned
+    holds the same cells in the order of the new code's free variables. Line numbers are kept,
+    so numba's errors point at the user's source.
     """
     lines, first_line = inspect.getsourcelines(function)
     tree = ast.parse(textwrap.dedent("".join(lines)))
@@ -79,8 +80,7 @@ def unrolled(
     code = compile(ast.fix_missing_locations(tree), filename, "exec")
     while code.co_name != definition.name:
         code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    closure = tuple(cells[name] for name in code.co_freevars) or None
-    return types.FunctionType(code, namespace, function.__name__, function.__defaults__, closure)
+    return code, tuple(cells[name] for name in code.co_freevars) or None
 
 
 class _Unroller:
@@ -153,7 +153,7 @@ class _Unroller:
 _MISSING = object()
 
 
-def _same_loop_nodes(statements: list[ast.stmt]):
+def _same_loop_nodes(statements: list[ast.stmt]) -> Iterator[ast.AST]:
     """The nodes of ``statements`` outside any nested loop or function."""
     pending = list(statements)
     while pending:

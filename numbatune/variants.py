@@ -224,12 +224,12 @@ class KernelTemplate:
                 types.CellType(variant.params[name]) if name in variant.params else cell
                 for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
             )
+        code = function.__code__
         if self._static_loops:
-            specialised = unroll.unrolled(function, namespace, closure)
-        else:
-            specialised = types.FunctionType(
-                function.__code__, namespace, function.__name__, function.__defaults__, closure
-            )
+            code, closure = unroll.unrolled(function, namespace, closure)
+        specialised = types.FunctionType(
+            code, namespace, function.__name__, function.__defaults__, closure
+        )
         specialised.__kwdefaults__ = function.__kwdefaults__
         specialised.__qualname__ = function.__qualname__
         specialised.__module__ = function.__module__
