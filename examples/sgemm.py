@@ -36,7 +36,7 @@ def variants():
         [False, True],
     ):
         threads = (bm // tm) * (bn // tn)
-        if not 64 <= threads <= 512:
+        if not 64 <= threads <= 512 or threads % bn:  # (a thread loads whole columns of B's slice)
             continue
         params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "SPREAD": spread}
         params |= dict(THREADS=threads, LOADS_A=bm * bk // threads, LOADS_B=bk * bn // threads)
@@ -68,6 +68,10 @@ def sgemm(A, B, C):
         nt.nonnegative(cuda.blockIdx.y) * BM,
         nt.nonnegative(cuda.blockIdx.x) * BN,
     )
+    # A thread's loads of a slice all lie in one column (so they share its guard): rows
+    # a_i + s * (THREADS // BK) of A's at column a_k, rows b_k + s * (THREADS // BN) of B's at b_j
+    a_i, a_k = t // BK, t % BK
+    b_k, b_j = t // BN, t % BN
     M, K, N = A.shape[0], A.shape[1], B.shape[1]
     for i in range(TM):
         for j in range(TN):
@@ -76,13 +80,11 @@ def sgemm(A, B, C):
         k0 = nt.nonnegative(k0)  # (loop counters are signed too)
         now = k0 // BK % 2  # the buffer slice k0 goes to; slice k0 - BK is in the other
         for s in range(LOADS_A):
-            i, k = (t + s * THREADS) // BK, (t + s * THREADS) % BK
-            inside = first_row + i < M and k0 + k < K
-            next_a[s] = A[first_row + i, k0 + k] if inside else float32(0)
+            row = first_row + a_i + s * (THREADS // BK)
+            next_a[s] = A[row, k0 + a_k] if row < M and k0 + a_k < K else float32(0)
         for s in range(LOADS_B):
-            k, j = (t + s * THREADS) // BN, (t + s * THREADS) % BN
-            inside = k0 + k < K and first_col + j < N
-            next_b[s] = B[k0 + k, first_col + j] if inside else float32(0)
+            k = k0 + b_k + s * (THREADS // BN)
+            next_b[s] = B[k, first_col + b_j] if k < K and first_col + b_j < N else float32(0)
         if k0 > 0:
             for k in nt.static_range(BK):  # written out: its indices become constants
                 for i in range(TM):
@@ -101,9 +103,9 @@ def sgemm(A, B, C):
                     for j in range(TN):
                         acc[i, j] += a[i] * b[j]
         for s in range(LOADS_A):
-            As[now, (t + s * THREADS) % BK, (t + s * THREADS) // BK] = next_a[s]
+            As[now, a_k, a_i + s * (THREADS // BK)] = next_a[s]
         for s in range(LOADS_B):
-            Bs[now, (t + s * THREADS) // BN, (t + s * THREADS) % BN] = next_b[s]
+            Bs[now, b_k + s * (THREADS // BN), b_j] = next_b[s]
         cuda.syncthreads()  # the slice is stored, and every thread is done with the other
     for i in range(TM):
         row = first_row + (i // 4 * (BM * 4 // TM) + ty * 4 + i % 4 if SPREAD else ty * TM + i)
