@@ -48,6 +48,11 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "_"
 
 
+def function_folder(device_folder: Path, function_id: str) -> Path:
+    """The folder, under a device's folder of the tune cache, that holds one function's entries."""
+    return device_folder / _safe_name(function_id)
+
+
 def device_partition() -> str:
     """The current device's name, compute capability and multiprocessor count, as a folder name."""
     from numba import cuda
@@ -140,7 +145,7 @@ class TuneCache:
     def _open(self) -> diskcache.Cache | None:
         if self._disk is not None or self._directory is None:
             return self._disk
-        path = self._directory / _safe_name(self.function_id)
+        path = function_folder(self._directory, self.function_id)
         try:
             self._disk = diskcache.Cache(str(path))
         except _DISK_ERRORS as error:

@@ -24,7 +24,7 @@ from typing import Any
 
 import diskcache
 
-from numbatune.cache import FORMAT, _safe_name, device_partition
+from numbatune.cache import FORMAT, device_partition, function_folder
 
 FILE_FORMAT = "numbatune-cache"
 FILE_VERSION = 1
@@ -143,7 +143,7 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
         if item["device"] != device:
             result.other_device += 1
             continue
-        directory = Path(cache_dir) / device / _safe_name(item["function"])
+        directory = function_folder(Path(cache_dir) / device, item["function"])
         with diskcache.Cache(str(directory)) as disk:
             if disk.add(item["key"], json.dumps(item["entry"])):
                 result.imported += 1
