@@ -36,7 +36,7 @@ def variants():
         [False, True],
     ):
         threads = (bm // tm) * (bn // tn)
-        if not 64 <= threads <= 512 or threads % bn:  # (a thread loads whole columns of B's slice)
+        if not 64 <= threads <= 512 or threads % bn:  # (a thread's loads from B in one column)
             continue
         params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "SPREAD": spread}
         params |= dict(THREADS=threads, LOADS_A=bm * bk // threads, LOADS_B=bk * bn // threads)
