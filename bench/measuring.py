@@ -21,8 +21,9 @@ from typing import Any
 from numba import cuda
 
 import numbatune
-from numbatune import bench as stopwatch
 from numbatune.arrays import SIMULATOR
+from numbatune.tuning import bench as stopwatch
+from numbatune.tuning.results import Timed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +61,7 @@ def true_times(tuned: numbatune.TunedKernel, args: tuple[Any, ...]) -> list[floa
     with configured(**TRUE_SETTINGS):
         timings = stopwatch.measure(runs, 0, inputs=args)
     return [
-        timing.median_s if isinstance(timing := timings.get(i), stopwatch.Timing) else None
+        timing.median_s if isinstance(timing := timings.get(i), Timed) else None
         for i in range(len(tuned.variants))
     ]
 
@@ -71,14 +72,14 @@ def time_callables(calls: dict[str, Callable[[], None]]) -> dict[str, float]:
         timings = stopwatch.measure(calls, 0)
     result = {}
     for name, timing in timings.items():
-        if not isinstance(timing, stopwatch.Timing):
+        if not isinstance(timing, Timed):
             raise RuntimeError(f"bench: timing {name} failed: {timing!r}") from timing
         result[name] = timing.median_s
     return result
 
 
 class StopwatchClock:
-    """Accumulates the wall time spent inside ``numbatune.bench.measure`` while active."""
+    """Accumulates the wall time spent inside ``numbatune.tuning.bench.measure`` while active."""
 
     def __init__(self) -> None:
         self.seconds = 0.0

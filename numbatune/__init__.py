@@ -9,29 +9,31 @@ from numbatune._backend import select_backend
 
 select_backend()
 
+from numbatune import config as _config  # noqa: E402
 from numbatune._version import __version__  # noqa: E402
-from numbatune.cachefile import cache_import  # noqa: E402
-from numbatune.checks import Check, Mismatch  # noqa: E402
-from numbatune.config import configure, load_environment, settings  # noqa: E402
-from numbatune.device import nonnegative  # noqa: E402
+from numbatune.cache.files import cache_import  # noqa: E402
+from numbatune.config import configure, settings  # noqa: E402
 from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
-from numbatune.keys import TuningKeyError, anchor  # noqa: E402
-from numbatune.streams import (  # noqa: E402
-    Profile,
+from numbatune.errors import (  # noqa: E402
+    CacheFileError,
+    KernelSourceError,
+    NumbatuneError,
     ProfileError,
-    ProfileToken,
     StreamError,
-    end_profile,
-    memory_cleanup,
-    memory_usage,
-    profile,
-    start_profile,
+    TuningError,
+    TuningKeyError,
 )
-from numbatune.tuner import TuneReport, TuningError, VariantResult  # noqa: E402
+from numbatune.intrinsics import nonnegative  # noqa: E402
+from numbatune.keys import anchor  # noqa: E402
+from numbatune.streams.memory import memory_cleanup, memory_usage  # noqa: E402
+from numbatune.streams.monitor import end_profile, profile, start_profile  # noqa: E402
+from numbatune.streams.profiles import Profile, ProfileToken  # noqa: E402
+from numbatune.tuning.checks import Check, Mismatch  # noqa: E402
+from numbatune.tuning.results import Source, Status, TuneReport, VariantResult  # noqa: E402
 from numbatune.unroll import static_range  # noqa: E402
 from numbatune.variants import Variant, product  # noqa: E402
 
-load_environment()
+_config.load_environment()
 
 
 def cdiv(a: int, b: int) -> int:
@@ -40,11 +42,16 @@ def cdiv(a: int, b: int) -> int:
 
 
 __all__ = [
+    "CacheFileError",
     "Check",
+    "KernelSourceError",
     "Mismatch",
+    "NumbatuneError",
     "Profile",
     "ProfileError",
     "ProfileToken",
+    "Source",
+    "Status",
     "StreamError",
     "TuneReport",
     "TunedKernel",

@@ -1,13 +1,20 @@
-"""Choosing between a real GPU and numba's CUDA simulator, before numba is imported.
+"""Choosing between a real GPU and numba's CUDA simulator, before numba.cuda is imported.
 
-numba.cuda reads ``NUMBA_ENABLE_CUDASIM`` once, when it is first imported. On a machine with no
-usable CUDA device a real launch can only fail, so numbatune turns the simulator on there,
-unless the user has set the variable (to anything) or has already imported numba.cuda.
+numba.cuda chooses between the two once, when it is first imported, from
+``NUMBA_ENABLE_CUDASIM``. On a machine with no usable CUDA device a real launch can only fail,
+so numbatune turns the simulator on there, unless the user has set the variable (to anything)
+or has already imported numba.cuda. It sets the variable only while it imports numba.cuda, then
+removes it again, from the environment and from the copy numba keeps to notice changes: child
+processes do not inherit the choice (each makes its own when it imports numbatune), and numba's
+later re-reads of its settings keep it. (numba re-reads every setting when a ``NUMBA_*``
+variable changes; a program that changes one at run time, in a simulated process, should set
+``NUMBA_ENABLE_CUDASIM=1`` itself.)
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 import os
 import sys
@@ -15,6 +22,8 @@ import sys
 logger = logging.getLogger("numbatune")
 
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
+
+_CONFIG_MODULES = ("numba.core.config", "numba.cuda.core.config")
 
 
 def cuda_device_count() -> int:
@@ -37,11 +46,20 @@ def select_backend() -> None:
     """Turn numba's CUDA simulator on when no GPU can be used and the user has not chosen."""
     if SIMULATOR_VARIABLE in os.environ or "numba.cuda" in sys.modules:
         return
-    if cuda_device_count() == 0:
-        os.environ[SIMULATOR_VARIABLE] = "1"
+    if cuda_device_count() > 0:
+        return
+    os.environ[SIMULATOR_VARIABLE] = "1"
+    try:
         if "numba" in sys.modules:  # numba has read its settings already: read them again
             sys.modules["numba"].core.config.reload_config()
-        logger.warning(
-            "numbatune: no CUDA GPU found; using numba's CUDA simulator (set %s=0 to prevent this)",
-            SIMULATOR_VARIABLE,
-        )
+        importlib.import_module("numba.cuda")  # numba.cuda chooses the simulator, for good
+    finally:
+        del os.environ[SIMULATOR_VARIABLE]
+        for name in _CONFIG_MODULES:  # numba's copy of the environment forgets it too
+            reloader = getattr(sys.modules.get(name), "_env_reloader", None)
+            if reloader is not None:
+                reloader.old_environ.pop(SIMULATOR_VARIABLE, None)
+    logger.warning(
+        "numbatune: no CUDA GPU found; using numba's CUDA simulator (set %s=0 to prevent this)",
+        SIMULATOR_VARIABLE,
+    )

@@ -8,6 +8,7 @@ on every launch, the benchmarking launches included.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -56,6 +57,18 @@ def read(value: Any) -> tuple[tuple[int, ...], str, str] | None:
     for torch tensors and CuPy arrays.
     """
     return (_readers.get(type(value)) or reader_of(type(value)))(value)
+
+
+def nbytes(array: Any) -> int:
+    """Bytes of the elements of a device array (its size times its item size)."""
+    shape = read(array)[0]
+    if library_of(type(array)) == "torch":
+        itemsize = array.element_size()
+    elif hasattr(array, "dtype") and isinstance(array.dtype, np.dtype):
+        itemsize = array.dtype.itemsize
+    else:
+        itemsize = np.dtype(array.__cuda_array_interface__["typestr"]).itemsize
+    return math.prod(shape) * itemsize
 
 
 def library_of(kind: type) -> str | None:

@@ -42,8 +42,10 @@ def _print(arguments: argparse.Namespace, data: Any, header: list[str], rows: li
 def _info(arguments: argparse.Namespace) -> int:
     from numba import cuda
 
-    from numbatune import __version__, cachefile
+    from numbatune import __version__
     from numbatune.arrays import SIMULATOR
+    from numbatune.cache import files
+    from numbatune.devices import device_name
 
     versions = {"python": platform.python_version(), "numbatune": __version__}
     for package in ("numba", "numba-cuda", "numpy", "diskcache"):
@@ -56,9 +58,12 @@ def _info(arguments: argparse.Namespace) -> int:
     if not SIMULATOR:
         driver = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
         for device in cuda.list_devices():
-            name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
             devices.append(
-                {"id": device.id, "name": name, "compute_capability": device.compute_capability}
+                {
+                    "id": device.id,
+                    "name": device_name(device),
+                    "compute_capability": device.compute_capability,
+                }
             )
     cache_dir = _cache_dir()
     data = {
@@ -67,7 +72,7 @@ def _info(arguments: argparse.Namespace) -> int:
         "devices": devices,
         "versions": versions,
         "cache_dir": None if cache_dir is None else str(cache_dir),
-        "cache_bytes": 0 if cache_dir is None else cachefile.size_bytes(cache_dir),
+        "cache_bytes": 0 if cache_dir is None else files.size_bytes(cache_dir),
     }
     rows = [
         ["simulator", "yes (no CUDA GPU found)" if SIMULATOR else "no"],
@@ -96,10 +101,10 @@ class _Failure(Exception):
 
 
 def _cache_list(arguments: argparse.Namespace) -> int:
-    from numbatune import cachefile
+    from numbatune.cache import files
 
     counts: dict[tuple[str, str], int] = {}
-    for entry in cachefile.entries(_needs_cache()):
+    for entry in files.stored_entries(_needs_cache()):
         counts[(entry.device, entry.function)] = counts.get((entry.device, entry.function), 0) + 1
     data = [{"device": d, "function": f, "keys": n} for (d, f), n in sorted(counts.items())]
     rows = [[d["function"], d["keys"], d["device"]] for d in data]
@@ -120,11 +125,11 @@ def _entry_rows(entry: Any) -> list[list]:
 
 
 def _cache_show(arguments: argparse.Namespace) -> int:
-    from numbatune import cachefile
+    from numbatune.cache import files
 
     found = [
         e
-        for e in cachefile.entries(_needs_cache(), arguments.function)
+        for e in files.stored_entries(_needs_cache(), arguments.function)
         if arguments.key is None or arguments.key in e.key
     ]
     if not found:
@@ -136,27 +141,28 @@ def _cache_show(arguments: argparse.Namespace) -> int:
 
 
 def _cache_clear(arguments: argparse.Namespace) -> int:
-    from numbatune import cachefile
+    from numbatune.cache import files
 
-    deleted = cachefile.clear(_needs_cache(), arguments.function)
+    deleted = files.clear(_needs_cache(), arguments.function)
     print(f"numbatune: deleted {deleted} stored results", file=sys.stderr)
     return 0
 
 
 def _cache_export(arguments: argparse.Namespace) -> int:
-    from numbatune import cachefile
+    from numbatune.cache import files
 
-    count = cachefile.export(_needs_cache(), arguments.file, arguments.function)
+    count = files.export(_needs_cache(), arguments.file, arguments.function)
     print(f"numbatune: exported {count} stored results to {arguments.file}", file=sys.stderr)
     return 0
 
 
 def _cache_import(arguments: argparse.Namespace) -> int:
-    from numbatune import cachefile
+    from numbatune.cache import files
+    from numbatune.errors import CacheFileError
 
     try:
-        result = cachefile.import_file(arguments.file, _needs_cache())
-    except cachefile.CacheFileError as error:
+        result = files.import_file(arguments.file, _needs_cache())
+    except CacheFileError as error:
         raise _Failure(str(error)) from error
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
@@ -167,16 +173,17 @@ def _cache_import(arguments: argparse.Namespace) -> int:
 
 
 def _report(arguments: argparse.Namespace) -> int:
-    from numbatune import cachefile, report
+    from numbatune import plot
+    from numbatune.cache import files
 
-    found = cachefile.entries(_needs_cache(), arguments.function)
+    found = files.stored_entries(_needs_cache(), arguments.function)
     if not found:
         raise _Failure(f"no stored result for {arguments.function}")
     rows = [row for entry in found for row in _entry_rows(entry)]
     _print(arguments, [e.stored for e in found], ["key", "variant", "median (us)", "best"], rows)
     if arguments.output is not None:
         try:
-            report.picture(found, arguments.output)
+            plot.picture(found, arguments.output)
         except ImportError as error:
             raise _Failure(
                 f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"

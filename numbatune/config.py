@@ -54,7 +54,7 @@ def _parse_bool(text: str) -> bool:
         raise ValueError("must be one of 1/0, true/false, on/off, yes/no") from None
 
 
-#: Tuning levels, from the fewest variants tried to all of them (see numbatune.levels).
+#: Tuning levels, from the fewest variants tried to all of them (see numbatune.tuning.levels).
 LEVELS = ("minimal", "balanced", "extensive", "full")
 
 
@@ -102,11 +102,12 @@ class Settings:
     #: through numba's launch; read when a kernel first meets a new key or argument classes.
     fast_launch: bool = True
     #: How many priority groups of variants a key's tuning tries: ``minimal`` the highest only,
-    #: ``balanced`` two, ``extensive`` three, ``full`` all (numbatune.levels); read when a key is
-    #: tuned. Kernels whose variants all have the same priority try every variant at any level.
+    #: ``balanced`` two, ``extensive`` three, ``full`` all (numbatune.tuning.levels); read when
+    #: a key is tuned. Kernels whose variants all have the same priority try every variant at
+    #: any level.
     level: str = "full"
     #: Check mode for every tuned kernel: each variant's outputs are compared with the first
-    #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.checks).
+    #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.tuning.checks).
     check: bool = False
     #: Tune keys that have no stored result; off: use the stored winner, else the first
     #: variant the level tries, with no benchmark (production, CI).

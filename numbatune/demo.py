@@ -18,7 +18,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.dispatch import TunedKernel
 from numbatune.keys import describe
 from numbatune.testing import covering_variants
-from numbatune.tuner import TuneReport
+from numbatune.tuning.results import TuneReport
 
 Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
 

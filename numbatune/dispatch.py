@@ -1,28 +1,37 @@
 """The ``@autotune`` decorator and the tuned kernel it returns.
 
-A call computes the key, looks it up in memory and launches the winner: that is the whole hot
-path. On a miss the cache finds the answer on disk or tunes the key (once, however many threads
-ask), and the winner is launched on the caller's arguments.
+A call looks its fast path up by the classes of its arguments (one dictionary lookup); the fast
+path computes the key, finds the winner in the winner table and launches it: that is the whole
+hot path. Anything else goes to the general path, which finds the winner in memory, on disk, or
+by tuning the key (once, however many threads ask), and launches it on the caller's arguments.
+State that belongs to a device (its winners, its fast paths, its disk partition) is kept per
+device.
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, checks, keys, levels, streams, tuner
-from numbatune.arrays import SIMULATOR
-from numbatune.cache import TuneCache, device_partition
+from numbatune import keys
+from numbatune.arrays import SIMULATOR, is_array
+from numbatune.cache.tunecache import TuneCache, Winner
 from numbatune.config import settings
-from numbatune.launch import FastPath, fast_path, numba_launch, numba_stream, raw_stream
-from numbatune.tuner import TuneReport
-from numbatune.variants import KernelTemplate, Variant, as_variants
-
-LaunchConfig = tuple[Any, ...]
+from numbatune.devices import current_kind
+from numbatune.launch import fastpath
+from numbatune.launch.config import LaunchConfig, checked_launch_config, launch_params
+from numbatune.launch.numbalaunch import numba_launch
+from numbatune.streams.handles import numba_stream, raw_stream
+from numbatune.streams.monitor import monitor
+from numbatune.template import KernelTemplate
+from numbatune.tuning import checks, levels, tuner
+from numbatune.tuning.job import Launcher, TuneJob
+from numbatune.tuning.results import Failed, Source, TuneReport, VariantResult
+from numbatune.values import canonical_key
+from numbatune.variants import Variant, as_variants
 
 
 def autotune(
@@ -43,19 +52,23 @@ def autotune(
     compiled as a kernel of its own in which those names are constants. ``launch`` is called as
     ``launch(*args, **params)`` with the call's arguments and the parameters of a variant that
     it names (all of them if it takes ``**kwargs``), and returns ``(grid, block)`` or
-    ``(grid, block, dynamic_shared_memory_bytes)``. ``key`` chooses which calls share a result
-    (see :func:`numbatune.keys.build_key`); by default, calls whose array arguments have the
-    same shapes rounded up to powers of two, dtypes and layouts.
+    ``(grid, block, dynamic_shared_memory_bytes)``.
+
+    ``key`` chooses which calls share a result. By default: calls whose array arguments have
+    the same shapes rounded up to powers of two (:func:`anchor`), dtypes and layouts. A name or
+    a list of names: for each named array its anchored shape, dtype and layout, for each named
+    scalar its value. A function: called with the kernel's arguments, its (hashable) result.
+    The dtype, layout and number of dimensions of every array argument are always part of it.
 
     ``prune(key, variants)`` returns the variants worth trying for a key, before any is
     compiled. ``level`` (``minimal``, ``balanced``, ``extensive`` or ``full``; by default the
     ``level`` setting, ``NUMBATUNE_LEVEL``) bounds how many priority groups of the variants are
-    tried (see :mod:`numbatune.levels`).
+    tried: ``minimal`` the variants of the highest :attr:`Variant.priority` only, ``balanced``
+    two groups, ``extensive`` three, ``full`` all; the next group is tried only when all fail.
 
     ``check=True`` (or ``numbatune.Check(rtol=, atol=, reference=)``; by default the ``check``
     setting, ``NUMBATUNE_CHECK``) compares every variant's outputs with a reference while a key
-    is tuned: a variant that disagrees cannot win, and the report says where it differed (see
-    :mod:`numbatune.checks`).
+    is tuned: a variant that disagrees cannot win, and the report says where it differed.
 
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)`` (see
@@ -75,6 +88,18 @@ def autotune(
         )
 
     return decorate if kernel is None else decorate(kernel)
+
+
+class _DeviceState:
+    """What a tuned kernel keeps per device: its tune cache (with the winner table) and its
+    fast paths, found by argument classes and by numba signature."""
+
+    def __init__(self, cache: TuneCache) -> None:
+        self.cache = cache
+        #: Argument classes -> the newest fast path's ``call`` for those classes.
+        self.paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]] = {}
+        #: numba signature -> its fast path, or None where the fast launch has no plan.
+        self.signatures: dict[tuple[Any, ...], fastpath.FastPath | None] = {}
 
 
 class TunedKernel:
@@ -99,17 +124,17 @@ class TunedKernel:
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
         self._variants = as_variants(variants, self.name)
+        self._index = {variant: index for index, variant in enumerate(self._variants)}
         if not callable(launch):
             raise TypeError(
                 f"autotune({self.name}): launch must be a function of the kernel's arguments "
                 f"returning (grid, block[, shared_memory_bytes]), got {launch!r}"
             )
         self._launch = launch
-        self._launch_params = _launch_params(launch, self._variants)
+        self._launch_params = launch_params(launch, self._variants)
         launch_reads = {name for params in self._launch_params.values() for name in params}
         self._template.check_params(self._variants, launch_reads)
-        self._parameters = list(self._template.signature.parameters)
-        self._arity = len(self._parameters)
+        self._parameters = tuple(self._template.signature.parameters)
         self._key = keys.build_key(key, self._template.signature, self.name)
         self._level = levels.check_level(level, self.name)
         self._prune = levels.check_prune(prune, self.name)
@@ -118,14 +143,19 @@ class TunedKernel:
         self.__doc__ = self._template.function.__doc__
         module = getattr(self._template.function, "__module__", None) or "__main__"
         self.function_id = f"{module}.{self._template.function.__qualname__}"
-        self._checksum = self._template.checksum(self._variants, launch)
-        self._cache: TuneCache | None = None
+        self._checksum: str | None = None
         self._kernels: dict[Variant, Any] = {}
-        self._hot: dict[Hashable, _Winner] = {}
-        # Fast paths by argument classes and numba signature; calls try the newest first.
-        self._paths: dict[tuple[Any, ...], FastPath] = {}
-        self._call: Callable[[tuple[Any, ...], Any], None] = self._dispatch
-        self._lock = threading.Lock()
+        self._devices: dict[Any, _DeviceState] = {}
+        self._lock = threading.RLock()
+        self._hooks = fastpath.Hooks(
+            self.name,
+            launch,
+            None if self._key is keys.default_key else self._key,
+            self._dispatch,
+            self._numba_launch,
+        )
+        self._binder = _binder(len(self._parameters), self._dispatch)
+        self._call = self._binder.call
         #: Counters of work done: variants compiled (per signature) and keys benchmarked.
         self.stats = {"compiles": 0, "benchmarks": 0}
 
@@ -143,118 +173,126 @@ class TunedKernel:
         self._call(args, stream)
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
-        """The general path: for calls that no fast path takes (see :meth:`_launch_winner`)."""
-        if len(args) != self._arity:
+        """The general path: for calls that no fast path takes."""
+        if len(args) != len(self._parameters):
             raise TypeError(
                 f"{self.name}() takes {len(self._parameters)} arguments "
                 f"({', '.join(self._parameters)}), got {len(args)}"
             )
+        state = self._device_state()
         key = self._key(args)
-        try:
-            winner = self._hot.get(key)
-        except TypeError:
-            keys.check_hashable(key, self.name)
-            raise
+        winner = _known(state, key, self.name)
         if winner is None:
-            winner = self._miss(key, args, stream)
-        self._launch_winner(winner, args, stream)
+            winner, _ = self._answer(state, key, args, stream, force=False)
+        self._launch_winner(state, winner, args, stream)
+
+    def _launch_winner(
+        self, state: _DeviceState, winner: Winner, args: tuple[Any, ...], stream: Any
+    ) -> None:
+        """Launch ``winner`` through the fast path for the signature of ``args`` (made if
+        needed), or through numba where no fast path serves them."""
+        kernel = self._compiled(winner.variant, args)
+        config = checked_launch_config(self._launch(*args, **winner.params), self.name)
+        if settings.fast_launch and not SIMULATOR:
+            path = self._fast_path(state, kernel, args)
+            if (
+                path is not None
+                and path.learn(winner.index, kernel, args)
+                and path.launch_winner(args, winner, stream)
+            ):
+                return
+        numba_launch(kernel, self.name)(args, config, stream)
+
+    def _fast_path(
+        self, state: _DeviceState, kernel: Any, args: tuple[Any, ...]
+    ) -> fastpath.FastPath | None:
+        """The fast path for the signature of ``args`` on this device, made on first use."""
+        classes = tuple(map(type, args))
+        signature = (*classes, *(kernel.typeof_pyval(a) for a in args))
+        with self._lock:
+            if signature not in state.signatures:
+                older = state.paths.get(classes, self._dispatch)
+                path = fastpath.build(kernel, args, state.cache.winners, self._hooks, older)
+                state.signatures[signature] = path
+                if path is not None:
+                    state.paths[classes] = path.call
+            return state.signatures[signature]
+
+    def _numba_launch(
+        self, args: tuple[Any, ...], winner: Winner, config: LaunchConfig, stream: Any
+    ) -> None:
+        numba_launch(self._compiled(winner.variant, args), self.name)(args, config, stream)
+
+    def _device_state(self) -> _DeviceState:
+        """This kernel's state on the current device; the binder is pointed at its paths."""
+        if SIMULATOR:
+            device: Any = "simulator"
+        else:
+            from numba import cuda
+
+            device = int(cuda.current_context().handle)
+        state = self._devices.get(device)
+        if state is None:
+            with self._lock:
+                state = self._devices.get(device)
+                if state is None:
+                    state = self._devices[device] = _DeviceState(self._new_cache())
+        self._binder.paths = state.paths
+        return state
+
+    def _new_cache(self) -> TuneCache:
+        directory = settings.cache_dir
+        return TuneCache(
+            self.function_id,
+            self._variants,
+            self._launch_params,
+            None if directory is None else directory / current_kind().partition,
+            self.checksum,
+        )
+
+    def checksum(self) -> str:
+        """The digest of the kernel, its variants, launch function and the versions that decide
+        whether a stored result holds (computed once, on first use)."""
+        if self._checksum is None:
+            self._checksum = self._template.checksum(self._variants, self._launch)
+        return self._checksum
 
     # -- the miss path ----------------------------------------------------------------------
 
-    def _miss(self, key: Hashable, args: tuple[Any, ...], stream: Any) -> _Winner:
-        return self._remember(key, self._report(key, args, stream, force=False), args)
-
-    def _remember(self, key: Hashable, report: TuneReport, args: tuple[Any, ...]) -> _Winner:
-        """Put the winner of ``report`` on the hot path, checking its launch function once."""
-        variant = report.best_variant
-        params = self._launch_params[variant]
-        _checked_launch_config(self._launch(*args, **params), self.name)
-        winner = _Winner(variant, params)
-        with self._lock:
-            if key in self._hot:  # tuned again: the fast paths learn the new winner
-                for path in self._paths.values():
-                    path.clear()
-            self._hot[key] = winner
-        return winner
-
-    def _launch_winner(self, winner: _Winner, args: tuple[Any, ...], stream: Any) -> None:
-        """Launch ``winner`` through the fast path for the signature of ``args``, made and
-        taught this key if needed, or through numba where no fast path serves them.
-
-        Fast paths form a chain from ``self._call``, newest first: each takes calls of its own
-        signature and known keys and passes others to the next, the last to :meth:`_dispatch`.
-        """
-        kernel = self._prepare_kernel(winner.variant, args)
-        if settings.fast_launch and not SIMULATOR:
-            signature = (*map(type, args), *(kernel.typeof_pyval(a) for a in args))
-            key = None if self._key is keys.default_key else self._key
-            with self._lock:
-                path = self._paths.get(signature)
-                if path is None and signature not in self._paths:
-                    path = self._paths[signature] = fast_path(
-                        kernel, args, self.name, key, self._launch, self._call
-                    )
-                    if path is not None:
-                        self._call = path.call
-                added = path is not None and path.add(kernel, args, winner.params)
-            if added:
-                path.call(args, stream)  # finds the key just added: never back here
-                return
-        numba_launch(kernel, self.name)(args, self._launch(*args, **winner.params), stream)
-
-    def _report(self, key: Hashable, args: tuple[Any, ...], stream: Any, force: bool) -> TuneReport:
+    def _answer(
+        self, state: _DeviceState, key: Hashable, args: tuple[Any, ...], stream: Any, force: bool
+    ) -> tuple[Winner, TuneReport]:
+        """The winner for ``key`` from memory, disk or tuning, and the report behind it."""
         keys.check_hashable(key, self.name)
         self._check_arguments(args)
         stream = numba_stream(stream, args)
         # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
         handle = raw_stream(stream)
-        if handle != streams.monitor.stream:
-            watched = tuple(a for a in args if arrays.is_array(a))
-            streams.monitor.before(handle, watched, None, stream)
-
-        planned = levels.plan(
+        if handle != monitor.stream:
+            monitor.before(handle, tuple(a for a in args if is_array(a)), None, stream)
+        plan = levels.plan(
             self.name, key, self._variants, self._level or settings.level, self._prune
         )
-
         check = self._check or (checks.Check() if settings.check else None)
+        job = TuneJob(
+            self.name, key, self._variants, args, self._parameters, stream, plan,
+            self._compile_variants, check,
+        )  # fmt: skip
 
         def tune() -> TuneReport:
             if not settings.tune:  # tuning off: the first variant the level tries, unmeasured
-                first = self._variants.index(planned.first[0])
-                results = [tuner.VariantResult(v, None) for v in self._variants]
-                return TuneReport(key, first, "untuned", results)
-            report = levels.tune(
-                self.name,
-                key,
-                self._variants,
-                planned,
-                args,
-                self._prepare,
-                stream,
-                check,
-                self._parameters,
-            )
-            if report.source == "benchmark":
+                first = self._index[plan.first[0]]
+                results = tuple(VariantResult(v) for v in self._variants)
+                return TuneReport(key, first, Source.UNTUNED, results)
+            report = tuner.tune(job)
+            if report.source is Source.BENCHMARK:
                 with self._lock:
                     self.stats["benchmarks"] += 1
             return report
 
-        return self._tune_cache().lookup(
-            key, tune, force=force, reuse=lambda stored: reuse(stored, planned, check)
+        return state.cache.lookup(
+            key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check)
         )
-
-    def _tune_cache(self) -> TuneCache:
-        if self._cache is None:
-            with self._lock:
-                if self._cache is None:
-                    directory = settings.cache_dir
-                    self._cache = TuneCache(
-                        self.function_id,
-                        self._checksum,
-                        self._variants,
-                        None if directory is None else directory / device_partition(),
-                    )
-        return self._cache
 
     def _check_arguments(self, args: tuple[Any, ...]) -> None:
         for name, value in zip(self._parameters, args, strict=True):
@@ -264,7 +302,7 @@ class TunedKernel:
                     "array (numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
                 )
 
-    def _prepare_kernel(self, variant: Variant, args: tuple[Any, ...]) -> Any:
+    def _compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
         """The variant's dispatcher, compiled for the types of ``args``."""
         with self._lock:
             kernel = self._kernels.get(variant)
@@ -278,13 +316,25 @@ class TunedKernel:
                     self.stats["compiles"] += 1
         return kernel
 
-    def _prepare(self, variant: Variant, args: tuple[Any, ...]) -> tuner.Launcher:
-        kernel = self._prepare_kernel(variant, args)
-        config = _checked_launch_config(
-            self._launch(*args, **self._launch_params[variant]), self.name
-        )
+    def _launcher(self, variant: Variant, args: tuple[Any, ...]) -> Launcher:
+        """The variant compiled for ``args``, launched through numba on given arguments."""
+        kernel = self._compiled(variant, args)
+        params = self._launch_params[variant]
+        config = checked_launch_config(self._launch(*args, **params), self.name)
         launch = numba_launch(kernel)
         return lambda args, stream: launch(args, config, stream)
+
+    def _compile_variants(
+        self, variants: Sequence[Variant], args: tuple[Any, ...], done: Callable[[int], None]
+    ) -> dict[Variant, Launcher | Failed]:
+        compiled: dict[Variant, Launcher | Failed] = {}
+        for count, variant in enumerate(variants, start=1):
+            try:
+                compiled[variant] = self._launcher(variant, args)
+            except Exception as error:
+                compiled[variant] = Failed.of(error)
+            done(count)
+        return compiled
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -313,10 +363,10 @@ class TunedKernel:
     ) -> None:
         """Launch one given variant on ``args``, as if it had won (compiling it if needed)."""
         variant = variant if isinstance(variant, Variant) else Variant(variant)
-        if variant not in self._launch_params:
+        if variant not in self._index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
         self._check_arguments(args)
-        self._prepare(variant, args)(args, stream)
+        self._launcher(variant, args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed (always with ``force``) without launching on them.
@@ -324,70 +374,64 @@ class TunedKernel:
         Returns the report: ``key``, ``best`` (the winner's parameters), ``source`` (where the
         answer came from) and ``results`` (one record per variant).
         """
-        key = self._key(args)
-        report = self._report(key, args, stream, force=force)
-        self._remember(key, report, args)
+        winner, report = self._answer(
+            self._device_state(), self._key(args), args, stream, force=force
+        )
+        checked_launch_config(self._launch(*args, **winner.params), self.name)
         return report
 
     def __repr__(self) -> str:
         return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
 
 
-def reuse(
-    stored: TuneReport, planned: levels.Plan, check: checks.Check | None
-) -> TuneReport | None:
+def _known(state: _DeviceState, key: Hashable, name: str) -> Winner | None:
+    """The winner the table holds for ``key``, or None; a clear error for unhashable keys."""
+    try:
+        return state.cache.winners.get(key) or state.cache.winners.get(canonical_key(key))
+    except TypeError:
+        keys.check_hashable(key, name)
+        raise
+
+
+def _reuse(stored: TuneReport, plan: levels.Plan, check: checks.Check | None) -> TuneReport | None:
     """A stored report as the answer, or None to tune again: in check mode, one tuned without
-    checks is tuned again; otherwise as :func:`numbatune.levels.reuse` decides."""
+    checks is tuned again; otherwise as :func:`numbatune.tuning.levels.reuse` decides."""
     if check is not None and not stored.checked:
         return None
-    return levels.reuse(stored, planned)
+    return levels.reuse(stored, plan)
 
 
-class _Winner(NamedTuple):
-    """A key's winning variant and the parameters its launch function takes."""
+class _Binder:
+    """A tuned kernel's entry: finds the fast path of a call by its argument classes."""
 
-    variant: Variant
-    params: dict[str, Any]
-
-
-def _launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> dict[Variant, dict]:
-    """For each variant, the parameters to pass to ``launch`` (those it names, or all)."""
-    try:
-        parameters = inspect.signature(launch).parameters.values()
-    except (TypeError, ValueError):
-        return {v: dict(v.params) for v in variants}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return {v: dict(v.params) for v in variants}
-    named = {p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL}
-    return {v: {k: x for k, x in v.params.items() if k in named} for v in variants}
+    call: Callable[[tuple[Any, ...], Any], None]
+    paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]]
 
 
-def _checked_launch_config(config: Any, name: str) -> LaunchConfig:
-    """Validate what a launch function returned: (grid, block[, shared_memory_bytes])."""
+def _binder(arity: int, general: Callable[[tuple[Any, ...], Any], None]) -> _Binder:
+    """The binder of a kernel of ``arity`` arguments: one generated function that looks the
+    fast path up by the classes of the arguments and calls it, or ``general`` when none.
 
-    def dims(value: Any) -> bool:
-        values = value if isinstance(value, tuple | list) else (value,)
-        return 1 <= len(values) <= 3 and all(
-            isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in values
-        )
-
-    if (
-        isinstance(config, tuple | list)
-        and len(config) in (2, 3)
-        and dims(config[0])
-        and dims(config[1])
-        and (
-            len(config) == 2
-            or (
-                isinstance(config[2], int | np.integer)
-                and not isinstance(config[2], bool)
-                and config[2] >= 0
-            )
-        )
-    ):
-        return tuple(config)
-    raise ValueError(
-        f"{name}: the launch function returned {config!r}; expected (grid, block) or "
-        "(grid, block, shared_memory_bytes), where grid and block are positive integers or "
-        "tuples of 1 to 3 positive integers"
+    ``binder.paths`` may be replaced (by the paths of another device); the function reads it
+    on each call.
+    """
+    binder = _Binder()
+    binder.paths = {}
+    names = "".join(f"a{i}, " for i in range(arity))
+    classes = "".join(f"type(a{i}), " for i in range(arity))
+    code = "\n".join(
+        [
+            "def call(args, stream):",
+            f"    if len(args) != {arity}:",
+            "        return _general(args, stream)",
+            *([f"    {names}= args"] if arity else []),
+            f"    path = _binder.paths.get(({classes}))",
+            "    if path is None:",
+            "        return _general(args, stream)",
+            "    return path(args, stream)",
+        ]
     )
+    namespace = {"_binder": binder, "_general": general}
+    exec(compile(code, "<numbatune binder>", "exec"), namespace)
+    binder.call = namespace["call"]
+    return binder

@@ -11,9 +11,9 @@ import inspect
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-import numpy as np
-
 from numbatune import arrays
+from numbatune.errors import TuningKeyError
+from numbatune.values import is_integer, next_power_of_two
 
 KeyFunction = Callable[[tuple[Any, ...]], Hashable]
 
@@ -24,14 +24,14 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     Sizes that round to the same anchor share a tuning result, so a kernel is tuned once for
     1000 and 1024 elements (cubecl's ``anchor``). ``anchor(0)`` and ``anchor(1)`` are 1.
     """
-    if isinstance(x, bool) or not isinstance(x, int | np.integer):
+    if not is_integer(x):
         raise TypeError(f"anchor: x must be a non-negative integer, got {x!r}")
     if x < 0:
         raise ValueError(f"anchor: x must be a non-negative integer, got {x}")
-    if isinstance(base, bool) or not isinstance(base, int) or base < 2:
+    if not is_integer(base) or base < 2:
         raise ValueError(f"anchor: base must be an integer >= 2, got {base!r}")
     if base == 2:
-        power = 1 << (int(x) - 1).bit_length() if x > 1 else 1
+        power = next_power_of_two(x)
     else:
         power = 1
         while power < x:
@@ -44,12 +44,9 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
 
 
 def _anchored(found: tuple[tuple[int, ...], str, str]) -> tuple[tuple[int, ...], str, str]:
-    """An array's key part: its shape anchored (as ``anchor``, inlined: this runs every call)."""
+    """An array's key part: its shape anchored to powers of two, its dtype and layout."""
     shape, dtype, layout = found
-    if len(shape) == 1:
-        n = shape[0]
-        return (1 << (n - 1).bit_length() if n > 1 else 1,), dtype, layout
-    return tuple([1 << (n - 1).bit_length() if n > 1 else 1 for n in shape]), dtype, layout
+    return tuple([next_power_of_two(n) for n in shape]), dtype, layout
 
 
 def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
@@ -131,10 +128,6 @@ def _function_key(function: Callable[..., Hashable], kernel_name: str) -> KeyFun
         return (user_part, *_types_of(args))
 
     return function_key
-
-
-class TuningKeyError(ValueError):
-    """The key of a call could not be computed."""
 
 
 def describe(key: Any) -> str:

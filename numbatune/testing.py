@@ -19,8 +19,9 @@ import numpy as np
 from numba import cuda
 
 from numbatune import arrays
-from numbatune.checks import Check, compare, host_outputs
 from numbatune.dispatch import TunedKernel
+from numbatune.tuning.checks import Check, compare, host_outputs
+from numbatune.values import is_integer
 from numbatune.variants import Variant
 
 _SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 257, 509, 1021)
@@ -85,7 +86,7 @@ def edge_sizes(tuned: TunedKernel | None = None, extra: Iterable[int] = ()) -> l
     sizes = {0, 1, *_SMALL_PRIMES, *extra}
     for variant in tuned.variants if tuned is not None else ():
         for value in variant.params.values():
-            if isinstance(value, int | np.integer) and not isinstance(value, bool) and value > 0:
+            if is_integer(value) and value > 0:
                 value = int(value)
                 sizes.update({value - 1, value, value + 1, 2 * value + 1})
     return sorted(size for size in sizes if size >= 0)

@@ -19,6 +19,8 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from numbatune.errors import KernelSourceError
+
 
 def static_range(*bounds: int) -> range:
     """``range(*bounds)``, written out by numbatune when it compiles a variant.
@@ -62,12 +64,22 @@ def unrolled(
     holds the same cells in the order of the new code's free variables. Line numbers are kept,
     so numba's errors point at the user's source.
     """
-    lines, first_line = inspect.getsourcelines(function)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
+    try:
+        lines, first_line = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError) as error:
+        raise KernelSourceError(
+            f"static_range ({function.__qualname__}): its loops are written out from the "
+            f"kernel's source, which cannot be read ({type(error).__name__}: {error}); define "
+            "the kernel in a file, or use range()"
+        ) from None
     ast.increment_lineno(tree, first_line - 1)
     definition = tree.body[0]
     if not isinstance(definition, ast.FunctionDef):
-        raise TypeError(f"static_range: cannot read the source of {function.__qualname__}")
+        raise KernelSourceError(
+            f"static_range ({function.__qualname__}): cannot find the kernel's definition in "
+            "its source"
+        )
     definition.decorator_list = []
     cells = dict(zip(function.__code__.co_freevars, closure or (), strict=True))
     scope = {**namespace, **{name: cell.cell_contents for name, cell in cells.items()}}
@@ -120,18 +132,22 @@ class _Unroller:
     def _write_out(self, loop: ast.For) -> list[ast.stmt]:
         where = f"{self.kernel_name}, line {loop.lineno}"
         if not isinstance(loop.target, ast.Name):
-            raise TypeError(f"static_range ({where}): the loop variable must be a single name")
+            raise KernelSourceError(
+                f"static_range ({where}): the loop variable must be a single name"
+            )
         if loop.orelse:
-            raise TypeError(f"static_range ({where}): a static_range loop cannot have an else")
+            raise KernelSourceError(
+                f"static_range ({where}): a static_range loop cannot have an else"
+            )
         for node in _same_loop_nodes(loop.body):
             if isinstance(node, (ast.Break, ast.Continue)):
-                raise TypeError(
+                raise KernelSourceError(
                     f"static_range ({where}): the body cannot break or continue the loop"
                 )
         try:
             values = list(self._evaluate(loop.iter))
         except Exception as error:
-            raise TypeError(
+            raise KernelSourceError(
                 f"static_range ({where}): its bounds must be compile-time integers, computed "
                 f"from variant parameters and module globals ({type(error).__name__}: {error})"
             ) from None

@@ -13,8 +13,9 @@ from numba import cuda
 import numbatune as nt
 from bench import kernels
 from bench import run as bench_run
-from numbatune import bench
 from numbatune.arrays import SIMULATOR
+from numbatune.tuning import bench
+from numbatune.tuning.results import Timed
 from tests import kernels as test_kernels
 
 MB = 1 << 20
@@ -93,7 +94,7 @@ def test_a_run_that_raises_is_recorded_and_not_run_again():
     timings = bench.measure({"ok": lambda: calls.append("ok"), "broken": broken})
     assert calls.count("broken") == 1
     assert isinstance(timings["broken"], RuntimeError)
-    assert isinstance(timings["ok"], bench.Timing)
+    assert isinstance(timings["ok"], Timed)
 
 
 @pytest.mark.parametrize(

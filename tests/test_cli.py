@@ -8,10 +8,10 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
-from numbatune import cachefile
 from numbatune.arrays import SIMULATOR
-from numbatune.cache import device_partition
+from numbatune.cache import files as cachefile
 from numbatune.cli import main
+from numbatune.devices import current_kind
 from tests.kernels import load_example
 
 
@@ -42,7 +42,7 @@ def test_info_reports_the_simulator_versions_and_the_cache(capsys, numbatune_cac
 
 def test_cache_list_and_show_give_tables_and_json(capsys, tuned_saxpy):
     status, out, _ = run(capsys, "cache", "list")
-    assert status == 0 and "saxpy" in out and device_partition() in out
+    assert status == 0 and "saxpy" in out and current_kind().partition in out
     status, out, _ = run(capsys, "cache", "list", "--json")
     [listed] = json.loads(out)
     assert listed["keys"] == 1 and listed["function"].endswith("saxpy")
@@ -82,7 +82,7 @@ def test_import_skips_other_devices_and_refuses_bad_files(capsys, tmp_path, tune
         assert status == 1 and "numbatune cache:" in err
     document["entries"][0]["entry"]["best_index"] = 99
     shipped.write_text(json.dumps(document))
-    with pytest.raises(cachefile.CacheFileError, match="an entry is not"):
+    with pytest.raises(nt.CacheFileError, match="an entry is not"):
         cachefile.import_file(shipped, tmp_path / "other-cache")
     assert not (tmp_path / "other-cache").exists()  # nothing was written
 

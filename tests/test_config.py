@@ -58,7 +58,7 @@ def test_with_tuning_off_a_new_key_takes_the_first_variant_unmeasured():
 
 
 def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
-    from numbatune.progress import Progress
+    from numbatune.tuning.progress import Progress
 
     progress = Progress("k", 4)
     progress._started -= 10  # as if tuning had run for ten seconds
@@ -70,7 +70,7 @@ def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
 def test_progress_shows_on_a_terminal_after_a_moment_and_clears_its_line():
     import io
 
-    from numbatune.progress import Progress
+    from numbatune.tuning.progress import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -28,6 +28,7 @@ def add(a, out):
 
 SCRIPT = """
 import json
+import numbatune  # first: with no GPU it chooses numba's simulator for this process
 import numpy as np
 from numba import cuda
 import tunedkernel
@@ -112,12 +113,12 @@ def test_a_corrupted_entry_is_tuned_again(caplog):
     args = cuda.to_device(np.ones(4, np.float32)), cuda.to_device(np.zeros(4, np.float32))
     first = tuned()
     first.tune(*args)
-    disk = first._tune_cache()._open()
+    disk = first._device_state().cache._open()
     for stored_key in list(disk):
         disk.set(stored_key, "{not json")
     with caplog.at_level(logging.WARNING, logger="numbatune"):
         report = tuned().tune(*args)
     assert report.source == "benchmark"
-    assert "corrupted tune cache entry" in caplog.text
+    assert "damaged tune cache entry" in caplog.text
     stored = [json.loads(disk[k]) for k in disk]
     assert stored and all(entry["results"] for entry in stored)

@@ -267,7 +267,7 @@ def test_with_fast_launch_off_results_are_the_same():
 
 
 def test_a_c_launcher_that_cannot_be_built_leaves_the_cuda_bindings_launch(monkeypatch):
-    from numbatune import cudalaunch
+    from numbatune.launch import cudalaunch
 
     def no_compiler():
         raise OSError("cc: not found")
@@ -281,7 +281,7 @@ def test_a_c_launcher_that_cannot_be_built_leaves_the_cuda_bindings_launch(monke
 
 @pytest.mark.gpu
 def test_the_c_launcher_is_built_and_the_bindings_launch_gives_the_same(monkeypatch):
-    from numbatune import cudalaunch
+    from numbatune.launch import cudalaunch
 
     x = cuda.to_device(_host((6, 10, 3), np.float32))[:, ::2, 0]
     (out, seen), _ = _run_both(x, np.float32)

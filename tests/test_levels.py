@@ -5,7 +5,8 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
-from numbatune import levels
+from numbatune.tuning import levels
+from numbatune.tuning.results import Timed
 from tests import kernels
 
 #: Four priority groups: BLOCK=8 alone on top, then 4, then 2 and 16 together, then 1.
@@ -163,7 +164,10 @@ def test_a_stored_winner_that_prune_now_removes_is_not_used():
 def test_a_stored_winner_stays_the_winner_even_when_another_variant_ties_with_it():
     """Event timings are coarse: equal medians happen, and tuning broke the tie already."""
     variants = nt.product(B=[1, 2])
-    stored = nt.TuneReport("key", 1, "disk", [nt.VariantResult(v, 2e-6) for v in variants])
+    timed = Timed(2e-6, 0.0, 10)
+    stored = nt.TuneReport(
+        "key", 1, nt.Source.DISK, tuple(nt.VariantResult(v, timed) for v in variants)
+    )
     assert levels.reuse(stored, levels.plan("k", "key", variants, "full")).best_index == 1
 
 

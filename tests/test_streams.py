@@ -14,7 +14,8 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
-from numbatune.streams import Monitor, StreamOrder, _Launch
+from numbatune.streams.monitor import Monitor, _Launch
+from numbatune.streams.order import StreamOrder
 
 
 def _order():
@@ -316,7 +317,7 @@ def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(libra
 
 @pytest.mark.gpu
 def test_tuning_on_a_miss_keeps_the_callers_stream_order_and_leaves_other_streams_alone():
-    from numbatune import bench
+    from numbatune.tuning import bench
 
     spin, copier = _spin_then_fill(), _copy()
     a, b = cuda.stream(), cuda.stream()

@@ -181,3 +181,39 @@ def test_concurrent_callers_of_a_new_key_share_one_benchmark():
     assert tuned.stats["benchmarks"] == 1
     for out in outputs:
         np.testing.assert_array_equal(out.copy_to_host(), np.arange(8))
+
+
+def test_a_forced_retune_that_fails_keeps_the_known_winner(monkeypatch):
+    from numbatune.tuning import tuner
+
+    tuned = tuned_accumulate()
+    args = device(np.ones(8, np.float32)), device(np.zeros(8, np.float32))
+    known = tuned.tune(*args).best
+
+    def failing(job):
+        raise nt.TuningError("every variant failed")
+
+    monkeypatch.setattr(tuner, "tune", failing)
+    with pytest.raises(nt.TuningError):
+        tuned.tune(*args, force=True)
+    report = tuned.tune(*args)
+    assert report.source == "memory" and report.best == known
+
+
+def test_importing_numbatune_leaves_the_environment_of_child_processes_alone():
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import os, numbatune, numba.cuda\n"
+        "from numba.cuda.core import config\n"
+        "config.reload_config()\n"
+        "print(os.environ.get('NUMBA_ENABLE_CUDASIM'), numbatune.arrays.SIMULATOR == bool("
+        "config.ENABLE_CUDASIM))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["None", "True"]

@@ -96,3 +96,14 @@ def test_the_loop_variable_is_a_compile_time_constant_on_a_gpu():
     out = cuda.to_device(np.zeros(4, np.float32))
     local_array_per_step.run_variant({"STEPS": 3}, cuda.to_device(a), out)
     np.testing.assert_array_equal(out.copy_to_host(), [1, 2, 3, 0])
+
+
+def test_a_kernel_whose_source_cannot_be_read_is_refused_by_name():
+    namespace = {"cuda": cuda, "nt": nt, "N": 2}
+    exec(
+        "def no_source(out):\n    for k in nt.static_range(N):\n        out[k] = k\n",
+        namespace,
+    )
+    tuned = nt.autotune(variants=[{"N": 2}], launch=lambda out: (1, 1))(namespace["no_source"])
+    with pytest.raises(nt.KernelSourceError, match=r"no_source.*cannot be read"):
+        tuned(cuda.to_device(np.zeros(2, np.int64)))

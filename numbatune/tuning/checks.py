@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from numbatune import arrays
+from numbatune.streams.handles import synchronize
 
 #: (rtol, atol) by dtype kind and item size, for ``Check()`` without tolerances.
 _TOLERANCES = {
@@ -101,7 +102,7 @@ def host_outputs(args: Sequence[Any], stream: Any = 0) -> list[np.ndarray | None
         else None
         for a in args
     ]
-    (stream or cuda.default_stream()).synchronize()
+    synchronize(stream)
     return host
 
 

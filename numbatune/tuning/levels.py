@@ -26,17 +26,13 @@ and a result tuned at ``full`` serves every level.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from numba import cuda
-
-from numbatune import arrays, tuner
-from numbatune.checks import Check
 from numbatune.config import LEVELS
-from numbatune.tuner import TuneReport, TuningError, VariantResult
+from numbatune.tuning.results import TuneReport
 from numbatune.variants import Variant
 
 logger = logging.getLogger("numbatune")
@@ -74,7 +70,7 @@ class Plan:
 
     level: str
     #: The variants left by the prune function, in groups of equal priority, highest first.
-    groups: list[list[Variant]]
+    groups: tuple[tuple[Variant, ...], ...]
     #: How many groups the level tunes together.
     count: int
     #: How many variants the prune function removed.
@@ -113,7 +109,7 @@ def plan(
     groups: dict[int, list[Variant]] = {}
     for variant in kept:
         groups.setdefault(variant.priority_for(key), []).append(variant)
-    ordered = [groups[priority] for priority in sorted(groups, reverse=True)]
+    ordered = tuple(tuple(groups[priority]) for priority in sorted(groups, reverse=True))
     count = min(GROUPS_BY_LEVEL[level] or len(ordered), len(ordered))
     return Plan(level, ordered, count, len(variants) - len(kept))
 
@@ -140,83 +136,6 @@ def _pruned(
     return [v for v in variants if v in chosen]  # the kernel's order, each once
 
 
-def tune(
-    kernel_name: str,
-    key: Hashable,
-    variants: Sequence[Variant],
-    planned: Plan,
-    args: tuple[Any, ...],
-    prepare: tuner.Prepare,
-    stream: Any,
-    check: Check | None = None,
-    names: Sequence[str] = (),
-) -> TuneReport:
-    """Tune the plan's variant sets in turn (:meth:`Plan.tries`) until one has a working variant.
-
-    The report has one result per variant of ``variants``, in their order (so its
-    ``best_index`` indexes them too); variants not tried (pruned, beyond the level's groups,
-    or the only one tried, which is not measured) have no time and no error.
-    """
-    logger.info(
-        "numbatune: tuning %s for key %r at level %s: %d of %d variants (%d pruned)",
-        kernel_name,
-        key,
-        planned.level,
-        len(planned.first),
-        len(variants),
-        planned.pruned,
-    )
-    *fallbacks, last = planned.tries()
-
-    def measured(variant_set: Sequence[Variant]) -> TuneReport:
-        report = tuner.tune(kernel_name, key, variant_set, args, prepare, stream, check, names)
-        return _aligned(report, variants)
-
-    for variant_set in fallbacks:
-        if len(variant_set) == 1 and not _runs(kernel_name, variant_set[0], args, prepare, stream):
-            continue
-        try:
-            return measured(variant_set)
-        except TuningError:
-            logger.info(
-                "numbatune: every variant of %s tried for key %r failed; trying the next "
-                "priority group too",
-                kernel_name,
-                key,
-            )
-    return measured(last)
-
-
-def _runs(
-    kernel_name: str, variant: Variant, args: tuple[Any, ...], prepare: tuner.Prepare, stream: Any
-) -> bool:
-    """Whether ``variant`` compiles and runs once on clones of ``args``.
-
-    A lone variant is not measured, but one that fails gives way to the next priority group.
-    """
-    clones = arrays.clone_arguments(args, stream)
-    try:
-        prepare(variant, clones)(clones, stream)
-        (stream or cuda.default_stream()).synchronize()  # a launch error shows here
-    except Exception as error:
-        logger.info(
-            "numbatune: %s: %s failed (%s); trying the next priority group too",
-            kernel_name,
-            variant.label,
-            error,
-        )
-        return False
-    return True
-
-
-def _aligned(report: TuneReport, variants: Sequence[Variant]) -> TuneReport:
-    """``report`` with one result per variant of ``variants``, in order; untried ones empty."""
-    measured = {result.variant: result for result in report.results}
-    results = [measured.get(variant, VariantResult(variant, None)) for variant in variants]
-    best = variants.index(report.best_variant)
-    return TuneReport(report.key, best, report.source, results, report.checked)
-
-
 def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
     """A stored report as the answer for ``planned``, or None when it must be tuned again.
 
@@ -225,7 +144,7 @@ def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
     Its winner stays the winner unless the prune function now removes it; then the fastest of
     the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
     """
-    known = {r.variant for r in stored.results if r.median_s is not None or r.error or r.mismatch}
+    known = {r.variant for r in stored.results if r.tried}
     if not all(variant in known for variant in planned.first):
         logger.info(
             "numbatune: stored result for key %r tried fewer variants than level %s asks; "
@@ -244,4 +163,4 @@ def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
     ]
     if not timed:
         return None
-    return TuneReport(stored.key, min(timed)[1], stored.source, stored.results, stored.checked)
+    return dataclasses.replace(stored, best_index=min(timed)[1])

@@ -16,8 +16,14 @@ typedef int (*launch_kernel_t)(void *function, unsigned grid_x, unsigned grid_y,
                                unsigned grid_z, unsigned block_x, unsigned block_y,
                                unsigned block_z, unsigned shared_bytes, void *stream,
                                void **parameters, void **extra);
+typedef int (*get_current_context_t)(void **context);
 
 static launch_kernel_t launch_kernel = NULL;
+static get_current_context_t get_current_context = NULL;
+
+/* Returned instead of a CUresult (which are never negative). */
+#define WRONG_CONTEXT -1 /* the thread's current context is not the function's */
+#define EMPTY_LAUNCH -2  /* a grid or block dimension is 0 */
 
 static int unsigned_of(PyObject *value, unsigned *out) {
     unsigned long result;
@@ -56,17 +62,24 @@ static int dim3_of(PyObject *value, unsigned out[3]) {
     return unsigned_of(value, &out[0]);
 }
 
-/* launch(function, config, stream, parameters, offsets) -> CUresult, where config is
- * (grid, block) or (grid, block, shared_bytes). */
+/* launch(function, config, stream, parameters, offsets, context) -> CUresult, where config
+ * is (grid, block) or (grid, block, shared_bytes) and context the function's CUcontext;
+ * WRONG_CONTEXT or EMPTY_LAUNCH, launching nothing, where those hold. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned grid[3], block[3], shared = 0;
     void *pointers[MAX_PARAMETERS];
-    if (nargs != 5 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
+    if (nargs != 6 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
         !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError,
                         "launch(function, (grid, block[, shared]), stream, parameters: bytes, "
-                        "offsets: bytes)");
+                        "offsets: bytes, context)");
         return NULL;
+    }
+    void *expected = PyLong_AsVoidPtr(args[5]);
+    if (expected == NULL && PyErr_Occurred()) return NULL;
+    void *current = NULL;
+    if (get_current_context(&current) != 0 || current != expected) {
+        return PyLong_FromLong(WRONG_CONTEXT);
     }
     Py_ssize_t config_size = PySequence_Fast_GET_SIZE(args[1]);
     PyObject **config = PySequence_Fast_ITEMS(args[1]);
@@ -76,6 +89,9 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (dim3_of(config[0], grid) < 0 || dim3_of(config[1], block) < 0) return NULL;
     if (config_size == 3 && unsigned_of(config[2], &shared) < 0) return NULL;
+    for (int i = 0; i < 3; i++) {
+        if (grid[i] == 0 || block[i] == 0) return PyLong_FromLong(EMPTY_LAUNCH);
+    }
     void *function = PyLong_AsVoidPtr(args[0]);
     if (function == NULL && PyErr_Occurred()) return NULL;
     void *stream = PyLong_AsVoidPtr(args[2]);
@@ -95,7 +111,8 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
-     "launch(function, (grid, block[, shared]), stream, parameters, offsets) -> CUresult"},
+     "launch(function, (grid, block[, shared]), stream, parameters, offsets, context) -> "
+     "CUresult"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -111,6 +128,11 @@ PyMODINIT_FUNC PyInit__numbatune_launch(void) {
     launch_kernel = (launch_kernel_t)dlsym(driver, "cuLaunchKernel");
     if (launch_kernel == NULL) {
         PyErr_SetString(PyExc_ImportError, "libcuda.so.1 has no cuLaunchKernel");
+        return NULL;
+    }
+    get_current_context = (get_current_context_t)dlsym(driver, "cuCtxGetCurrent");
+    if (get_current_context == NULL) {
+        PyErr_SetString(PyExc_ImportError, "libcuda.so.1 has no cuCtxGetCurrent");
         return NULL;
     }
     return PyModule_Create(&module);

@@ -12,7 +12,7 @@ from typing import Any
 
 
 def picture(entries: Sequence[Any], path: Path) -> None:
-    """Draw one panel per stored key of ``entries`` (:class:`numbatune.cachefile.Entry`)."""
+    """Draw one panel per stored key of ``entries`` (:class:`numbatune.cache.files.Entry`)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -7,11 +7,13 @@ Python was built with (``cc`` otherwise), and kept in the user's cache directory
 be built (no compiler, no ``Python.h``) the launch goes through cuda-bindings, with the same
 signature and results, and :data:`BUILD_ERROR` says why.
 
-Both take ``(function, config, stream, parameters, offsets)``: the function and stream as
-integer handles; ``config`` as ``(grid, block)`` or ``(grid, block, shared_bytes)``, grid and
-block each an int or a tuple of up to 3 ints; the kernel's parameters packed in ``parameters``
-(bytes) at the offsets listed in ``offsets`` (bytes of int64). Both return the ``CUresult`` as an
-int.
+Both take ``(function, config, stream, parameters, offsets, context)``: the function, stream
+and context as integer handles; ``config`` as ``(grid, block)`` or ``(grid, block,
+shared_bytes)``, grid and block each an int or a tuple of up to 3 ints; the kernel's parameters
+packed in ``parameters`` (bytes) at the offsets listed in ``offsets`` (bytes of int64). Both
+return the ``CUresult`` as an int, or, launching nothing, :data:`WRONG_CONTEXT` when the calling
+thread's current context is not ``context`` (the function's: another device, or a thread that
+has none yet) and :data:`EMPTY_LAUNCH` when a grid or block dimension is 0.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ logger = logging.getLogger("numbatune")
 
 _SOURCE = Path(__file__).with_name("_cuda_launch.c")
 
-Launcher = Callable[[int, tuple, int, bytes, bytes], int]
+Launcher = Callable[[int, tuple, int, bytes, bytes, int], int]
+
+WRONG_CONTEXT = -1
+EMPTY_LAUNCH = -2
 
 #: Why the C launcher could not be built or loaded (None once it is loaded).
 BUILD_ERROR: str | None = None
@@ -87,10 +92,13 @@ def _load_c_launcher() -> Launcher:
 
 
 def _launch_with_bindings(
-    function: int, config: tuple, stream: int, parameters: bytes, offsets: bytes
+    function: int, config: tuple, stream: int, parameters: bytes, offsets: bytes, context: int
 ) -> int:
     from cuda.bindings import driver
 
+    error, current = driver.cuCtxGetCurrent()
+    if error or int(current) != context:
+        return WRONG_CONTEXT
     grid, block, *shared = config
     base = ctypes.cast(ctypes.c_char_p(parameters), ctypes.c_void_p).value or 0
     count = len(offsets) // 8
@@ -99,6 +107,8 @@ def _launch_with_bindings(
     )
     gx, gy, gz = _dim3(grid)
     bx, by, bz = _dim3(block)
+    if 0 in (gx, gy, gz, bx, by, bz):
+        return EMPTY_LAUNCH
     (error,) = driver.cuLaunchKernel(
         driver.CUfunction(function), gx, gy, gz, bx, by, bz, shared[0] if shared else 0, stream,
         ctypes.addressof(pointers), 0,

@@ -1,7 +1,8 @@
 """The disk tune cache as a whole: list, show, clear, and export to / import from a JSON file.
 
-The cache keeps ``<cache_dir>/<device>/<function>/`` (see :mod:`numbatune.cache`). An export is a
-plain, versioned JSON file, so a team can tune once and ship the results with its package::
+The cache keeps ``<cache_dir>/<device>/<function>/`` (see :mod:`numbatune.cache.tunecache`).
+An export is a plain, versioned JSON file, so a team can tune once and ship the results with its
+package::
 
     {"format": "numbatune-cache", "version": 1, "entries": [
         {"device": "NVIDIA_H100_80GB_HBM3-sm90-132sm", "function": "pkg.mod.kernel",
@@ -24,7 +25,10 @@ from typing import Any
 
 import diskcache
 
-from numbatune.cache import FORMAT, device_partition, function_folder
+from numbatune.cache import entry as entries
+from numbatune.cache.tunecache import function_folder
+from numbatune.devices import current_kind
+from numbatune.errors import CacheFileError
 
 FILE_FORMAT = "numbatune-cache"
 FILE_VERSION = 1
@@ -45,10 +49,6 @@ class Entry:
         return self.stored["results"][self.stored["best_index"]]["variant"]
 
 
-class CacheFileError(ValueError):
-    """A cache file that cannot be imported: not JSON, or not numbatune's format."""
-
-
 def _function_directories(cache_dir: Path) -> Iterator[tuple[str, Path]]:
     if not cache_dir.is_dir():
         return
@@ -57,7 +57,13 @@ def _function_directories(cache_dir: Path) -> Iterator[tuple[str, Path]]:
             yield device.name, function
 
 
-def entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
+def _named(name: str, function: str | None) -> bool:
+    """Whether a function called ``name`` is the one asked for (all when None), by its full
+    name or its last part."""
+    return function is None or function in (name, name.rpartition(".")[2])
+
+
+def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
     """Every stored result under ``cache_dir`` (of one function, by name or its last part)."""
     found = []
     for device, directory in _function_directories(cache_dir):
@@ -65,7 +71,7 @@ def entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
             for key in disk.iterkeys():
                 stored = json.loads(disk[key])
                 name = stored.get("function", directory.name)
-                if function is None or function in (name, name.rpartition(".")[2]):
+                if _named(name, function):
                     found.append(Entry(device, name, key, stored))
     return found
 
@@ -84,7 +90,7 @@ def clear(cache_dir: Path, function: str | None = None) -> int:
         with diskcache.Cache(str(directory)) as disk:
             for key in list(disk.iterkeys()):
                 name = json.loads(disk[key]).get("function", directory.name)
-                if function is None or function in (name, name.rpartition(".")[2]):
+                if _named(name, function):
                     del disk[key]
                     deleted += 1
     return deleted
@@ -92,7 +98,7 @@ def clear(cache_dir: Path, function: str | None = None) -> int:
 
 def export(cache_dir: Path, path: Path, function: str | None = None) -> int:
     """Write the stored results (of one function) to the JSON file ``path``; returns how many."""
-    found = entries(cache_dir, function)
+    found = stored_entries(cache_dir, function)
     document = {
         "format": FILE_FORMAT,
         "version": FILE_VERSION,
@@ -137,7 +143,7 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
     items = document.get("entries")
     if not isinstance(items, list) or not all(_valid(item) for item in items):
         raise CacheFileError(f"{path}: an entry is not (device, function, key, entry)")
-    device = device or device_partition()
+    device = device or current_kind().partition
     result = ImportResult()
     for item in items:
         if item["device"] != device:
@@ -157,15 +163,11 @@ def _valid(item: Any) -> bool:
         return False
     if not all(isinstance(item.get(name), str) for name in ("device", "function", "key")):
         return False
-    stored = item.get("entry")
-    return (
-        isinstance(stored, dict)
-        and stored.get("format") == FORMAT
-        and isinstance(stored.get("checksum"), str)
-        and isinstance(stored.get("results"), list)
-        and isinstance(stored.get("best_index"), int)
-        and 0 <= stored["best_index"] < len(stored["results"])
-    )
+    try:
+        entries.check(item.get("entry"))
+    except entries.DamagedEntry:
+        return False
+    return True
 
 
 def cache_import(path: str | Path) -> ImportResult:

@@ -29,11 +29,9 @@ timed by the wall clock: those times say nothing about speed.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,31 +40,20 @@ from numba import cuda
 from numbatune import arrays
 from numbatune.arrays import SIMULATOR
 from numbatune.config import settings
+from numbatune.tuning.results import Timed
 
 #: A function that queues one launch of a variant.
 Run = Callable[[], None]
 
 
-@dataclass(frozen=True)
-class Timing:
-    """The measured time of one variant."""
-
-    median_s: float
-    #: Interquartile range of the timed runs.
-    spread_s: float
-    runs: int
-    #: True when the variant stopped being measured early, being clearly slower than the leader.
-    stopped_early: bool = False
-
-
-def summary(samples: Sequence[float], stopped_early: bool = False) -> Timing:
+def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
     """Median, interquartile range and count of a variant's timed runs."""
     if len(samples) >= 4:
         quartiles = statistics.quantiles(samples, n=4)
         spread = quartiles[2] - quartiles[0]
     else:
         spread = max(samples) - min(samples)
-    return Timing(statistics.median(samples), spread, len(samples), stopped_early)
+    return Timed(statistics.median(samples), spread, len(samples), stopped_early)
 
 
 def early_stopped(samples: Mapping[Hashable, Sequence[float]], rounds: int) -> set[Hashable]:
@@ -83,12 +70,7 @@ def early_stopped(samples: Mapping[Hashable, Sequence[float]], rounds: int) -> s
 
 def working_set_bytes(inputs: Iterable[Any]) -> int:
     """Bytes of device memory the array arguments among ``inputs`` span (scalars count 0)."""
-    total = 0
-    for value in inputs:
-        if arrays.is_array(value):
-            shape, dtype, _ = arrays.info(value)
-            total += math.prod(shape) * np.dtype(dtype).itemsize
-    return total
+    return sum(arrays.nbytes(value) for value in inputs if arrays.is_array(value))
 
 
 def flush_bytes(working_set: int, l2_bytes: int) -> int:
@@ -183,7 +165,7 @@ def _l2_bytes() -> int:
 
 def measure(
     runs: Mapping[Hashable, Run], stream: Any = 0, inputs: Iterable[Any] = ()
-) -> dict[Hashable, Timing | Exception]:
+) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``), as the module says.
 
     ``inputs`` are the arguments the runs work on; their size decides the L2 flush. A run that

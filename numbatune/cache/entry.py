@@ -1,0 +1,140 @@
+"""Stored entries: a tuning report as JSON, and back, checked field by field.
+
+An entry is what the disk cache keeps for one key (and what an exported cache file carries):
+the format, the checksum of the kernel it was tuned with, and one result per variant. Reading
+one checks every field; anything out of place (another format, an index out of range, an
+unknown variant, a field of the wrong type) raises :class:`DamagedEntry`, so a damaged entry is
+never trusted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from numbatune.tuning.checks import Mismatch
+from numbatune.tuning.results import (
+    NOT_TRIED,
+    Failed,
+    Mismatched,
+    Outcome,
+    Source,
+    Status,
+    Timed,
+    TuneReport,
+    VariantResult,
+)
+from numbatune.values import stable_text
+from numbatune.variants import Variant
+
+#: Version of the stored entries; entries of another format are tuned again.
+FORMAT = 2
+
+
+class DamagedEntry(ValueError):
+    """A stored entry that is not what numbatune writes; it is discarded."""
+
+
+def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> dict[str, Any]:
+    """The stored form of ``report``."""
+    return {
+        "format": FORMAT,
+        "checksum": checksum,
+        "function": function,
+        "key": key_text,
+        "best_index": report.best_index,
+        "checked": report.checked,
+        "results": [_encode_result(result) for result in report.results],
+    }
+
+
+def _encode_result(result: VariantResult) -> dict[str, Any]:
+    outcome = result.outcome
+    return {
+        "variant": result.variant.label,
+        "params": {k: stable_text(v) for k, v in result.variant.params.items()},
+        "jit": {k: stable_text(v) for k, v in result.variant.jit.items()},
+        "status": result.status.value,
+        "median_s": result.median_s,
+        "spread_s": result.spread_s,
+        "runs": result.runs,
+        "error": result.error,
+        "mismatch": dataclasses.asdict(outcome.mismatch)
+        if isinstance(outcome, Mismatched)
+        else None,
+    }
+
+
+def check(entry: Any) -> dict[str, Any]:
+    """``entry`` if it is a well-formed stored entry (whatever its kernel); else
+    :class:`DamagedEntry` says what is wrong."""
+    if not isinstance(entry, dict):
+        raise DamagedEntry(f"an entry is a JSON object, got {type(entry).__name__}")
+    if entry.get("format") != FORMAT:
+        raise DamagedEntry(f"format {entry.get('format')!r}, expected {FORMAT}")
+    for name, kind in (("checksum", str), ("results", list), ("checked", bool)):
+        if not isinstance(entry.get(name), kind):
+            raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected a {kind.__name__}")
+    best = entry.get("best_index")
+    if type(best) is not int or not 0 <= best < len(entry["results"]):
+        raise DamagedEntry(f"best_index {best!r} is not one of the {len(entry['results'])} results")
+    for result in entry["results"]:
+        _outcome(result)
+    if not isinstance(_outcome(entry["results"][best]), Timed):
+        raise DamagedEntry(f"the best result, #{best}, was not timed")
+    return entry
+
+
+def _number(result: dict[str, Any], name: str) -> float:
+    value = result.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise DamagedEntry(f"{name} is {value!r}, expected a finite number")
+    if value < 0:
+        raise DamagedEntry(f"{name} is {value!r}, expected a number >= 0")
+    return float(value)
+
+
+def _outcome(result: Any) -> Outcome:
+    if not isinstance(result, dict) or not isinstance(result.get("variant"), str):
+        raise DamagedEntry(f"a result is {result!r}, expected an object naming its variant")
+    try:
+        status = Status(result.get("status"))
+    except ValueError:
+        raise DamagedEntry(f"status {result.get('status')!r} is not a status") from None
+    if status in (Status.TIMED, Status.STOPPED_EARLY):
+        runs = result.get("runs")
+        if type(runs) is not int or runs < 1:
+            raise DamagedEntry(f"runs is {runs!r}, expected an integer >= 1")
+        median, spread = _number(result, "median_s"), _number(result, "spread_s")
+        return Timed(median, spread, runs, status is Status.STOPPED_EARLY)
+    if status is Status.FAILED:
+        if not isinstance(result.get("error"), str):
+            raise DamagedEntry(f"error is {result.get('error')!r}, expected text")
+        return Failed(result["error"])
+    if status is Status.MISMATCHED:
+        try:
+            return Mismatched(Mismatch(**result["mismatch"]))
+        except (KeyError, TypeError) as error:
+            raise DamagedEntry(f"mismatch is {result.get('mismatch')!r}: {error}") from None
+    return NOT_TRIED
+
+
+def decode(
+    entry: Any, key: Hashable, variants: Mapping[str, Variant], checksum: str
+) -> TuneReport | None:
+    """The report ``entry`` stores for ``key``, None when it is stale (another checksum: the
+    kernel, its variants or the versions changed), or :class:`DamagedEntry`."""
+    entry = check(entry)
+    if entry["checksum"] != checksum:
+        return None
+    results = []
+    for result in entry["results"]:
+        variant = variants.get(result["variant"])
+        if variant is None:
+            raise DamagedEntry(f"variant {result['variant']!r} is not one of the kernel's")
+        results.append(VariantResult(variant, _outcome(result)))
+    if [r.variant for r in results] != list(variants.values()):
+        raise DamagedEntry("its results are not one per variant of the kernel, in order")
+    return TuneReport(key, entry["best_index"], Source.DISK, tuple(results), entry["checked"])

@@ -1,0 +1,56 @@
+"""The GPU numbatune works on: what tells one kind of device from another.
+
+Tuning results and compiled kernels are kept per kind of device: its name, compute capability
+and number of multiprocessors (two identical GPUs share them). Under numba's simulator the
+device is ``simulator``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from numbatune.arrays import SIMULATOR
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """A kind of device: results tuned on one serve every device of the same kind."""
+
+    name: str
+    compute_capability: tuple[int, int]
+    multiprocessors: int
+
+    @property
+    def partition(self) -> str:
+        """The folder name of this kind's tune cache: ``NVIDIA_H100_80GB_HBM3-sm90-132sm``."""
+        if SIMULATOR:
+            return "simulator"
+        major, minor = self.compute_capability
+        return safe_name(f"{self.name}-sm{major}{minor}-{self.multiprocessors}sm")
+
+
+SIMULATED = DeviceKind("simulator", (0, 0), 0)
+
+
+def device_name(device: object) -> str:
+    """A numba device's name as text (numba gives bytes on some versions)."""
+    name = getattr(device, "name", "")
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def current_kind() -> DeviceKind:
+    """The kind of the device numba launches on in this thread."""
+    if SIMULATOR:
+        return SIMULATED
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    return DeviceKind(
+        device_name(device), tuple(device.compute_capability), int(device.MULTIPROCESSOR_COUNT)
+    )
+
+
+def safe_name(text: str) -> str:
+    """``text`` as a folder name: runs of other characters than ``A-Za-z0-9_.-`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "_"

@@ -1,0 +1,38 @@
+"""The errors numbatune raises of its own.
+
+Each derives from :class:`NumbatuneError`, so ``except numbatune.NumbatuneError`` catches every
+one, and from the built-in error it always was (``RuntimeError``, ``ValueError`` or
+``TypeError``), so code written against those keeps working. Bad arguments to numbatune's
+functions raise plain ``TypeError`` and ``ValueError`` that name the argument.
+"""
+
+from __future__ import annotations
+
+
+class NumbatuneError(Exception):
+    """The base of numbatune's own errors."""
+
+
+class TuningError(NumbatuneError, RuntimeError):
+    """Every variant failed for a key; the message names each variant and its error."""
+
+
+class TuningKeyError(NumbatuneError, ValueError):
+    """The key of a call could not be computed, or cannot be a cache key."""
+
+
+class StreamError(NumbatuneError, ValueError):
+    """A stream that cannot take numbatune's launches: destroyed, or of another context."""
+
+
+class ProfileError(NumbatuneError, ValueError):
+    """A profile token that is not open: ended already, or not made by ``start_profile``."""
+
+
+class CacheFileError(NumbatuneError, ValueError):
+    """A cache file that cannot be imported: not JSON, or not numbatune's format."""
+
+
+class KernelSourceError(NumbatuneError, TypeError):
+    """A kernel whose code numbatune must rewrite (``static_range``) and cannot: its source
+    cannot be read, or a loop cannot be written out. The message names the kernel and line."""

@@ -1,0 +1,142 @@
+"""The generated code of a fast path: one function per argument signature.
+
+Generated per signature as Triton generates its launchers, the code reads each argument's
+fields once, checks that the arguments have the signature it was made for, computes the key
+from what it read, finds the key's winner in the tuned kernel's winner table and that
+variant's compiled function for this signature, calls the launch function, packs the
+parameters with one ``struct.pack`` and calls ``cuLaunchKernel`` from C
+(:mod:`numbatune.launch.cudalaunch`).
+
+Two functions are made: ``call(args, stream)``, which looks the winner up and hands calls it
+cannot take to ``_next`` (another signature of the same argument classes) or ``_general`` (the
+tuned kernel's general path); and ``launch_winner(args, winner, stream)``, which the general
+path calls with a winner it found, and which returns False when it cannot launch it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from numbatune.arrays import library_of
+from numbatune.launch.layout import ArgumentPlan
+
+
+def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
+    """The ``struct`` format that packs the plan's fields at the driver's offsets."""
+    fmt, position = "<", 0
+    for (offset, size), (letter, _) in zip(layout, plan.fields, strict=True):
+        fmt += f"{offset - position}x" * (offset > position) + letter
+        position = offset + size
+    return fmt
+
+
+def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str]]:
+    """Code that turns ``stream`` into a raw handle, ordered after torch's and CuPy's streams
+    (the same reads as :func:`numbatune.streams.handles.current_stream`), and the libraries
+    whose streams it reads."""
+    handle = "stream if type(stream) is int else _stream_handle(stream)"
+    producers: dict[str, str] = {}
+    for index, value in enumerate(args):
+        library = library_of(type(value))
+        if library in ("torch", "cupy"):
+            current = f"_torch_stream(a{index}.get_device())"
+            producers.setdefault(library, current if library == "torch" else "_cupy_stream().ptr")
+    if not producers:
+        return [f"    stream = 0 if stream is None else {handle}"], []
+    lines = []
+    for number, producer in enumerate(producers.values()):
+        lines.append(f"    producer = {producer}")
+        if number == 0:
+            lines.append(f"    stream = producer if stream is None else {handle}")
+        if sync:
+            lines += ["    if stream != producer:", "        _wait(stream, producer)"]
+    return lines, list(producers)
+
+
+def _front(plan: ArgumentPlan, arity: int, reject: str) -> list[str]:
+    """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's reads and checks,
+    running ``reject`` for arguments of another signature."""
+    lines = [f"    {''.join(f'a{i}, ' for i in range(arity))}= args"] if arity else []
+    checks: list[str] = []
+    for kind, code in [*plan.steps, ("read", "")]:
+        if kind == "check":
+            checks.append(code)
+            continue
+        if checks:
+            lines += [f"    if not ({' and '.join(checks)}):", f"        {reject}"]
+            checks = []
+        if code:
+            lines.append(f"    {code}")
+    return lines
+
+
+def _tail(
+    plan: ArgumentPlan, arity: int, stream_code: list[str], unavailable: str, in_call: bool
+) -> list[str]:
+    """Code that launches ``winner`` once the front has run; ``unavailable`` for a winner
+    with no compiled function for this signature yet. ``_numba`` and ``_failed`` take over
+    (and return True) when the packing or the launch fails; ``in_call`` tells ``_failed``
+    whether the general path may be asked again."""
+    arguments = "".join(f"a{i}, " for i in range(arity))
+    values = ", ".join(value for _, value in plan.fields)
+    watched_arrays = "".join(f"{a}, " for a in plan.arrays_read)
+    return [
+        "    function = _functions.get(winner.index)",
+        "    if function is None:",
+        f"        {unavailable}",
+        f"    config = _config({arguments}**winner.params)",
+        "    given = stream",
+        *stream_code,
+        "    try:",
+        f"        parameters = _pack({values})",
+        "    except struct.error:  # a value numba types otherwise, e.g. an int over 2**63",
+        "        return _numba(args, winner, config, given)",
+        "    watched = stream != _monitor.stream and "
+        f"_monitor.before(stream, ({watched_arrays}), _name, given)",
+        "    error = _launch(function, config, stream, parameters, _offsets, _context)",
+        "    if error:",
+        f"        return _failed(error, args, winner, config, given, stream, {in_call})",
+        "    if watched:",
+        "        _monitor.after(watched)",
+    ]
+
+
+def source(plan: ArgumentPlan, arity: int, custom_key: bool, stream_code: list[str]) -> str:
+    """The source of ``call`` and ``launch_winner`` for one signature."""
+    key = "_key(args)" if custom_key else f"({''.join(f'{p}, ' for p in plan.key_parts)})"
+    general = "return _general(args, stream)"
+    lines = [
+        "def call(args, stream):",
+        *_front(plan, arity, "return _next(args, stream)"),
+        "    try:",
+        f"        winner = _winners.get({key})",
+        "    except TypeError:  # an unhashable key: the general path says so",
+        f"        {general}",
+        "    if winner is None:",
+        f"        {general}",
+        *_tail(plan, arity, stream_code, general, in_call=True),
+        "def launch_winner(args, winner, stream):",
+        *_front(plan, arity, "return False"),
+        *_tail(plan, arity, stream_code, "return False", in_call=False),
+        "    return True",
+    ]
+    return "\n".join(lines)
+
+
+def compile_functions(
+    code: str, namespace: dict[str, Any], name: str
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Execute the generated ``code`` in ``namespace``; its ``call`` and ``launch_winner``."""
+    exec(compile(code, f"<numbatune fast path of {name}>", "exec"), namespace)
+    return namespace["call"], namespace["launch_winner"]
+
+
+def packer(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> dict[str, Any]:
+    """The names the generated code packs with: ``_pack`` and the parameters' ``_offsets``."""
+    return {
+        "struct": struct,
+        "_pack": struct.Struct(struct_format(plan, layout)).pack,
+        "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
+    }

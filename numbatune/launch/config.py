@@ -1,0 +1,51 @@
+"""Launch functions: which variant parameters they take, and what they may return.
+
+A launch function is called as ``launch(*args, **params)`` and returns ``(grid, block)`` or
+``(grid, block, dynamic_shared_memory_bytes)``, grid and block each a positive integer or a
+tuple of 1 to 3 of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from numbatune.values import is_integer
+from numbatune.variants import Variant
+
+LaunchConfig = tuple[Any, ...]
+
+
+def launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> dict[Variant, dict]:
+    """For each variant, the parameters to pass to ``launch`` (those it names, or all)."""
+    try:
+        parameters = inspect.signature(launch).parameters.values()
+    except (TypeError, ValueError):
+        return {v: dict(v.params) for v in variants}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return {v: dict(v.params) for v in variants}
+    named = {p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+    return {v: {k: x for k, x in v.params.items() if k in named} for v in variants}
+
+
+def _dims(value: Any) -> bool:
+    values = value if isinstance(value, tuple | list) else (value,)
+    return 1 <= len(values) <= 3 and all(is_integer(v) and v > 0 for v in values)
+
+
+def checked_launch_config(config: Any, name: str) -> LaunchConfig:
+    """Validate what a launch function returned: (grid, block[, shared_memory_bytes])."""
+    if (
+        isinstance(config, tuple | list)
+        and len(config) in (2, 3)
+        and _dims(config[0])
+        and _dims(config[1])
+        and (len(config) == 2 or (is_integer(config[2]) and config[2] >= 0))
+    ):
+        return tuple(config)
+    raise ValueError(
+        f"{name}: the launch function returned {config!r}; expected (grid, block) or "
+        "(grid, block, shared_memory_bytes), where grid and block are positive integers or "
+        "tuples of 1 to 3 positive integers"
+    )

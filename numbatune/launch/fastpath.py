@@ -1,0 +1,220 @@
+"""Fast paths: a tuned kernel's winners launched with their parameters packed by hand.
+
+numba's own launch types and wraps every argument again on every call, which costs 22-65 us on
+an H100. A fast path does that work once per argument signature and device: its code
+(:mod:`numbatune.launch.codegen`) reads the arguments, computes the key, finds the winner in the
+tuned kernel's one winner table and launches the winner's compiled function for the signature.
+A tuned kernel finds the fast path of a call by the classes of its arguments (one dictionary
+lookup); signatures that share classes (another dtype, say) are tried in turn.
+
+Streams. When torch or CuPy arrays are launched on another stream than their library's current
+one, that stream first waits, on the device, for their current stream: the ordering the
+``__cuda_array_interface__`` asks for, which numba's own launch gets by synchronising the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from numba import cuda
+
+from numbatune.launch import codegen, cudalaunch
+from numbatune.launch.config import checked_launch_config
+from numbatune.launch.layout import (
+    ArgumentPlan,
+    function_handle,
+    half_bits,
+    overload,
+    parameter_layout,
+    supported,
+)
+from numbatune.streams.handles import check_stream, stream_getter, stream_handle
+from numbatune.streams.monitor import monitor
+
+logger = logging.getLogger("numbatune")
+
+#: ``general(args, stream)``: the tuned kernel's general path.
+General = Callable[[tuple[Any, ...], Any], None]
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a fast path calls back into its tuned kernel."""
+
+    name: str
+    #: The launch function, ``launch(*args, **params)``.
+    config: Callable[..., tuple[Any, ...]]
+    #: The key function, or None for the default key (computed from the fields read).
+    key: Callable[[tuple[Any, ...]], Hashable] | None
+    #: The general path.
+    general: General
+    #: ``numba(args, winner, config, stream)``: launch a winner through numba instead.
+    numba: Callable[[tuple[Any, ...], Any, tuple[Any, ...], Any], None]
+
+
+class FastPath:
+    """The generated launch of one argument signature on one device, made by :func:`build`.
+
+    ``call(args, stream)`` launches the winner of the arguments' key; ``launch_winner(args,
+    winner, stream)`` launches a given winner (False when it cannot). :meth:`learn` adds a
+    variant's compiled function for this signature.
+    """
+
+    def __init__(
+        self,
+        call: Callable[..., Any],
+        launch_winner: Callable[..., bool],
+        functions: dict[int, int],
+        layout: list[tuple[int, int]],
+        name: str,
+        code: str,
+    ) -> None:
+        self.call = call
+        self.launch_winner = launch_winner
+        self.code = code
+        self._functions = functions
+        self._layout = layout
+        self._name = name
+
+    def learn(self, index: int, dispatcher: Any, args: tuple[Any, ...]) -> bool:
+        """Launch ``dispatcher``'s overload for ``args`` (compiled already) for variant
+        ``index``. False when this path cannot (the caller then launches through numba)."""
+        if index in self._functions:
+            return True
+        kernel, reason = overload(dispatcher, args)
+        if not reason:
+            function = kernel._codelibrary.get_cufunc()
+            if parameter_layout(function) != self._layout:
+                reason = "this variant's parameter layout differs from the signature's"
+        if reason:
+            logger.debug("%s: launched through numba: %s", self._name, reason)
+            return False
+        self._functions[index] = function_handle(function)
+        return True
+
+
+def build(
+    dispatcher: Any,
+    args: tuple[Any, ...],
+    winners: dict[Hashable, Any],
+    hooks: Hooks,
+    next_path: General,
+) -> FastPath | None:
+    """A fast path for arguments typed as ``args`` (whose classes the caller has matched),
+    launching the winners in ``winners``; calls of another signature go to ``next_path``.
+
+    Returns None, logging why at DEBUG, when it has no plan for the kernel or its arguments;
+    the caller then launches through numba. ``dispatcher``'s overload for ``args`` must be
+    compiled.
+    """
+    kernel, reason = overload(dispatcher, args)
+    reason = supported() or reason
+    if reason:
+        logger.debug("%s: launched through numba: %s", hooks.name, reason)
+        return None
+    plan = ArgumentPlan()
+    for index, (numba_type, value) in enumerate(zip(kernel.argument_types, args, strict=True)):
+        if not plan.add(f"a{index}", numba_type, value):
+            logger.debug("%s: launched through numba: no plan for %s", hooks.name, numba_type)
+            return None
+    layout = parameter_layout(kernel._codelibrary.get_cufunc())
+    if layout is None:
+        logger.debug("%s: launched through numba: the driver gives no parameter layout", hooks.name)
+        return None
+    planned = [struct.calcsize(letter) for letter, _ in plan.fields]
+    if [size for _, size in layout] != planned:
+        logger.warning(
+            "%s: numba's kernel parameter layout is not the expected one (sizes %s, planned %s);"
+            " launching through numba",
+            hooks.name,
+            [size for _, size in layout],
+            planned,
+        )
+        return None
+    return _generate(plan, layout, args, winners, hooks, next_path)
+
+
+def _generate(
+    plan: ArgumentPlan,
+    layout: list[tuple[int, int]],
+    args: tuple[Any, ...],
+    winners: dict[Hashable, Any],
+    hooks: Hooks,
+    next_path: General,
+) -> FastPath:
+    from numba.cuda.core import config as numba_config
+
+    stream_code, libraries = codegen.stream_lines(
+        args, bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
+    )
+    code = codegen.source(plan, len(args), hooks.key is not None, stream_code)
+    functions: dict[int, int] = {}
+    namespace = {
+        **plan.constants,
+        **codegen.packer(plan, layout),
+        "_winners": winners,
+        "_functions": functions,
+        "_key": hooks.key,
+        "_config": hooks.config,
+        "_general": hooks.general,
+        "_next": next_path,
+        "_numba": _numba_launcher(hooks),
+        "_failed": _failure_handler(hooks),
+        "_layout_of": _layout_of,
+        "_stream_handle": stream_handle,
+        **{f"_{library}_stream": stream_getter(library) for library in libraries},
+        "_wait": monitor.wait,
+        "_half_bits": half_bits,
+        "_launch": cudalaunch.launcher(),
+        "_context": int(cuda.current_context().handle),
+        "_monitor": monitor,
+        "_name": hooks.name,
+    }
+    call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
+    return FastPath(call, launch_winner, functions, layout, hooks.name, code)
+
+
+def _numba_launcher(hooks: Hooks) -> Callable[..., bool]:
+    def launch(args: tuple[Any, ...], winner: Any, config: tuple[Any, ...], stream: Any) -> bool:
+        hooks.numba(args, winner, config, stream)
+        return True
+
+    return launch
+
+
+def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
+    """What the generated code calls when its launch returned an error."""
+
+    def failed(
+        error: int,
+        args: tuple[Any, ...],
+        winner: Any,
+        config: tuple[Any, ...],
+        given: Any,
+        stream: int,
+        in_call: bool,
+    ) -> bool:
+        if error == cudalaunch.WRONG_CONTEXT:  # another device, or a new thread: nothing ran
+            if in_call:
+                hooks.general(args, given)
+            else:
+                hooks.numba(args, winner, config, given)
+            return True
+        checked_launch_config(config, hooks.name)  # a clear error for an empty grid
+        from numba.cuda.cudadrv.driver import CudaAPIError
+
+        check_stream(stream)  # a clearer error when the stream is the cause
+        raise CudaAPIError(error, f"{hooks.name}: launching with (grid, block[, shared]) {config}")
+
+    return failed
+
+
+def _layout_of(array: Any) -> str:
+    """numba's layout letter for an array (torch's own test is cheaper for C-contiguous)."""
+    from numbatune.arrays import read
+
+    return read(array)[2]

@@ -1,0 +1,249 @@
+"""numba's kernel parameter layout, planned once per argument signature.
+
+numba's own launch types and wraps every argument again on every call. A plan reads, once per
+argument signature (the classes of the arguments, and for arrays their dtype, rank and layout),
+how each argument becomes kernel parameters: the reads that fetch an array's fields, the checks
+that hold for arguments of this signature, the parts of the default key, and a ``struct`` field
+per parameter. :mod:`numbatune.launch.codegen` turns a plan into code.
+
+numba's parameter layout is not public API, so it is checked twice: numba-cuda must be a version
+this module was written against (:data:`SUPPORTED_NUMBA_CUDA`), and the layout planned here must
+match, parameter for parameter, the sizes the driver reports for the compiled function.
+Whatever is not planned here (unknown versions, records, datetimes, arrays of other libraries,
+debug or cooperative kernels) is left to numba's launch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from numbatune import arrays
+from numbatune.arrays import SIMULATOR, library_of
+from numbatune.values import next_power_of_two_code
+
+#: numba-cuda versions whose kernel parameter layout this module was checked against.
+SUPPORTED_NUMBA_CUDA = ("0.30.",)
+
+
+def supported() -> str | None:
+    """Why the fast launch is off in this process, or None when it is available."""
+    if SIMULATOR:
+        return "running under numba's simulator"
+    from numba_cuda import __version__ as version
+
+    if not version.startswith(SUPPORTED_NUMBA_CUDA):
+        return f"numba-cuda {version} is not one of {SUPPORTED_NUMBA_CUDA}"
+    return None
+
+
+class ArgumentPlan:
+    """How one argument signature becomes kernel parameters.
+
+    ``steps`` are ("read", statement) and ("check", condition) in order; the checks hold for
+    the arguments numba types as this signature (classes, and for arrays dtype, rank and
+    layout). ``key_parts`` are the default key's parts of the top-level arrays (anchored
+    shape, dtype name and layout, as :func:`numbatune.keys.default_key` makes them).
+    ``fields`` are (struct format, expression) per kernel parameter; ``arrays_read`` the
+    expressions of the array arguments.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, str]] = []
+        self.arrays = 0
+        self.key_parts: list[str] = []
+        self.fields: list[tuple[str, str]] = []
+        self.arrays_read: list[str] = []
+        self.constants: dict[str, Any] = {}
+
+    def constant(self, value: Any) -> str:
+        """A name under which the generated code sees ``value``."""
+        name = f"_k{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def add(self, argument: str, numba_type: Any, value: Any, top: bool = True) -> bool:
+        """Plan the parameters of one argument; False when it has no plan. ``top``: an
+        argument of the kernel (its class is checked by the caller), not a tuple's item."""
+        from numba.core import types
+
+        if not top:
+            self.steps.append(("check", f"type({argument}) is {self.constant(type(value))}"))
+        if isinstance(numba_type, types.Array):
+            return self._add_array(argument, numba_type, value, top)
+        if isinstance(numba_type, types.BaseTuple):
+            if not isinstance(value, tuple) or len(value) != len(numba_type):
+                return False
+            self.steps.append(("check", f"len({argument}) == {len(value)}"))
+            return all(
+                self.add(f"{argument}[{index}]", item_type, item, top=False)
+                for index, (item_type, item) in enumerate(zip(numba_type, value, strict=True))
+            )
+        return self._add_scalar(argument, numba_type, value)
+
+    def _add_scalar(self, argument: str, numba_type: Any, value: Any) -> bool:
+        from numba.core import types
+
+        if type(value) is int and numba_type != types.int64:
+            return False  # numba types ints of 2**63 and over as uint64: not by class
+        if numba_type == types.boolean:
+            self.fields.append(("?", argument))
+        elif isinstance(numba_type, types.Integer):
+            letter = {8: "b", 16: "h", 32: "i", 64: "q"}[numba_type.bitwidth]
+            self.fields.append((letter if numba_type.signed else letter.upper(), argument))
+        elif numba_type == types.float16:
+            self.fields.append(("H", f"_half_bits({argument})"))
+        elif numba_type in (types.float32, types.float64):
+            self.fields.append(("f" if numba_type == types.float32 else "d", argument))
+        elif numba_type in (types.complex64, types.complex128):
+            letter = "f" if numba_type == types.complex64 else "d"
+            self.fields += [(letter, f"{argument}.real"), (letter, f"{argument}.imag")]
+        else:
+            return False
+        return True
+
+    def _add_array(self, argument: str, numba_type: Any, value: Any, top: bool) -> bool:
+        from numba.np.numpy_support import as_dtype
+
+        library = library_of(type(value))
+        if library is None or not numba_type.mutable or not numba_type.aligned:
+            return False
+        ndim, layout = numba_type.ndim, numba_type.layout
+        itemsize = as_dtype(numba_type.dtype).itemsize
+        name = f"_{self.arrays}"
+        self.arrays += 1
+        self.arrays_read.append(argument)
+        read = _read_numba if library == "numba" else _read_library
+        fields = read(self, argument, name, library, ndim, itemsize)
+        shape = [f"{name}s[{d}]" for d in range(ndim)]
+        strides = fields.strides
+        if layout == "C":
+            # A C-contiguous array exports no strides, and numba computes them from the shape.
+            # (For dimensions of size 1 numba's may differ; no element's address depends on
+            # them.) numba's own arrays carry theirs.
+            if library != "numba":
+                strides = [" * ".join([str(itemsize), *shape[d + 1 :]]) for d in range(ndim)]
+            self.steps.append(("check", fields.c_contiguous))
+        else:
+            layout_check = fields.f_contiguous if layout == "F" else fields.a_layout
+            self.steps.append(("check", f"not {fields.c_contiguous} and {layout_check}"))
+        expected = self.constant(value.dtype)  # numpy's or torch's dtype object
+        self.steps += [
+            ("check", f"len({name}s) == {ndim}"),
+            ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
+        ]
+        if top:  # a top-level array: a part of the default key
+            sizes = "".join(f"{next_power_of_two_code(s)}, " for s in shape)
+            _, dtype_name, layout_letter = arrays.read(value)
+            self.key_parts.append(f"(({sizes}), {dtype_name!r}, {layout_letter!r})")
+        self.fields += [("Q", "0"), ("Q", "0"), ("q", fields.size), ("q", str(itemsize))]
+        self.fields += [("Q", fields.pointer)] + [("q", s) for s in shape]
+        self.fields += [("q", s) for s in strides]
+        return True
+
+
+class _ArrayRead:
+    """Expressions for an array's fields, as its library exposes them."""
+
+    def __init__(self, dtype: str, c_contiguous: str, f_contiguous: str, a_layout: str,
+                 size: str, pointer: str, strides: list[str]) -> None:  # fmt: skip
+        self.dtype, self.c_contiguous, self.f_contiguous = dtype, c_contiguous, f_contiguous
+        self.a_layout, self.size, self.pointer, self.strides = a_layout, size, pointer, strides
+
+
+def _read_numba(
+    plan: ArgumentPlan, argument: str, name: str, library: str, ndim: int, itemsize: int
+) -> _ArrayRead:
+    # numba launches its own arrays with the fields of this cached view of them.
+    plan.steps += [
+        ("read", f"{name} = {argument}._strided_memory_view_shim"),
+        ("read", f"{name}s = {name}.shape"),
+        ("read", f"{name}l = {name}._layout"),
+    ]
+    f_contiguous = f"{name}l.is_contiguous_f"
+    return _ArrayRead(
+        dtype=f"{name}.dtype",
+        c_contiguous=f"{name}l.is_contiguous_c",
+        f_contiguous=f_contiguous,
+        a_layout=f"not {f_contiguous}",
+        size=f"{name}.size",
+        pointer=f"({name}.ptr or 0)",
+        strides=[f"{name}l.strides_in_bytes[{d}]" for d in range(ndim)],
+    )
+
+
+#: How torch tensors and CuPy arrays give their fields ({a}: the argument; {d}: a dimension).
+_LIBRARY_FIELDS = {
+    "torch": {
+        "c_contiguous": "{a}.is_contiguous()",
+        "f_contiguous": "_layout_of({a}) == 'F'",
+        "a_layout": "_layout_of({a}) == 'A'",
+        "pointer": "{a}.data_ptr()",
+        "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
+    },
+    "cupy": {
+        "c_contiguous": "{a}._c_contiguous",
+        "f_contiguous": "{a}._f_contiguous",
+        "a_layout": "not {a}._f_contiguous",
+        "pointer": "{a}.data.ptr",
+        "stride": "{a}.strides[{d}]",
+    },
+}
+
+
+def _read_library(
+    plan: ArgumentPlan, argument: str, name: str, library: str, ndim: int, itemsize: int
+) -> _ArrayRead:
+    plan.steps.append(("read", f"{name}s = {argument}.shape"))
+    form = _LIBRARY_FIELDS[library]
+    return _ArrayRead(
+        dtype=f"{argument}.dtype",
+        c_contiguous=form["c_contiguous"].format(a=argument),
+        f_contiguous=form["f_contiguous"].format(a=argument),
+        a_layout=form["a_layout"].format(a=argument),
+        size=" * ".join(f"{name}s[{d}]" for d in range(ndim)) or "1",
+        pointer=form["pointer"].format(a=argument),
+        strides=[form["stride"].format(a=argument, d=d, itemsize=itemsize) for d in range(ndim)],
+    )
+
+
+def half_bits(value: Any) -> int:
+    """The bits of a float16 value, as numba passes a float16 parameter."""
+    return int(np.float16(value).view(np.uint16))
+
+
+def parameter_layout(function: Any) -> list[tuple[int, int]] | None:
+    """(offset, size) of each parameter of a compiled function, as the driver reports them."""
+    try:
+        return [(info.offset, info.size) for info in function.kernel.arguments_info]
+    except Exception:  # an old driver or cuda.core: no way to check the layout
+        return None
+
+
+def function_handle(function: Any) -> int:
+    """The ``CUfunction`` of numba's compiled function in the current context.
+
+    numba loads kernels as ``CUkernel``s; launching the context's ``CUfunction`` instead
+    spares the driver a lookup on every launch (0.3-0.5 us on the H100 machine).
+    """
+    from cuda.bindings import driver
+
+    handle = int(function.handle)
+    error, resolved = driver.cuKernelGetFunction(driver.CUkernel(handle))
+    return int(resolved) if not error else handle
+
+
+def overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
+    """The compiled overload for ``args``, and why it cannot be launched fast (or None)."""
+    if SIMULATOR:
+        return None, "running under numba's simulator"
+    signature = tuple(dispatcher.typeof_pyval(a) for a in args)
+    kernel = dispatcher.overloads.get(signature)
+    if kernel is None:
+        return None, f"no compiled overload for {signature}"
+    if kernel.debug or kernel.cooperative or kernel.extensions:
+        return None, "debug, cooperative or extended kernel"
+    if getattr(kernel, "launch_config_sensitive", False):
+        return None, "the kernel depends on its launch configuration"
+    return kernel, None

@@ -1,0 +1,105 @@
+"""What a stream argument means: numba, torch, CuPy or cuda.core streams and raw handles.
+
+With ``stream=None`` a launch goes to the current stream of the arguments' array library
+(torch's or CuPy's, as Triton does for torch), or numba's default stream for numba arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from numba import cuda
+
+from numbatune.arrays import SIMULATOR, library_of
+from numbatune.errors import StreamError
+
+
+def stream_handle(stream: Any) -> int:
+    """The raw ``CUstream`` of a numba, torch or CuPy stream, a ``__cuda_stream__`` object or an
+    integer handle (0 is the legacy default stream)."""
+    if isinstance(stream, int):
+        return stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None:
+        try:
+            return int(protocol()[1])
+        except Exception as error:  # e.g. cuda.core's stream, once closed
+            raise StreamError(f"stream {stream!r} cannot be used: {error}") from error
+    for attribute in ("cuda_stream", "ptr", "handle"):  # torch, CuPy, numba
+        handle = getattr(stream, attribute, None)
+        if handle is not None:
+            return int(getattr(handle, "value", handle) or 0)
+    raise TypeError(
+        f"stream must be a numba, torch or CuPy stream or an integer CUstream handle, "
+        f"got {stream!r}"
+    )
+
+
+def stream_getter(library: str) -> Callable[..., Any]:
+    """torch's or CuPy's function for its current stream."""
+    if library == "torch":
+        import torch
+
+        return torch._C._cuda_getCurrentRawStream  # of a device index, as Triton reads it
+    import cupy
+
+    return cupy.cuda.get_current_stream
+
+
+def current_stream(library: str | None, array: Any) -> int:
+    """The stream the array library queues work on now, for one of its arrays (0 for numba)."""
+    if library == "torch":
+        return stream_getter("torch")(array.get_device())
+    if library == "cupy":
+        return stream_getter("cupy")().ptr
+    return 0
+
+
+def numba_stream(stream: Any, args: tuple[Any, ...] = ()) -> Any:
+    """What numba's launch takes for ``stream`` (see the module for what None means)."""
+    if stream is None:
+        for value in args:
+            library = library_of(type(value))
+            if library in ("torch", "cupy"):
+                stream = current_stream(library, value)
+                break
+        else:
+            return 0
+    if SIMULATOR or isinstance(stream, cuda.cudadrv.driver.Stream):
+        return stream
+    handle = stream_handle(stream)
+    return 0 if handle == 0 else cuda.external_stream(handle)
+
+
+def raw_stream(stream: Any) -> int:
+    """The raw handle of what :func:`numba_stream` returns (under the simulator, a number that
+    tells its streams apart)."""
+    if SIMULATOR:
+        return id(stream) if stream else 0
+    return stream_handle(stream)
+
+
+def synchronize(stream: Any) -> None:
+    """Wait until ``stream`` (numba's, or 0 / None for the default stream) has done its work."""
+    (stream or cuda.default_stream()).synchronize()
+
+
+def check_stream(stream: int) -> None:
+    """Raise :class:`StreamError` unless ``stream`` is a live stream of the current context
+    (0, 1 and 2, the default streams, always are)."""
+    if SIMULATOR or stream in (0, 1, 2):
+        return
+    from cuda.bindings import driver
+
+    error, context = driver.cuStreamGetCtx(driver.CUstream(stream))
+    if error:
+        raise StreamError(
+            f"stream {stream:#x} is not a live CUDA stream (destroyed, or not a stream): {error!r}"
+        )
+    current = int(cuda.current_context().handle)
+    if int(context) != current:
+        raise StreamError(
+            f"stream {stream:#x} belongs to another CUDA context (another device, or a context "
+            f"numba does not use) than the one numbatune launches in ({current:#x})"
+        )

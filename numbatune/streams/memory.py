@@ -1,0 +1,48 @@
+"""Cached device memory: how much there is, and giving it back."""
+
+from __future__ import annotations
+
+import sys
+
+from numbatune.arrays import SIMULATOR
+from numbatune.streams.monitor import monitor
+
+
+def memory_usage() -> dict[str, int]:
+    """Device memory in bytes: the device's ``total`` and ``free``, and where they are known,
+    ``torch_allocated``/``torch_reserved`` and ``cupy_used``/``cupy_held`` (those libraries'
+    caching allocators, when already imported) and ``kept_arrays`` (arrays numbatune keeps
+    alive for launches in flight)."""
+    from numba import cuda
+
+    usage: dict[str, int] = {}
+    if not SIMULATOR:
+        free, total = cuda.current_context().get_memory_info()
+        usage.update(total=int(total), free=int(free))
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        usage["torch_allocated"] = int(torch.cuda.memory_allocated())
+        usage["torch_reserved"] = int(torch.cuda.memory_reserved())
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and not SIMULATOR:
+        pool = cupy.get_default_memory_pool()
+        usage["cupy_used"] = int(pool.used_bytes())
+        usage["cupy_held"] = int(pool.total_bytes())
+    usage["kept_arrays"] = monitor.kept_arrays()
+    return usage
+
+
+def memory_cleanup() -> None:
+    """Give cached device memory back: numba's pending frees, and the cached blocks of torch's
+    and CuPy's allocators where those libraries are imported. Arrays still kept for launches
+    in flight stay until the device passes them."""
+    from numba import cuda
+
+    if not SIMULATOR:
+        cuda.current_context().deallocations.clear()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and not SIMULATOR:
+        cupy.get_default_memory_pool().free_all_blocks()

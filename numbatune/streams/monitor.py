@@ -1,0 +1,274 @@
+"""What every tuned launch reports to, once more than one stream or a profile is in use.
+
+While a process has launched on one stream only, none of this runs: a launch compares its
+stream with that one and goes on. From the second stream on, every launch is ordered after the
+last uses of its buffers (:mod:`numbatune.streams.order`). Torch and CuPy arrays launched on a
+stream other than their library's current stream are kept alive until that stream has passed
+the launch (an event, waited for by a background thread), so dropping them cannot hand their
+memory to the caching allocator while the kernel may still read it (cubecl's deferred
+release). numba's own arrays need not be: numba frees them with ``cuMemFree``, which waits for
+the device. While a profile is open, every tuned launch is bracketed by two events.
+
+Only what numbatune launches is seen here: work queued by other code on a stream is ordered
+only by the ``__cuda_array_interface__`` rule (see :mod:`numbatune.launch.fastpath`) or by the
+caller.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import threading
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from numbatune.arrays import SIMULATOR, library_of
+from numbatune.errors import ProfileError
+from numbatune.streams import events as _events
+from numbatune.streams.handles import current_stream
+from numbatune.streams.order import StreamOrder
+from numbatune.streams.profiles import Profile, ProfileToken
+
+
+@dataclass
+class _Launch:
+    """One watched launch, as :meth:`Monitor.after` finishes it."""
+
+    stream: int
+    name: str | None
+    cursor: int = 0
+    start: Any = None
+    end: Any = None
+    kept: tuple[Any, ...] = ()
+    profiles: list[list[_Launch]] = field(default_factory=list)
+
+
+_ANY = object()  # never equal to a stream: every launch is watched
+
+
+class Monitor:
+    """What every tuned launch reports to, when more than one stream or a profile is in use.
+
+    A launch compares its raw stream handle with :attr:`stream`; only when they differ does it
+    call :meth:`before` and, with what that returns, :meth:`after` once it is queued.
+    """
+
+    def __init__(self, events: Any = None) -> None:
+        self._events = events
+        #: The one stream launched on so far; ``_ANY`` once there are several or a profile.
+        self.stream: Any = None
+        self._order: StreamOrder | None = None
+        self._profiles: dict[ProfileToken, list[_Launch]] = {}
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._kept: collections.deque[tuple[Any, tuple[Any, ...]]] = collections.deque()
+        self._kept_ready = threading.Condition(self._lock)
+        self._keeper: threading.Thread | None = None
+        # Each stream seen, with the object that owns it (None for raw handles and the
+        # libraries' current streams, which their libraries keep).
+        self._streams: dict[int, Any] = {}
+        # Each tracked stream's event, recorded after numbatune's latest launch on it.
+        self._latest: dict[int, Any] = {}
+
+    @property
+    def events(self) -> Any:
+        if self._events is None:
+            self._events = _events.backend()
+        return self._events
+
+    # -- launches -----------------------------------------------------------------------------
+
+    def before(
+        self, stream: int, arrays: tuple[Any, ...], name: str | None, given: Any = None
+    ) -> _Launch | None:
+        """Order a launch of ``name`` on ``stream`` over ``arrays`` after their last uses;
+        returns what :meth:`after` needs, or None when it needs nothing. ``given`` is the
+        stream object the caller passed, kept alive so that ``stream`` stays valid while
+        later launches may wait for it."""
+        with self._lock:
+            if stream not in self._streams:
+                self.events.check(stream)
+                self._streams[stream] = None if isinstance(given, int) else given
+            if self.stream is None:
+                self.stream = stream
+                return None
+            if self._order is None:
+                self._start_ordering()
+            assert self._order is not None
+            cursor = self._order.use(stream, [buffer_of(a) for a in arrays if a is not None])
+            if name is None:
+                return None
+            launch = _Launch(stream, name, cursor)
+            if self._profiles:
+                launch.start = self.events.create()
+                self.events.record(launch.start, stream)
+                launch.profiles = list(self._profiles.values())
+            launch.kept = tuple(a for a in arrays if _needs_keeping(a, stream))
+            return launch
+
+    def after(self, launch: _Launch) -> None:
+        """Finish a launch :meth:`before` returned, once it is queued."""
+        with self._lock:
+            if self._order is not None:
+                self._order.launched(launch.stream, launch.cursor)
+            if launch.profiles:
+                launch.end = self.events.create()
+                self.events.record(launch.end, launch.stream)
+                for records in launch.profiles:
+                    records.append(launch)
+            if launch.kept:
+                event = self.events.create(timing=False)
+                self.events.record(event, launch.stream)
+                self._kept.append((event, launch.kept))
+                launch.kept = ()
+                self._start_keeper()
+                self._kept_ready.notify()
+
+    def wait(self, waiting: int, producer: int) -> None:
+        """Make stream ``waiting`` wait, on the device, for all queued so far on ``producer``."""
+        with self._lock:
+            self.events.wait(waiting, producer)
+
+    def _record_event(self, stream: int) -> None:
+        event = self._latest.get(stream)
+        if event is None:
+            event = self._latest[stream] = self.events.create(timing=False)
+        self.events.record(event, stream)
+
+    def _wait_for_event(self, waiting: int, producer: int) -> None:
+        self.events.wait_event(waiting, self._latest[producer])
+
+    def _start_ordering(self) -> None:
+        """A second stream or a profile: from now on every launch is watched and every buffer
+        tracked; what the first stream queued before is waited for by each other stream's
+        first launch."""
+        first = self.stream
+        self.stream = _ANY
+        self._order = StreamOrder(self._wait_for_event, self._record_event)
+        if first is not None:
+            self._order.use(first, ())
+            self._order.barrier()
+
+    # -- deferred release ---------------------------------------------------------------------
+
+    def _start_keeper(self) -> None:
+        if self._keeper is None:
+            self._keeper = threading.Thread(
+                target=self._release_kept, name="numbatune-release", daemon=True
+            )
+            self._keeper.start()
+
+    def _release_kept(self) -> None:
+        while True:
+            with self._lock:
+                while not self._kept:
+                    self._kept_ready.wait()
+                event = self._kept[0][0]
+            self.events.synchronize(event)  # without the lock: launches go on meanwhile
+            with self._lock:
+                self._kept.popleft()
+            self.events.destroy(event)
+
+    def kept_arrays(self) -> int:
+        """How many arrays are kept alive for launches the device has maybe not passed."""
+        with self._lock:
+            return sum(len(objects) for _, objects in self._kept)
+
+    # -- profiles -----------------------------------------------------------------------------
+
+    def start_profile(self) -> ProfileToken:
+        with self._lock:
+            token = ProfileToken(next(self._numbers))
+            self._profiles[token] = []
+            if self._order is None and self.stream is not _ANY:
+                self._start_ordering()
+            return token
+
+    def end_profile(self, token: ProfileToken) -> Profile:
+        if not isinstance(token, ProfileToken):
+            raise ProfileError(
+                f"end_profile: token must be what numbatune.start_profile() returned, got {token!r}"
+            )
+        with self._lock:
+            records = self._profiles.pop(token, None)
+        if records is None:
+            raise ProfileError(f"end_profile: {token!r} is not open (ended already?)")
+        profile = Profile()
+        for launch in records:
+            self.events.synchronize(launch.end)
+            seconds = self.events.elapsed_s(launch.start, launch.end)
+            profile.device_s += seconds
+            profile.launches += 1
+            name = launch.name or "?"
+            profile.by_kernel[name] = profile.by_kernel.get(name, 0.0) + seconds
+            with self._lock:
+                launch.profiles = [held for held in launch.profiles if held is not records]
+                if not launch.profiles:  # no open profile holds its events any more
+                    self.events.destroy(launch.start)
+                    self.events.destroy(launch.end)
+        return profile
+
+
+def _needs_keeping(array: Any, stream: int) -> bool:
+    """True for a torch or CuPy array launched on a stream other than its library's current
+    one: its caching allocator would hand its memory out again on that one when it is freed."""
+    library = library_of(type(array))
+    return library in ("torch", "cupy") and current_stream(library, array) != stream
+
+
+def buffer_of(array: Any) -> Hashable:
+    """The allocation an array's data lies in: views of one allocation share it."""
+    library = library_of(type(array))
+    if library == "torch":
+        return array.data_ptr() - array.storage_offset() * array.element_size()
+    if library == "cupy":
+        return array.data.mem.ptr
+    if library == "numba" and not SIMULATOR:
+        owner = array.gpu_data.owner
+        base = getattr(owner, "device_pointer_value", None)
+        if base is not None:
+            return base
+        if library_of(type(owner)) is not None:
+            return buffer_of(owner)
+        return array.device_ctypes_pointer.value
+    if library == "numba":  # the simulator's: a NumPy array, maybe a view
+        data = array._ary
+        while data.base is not None:
+            data = data.base
+        return id(data)
+    return array.__cuda_array_interface__["data"][0]
+
+
+monitor = Monitor()
+
+
+def start_profile() -> ProfileToken:
+    """Start measuring the device time of tuned launches; returns the token to end it with."""
+    return monitor.start_profile()
+
+
+def end_profile(token: ProfileToken) -> Profile:
+    """End the profile ``token`` started (waiting for its launches) and return what it saw.
+
+    Raises :class:`ProfileError` for a token that is not open: ended already, or not one
+    :func:`start_profile` returned.
+    """
+    return monitor.end_profile(token)
+
+
+@contextlib.contextmanager
+def profile() -> Iterator[Profile]:
+    """``with numbatune.profile() as p: ...``; ``p`` holds the figures once the block ends."""
+    token = start_profile()
+    result = Profile()
+    try:
+        yield result
+    finally:
+        ended = end_profile(token)
+        result.device_s, result.launches, result.by_kernel = (
+            ended.device_s,
+            ended.launches,
+            ended.by_kernel,
+        )

@@ -1,0 +1,33 @@
+"""Profiles: the device time of the tuned launches made while one is open.
+
+:func:`numbatune.start_profile` returns a token that :func:`numbatune.end_profile` takes
+(cubecl's ``start_profile``/``end_profile``); profiles may nest and overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class ProfileToken:
+    """What :func:`start_profile` returns and :func:`end_profile` takes; nothing else."""
+
+    __slots__ = ("number",)
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __repr__(self) -> str:
+        return f"<numbatune.ProfileToken {self.number}>"
+
+
+@dataclass
+class Profile:
+    """The device time of the tuned launches made while a profile was open."""
+
+    #: Total device time of those launches, in seconds (each from its own pair of events).
+    device_s: float = 0.0
+    #: Number of those launches.
+    launches: int = 0
+    #: Device time in seconds by tuned kernel name.
+    by_kernel: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,50 @@
+"""A tuning job: everything one key's tuning needs, in one frozen object.
+
+The tuned kernel makes a job on a miss and hands it to the tuner (cubecl's ``TuneJob``): which
+kernel and key, the variants and the plan of which to try (levels, priorities, prune), the
+caller's arguments and stream, check mode, and how to compile variants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numbatune.tuning.checks import Check
+from numbatune.tuning.levels import Plan
+from numbatune.tuning.results import Failed
+from numbatune.variants import Variant
+
+#: Launches one compiled variant on the given arguments, on the given stream.
+Launcher = Callable[[tuple[Any, ...], Any], None]
+
+#: ``compile(variants, args, done)``: each variant compiled for the types of ``args``, as its
+#: launcher, or :class:`~numbatune.tuning.results.Failed` with why it did not compile;
+#: ``done(count)`` is called as variants finish compiling.
+Compile = Callable[
+    [Sequence[Variant], tuple[Any, ...], Callable[[int], None]],
+    Mapping[Variant, Launcher | Failed],
+]
+
+
+@dataclass(frozen=True)
+class TuneJob:
+    """One key's tuning, from the tuned kernel through levels and the tuner to the timing."""
+
+    #: The tuned kernel's name, for messages.
+    kernel_name: str
+    key: Hashable
+    #: Every variant of the kernel, in order: reports have one result per variant.
+    variants: tuple[Variant, ...]
+    #: The caller's arguments (never written: tuning runs on clones) and their names.
+    args: tuple[Any, ...]
+    parameter_names: tuple[str, ...]
+    #: numba's stream for tuning's launches.
+    stream: Any
+    #: Which variants to try, in which groups.
+    plan: Plan
+    #: How to compile variants.
+    compile: Compile
+    #: Check mode, or None.
+    check: Check | None = None

@@ -1,0 +1,182 @@
+"""What tuning a key found: one outcome per variant, and the report that names the winner.
+
+Every state is a type. A variant was timed (:class:`Timed`), failed (:class:`Failed`), gave
+wrong results in check mode (:class:`Mismatched`) or was not tried (:data:`NOT_TRIED`); a report
+says where its answer came from (:class:`Source`). Reports are frozen: a changed copy is made
+with ``dataclasses.replace``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from numbatune.tuning.checks import Mismatch
+from numbatune.variants import Variant
+
+
+class _Text(str, enum.Enum):
+    """An enum whose members are their text: they compare equal to it and print as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Source(_Text):
+    """Where a report's answer came from (compares equal to its value: ``"benchmark"``)."""
+
+    #: Measured now.
+    BENCHMARK = "benchmark"
+    #: Measured earlier in this process.
+    MEMORY = "memory"
+    #: Read from the disk cache.
+    DISK = "disk"
+    #: The kernel has one variant (to try): it was chosen without measuring.
+    SINGLE = "single"
+    #: Tuning is off (the ``tune`` setting) and nothing was stored: the first variant the
+    #: level tries, unmeasured.
+    UNTUNED = "untuned"
+
+
+class Status(_Text):
+    """How one variant fared (compares equal to its value: ``"timed"``)."""
+
+    TIMED = "timed"
+    #: Timed, then no longer measured: clearly slower than the leader.
+    STOPPED_EARLY = "stopped early"
+    FAILED = "failed"
+    MISMATCHED = "mismatched"
+    NOT_TRIED = "not tried"
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A variant's measured time."""
+
+    median_s: float
+    #: Interquartile range of the timed runs.
+    spread_s: float
+    runs: int
+    #: Stopped being measured early, being clearly slower than the leader.
+    stopped_early: bool = False
+
+
+_MAX_ERROR_LENGTH = 2000
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A variant that failed to compile or to run; ``error`` says why."""
+
+    error: str
+
+    @classmethod
+    def of(cls, error: BaseException) -> Failed:
+        """The failure an exception describes (its type and message, cut at 2000 characters)."""
+        text = f"{type(error).__name__}: {error}"
+        if len(text) > _MAX_ERROR_LENGTH:
+            text = text[:_MAX_ERROR_LENGTH] + " ..."
+        return cls(text)
+
+
+@dataclass(frozen=True)
+class Mismatched:
+    """In check mode, a variant whose outputs differed from the reference's."""
+
+    mismatch: Mismatch
+
+
+@dataclass(frozen=True)
+class NotTried:
+    """A variant this tuning did not try (pruned, beyond the level, or the only one)."""
+
+
+NOT_TRIED = NotTried()
+
+Outcome = Timed | Failed | Mismatched | NotTried
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """How one variant fared while tuning a key."""
+
+    variant: Variant
+    outcome: Outcome = NOT_TRIED
+
+    @property
+    def status(self) -> Status:
+        """The outcome's kind."""
+        outcome = self.outcome
+        if isinstance(outcome, Timed):
+            return Status.STOPPED_EARLY if outcome.stopped_early else Status.TIMED
+        if isinstance(outcome, Failed):
+            return Status.FAILED
+        if isinstance(outcome, Mismatched):
+            return Status.MISMATCHED
+        return Status.NOT_TRIED
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The variant's compile-time parameters."""
+        return self.variant.params
+
+    @property
+    def median_s(self) -> float | None:
+        """Median time of one launch in seconds, if the variant was timed."""
+        return self.outcome.median_s if isinstance(self.outcome, Timed) else None
+
+    @property
+    def spread_s(self) -> float | None:
+        """Interquartile range of its timed runs, if the variant was timed."""
+        return self.outcome.spread_s if isinstance(self.outcome, Timed) else None
+
+    @property
+    def runs(self) -> int:
+        """How many timed runs it had."""
+        return self.outcome.runs if isinstance(self.outcome, Timed) else 0
+
+    @property
+    def error(self) -> str | None:
+        """Why the variant failed, if it did."""
+        return self.outcome.error if isinstance(self.outcome, Failed) else None
+
+    @property
+    def mismatch(self) -> Mismatch | None:
+        """Where its outputs differed from the reference's, if they did (check mode)."""
+        return self.outcome.mismatch if isinstance(self.outcome, Mismatched) else None
+
+    @property
+    def tried(self) -> bool:
+        """Whether this tuning has a result for it: timed, failed or mismatched."""
+        return not isinstance(self.outcome, NotTried)
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """The outcome of tuning one key, as returned by ``tuned.tune(...)``."""
+
+    key: Hashable
+    #: Index of the winner in ``results`` (and in the decorator's variant list).
+    best_index: int
+    #: Where the answer came from.
+    source: Source
+    results: tuple[VariantResult, ...] = field(repr=False)
+    #: Whether check mode compared the variants' outputs while tuning.
+    checked: bool = False
+
+    @property
+    def best_variant(self) -> Variant:
+        """The winning variant."""
+        return self.results[self.best_index].variant
+
+    @property
+    def best(self) -> dict[str, Any]:
+        """The winning variant's compile-time parameters."""
+        return self.best_variant.params
+
+    def fastest(self, count: int) -> list[VariantResult]:
+        """The ``count`` fastest timed results, fastest first."""
+        timed = [result for result in self.results if result.median_s is not None]
+        return sorted(timed, key=lambda result: result.outcome.median_s)[:count]

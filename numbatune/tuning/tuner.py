@@ -1,0 +1,182 @@
+"""Running a tuning job: compile the variants, time them on clones of the arguments, pick one.
+
+The plan's variant sets are tried in turn (:meth:`numbatune.tuning.levels.Plan.tries`) until one
+has a working variant. In a set, the caller's arrays are never written: every variant runs on
+clones, made once before timing. A variant that fails to compile or launch is recorded with its
+error and left out; only when every variant fails does tuning raise, with one message that names
+them all. A set of one variant is not measured.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from numbatune import arrays
+from numbatune.errors import TuningError
+from numbatune.streams.handles import synchronize
+from numbatune.tuning import bench, checks
+from numbatune.tuning.job import Launcher, TuneJob
+from numbatune.tuning.progress import Progress
+from numbatune.tuning.results import (
+    Failed,
+    Mismatched,
+    Outcome,
+    Source,
+    Timed,
+    TuneReport,
+    VariantResult,
+)
+from numbatune.variants import Variant
+
+logger = logging.getLogger("numbatune")
+
+
+def tune(job: TuneJob) -> TuneReport:
+    """Tune the job's variant sets in turn until one has a working variant.
+
+    The report has one result per variant of the kernel, in their order (so its
+    ``best_index`` indexes them too); variants not tried are :data:`~numbatune.tuning.results.
+    NOT_TRIED`.
+    """
+    plan = job.plan
+    logger.info(
+        "numbatune: tuning %s for key %r at level %s: %d of %d variants (%d pruned)",
+        job.kernel_name,
+        job.key,
+        plan.level,
+        len(plan.first),
+        len(job.variants),
+        plan.pruned,
+    )
+    *fallbacks, last = plan.tries()
+    for variant_set in fallbacks:
+        if len(variant_set) == 1 and not _runs(job, variant_set[0]):
+            continue
+        try:
+            return tune_set(job, variant_set)
+        except TuningError:
+            logger.info(
+                "numbatune: every variant of %s tried for key %r failed; trying the next "
+                "priority group too",
+                job.kernel_name,
+                job.key,
+            )
+    return tune_set(job, last)
+
+
+def _runs(job: TuneJob, variant: Variant) -> bool:
+    """Whether ``variant`` compiles and runs once on clones of the arguments.
+
+    A lone variant is not measured, but one that fails gives way to the next priority group.
+    """
+    clones = arrays.clone_arguments(job.args, job.stream)
+    launcher = job.compile([variant], clones, lambda done: None)[variant]
+    try:
+        if isinstance(launcher, Failed):
+            raise TuningError(launcher.error)
+        launcher(clones, job.stream)
+        synchronize(job.stream)  # a launch error shows here
+    except Exception as error:
+        logger.info(
+            "numbatune: %s: %s failed (%s); trying the next priority group too",
+            job.kernel_name,
+            variant.label,
+            error,
+        )
+        return False
+    return True
+
+
+def tune_set(job: TuneJob, variants: Sequence[Variant]) -> TuneReport:
+    """Measure ``variants`` on clones of the job's arguments and report, fastest first in the
+    log; raise :class:`TuningError` when every one fails."""
+    if len(variants) == 1:
+        return _report(job, {}, best=variants[0], source=Source.SINGLE)
+    clones = arrays.clone_arguments(job.args, job.stream)
+    progress = Progress(job.kernel_name, len(variants))
+    compiled = job.compile(variants, clones, lambda done: progress.step(done, "compiled"))
+    outcomes: dict[Variant, Outcome] = {
+        variant: launcher for variant, launcher in compiled.items() if isinstance(launcher, Failed)
+    }
+    launchers = {v: launcher for v, launcher in compiled.items() if v not in outcomes}
+    if job.check is not None:
+        outcomes.update(_checked(job, launchers))
+    progress.step(len(variants), "compiled; measuring")
+    runs = {
+        variant: _bound(launcher, clones, job.stream)
+        for variant, launcher in launchers.items()
+        if variant not in outcomes
+    }
+    for variant, timing in bench.measure(runs, job.stream, inputs=clones).items():
+        outcomes[variant] = timing if isinstance(timing, Timed) else Failed.of(timing)
+    progress.close()
+    timed = sorted(
+        (outcome.median_s, job.variants.index(variant), variant)
+        for variant, outcome in outcomes.items()
+        if isinstance(outcome, Timed)
+    )
+    if not timed:
+        lines = "\n".join(
+            f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
+        )
+        raise TuningError(f"{job.kernel_name}: every variant failed for key {job.key!r}:\n{lines}")
+    report = _report(job, outcomes, best=timed[0][2], source=Source.BENCHMARK)
+    logger.info(
+        "numbatune: tuned %s for key %r: %s",
+        job.kernel_name,
+        job.key,
+        "; ".join(f"{r.variant.label}: {r.median_s * 1e6:.1f} us" for r in report.fastest(3)),
+    )
+    return report
+
+
+def _why(outcome: Outcome) -> str:
+    if isinstance(outcome, Mismatched):
+        return f"wrong result: {outcome.mismatch}"
+    return outcome.error if isinstance(outcome, Failed) else str(outcome)
+
+
+def _report(
+    job: TuneJob, outcomes: Mapping[Variant, Outcome], best: Variant, source: Source
+) -> TuneReport:
+    results = tuple(VariantResult(v, outcomes[v]) if v in outcomes else VariantResult(v)
+                    for v in job.variants)  # fmt: skip
+    checked = job.check is not None and source is Source.BENCHMARK
+    return TuneReport(job.key, job.variants.index(best), source, results, checked)
+
+
+def _checked(job: TuneJob, launchers: Mapping[Variant, Launcher]) -> dict[Variant, Outcome]:
+    """Run each variant once on fresh clones of the arguments and compare its outputs with the
+    reference's; the variants that differ (:class:`Mismatched`, logged as warnings) or fail."""
+    check = job.check
+    assert check is not None
+    expected = checks.reference_outputs(check, job.args, job.stream) if check.reference else None
+    names = job.parameter_names or tuple(f"#{i}" for i in range(len(job.args)))
+    outcomes: dict[Variant, Outcome] = {}
+    for variant, launcher in launchers.items():
+        fresh = arrays.clone_arguments(job.args, job.stream)
+        try:
+            launcher(fresh, job.stream)
+            got = checks.host_outputs(fresh, job.stream)
+        except Exception as error:
+            outcomes[variant] = Failed.of(error)
+            continue
+        if expected is None:
+            expected = got  # the first variant that runs is the reference
+            continue
+        mismatch = checks.compare(expected, got, names, check)
+        if mismatch is not None:
+            outcomes[variant] = Mismatched(mismatch)
+            logger.warning(
+                "numbatune: %s: %s gives wrong results (%s); it cannot win",
+                job.kernel_name,
+                variant.label,
+                mismatch,
+            )
+    return outcomes
+
+
+def _bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> bench.Run:
+    return lambda: launcher(args, stream)

@@ -1,0 +1,124 @@
+"""What makes two variants the same, and what makes a stored result stale (the checksum)."""
+
+import textwrap
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune.demo import load_module
+from tests import kernels
+
+
+def test_variants_that_numba_types_alike_are_equal_and_hash_alike():
+    plain, numpy = nt.Variant({"TPB": 16}), nt.Variant({"TPB": np.int64(16)})
+    assert plain == numpy and hash(plain) == hash(numpy) and plain.label == numpy.label
+    assert len({plain, numpy}) == 1
+    assert nt.Variant({"TPB": 16}) != nt.Variant({"TPB": 16.0})  # int64 and float64 kernels
+    assert nt.Variant({"TPB": 16}) != nt.Variant({"TPB": np.int32(16)})  # int64 and int32
+
+
+def test_a_variant_listed_twice_in_two_spellings_is_refused():
+    with pytest.raises(ValueError, match="listed twice"):
+        nt.autotune(
+            variants=[{"BLOCK": 2}, {"BLOCK": np.int64(2)}], launch=kernels.accumulate_launch
+        )(kernels.accumulate)
+
+
+def test_run_variant_finds_a_variant_spelled_with_numpy_integers():
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
+        kernels.accumulate
+    )
+    a, out = cuda.to_device(np.ones(4, np.float32)), cuda.to_device(np.zeros(4, np.float32))
+    tuned.run_variant({"BLOCK": np.int64(4)}, a, out)
+    assert out.copy_to_host().tolist() == [1, 1, 1, 1]
+
+
+HELPERS = """
+from numba import cuda
+
+@cuda.jit(device=True)
+def inner(x):
+    return x + {inner}
+
+@cuda.jit(device=True)
+def outer(x):
+    return inner(x) * 2
+"""
+
+KERNELS = """
+import numbatune as nt
+from numba import cuda
+import helpers_{tag} as helpers
+from helpers_{tag} import outer
+
+BLOCK = 2
+
+def launch(a, *, BLOCK):
+    return nt.cdiv(a.shape[0], BLOCK), BLOCK
+
+@nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=launch)
+@cuda.jit
+def by_name(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = outer(a[i])
+
+@nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=launch)
+@cuda.jit
+def by_attribute(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = helpers.outer(a[i])
+
+def factory(scale):
+    helper = helpers.outer
+
+    @cuda.jit
+    def kernel(a):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            a[i] = helper(a[i]) * scale
+
+    return nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=launch)(kernel)
+
+by_closure = factory(1.0)
+"""
+
+
+def _checksums(tmp_path, monkeypatch, tag, inner):
+    """The checksums of the three kernels of KERNELS, whose helpers add ``inner``."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"helpers_{tag}.py").write_text(textwrap.dedent(HELPERS.format(inner=inner)))
+    path = tmp_path / f"kernels_{tag}.py"
+    path.write_text(textwrap.dedent(KERNELS.format(tag=tag)))
+    module = load_module(path)
+    kernels = (module.by_name, module.by_attribute, module.by_closure)
+    return [k.checksum() for k in kernels], module
+
+
+def test_editing_a_device_function_two_calls_deep_changes_every_checksum(tmp_path, monkeypatch):
+    before, _ = _checksums(tmp_path, monkeypatch, "a", inner=1)
+    after, _ = _checksums(tmp_path, monkeypatch, "b", inner=2)
+    for old, new in zip(before, after, strict=True):
+        assert old != new
+
+
+def test_the_checksum_covers_closure_values_the_kernel_reads(tmp_path, monkeypatch):
+    _, module = _checksums(tmp_path, monkeypatch, "c", inner=1)
+    assert module.factory(1.0).checksum() == module.factory(1.0).checksum()
+    assert module.factory(1.0).checksum() != module.factory(2.0).checksum()
+
+
+def test_the_checksum_covers_numba_code_generation_settings(monkeypatch):
+    from numba.cuda.core import config
+
+    def checksum():
+        return nt.autotune(variants=nt.product(BLOCK=[2]), launch=kernels.accumulate_launch)(
+            kernels.accumulate
+        ).checksum()
+
+    default = checksum()
+    monkeypatch.setattr(config, "OPT", 0)
+    assert checksum() != default
