@@ -27,6 +27,7 @@ from numbatune.arrays import SIMULATOR  # noqa: E402
 
 SECTIONS = [
     "dispatch",
+    "first_tune",
     "tuning_time",
     "accuracy",
     "stability",

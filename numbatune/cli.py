@@ -7,9 +7,11 @@ Data goes to stdout (a table, or JSON with ``--json``), messages to stderr. Exit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
+import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -120,8 +122,16 @@ def _entry_rows(entry: Any) -> list[list]:
         if result.get("mismatch"):
             outcome = "wrong result: " + json.dumps(result["mismatch"])
         best = "*" if index == entry.stored["best_index"] else ""
-        rows.append([entry.key if index == 0 else "", result["variant"], outcome, best])
+        rows.append([entry.key if index == 0 else "", result["variant"], outcome, best, ""])
+    stored = entry.stored
+    rows[0][-1] = (
+        f"compile {stored['compile_s']:.2f} s ({stored['compiles']} kernels), "
+        f"benchmark {stored['benchmark_s']:.2f} s"
+    )
     return rows
+
+
+_ENTRY_HEADER = ["key", "variant", "median (us)", "best", "tuning"]
 
 
 def _cache_show(arguments: argparse.Namespace) -> int:
@@ -136,7 +146,7 @@ def _cache_show(arguments: argparse.Namespace) -> int:
         raise _Failure(f"no stored result for {arguments.function}")
     data = [{"device": e.device, "function": e.function, "key": e.key, **e.stored} for e in found]
     rows = [row for entry in found for row in _entry_rows(entry)]
-    _print(arguments, data, ["key", "variant", "median (us)", "best"], rows)
+    _print(arguments, data, _ENTRY_HEADER, rows)
     return 0
 
 
@@ -172,6 +182,85 @@ def _cache_import(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _compile(arguments: argparse.Namespace) -> int:
+    from numbatune import demo, precompile
+
+    cache_dir = arguments.cache_dir or _needs_cache()
+    cases = []
+    for path in arguments.paths:
+        for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
+            cases += [example(True) for example in demo.examples_of(demo.load_module(file))]
+    if not cases:
+        raise _Failure(
+            "no example functions found (a module defines example(small) -> (kernel, args))"
+        )
+    started = time.perf_counter()
+    compiled = precompile.precompile(
+        cases,
+        arguments.cc,
+        cache_dir,
+        arguments.workers,
+        _progress if sys.stderr.isatty() else _quiet,
+    )
+    seconds = time.perf_counter() - started
+    rows = [_compiled_row(c) for c in compiled]
+    header = ["kernel", "variant", "registers", "spills (st/ld B)", "shared B", "stack B", "s"]
+    _print(arguments, [dataclasses.asdict(c) for c in compiled], header, rows)
+    failed = sum(c.error is not None for c in compiled)
+    built = sum(c.shares is None and c.error is None for c in compiled)
+    print(
+        f"numbatune compile: {len(compiled)} variants for sm_{arguments.cc[0]}{arguments.cc[1]}: "
+        f"{built} kernels built, {failed} variants failed, in {seconds:.1f} s; kept in {cache_dir}",
+        file=sys.stderr,
+    )
+    return 1 if failed else 0
+
+
+def _compiled_row(compiled: Any) -> list[str]:
+    name = compiled.kernel.rpartition(".")[2]
+    if compiled.error is not None:
+        return [
+            name,
+            compiled.variant,
+            "failed: " + compiled.error.splitlines()[0][:60],
+            "",
+            "",
+            "",
+            "",
+        ]
+    r = compiled.resources
+    shares = f"(as {compiled.shares})" if compiled.shares else f"{compiled.seconds:.2f}"
+    if r is None:
+        return [name, compiled.variant, "?", "?", "?", "?", shares]
+    spills = f"{r.spill_store_bytes}/{r.spill_load_bytes}"
+    return [
+        name,
+        compiled.variant,
+        str(r.registers),
+        spills,
+        str(r.shared_bytes),
+        str(r.stack_bytes),
+        shares,
+    ]
+
+
+def _progress(finished: int, total: int) -> None:
+    print(f"\rnumbatune compile: {finished}/{total} kernels", end="", file=sys.stderr, flush=True)
+    if finished == total:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+
+def _quiet(finished: int, total: int) -> None:
+    pass
+
+
+def _compute_capability(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR, as 9.0, got {text!r}")
+    return int(major), int(minor)
+
+
 def _report(arguments: argparse.Namespace) -> int:
     from numbatune import plot
     from numbatune.cache import files
@@ -180,7 +269,7 @@ def _report(arguments: argparse.Namespace) -> int:
     if not found:
         raise _Failure(f"no stored result for {arguments.function}")
     rows = [row for entry in found for row in _entry_rows(entry)]
-    _print(arguments, [e.stored for e in found], ["key", "variant", "median (us)", "best"], rows)
+    _print(arguments, [e.stored for e in found], _ENTRY_HEADER, rows)
     if arguments.output is not None:
         try:
             plot.picture(found, arguments.output)
@@ -231,6 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     load = actions.add_parser("import", help="add an exported file's results for this device")
     load.add_argument("file", type=Path)
     load.set_defaults(run=_cache_import)
+    compile_ = with_json(
+        commands.add_parser("compile", help="compile every variant ahead of time, with no GPU")
+    )
+    compile_.add_argument("paths", nargs="+", type=Path, help="example modules or their folders")
+    compile_.add_argument("--cc", type=_compute_capability, required=True, help="e.g. 9.0")
+    compile_.add_argument("--cache-dir", type=Path, help="where to keep them (default: the cache)")
+    compile_.add_argument("--workers", type=int, help="worker processes (default: cores)")
+    compile_.set_defaults(run=_compile)
     report = with_json(commands.add_parser("report", help="every variant's time per key"))
     report.add_argument("function")
     report.add_argument("-o", "--output", type=Path, help="write a picture (.png, .svg, .pdf)")

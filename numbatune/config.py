@@ -77,6 +77,13 @@ def _parse_positive_int(text: str) -> int:
     return value
 
 
+def _parse_non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be an integer >= 0")
+    return value
+
+
 @dataclasses.dataclass
 class Settings:
     """numbatune's settings; the environment variable of each is ``NUMBATUNE_<NAME>``."""
@@ -115,6 +122,12 @@ class Settings:
     #: Level of the ``numbatune`` logger: debug, info, warning or error; None leaves it to the
     #: application's logging set-up.
     log_level: str | None = None
+    #: Worker processes that compile variants in parallel (numbatune.compile); 0 or 1 compiles
+    #: in the calling process.
+    compile_workers: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
+    #: Seconds one variant's compile may take in a worker before the worker is stopped and the
+    #: variant recorded as failed.
+    compile_timeout_s: float = 300.0
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -132,6 +145,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "check": _parse_bool,
     "tune": _parse_bool,
     "log_level": _one_of("debug", "info", "warning", "error"),
+    "compile_workers": _parse_non_negative_int,
+    "compile_timeout_s": _parse_positive_float,
 }
 
 settings = Settings()

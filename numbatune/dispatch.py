@@ -10,6 +10,7 @@ device.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 from numbatune import keys
 from numbatune.arrays import SIMULATOR, is_array
 from numbatune.cache.tunecache import TuneCache, Winner
+from numbatune.compile.compiler import Compiler
 from numbatune.config import settings
 from numbatune.devices import current_kind
 from numbatune.launch import fastpath
@@ -144,7 +146,7 @@ class TunedKernel:
         module = getattr(self._template.function, "__module__", None) or "__main__"
         self.function_id = f"{module}.{self._template.function.__qualname__}"
         self._checksum: str | None = None
-        self._kernels: dict[Variant, Any] = {}
+        self._compiler = Compiler(self._template, self.function_id)
         self._devices: dict[Any, _DeviceState] = {}
         self._lock = threading.RLock()
         self._hooks = fastpath.Hooks(
@@ -156,8 +158,7 @@ class TunedKernel:
         )
         self._binder = _binder(len(self._parameters), self._dispatch)
         self._call = self._binder.call
-        #: Counters of work done: variants compiled (per signature) and keys benchmarked.
-        self.stats = {"compiles": 0, "benchmarks": 0}
+        self._benchmarks = 0
 
     # -- the hot path -----------------------------------------------------------------------
 
@@ -284,11 +285,12 @@ class TunedKernel:
                 first = self._index[plan.first[0]]
                 results = tuple(VariantResult(v) for v in self._variants)
                 return TuneReport(key, first, Source.UNTUNED, results)
+            compiles = self._compiler.compiles
             report = tuner.tune(job)
             if report.source is Source.BENCHMARK:
                 with self._lock:
-                    self.stats["benchmarks"] += 1
-            return report
+                    self._benchmarks += 1
+            return dataclasses.replace(report, compiles=self._compiler.compiles - compiles)
 
         return state.cache.lookup(
             key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check)
@@ -303,22 +305,12 @@ class TunedKernel:
                 )
 
     def _compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
-        """The variant's dispatcher, compiled for the types of ``args``."""
-        with self._lock:
-            kernel = self._kernels.get(variant)
-            if kernel is None:
-                kernel = self._kernels[variant] = self._template.specialise(variant)
-        if not SIMULATOR:
-            signature = tuple(kernel.typeof_pyval(a) for a in args)
-            if signature not in kernel.overloads:
-                kernel.compile(signature)
-                with self._lock:
-                    self.stats["compiles"] += 1
-        return kernel
+        """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""
+        return self._compiler.compiled(variant, args)
 
-    def _launcher(self, variant: Variant, args: tuple[Any, ...]) -> Launcher:
-        """The variant compiled for ``args``, launched through numba on given arguments."""
-        kernel = self._compiled(variant, args)
+    def _launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
+        """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
+        configuration its launch function gives for ``args``."""
         params = self._launch_params[variant]
         config = checked_launch_config(self._launch(*args, **params), self.name)
         launch = numba_launch(kernel)
@@ -327,14 +319,15 @@ class TunedKernel:
     def _compile_variants(
         self, variants: Sequence[Variant], args: tuple[Any, ...], done: Callable[[int], None]
     ) -> dict[Variant, Launcher | Failed]:
-        compiled: dict[Variant, Launcher | Failed] = {}
-        for count, variant in enumerate(variants, start=1):
+        launchers: dict[Variant, Launcher | Failed] = {}
+        for variant, kernel in self._compiler.compile_all(variants, args, done).items():
             try:
-                compiled[variant] = self._launcher(variant, args)
+                launchers[variant] = (
+                    kernel if isinstance(kernel, Failed) else self._launcher(variant, kernel, args)
+                )
             except Exception as error:
-                compiled[variant] = Failed.of(error)
-            done(count)
-        return compiled
+                launchers[variant] = Failed.of(error)
+        return launchers
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -342,6 +335,18 @@ class TunedKernel:
     def py_func(self) -> Callable[..., None]:
         """The Python function behind the kernel, as on numba's dispatchers."""
         return self._template.function
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Work done so far: kernels compiled (here or in worker processes; variants that
+        differ only in what the launch function reads share one), kernels loaded from the
+        disk, and keys benchmarked."""
+        compiler = self._compiler
+        return {
+            "compiles": compiler.compiles,
+            "loaded": compiler.loaded,
+            "benchmarks": self._benchmarks,
+        }
 
     @property
     def variants(self) -> list[Variant]:
@@ -366,7 +371,7 @@ class TunedKernel:
         if variant not in self._index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
         self._check_arguments(args)
-        self._launcher(variant, args)(args, stream)
+        self._launcher(variant, self._compiled(variant, args), args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed (always with ``force``) without launching on them.

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 from numba import cuda
+from numba.core import types as numba_types
 
 from numbatune import unroll
 from numbatune._version import __version__
@@ -98,13 +99,23 @@ def _values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
             yield name, value
     for name, attribute in sorted(_attributes_read(function.__code__)):
         owner = lookup(name)
-        if isinstance(owner, types.ModuleType):
+        if isinstance(owner, types.ModuleType) and not _is_numba(owner):
             value = getattr(owner, attribute, _MISSING)
             if value is not _MISSING:
                 yield f"{name}.{attribute}", value
 
 
 _MISSING = object()
+
+
+def _is_numba(value: Any) -> bool:
+    """Whether ``value`` is part of numba's own API (the numba version in the checksum covers
+    it; the simulator's objects differ from a GPU's, and must not change compiled kernels'
+    keys)."""
+    name = (
+        value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "")
+    )
+    return isinstance(name, str) and (name == "numba" or name.startswith("numba."))
 
 
 def device_function_of(value: Any) -> types.FunctionType | None:
@@ -116,6 +127,8 @@ def device_function_of(value: Any) -> types.FunctionType | None:
 def _value_text(value: Any) -> str:
     if isinstance(value, types.ModuleType):
         return f"<module {value.__name__}>"
+    if _is_numba(value) and not isinstance(value, numba_types.Type):
+        return f"<numba {getattr(value, '__qualname__', type(value).__name__)}>"
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
         return f"<array {value.dtype} {value.shape} {digest}>"
@@ -175,6 +188,7 @@ class KernelTemplate:
         self.signature = inspect.signature(self.function)
         self.names_read = frozenset(names_read(self.function.__code__))
         self._static_loops = unroll.has_static_loops(self.function)
+        self._code_text: str | None = None
 
     def check_params(self, variants: Sequence[Variant], launch_reads: Set[str]) -> None:
         """Refuse parameters that neither the kernel nor the launch function reads.
@@ -189,8 +203,34 @@ class KernelTemplate:
                 "variable the kernel uses, or a keyword argument of the launch function"
             )
 
+    def code_key(self, variant: Variant) -> tuple[str, str]:
+        """What of ``variant`` decides the kernel's code: the parameters the kernel reads and
+        the jit options. Variants with the same code key compile to the same kernel (those
+        that differ only in what the launch function reads share one compile)."""
+        read = {name: value for name, value in variant.params.items() if name in self.names_read}
+        return stable_text(read), stable_text(self.jit_options_of(variant))
+
+    def jit_options_of(self, variant: Variant) -> dict[str, Any]:
+        """The ``numba.cuda.jit`` options the variant's kernel is compiled with on a GPU."""
+        return {**self.jit_options, **variant.jit}
+
+    def code_text(self) -> str:
+        """What decides the code of every variant's kernel but the variant itself: the kernel,
+        the device functions it calls and the values they read (for compiled-kernel keys)."""
+        if self._code_text is None:
+            self._code_text = "\0".join(code_description(self.function))
+        return self._code_text
+
     def specialise(self, variant: Variant) -> Any:
         """A new ``numba.cuda.jit`` dispatcher in which the variant's parameters are constants."""
+        options = self.jit_options_of(variant)
+        if SIMULATOR:  # the simulator takes few options
+            options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
+        return cuda.jit(**options)(self.specialised_function(variant))
+
+    def specialised_function(self, variant: Variant) -> types.FunctionType:
+        """The kernel's Python function with the variant's parameters bound as its globals (and
+        closure variables), its ``static_range`` loops written out."""
         function = self.function
         namespace = dict(function.__globals__)
         namespace.update(variant.params)
@@ -210,10 +250,7 @@ class KernelTemplate:
         specialised.__qualname__ = function.__qualname__
         specialised.__module__ = function.__module__
         specialised.__doc__ = function.__doc__
-        options = {**self.jit_options, **variant.jit}
-        if SIMULATOR:
-            options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
-        return cuda.jit(**options)(specialised)
+        return specialised
 
     def checksum(self, variants: Sequence[Variant], launch: Callable[..., Any]) -> str:
         """A digest of everything that decides what the variants compute and how fast.

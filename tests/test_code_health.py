@@ -11,15 +11,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "numbatune"
 #: The layers of the path of one call, lowest first: a module may import from its own layer
 #: and the ones below, never from one above (docs/architecture.md).
 LAYERS = [
-    ["_version", "errors", "values", "config", "_backend"],
+    ["_version", "errors", "values", "config", "_backend", "processes"],
     ["arrays", "devices", "intrinsics", "unroll", "variants"],
     ["keys", "template"],
     ["streams"],
     ["tuning"],
     ["cache"],
+    ["compile"],
     ["launch"],
     ["dispatch"],
-    ["testing", "demo", "plot", "cli", "pytest_plugin", "__init__", "__main__"],
+    ["testing", "demo", "precompile", "plot", "cli", "pytest_plugin", "__init__", "__main__"],
 ]
 
 

@@ -35,7 +35,8 @@ def test_an_accumulating_kernel_holds_one_launch_after_a_tuned_call():
     assert np.all(out.copy_to_host() == 1)
     tuned(a, out)
     assert np.all(out.copy_to_host() == 2)
-    assert tuned.stats == {"compiles": 5, "benchmarks": 1}
+    # The variants differ only in the block size, which the kernel does not read: one compile.
+    assert tuned.stats == {"compiles": 1, "loaded": 0, "benchmarks": 1}
 
 
 @pytest.mark.parametrize(

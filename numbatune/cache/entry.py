@@ -46,6 +46,9 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
         "key": key_text,
         "best_index": report.best_index,
         "checked": report.checked,
+        "compile_s": report.compile_s,
+        "benchmark_s": report.benchmark_s,
+        "compiles": report.compiles,
         "results": [_encode_result(result) for result in report.results],
     }
 
@@ -77,6 +80,9 @@ def check(entry: Any) -> dict[str, Any]:
     for name, kind in (("checksum", str), ("results", list), ("checked", bool)):
         if not isinstance(entry.get(name), kind):
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected a {kind.__name__}")
+    _number(entry, "compile_s"), _number(entry, "benchmark_s")
+    if type(entry.get("compiles")) is not int or entry["compiles"] < 0:
+        raise DamagedEntry(f"compiles is {entry.get('compiles')!r}, expected an integer >= 0")
     best = entry.get("best_index")
     if type(best) is not int or not 0 <= best < len(entry["results"]):
         raise DamagedEntry(f"best_index {best!r} is not one of the {len(entry['results'])} results")
@@ -87,7 +93,7 @@ def check(entry: Any) -> dict[str, Any]:
     return entry
 
 
-def _number(result: dict[str, Any], name: str) -> float:
+def _number(result: Any, name: str) -> float:
     value = result.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise DamagedEntry(f"{name} is {value!r}, expected a finite number")
@@ -137,4 +143,13 @@ def decode(
         results.append(VariantResult(variant, _outcome(result)))
     if [r.variant for r in results] != list(variants.values()):
         raise DamagedEntry("its results are not one per variant of the kernel, in order")
-    return TuneReport(key, entry["best_index"], Source.DISK, tuple(results), entry["checked"])
+    return TuneReport(
+        key,
+        entry["best_index"],
+        Source.DISK,
+        tuple(results),
+        entry["checked"],
+        entry["compile_s"],
+        entry["benchmark_s"],
+        entry["compiles"],
+    )

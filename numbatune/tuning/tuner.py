@@ -9,7 +9,9 @@ them all. A set of one variant is not measured.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,12 +52,13 @@ def tune(job: TuneJob) -> TuneReport:
         len(job.variants),
         plan.pruned,
     )
+    clock = Clock()
     *fallbacks, last = plan.tries()
     for variant_set in fallbacks:
         if len(variant_set) == 1 and not _runs(job, variant_set[0]):
             continue
         try:
-            return tune_set(job, variant_set)
+            return clock.stamped(tune_set(job, variant_set, clock))
         except TuningError:
             logger.info(
                 "numbatune: every variant of %s tried for key %r failed; trying the next "
@@ -63,7 +66,19 @@ def tune(job: TuneJob) -> TuneReport:
                 job.kernel_name,
                 job.key,
             )
-    return tune_set(job, last)
+    return clock.stamped(tune_set(job, last, clock))
+
+
+class Clock:
+    """Where a tuning's time went: compiling, and checking and timing."""
+
+    def __init__(self) -> None:
+        self.compile_s = 0.0
+        self.benchmark_s = 0.0
+
+    def stamped(self, report: TuneReport) -> TuneReport:
+        """``report`` with this clock's times."""
+        return dataclasses.replace(report, compile_s=self.compile_s, benchmark_s=self.benchmark_s)
 
 
 def _runs(job: TuneJob, variant: Variant) -> bool:
@@ -89,14 +104,17 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
     return True
 
 
-def tune_set(job: TuneJob, variants: Sequence[Variant]) -> TuneReport:
+def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneReport:
     """Measure ``variants`` on clones of the job's arguments and report, fastest first in the
     log; raise :class:`TuningError` when every one fails."""
     if len(variants) == 1:
         return _report(job, {}, best=variants[0], source=Source.SINGLE)
     clones = arrays.clone_arguments(job.args, job.stream)
     progress = Progress(job.kernel_name, len(variants))
+    started = time.perf_counter()
     compiled = job.compile(variants, clones, lambda done: progress.step(done, "compiled"))
+    clock.compile_s += time.perf_counter() - started
+    started = time.perf_counter()
     outcomes: dict[Variant, Outcome] = {
         variant: launcher for variant, launcher in compiled.items() if isinstance(launcher, Failed)
     }
@@ -111,6 +129,7 @@ def tune_set(job: TuneJob, variants: Sequence[Variant]) -> TuneReport:
     }
     for variant, timing in bench.measure(runs, job.stream, inputs=clones).items():
         outcomes[variant] = timing if isinstance(timing, Timed) else Failed.of(timing)
+    clock.benchmark_s += time.perf_counter() - started
     progress.close()
     timed = sorted(
         (outcome.median_s, job.variants.index(variant), variant)

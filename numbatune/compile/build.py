@@ -1,0 +1,210 @@
+"""Building one kernel for a compute capability without a GPU, and loading what was built.
+
+numba compiles a kernel for the current device: it asks the driver for the compute capability.
+In a worker process (no CUDA context, no GPU needed) :func:`build` tells numba the target's
+compute capability instead, compiles the kernel as numba's own compile would (the same
+``_Kernel``, linked to a cubin by nvJitLink), and returns it serialised as numba's disk cache
+serialises kernels, with the resources the assembler reported. The parent loads it with
+:func:`load` and adds it to a dispatcher: launching it then needs no numba compile.
+
+Functions cross to the worker pickled by value (numba's cloudpickle); a device function the
+kernel calls crosses as its Python function and options and is rebuilt there, so the same
+pickle serves from a simulated parent (``numbatune compile`` on a machine with no GPU) and a
+real one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import pickle
+import re
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+#: Bump when the payload's layout changes: entries of another version are not loaded.
+PAYLOAD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the assembler reported for one kernel: per thread registers and local memory
+    (stack frame), bytes spilled, and static shared memory per block."""
+
+    registers: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    shared_bytes: int
+
+
+@dataclass(frozen=True)
+class Built:
+    """A kernel built by :func:`build`: its serialised form and what the build saw."""
+
+    payload: bytes
+    resources: Resources | None
+    toolchain: tuple[str, ...]
+    seconds: float
+
+
+def _device_options(dispatcher: Any) -> dict[str, Any]:
+    options = getattr(dispatcher, "targetoptions", None)
+    if options is None:  # the simulator's device function keeps them apart
+        options = {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
+    return {k: v for k, v in options.items() if k != "device"}
+
+
+def _device_function(function: Any, options: dict[str, Any]) -> Any:
+    from numba import cuda
+
+    return cuda.jit(device=True, **options)(function)
+
+
+def dumps_function(function: Any) -> bytes:
+    """``function`` pickled by value for :func:`build` (raises if it cannot be)."""
+    from numba.cuda import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, value: Any) -> Any:
+            # Device functions cross as (Python function, options); the rest as cloudpickle's.
+            function = getattr(value, "py_func", None)
+            if callable(function) and not isinstance(value, type):
+                return _device_function, (function, _device_options(value))
+            return super().reducer_override(value)
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=5).dump(function)
+    return buffer.getvalue()
+
+
+def toolchain() -> tuple[str, ...]:
+    """The versions that decide the code a build makes: numba-cuda, NVVM and nvJitLink."""
+    from importlib.metadata import version
+
+    from cuda.bindings import nvjitlink
+    from numba.cuda.cudadrv import nvvm
+
+    return (
+        f"numba-cuda {version('numba-cuda')}",
+        f"nvvm {nvvm.NVVM().get_version()}",
+        f"nvjitlink {nvjitlink.version()}",
+    )
+
+
+def full_cc(cc: tuple[int, int]) -> tuple[int, int, str]:
+    """numba's form of a compute capability: (major, minor, 'a') from 9.0 on."""
+    return (cc[0], cc[1], "a" if cc >= (9, 0) else "")
+
+
+@contextlib.contextmanager
+def _target(cc: tuple[int, int]) -> Iterator[None]:
+    """numba compiles for ``cc`` without asking the driver, and its linker reports resources."""
+    from numba.cuda import codegen, dispatcher
+    from numba.cuda.cudadrv import driver
+
+    class Device:
+        compute_capability = cc
+
+    patches = [
+        (dispatcher, "get_current_device", lambda: Device()),
+        (
+            codegen.CUDACodeLibrary,
+            "_ensure_cc",
+            lambda library, wanted, ensure=codegen.CUDACodeLibrary._ensure_cc: ensure(
+                library, full_cc(cc) if wanted is None else wanted
+            ),
+        ),
+        (
+            driver._Linker,
+            "_get_linker_options",
+            lambda linker, ptx, options=driver._Linker._get_linker_options: dataclasses.replace(
+                options(linker, ptx), verbose=True
+            ),
+        ),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def build(
+    function_bytes: bytes, options: dict[str, Any], argtypes: tuple[Any, ...], cc: tuple[int, int]
+) -> Built:
+    """Compile the pickled kernel function for ``argtypes`` and ``cc`` (in a worker)."""
+    from numba import cuda
+    from numba.cuda import cloudpickle
+    from numba.cuda.dispatcher import _Kernel
+
+    function = cloudpickle.loads(function_bytes)
+    started = time.perf_counter()
+    with _target(cc):
+        dispatcher = cuda.jit(**options)(function)
+        kernel = _Kernel(dispatcher.py_func, argtypes, **dispatcher.targetoptions)
+        kernel._codelibrary.get_cubin(cc=full_cc(cc))
+    seconds = time.perf_counter() - started
+    info = kernel._codelibrary.get_linkerinfo(full_cc(cc))
+    return Built(dumps_kernel(kernel), resources_of(info), toolchain(), seconds)
+
+
+def dumps_kernel(kernel: Any) -> bytes:
+    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed."""
+    library = kernel._codelibrary
+    states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
+    library_states = {**library._reduce_states(), "llvm_strs": []}
+    payload = {"version": PAYLOAD_VERSION, "kernel": states, "library": library_states}
+    return zlib.compress(pickle.dumps(payload, protocol=5))
+
+
+def load(payload: bytes, cc: tuple[int, int]) -> Any:
+    """The kernel :func:`dumps_kernel` serialised; ValueError when it is not one, or holds no
+    cubin for ``cc``."""
+    from numba.cuda.codegen import CUDACodeLibrary
+    from numba.cuda.dispatcher import _Kernel
+
+    try:
+        states = pickle.loads(zlib.decompress(payload))
+    except Exception as error:  # zlib.error, pickle's many errors, missing classes
+        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
+    if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
+        raise ValueError("not a compiled kernel of this numbatune")
+    if full_cc(cc) not in states["library"].get("cubin_cache", {}):
+        raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
+    library = CUDACodeLibrary._rebuild(**states["library"])
+    return _Kernel._rebuild(codelibrary=library, **states["kernel"])
+
+
+_RESOURCES = {
+    "registers": r"Used (\d+) registers",
+    "stack_bytes": r"(\d+) bytes stack frame",
+    "spill_store_bytes": r"(\d+) bytes spill stores",
+    "spill_load_bytes": r"(\d+) bytes spill loads",
+    "shared_bytes": r"(\d+) bytes smem",
+}
+
+
+def resources_of(info_log: str) -> Resources | None:
+    """The resources an assembler's verbose log reports, or None where it reports none."""
+    found = {}
+    for name, pattern in _RESOURCES.items():
+        match = re.search(pattern, info_log or "")
+        found[name] = int(match.group(1)) if match else 0
+    return Resources(**found) if re.search(_RESOURCES["registers"], info_log or "") else None
+
+
+def store_key(
+    code: str, argtypes: tuple[Any, ...], cc: tuple[int, int], tools: tuple[str, ...]
+) -> str:
+    """The key a built kernel is kept under: a digest of what decides its code."""
+    parts = [code, repr(argtypes), f"sm_{cc[0]}{cc[1]}", *tools, f"payload {PAYLOAD_VERSION}"]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]

@@ -1,0 +1,283 @@
+"""Compiling a tuned kernel's variants: once per distinct kernel, in parallel, kept on disk.
+
+Variants whose kernel code is the same (they differ only in what the launch function reads)
+share one numba dispatcher and one compile. Before compiling, the kernel store on disk is
+consulted (:mod:`numbatune.compile.store`). What is left is compiled in worker processes
+(:mod:`numbatune.processes`, as many as the ``compile_workers`` setting allows) when there is
+more than one kernel to compile, else in this process; a kernel that cannot be rebuilt in a
+worker (one whose function does not pickle, or whose module a worker cannot import) is compiled
+here too. A compile error is that variant's error, as before; a worker that dies or passes the
+``compile_timeout_s`` limit fails the variants of that kernel and is replaced. Under numba's
+simulator nothing is compiled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from numbatune import processes
+from numbatune.arrays import SIMULATOR
+from numbatune.compile import build
+from numbatune.compile.store import KernelStore
+from numbatune.config import settings
+from numbatune.template import KernelTemplate
+from numbatune.tuning.results import Failed
+from numbatune.values import stable_text
+from numbatune.variants import Variant
+
+logger = logging.getLogger("numbatune")
+
+CodeKey = tuple[str, str]
+
+_pools: dict[int, processes.WorkerPool] = {}
+_pools_lock = threading.Lock()
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment of compile workers: they see no GPU, run numba outside its simulator,
+    and import modules from where this process does."""
+    return {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "0",
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+    }
+
+
+def compile_pool() -> processes.WorkerPool | None:
+    """This process's pool of compile workers, or None where the setting or platform allow
+    none."""
+    size = settings.compile_workers
+    if size < 2 or not processes.available():
+        return None
+    with _pools_lock:
+        pool = _pools.get(size)
+        if pool is None:
+            pool = _pools[size] = processes.WorkerPool(size, worker_environment())
+        return pool
+
+
+class RebuildError(Exception):
+    """A worker could not rebuild a kernel's function (it is compiled in the parent instead)."""
+
+
+def build_in_worker(
+    function_bytes: bytes, options: dict[str, Any], argtypes: tuple[Any, ...], cc: tuple[int, int]
+) -> build.Built:
+    """The worker's task: :func:`numbatune.compile.build.build`, telling a function that cannot
+    be rebuilt there (:class:`RebuildError`) from one that does not compile."""
+    try:
+        from numba.cuda import cloudpickle
+
+        cloudpickle.loads(function_bytes)
+    except Exception as error:
+        raise RebuildError(f"{type(error).__name__}: {error}") from None
+    return build.build(function_bytes, options, argtypes, cc)
+
+
+class Compiler:
+    """The compiled kernels of one tuned kernel's variants."""
+
+    def __init__(self, template: KernelTemplate, function_id: str) -> None:
+        self._template = template
+        self._function_id = function_id
+        self._dispatchers: dict[CodeKey, Any] = {}
+        self._stores: dict[tuple[Any, ...], KernelStore] = {}
+        self._lock = threading.RLock()
+        #: Kernels compiled (here or in workers) and loaded from the kernel store.
+        self.compiles = 0
+        self.loaded = 0
+
+    def dispatcher(self, variant: Variant) -> Any:
+        """The numba dispatcher of the variant's kernel, shared by variants of the same code."""
+        code_key = self._template.code_key(variant)
+        with self._lock:
+            dispatcher = self._dispatchers.get(code_key)
+            if dispatcher is None:
+                dispatcher = self._dispatchers[code_key] = self._template.specialise(variant)
+            return dispatcher
+
+    def compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
+        """The variant's dispatcher, compiled (or loaded) for the types of ``args`` here;
+        a compile error is raised."""
+        dispatcher = self.dispatcher(variant)
+        if SIMULATOR:
+            return dispatcher
+        argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
+        if argtypes not in dispatcher.overloads and not self._load(variant, dispatcher, argtypes):
+            with self._lock:
+                if argtypes not in dispatcher.overloads:
+                    dispatcher.compile(argtypes)
+                    self.compiles += 1
+            self._save(variant, dispatcher.overloads[argtypes], argtypes)
+        return dispatcher
+
+    def compile_all(
+        self, variants: Sequence[Variant], args: tuple[Any, ...], done: Callable[[int], None]
+    ) -> dict[Variant, Any]:
+        """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
+        as variants are ready."""
+        groups: dict[CodeKey, list[Variant]] = {}
+        for variant in variants:
+            groups.setdefault(self._template.code_key(variant), []).append(variant)
+        results: dict[Variant, Any] = {}
+        waiting: list[list[Variant]] = []
+        for members in groups.values():
+            try:
+                dispatcher = self.dispatcher(members[0])
+                ready = SIMULATOR or self._ready(members[0], dispatcher, args)
+            except Exception as error:
+                results.update(dict.fromkeys(members, Failed.of(error)))
+                continue
+            if ready:
+                results.update(dict.fromkeys(members, dispatcher))
+            else:
+                waiting.append(members)
+        done(len(results))
+        if waiting:
+            self._compile_waiting(waiting, args, results, done)
+        return results
+
+    def _ready(self, variant: Variant, dispatcher: Any, args: tuple[Any, ...]) -> bool:
+        argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
+        return argtypes in dispatcher.overloads or self._load(variant, dispatcher, argtypes)
+
+    def _compile_waiting(
+        self,
+        waiting: list[list[Variant]],
+        args: tuple[Any, ...],
+        results: dict[Variant, Any],
+        done: Callable[[int], None],
+    ) -> None:
+        pool = compile_pool() if len(waiting) > 1 else None
+        here = waiting
+        if pool is not None:
+            here = self._compile_in_workers(pool, waiting, args, results, done)
+        for members in here:
+            try:
+                results.update(dict.fromkeys(members, self.compiled(members[0], args)))
+            except Exception as error:
+                results.update(dict.fromkeys(members, Failed.of(error)))
+            done(len(results))
+
+    def _compile_in_workers(
+        self,
+        pool: processes.WorkerPool,
+        waiting: list[list[Variant]],
+        args: tuple[Any, ...],
+        results: dict[Variant, Any],
+        done: Callable[[int], None],
+    ) -> list[list[Variant]]:
+        """Compile ``waiting`` in ``pool``; returns the kernels to compile here instead."""
+        from numba import cuda
+
+        cc = tuple(cuda.get_current_device().compute_capability)
+        argtypes = tuple(self.dispatcher(waiting[0][0]).typeof_pyval(a) for a in args)
+        sent, here = [], []
+        for members in waiting:
+            try:
+                function = build.dumps_function(self._template.specialised_function(members[0]))
+            except Exception as error:
+                logger.debug("%s: compiled in this process: %s", self._function_id, error)
+                here.append(members)
+                continue
+            options = self._template.jit_options_of(members[0])
+            sent.append((members, processes.Task(__name__, "build_in_worker", (
+                function, options, argtypes, cc))))  # fmt: skip
+
+        def finished(index: int, outcome: processes.Outcome) -> None:
+            members = sent[index][0]
+            if isinstance(outcome, processes.Done):
+                dispatcher = self.dispatcher(members[0])
+                dispatcher.add_overload(build.load(outcome.value.payload, cc), argtypes)
+                self._save_payload(members[0], argtypes, cc, outcome.value.payload)
+                with self._lock:
+                    self.compiles += 1
+                results.update(dict.fromkeys(members, dispatcher))
+            elif isinstance(outcome, processes.Raised) and outcome.kind == "RebuildError":
+                logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
+                here.append(members)
+            else:
+                results.update(dict.fromkeys(members, Failed(str(outcome))))
+            done(len(results))
+
+        pool.run([task for _, task in sent], settings.compile_timeout_s, finished)
+        return here
+
+    # -- the kernel store -------------------------------------------------------------------
+
+    def _store(self, cc: tuple[int, int]) -> KernelStore:
+        with self._lock:
+            store = self._stores.get((settings.cache_dir, cc))
+            if store is None:
+                store = KernelStore(settings.cache_dir, cc, self._function_id)
+                self._stores[(settings.cache_dir, cc)] = store
+            return store
+
+    def _key(self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int]) -> str:
+        code = "\0".join(
+            [self._template.code_text(), stable_text(self._template.code_key(variant))]
+        )
+        return build.store_key(code, argtypes, cc, _toolchain())
+
+    def _load(self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...]) -> bool:
+        """Add the stored kernel for ``argtypes`` to ``dispatcher``, if one is stored."""
+        if settings.cache_dir is None:
+            return False
+        cc = _current_cc()
+        kernel = self._store(cc).load(self._key(variant, argtypes, cc))
+        if kernel is None:
+            return False
+        with self._lock:
+            dispatcher.add_overload(kernel, argtypes)
+            self.loaded += 1
+        return True
+
+    def _save(self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...]) -> None:
+        if settings.cache_dir is None:
+            return
+        try:
+            payload = build.dumps_kernel(kernel)
+        except Exception as error:  # numba serialises no kernel that links extra files
+            logger.debug("%s: not kept on disk: %s", self._function_id, error)
+            return
+        self._save_payload(variant, argtypes, _current_cc(), payload)
+
+    def _save_payload(
+        self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int], payload: bytes
+    ) -> None:
+        if settings.cache_dir is not None:
+            self._store(cc).save(self._key(variant, argtypes, cc), payload)
+
+
+def store_key(
+    template: KernelTemplate,
+    variant: Variant,
+    argtypes: tuple[Any, ...],
+    cc: tuple[int, int],
+    tools: tuple[str, ...],
+) -> str:
+    """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store."""
+    code = "\0".join([template.code_text(), stable_text(template.code_key(variant))])
+    return build.store_key(code, argtypes, cc, tools)
+
+
+def _current_cc() -> tuple[int, int]:
+    from numba import cuda
+
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+_toolchain_versions: tuple[str, ...] | None = None
+
+
+def _toolchain() -> tuple[str, ...]:
+    global _toolchain_versions
+    if _toolchain_versions is None:
+        _toolchain_versions = build.toolchain()
+    return _toolchain_versions

@@ -1,0 +1,121 @@
+"""Compiling variants on a GPU: once per distinct kernel, in workers, kept on disk for the next
+process; kernels compiled ahead of time with no GPU are the ones a GPU process launches."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from tests import kernels
+
+pytestmark = pytest.mark.gpu
+
+MODULE = """
+import numbatune as nt
+from numba import cuda
+
+FACTOR = 2
+
+
+@nt.autotune(
+    variants=nt.product(FACTOR=[2, 3, 4], BLOCK=[64, 128]),
+    launch=lambda a, out, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
+)
+@cuda.jit
+def scale(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] * FACTOR
+"""
+
+SCRIPT = """
+import json, sys, time
+import numbatune
+import numpy as np
+from numba import cuda
+import tunedscale
+
+if sys.argv[1] == "precompile":
+    from numbatune.precompile import precompile
+    args = (cuda.to_device(np.ones(4, np.float32)), cuda.to_device(np.zeros(4, np.float32)))
+    compiled = precompile([(tunedscale.scale, args)], (9, 0), numbatune.settings.cache_dir)
+    print(json.dumps([c.error for c in compiled]))
+else:
+    a = cuda.to_device(np.arange(1000, dtype=np.float32))
+    out = cuda.device_array(1000, np.float32)
+    cuda.synchronize()
+    started = time.perf_counter()
+    tunedscale.scale(a, out)
+    cuda.synchronize()
+    seconds = time.perf_counter() - started
+    factor = float(out.copy_to_host()[1])
+    print(json.dumps({"seconds": seconds, "stats": tunedscale.scale.stats, "factor": factor}))
+"""
+
+
+def _run(tmp_path, mode, simulator=False):
+    (tmp_path / "tunedscale.py").write_text(textwrap.dedent(MODULE))
+    env = {**os.environ, "NUMBATUNE_CACHE_DIR": str(tmp_path / "cache")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *sys.path])
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), mode],
+        env=env, capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_variants_that_differ_in_the_launch_only_share_one_compile():
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[32, 64, 96, 128, 192, 256, 384, 512, 768, 1024]),
+        launch=kernels.accumulate_launch,
+    )(kernels.accumulate)
+    a, out = cuda.to_device(np.ones(4096, np.float32)), cuda.to_device(np.zeros(4096, np.float32))
+    report = tuned.tune(a, out)
+    assert report.source == "benchmark" and report.compiles == 1
+    assert tuned.stats["compiles"] == 1
+
+
+def test_variants_compiled_in_workers_compute_what_numba_compiles():
+    from numbatune.compile.compiler import compile_pool
+
+    tuned = nt.autotune(
+        variants=nt.product(REPS=[1, 2, 3, 4]),
+        launch=lambda a, out: (nt.cdiv(a.shape[0], 128), 128),
+    )(kernels.repeated_sine)
+    a = cuda.to_device(np.linspace(0, 1, 1000).astype(np.float32))
+    out, expected = cuda.device_array(1000, np.float32), cuda.device_array(1000, np.float32)
+    report = tuned.tune(a, out)
+    assert compile_pool() is not None  # four kernels to compile: in worker processes
+    assert report.compiles == 4 and report.compile_s > 0 and report.benchmark_s > 0
+    try:
+        for variant in tuned.variants:
+            tuned.run_variant(variant, a, out)
+            kernels.REPS = variant.params["REPS"]
+            reference = cuda.jit(kernels.repeated_sine.py_func)  # numba's, in this process
+            reference[nt.cdiv(1000, 128), 128](a, expected)
+            np.testing.assert_array_equal(out.copy_to_host(), expected.copy_to_host())
+    finally:
+        kernels.REPS = 1
+
+
+def test_a_fresh_process_with_the_key_stored_compiles_nothing(tmp_path):
+    first = _run(tmp_path, "tune")
+    second = _run(tmp_path, "tune")
+    assert first["stats"]["compiles"] == 3 and first["stats"]["benchmarks"] == 1
+    assert second["stats"] == {"compiles": 0, "loaded": 1, "benchmarks": 0}
+    assert second["factor"] == first["factor"]
+
+
+def test_kernels_compiled_with_no_gpu_are_the_ones_a_gpu_process_launches(tmp_path):
+    assert _run(tmp_path, "precompile", simulator=True) == [None] * 6
+    tuned = _run(tmp_path, "tune")
+    assert tuned["stats"] == {"compiles": 0, "loaded": 3, "benchmarks": 1}

@@ -1,0 +1,162 @@
+"""Compiling ahead of time with no GPU: every variant for a compute capability, in workers."""
+
+import json
+import os
+import textwrap
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune import processes
+from numbatune.cli import main
+from numbatune.compile import build
+from numbatune.demo import load_module
+from numbatune.precompile import precompile
+
+pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
+
+MODULE = """
+import os
+import numbatune as nt
+from numba import cuda
+
+FACTOR = 2
+BLOCK = 32
+
+
+class ExitOnLoad:
+    \"\"\"A value whose unpickling ends the process that unpickles it.\"\"\"
+
+    def __reduce__(self):
+        return os._exit, (9,)
+
+
+EXIT_ON_LOAD = ExitOnLoad()
+
+
+def launch(a, *, BLOCK):
+    return nt.cdiv(a.shape[0], BLOCK), BLOCK
+
+
+@nt.autotune(variants=nt.product(FACTOR=[2, None, 3], BLOCK=[32, 64]), launch=launch)
+@cuda.jit
+def scale(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] *= FACTOR
+
+
+@nt.autotune(variants=[{"BLOCK": 32}], launch=launch)
+@cuda.jit
+def doomed(a):
+    if EXIT_ON_LOAD is not None:
+        a[0] = 1
+"""
+
+
+@pytest.fixture
+def module(tmp_path):
+    path = tmp_path / "precompiled_kernels.py"
+    path.write_text(textwrap.dedent(MODULE))
+    return load_module(path)
+
+
+def test_each_variant_compiles_once_per_distinct_kernel_or_reports_its_error(module, tmp_path):
+    args = (cuda.to_device(np.zeros(8, np.float32)),)
+    compiled = precompile([(module.scale, args)], (9, 0), tmp_path / "cache", workers=2)
+    by_variant = {c.variant: c for c in compiled}
+    assert len(compiled) == 6
+    good = by_variant["FACTOR=2, BLOCK=32"]
+    assert good.error is None and good.shares is None and good.resources.registers > 0
+    assert good.signature == "array(float32, 1d, C)"
+    assert by_variant["FACTOR=2, BLOCK=64"].shares == "FACTOR=2, BLOCK=32"  # BLOCK: launch only
+    assert "TypingError" in by_variant["FACTOR=None, BLOCK=32"].error
+    assert by_variant["FACTOR=None, BLOCK=64"].error == by_variant["FACTOR=None, BLOCK=32"].error
+    assert by_variant["FACTOR=3, BLOCK=32"].error is None
+    assert list((tmp_path / "cache" / "kernels" / "sm_90").iterdir())
+
+
+def test_a_worker_that_dies_fails_that_kernel_and_the_others_compile(module, tmp_path):
+    args = (cuda.to_device(np.zeros(8, np.float32)),)
+    cases = [
+        (module.doomed, args),
+        (module.scale.with_variants([{"FACTOR": 2, "BLOCK": 32}]), args),
+    ]
+    doomed, scale = precompile(cases, (9, 0), tmp_path / "cache", workers=1)
+    assert "died (exit status 9)" in doomed.error
+    assert scale.error is None
+
+
+def test_a_compile_past_the_time_limit_fails_with_the_limit_named(module, tmp_path):
+    args = (cuda.to_device(np.zeros(8, np.float32)),)
+    nt.configure(compile_timeout_s=0.001)
+    try:
+        (compiled,) = precompile(
+            [(module.scale.with_variants([{"FACTOR": 2, "BLOCK": 32}]), args)],
+            (9, 0),
+            tmp_path / "cache",
+        )
+    finally:
+        nt.configure(compile_timeout_s=300)
+    assert "time limit of 0.001 s" in compiled.error
+
+
+def _payload(module, tmp_path):
+    """A kernel built in a worker, serialised."""
+    pool = processes.WorkerPool(1, _environment())
+    function = build.dumps_function(module.scale._template.specialised_function(
+        nt.Variant({"FACTOR": 2, "BLOCK": 32})))  # fmt: skip
+    argtypes = (cuda.to_device(np.zeros(4, np.float32)),)
+    import numba
+
+    task = processes.Task(
+        "numbatune.compile.compiler",
+        "build_in_worker",
+        (function, {}, tuple(numba.typeof(a) for a in argtypes), (9, 0)),
+    )
+    try:
+        (outcome,) = pool.run([task], limit_s=300)
+        return outcome.value.payload, pool
+    except Exception:
+        pool.close()
+        raise
+
+
+def _environment():
+    from numbatune.compile.compiler import worker_environment
+
+    return worker_environment()
+
+
+@pytest.mark.parametrize(
+    ("damage", "loads", "kept"), [("good", True, True), ("garbage", False, False),
+                                  ("foreign", False, False)]
+)  # fmt: skip
+def test_stored_kernels_that_do_not_load_are_discarded_never_used(
+    module, tmp_path, damage, loads, kept
+):
+    payload, pool = _payload(module, tmp_path)
+    try:
+        task = processes.Task(
+            "tests.workers", "store_round_trip", (str(tmp_path / "store"), (9, 0), payload, damage)
+        )
+        (outcome,) = pool.run([task], limit_s=120)
+    finally:
+        pool.close()
+    name, still_there = outcome.value
+    assert (name is not None) == loads and "scale" in (name or "scale")
+    assert still_there == kept
+
+
+def test_every_variant_of_every_example_compiles_for_sm_90(tmp_path, capsys):
+    """CI's check that the examples compile for the H100, which the simulator never does."""
+    examples = os.path.join(os.path.dirname(__file__), "..", "examples")
+    status = main(["compile", examples, "--cc", "9.0", "--cache-dir", str(tmp_path), "--json"])
+    compiled = json.loads(capsys.readouterr().out)
+    failed = [f"{c['kernel']} {c['variant']}: {c['error']}" for c in compiled if c["error"]]
+    assert failed == [] and status == 0
+    assert len(compiled) >= 300
+    spilled = [c for c in compiled if c["resources"] and c["resources"]["spill_store_bytes"]]
+    print(f"{len(compiled)} variants compiled for sm_90; {len(spilled)} spill registers")

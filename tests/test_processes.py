@@ -1,0 +1,56 @@
+"""Worker processes: results in order, errors reported, dead and late workers replaced."""
+
+import os
+import sys
+
+import pytest
+
+from numbatune import processes
+from numbatune.processes import Done, Lost, Raised, Task, WorkerPool
+
+pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
+
+
+@pytest.fixture
+def pool():
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    pool = WorkerPool(2, environment)
+    yield pool
+    pool.close()
+
+
+def task(name, *args):
+    return Task("tests.workers", name, args)
+
+
+def test_results_come_back_in_the_order_of_the_tasks(pool):
+    outcomes = pool.run([task("square", n) for n in range(6)], limit_s=60)
+    assert outcomes == [Done(n * n) for n in range(6)]
+
+
+def test_a_task_that_raises_reports_its_error_and_the_worker_goes_on(pool):
+    raised, done = pool.run([task("fail", "no good"), task("square", 3)], limit_s=60)
+    assert isinstance(raised, Raised) and str(raised) == "ValueError: no good"
+    assert "Traceback" in raised.details
+    assert done == Done(9)
+
+
+def test_a_worker_that_dies_fails_its_task_and_a_fresh_one_takes_the_next(pool):
+    died, *rest = pool.run([task("die", 7), task("square", 2), task("square", 5)], limit_s=60)
+    assert isinstance(died, Lost) and "died (exit status 7)" in died.reason
+    assert rest == [Done(4), Done(25)]
+
+
+def test_a_task_past_its_time_limit_is_stopped_and_the_next_runs(pool):
+    late, done = pool.run([task("sleep", 30), task("square", 4)], limit_s=1.0)
+    assert isinstance(late, Lost) and "time limit of 1 s" in late.reason
+    assert done == Done(16)
+
+
+def test_starting_a_worker_does_not_count_against_the_first_tasks_limit():
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    pool = WorkerPool(1, environment)
+    try:  # numbatune takes longer than 0.5 s to import in a fresh worker
+        assert pool.run([task("square", 6)], limit_s=0.5) == [Done(36)]
+    finally:
+        pool.close()

@@ -1,0 +1,45 @@
+"""Functions the tests run in worker processes (numbatune.processes imports them there)."""
+
+import os
+import time
+
+
+def square(x):
+    return x * x
+
+
+def fail(message):
+    raise ValueError(message)
+
+
+def die(status):
+    os._exit(status)
+
+
+def sleep(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def load_kernel(payload, cc):
+    """Load a compiled kernel in a process outside the simulator; its name and types."""
+    from numbatune.compile import build
+
+    kernel = build.load(payload, cc)
+    return kernel.entry_name, str(kernel.argument_types)
+
+
+def store_round_trip(cache_dir, cc, payload, damage):
+    """Save ``payload`` in a kernel store, damage it as asked, and load it back: what load
+    gives (a kernel's name or None), and whether the entry is still there."""
+    from pathlib import Path
+
+    from numbatune.compile.store import KernelStore
+
+    store = KernelStore(Path(cache_dir), cc, "tests.kernel")
+    store.save("key", {"garbage": b"not a kernel", "foreign": payload, "good": payload}[damage])
+    loaded = KernelStore(Path(cache_dir), cc if damage != "foreign" else (8, 0), "tests.kernel")
+    if damage == "foreign":  # the same entry read for another compute capability
+        loaded._folder = store._folder
+    kernel = loaded.load("key")
+    return (None if kernel is None else kernel.entry_name), loaded._open().get("key") is not None
