@@ -289,11 +289,35 @@ def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any]]
         options = {"fastmath": kernel._fastmath, "debug": kernel._debug}
         is_device = kernel._device  # the simulator keeps these private
     else:
-        options = {k: v for k, v in kernel.targetoptions.items() if k != "device"}
-        is_device = kernel.targetoptions.get("device", False)
+        options = dict(kernel.targetoptions)
+        is_device = options.pop("device", False)
     if is_device:
         raise TypeError(
             f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
             "autotune kernels, which are launched from the host"
         )
-    return function, options
+    return function, {k: v for k, v in options.items() if not _is_default(k, v)}
+
+
+#: Values of numba.cuda.jit's options that mean "as numba does by default". numba resolves
+#: its defaults when a kernel is decorated (a GPU process sees lto=True, opt=True, ...) and its
+#: simulator keeps only two options: a kernel's options are what differs from these, the same
+#: in both, so that its checksum and compiled-kernel keys are too.
+_DEFAULT_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "debug": (False, None),
+    "fastmath": (False,),
+    "opt": (True, None),
+    "lineinfo": (False,),
+    "launch_bounds": (None,),
+    "lto": (True, None),
+    "forceinline": (False,),
+    "inline": ("never",),
+    "shared_memory_carveout": (None,),
+    "extensions": ([], (), None),
+    "link": ((), [], None),
+    "max_registers": (None,),
+}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    return value in _DEFAULT_OPTIONS.get(name, ())

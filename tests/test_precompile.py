@@ -160,3 +160,33 @@ def test_every_variant_of_every_example_compiles_for_sm_90(tmp_path, capsys):
     assert len(compiled) >= 300
     spilled = [c for c in compiled if c["resources"] and c["resources"]["spill_store_bytes"]]
     print(f"{len(compiled)} variants compiled for sm_90; {len(spilled)} spill registers")
+
+
+KEY_SCRIPT = """
+import json, sys
+import numbatune
+from numbatune.demo import load_module
+
+module = load_module(__import__("pathlib").Path(sys.argv[1]))
+tuned = module.scale
+template = tuned._template
+print(json.dumps([template.code_text(), [template.code_key(v) for v in tuned.variants]]))
+"""
+
+
+def test_a_kernels_compile_keys_are_the_same_in_a_simulated_process_and_a_real_one(tmp_path):
+    """numbatune compile runs simulated; the GPU process must find what it compiled."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "keyed_kernels.py"
+    path.write_text(textwrap.dedent(MODULE))
+    keys = []
+    for simulator in ("1", "0"):  # "0" with no GPU: decorating needs none
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": simulator}
+        done = subprocess.run(
+            [sys.executable, "-c", KEY_SCRIPT, str(path)],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        keys.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert keys[0] == keys[1]
