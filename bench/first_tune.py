@@ -40,6 +40,7 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
     from numbatune.demo import load_module
     from numbatune.testing import covering_variants
 
+    log = _compile_log()
     module = load_module(ROOT / "examples" / f"{file}.py")
     tuned, args = getattr(module, function)(small)
     if small:  # the simulator: a few variants that take every value
@@ -49,7 +50,7 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
     report = tuned.tune(*args) if mode == "tune" else None
     tuned(*args)
     measuring.synchronize()
-    result = {"seconds": time.perf_counter() - started, "stats": tuned.stats}
+    result = {"seconds": time.perf_counter() - started, "stats": tuned.stats, "compile_log": log}
     if report is not None:
         result |= {
             "variants": len(tuned.variants),
@@ -59,6 +60,25 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
             "best": report.best_variant.label,
         }
     return result
+
+
+def _compile_log() -> list[str]:
+    """The compile summaries numbatune logs (workers, seconds), collected as they come."""
+    import logging
+
+    from numbatune.config import settings
+
+    lines = [f"{os.cpu_count()} cores, {settings.compile_workers} compile workers"]
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "kernels compiled in" in record.getMessage():
+                lines.append(record.getMessage())
+
+    logger = logging.getLogger("numbatune")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Collect())
+    return lines
 
 
 def _child_scale_add(tool: str, small: bool) -> dict[str, Any]:

@@ -15,6 +15,13 @@ from pathlib import Path
 from typing import Any
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the platform tells)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "numbatune"
@@ -124,7 +131,7 @@ class Settings:
     log_level: str | None = None
     #: Worker processes that compile variants in parallel (numbatune.compile); 0 or 1 compiles
     #: in the calling process.
-    compile_workers: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
+    compile_workers: int = dataclasses.field(default_factory=lambda: _usable_cores())
     #: Seconds one variant's compile may take in a worker before the worker is stopped and the
     #: variant recorded as failed.
     compile_timeout_s: float = 300.0

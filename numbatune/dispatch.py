@@ -285,6 +285,7 @@ class TunedKernel:
                 first = self._index[plan.first[0]]
                 results = tuple(VariantResult(v) for v in self._variants)
                 return TuneReport(key, first, Source.UNTUNED, results)
+            self._compiler.warm_up(plan.first)
             compiles = self._compiler.compiles
             report = tuner.tune(job)
             if report.source is Source.BENCHMARK:

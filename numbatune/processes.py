@@ -184,6 +184,15 @@ class WorkerPool:
         self._start_timer()
         return [outcome for outcome in outcomes if outcome is not None]
 
+    def start(self, count: int) -> None:
+        """Start up to ``count`` workers now (at most ``size`` in all), so that they are ready
+        sooner when tasks come."""
+        self._cancel_timer()
+        with self._lock:
+            for _ in range(min(count, self.size) - self._idle.qsize()):
+                self._idle.put(_Worker(self._environment))
+        self._start_timer()
+
     def _worker(self) -> _Worker:
         try:
             return self._idle.get_nowait()

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -92,6 +93,16 @@ class Compiler:
         #: Kernels compiled (here or in workers) and loaded from the kernel store.
         self.compiles = 0
         self.loaded = 0
+
+    def warm_up(self, variants: Sequence[Variant]) -> None:
+        """Start the compile workers ``variants`` may need, before compiling them, so that they
+        start while this process does its own part (cloning, planning, reading the store)."""
+        if SIMULATOR:
+            return
+        count = len({self._template.code_key(variant) for variant in variants})
+        pool = compile_pool() if count > 1 else None
+        if pool is not None:
+            pool.start(count)
 
     def dispatcher(self, variant: Variant) -> Any:
         """The numba dispatcher of the variant's kernel, shared by variants of the same code."""
@@ -176,9 +187,11 @@ class Compiler:
         """Compile ``waiting`` in ``pool``; returns the kernels to compile here instead."""
         from numba import cuda
 
-        cc = tuple(cuda.get_current_device().compute_capability)
+        device = cuda.get_current_device()
+        cc = tuple(device.compute_capability)
         argtypes = tuple(self.dispatcher(waiting[0][0]).typeof_pyval(a) for a in args)
-        sent, here = [], []
+        sent, here, seconds = [], [], []
+        started = time.perf_counter()
         for members in waiting:
             try:
                 function = build.dumps_function(self._template.specialised_function(members[0]))
@@ -194,10 +207,14 @@ class Compiler:
             members = sent[index][0]
             if isinstance(outcome, processes.Done):
                 dispatcher = self.dispatcher(members[0])
-                dispatcher.add_overload(build.load(outcome.value.payload, cc), argtypes)
-                self._save_payload(members[0], argtypes, cc, outcome.value.payload)
+                kernel = build.load(outcome.value.payload, cc)
+                with cuda.gpus[device.id]:  # loaded now, while other kernels compile
+                    kernel.bind()
                 with self._lock:
+                    dispatcher.add_overload(kernel, argtypes)
                     self.compiles += 1
+                self._save_payload(members[0], argtypes, cc, outcome.value.payload)
+                seconds.append(outcome.value.seconds)
                 results.update(dict.fromkeys(members, dispatcher))
             elif isinstance(outcome, processes.Raised) and outcome.kind == "RebuildError":
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
@@ -207,6 +224,16 @@ class Compiler:
             done(len(results))
 
         pool.run([task for _, task in sent], settings.compile_timeout_s, finished)
+        logger.info(
+            "numbatune: %s: %d kernels compiled in %d worker processes in %.2f s (%.2f s of "
+            "compiling in all, the longest %.2f s)",
+            self._function_id,
+            len(seconds),
+            min(pool.size, len(sent)),
+            time.perf_counter() - started,
+            sum(seconds),
+            max(seconds, default=0.0),
+        )
         return here
 
     # -- the kernel store -------------------------------------------------------------------

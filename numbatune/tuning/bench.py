@@ -30,6 +30,7 @@ timed by the wall clock: those times say nothing about speed.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -100,18 +101,34 @@ _HOLD_MARGIN = 2.0
 _spin_kernel = None
 
 
-def _hold_device(stream: Any, seconds: float) -> None:
-    """Queue a one-thread kernel that keeps ``stream`` busy for about ``seconds``."""
-    global _spin_kernel
-    if _spin_kernel is None:
+_spin_lock = threading.Lock()
 
-        @cuda.jit
+
+def _spin() -> Any:
+    """The one-thread kernel that holds the device (compiled on first use, once)."""
+    global _spin_kernel
+    with _spin_lock:
+        if _spin_kernel is not None:
+            return _spin_kernel
+
+        @cuda.jit("void(int64)")
         def spin(microseconds: int) -> None:
             for _ in range(microseconds):
                 cuda.nanosleep(1000)
 
         _spin_kernel = spin
-    _spin_kernel[1, 1, stream](int(seconds * _HOLD_MARGIN * 1e6) + 20)
+        return spin
+
+
+def prepare() -> None:
+    """Compile what timing needs, in a thread of its own, while variants compile."""
+    if not SIMULATOR and _spin_kernel is None:
+        threading.Thread(target=_spin, name="numbatune-prepare-timing", daemon=True).start()
+
+
+def _hold_device(stream: Any, seconds: float) -> None:
+    """Queue a one-thread kernel that keeps ``stream`` busy for about ``seconds``."""
+    _spin()[1, 1, stream](int(seconds * _HOLD_MARGIN * 1e6) + 20)
 
 
 class _Events:

@@ -109,6 +109,7 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
     log; raise :class:`TuningError` when every one fails."""
     if len(variants) == 1:
         return _report(job, {}, best=variants[0], source=Source.SINGLE)
+    bench.prepare()
     clones = arrays.clone_arguments(job.args, job.stream)
     progress = Progress(job.kernel_name, len(variants))
     started = time.perf_counter()
