@@ -10,7 +10,7 @@ import pytest
 
 import numbatune  # noqa: F401
 
-pytest_plugins = ["numbatune.pytest_plugin"]
+pytest_plugins = ["numbatune.pytest_plugin", "pytester"]
 
 
 @pytest.fixture(autouse=True)

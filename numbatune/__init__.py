@@ -17,6 +17,7 @@ from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
 from numbatune.errors import (  # noqa: E402
     CacheFileError,
     KernelSourceError,
+    LaunchFunctionError,
     NumbatuneError,
     ProfileError,
     StreamError,
@@ -45,6 +46,7 @@ __all__ = [
     "CacheFileError",
     "Check",
     "KernelSourceError",
+    "LaunchFunctionError",
     "Mismatch",
     "NumbatuneError",
     "Profile",

@@ -10,6 +10,7 @@ device.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -17,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import keys
+from numbatune import identity, keys, references
 from numbatune.arrays import SIMULATOR, is_array
 from numbatune.cache.tunecache import TuneCache, Winner
-from numbatune.compile.compiler import Compiler
+from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import settings
 from numbatune.devices import current_kind
 from numbatune.launch import fastpath
-from numbatune.launch.config import LaunchConfig, checked_launch_config, launch_params
+from numbatune.launch.config import LaunchConfig, launch_config, launch_params
 from numbatune.launch.numbalaunch import numba_launch
 from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
@@ -92,6 +93,36 @@ def autotune(
     return decorate if kernel is None else decorate(kernel)
 
 
+class _Shared:
+    """What tuned kernels with the same sharing key share in a process
+    (:func:`numbatune.identity.sharing_key`): the compiled kernels, the state per device and
+    cache directory (the winner tables), and the checksum."""
+
+    def __init__(self, compiler: Compiler) -> None:
+        self.compiler = compiler
+        self.devices: dict[tuple[Any, Any], _DeviceState] = {}
+        self.checksum: str | None = None
+        self.lock = threading.RLock()
+
+
+#: Shared states by sharing key, the most recently made last; the oldest are dropped past
+#: _SHARED_LIMIT (a factory making kernels with ever new closure values stays bounded).
+_shared: collections.OrderedDict[str, _Shared] = collections.OrderedDict()
+_shared_lock = threading.Lock()
+_SHARED_LIMIT = 1024
+
+
+def _shared_state(key: str, make: Callable[[], _Shared]) -> _Shared:
+    with _shared_lock:
+        shared = _shared.get(key)
+        if shared is None:
+            shared = _shared[key] = make()
+            if len(_shared) > _SHARED_LIMIT:
+                _shared.popitem(last=False)
+        _shared.move_to_end(key)
+        return shared
+
+
 class _DeviceState:
     """What a tuned kernel keeps per device: its tune cache (with the winner table) and its
     fast paths, found by argument classes and by numba signature."""
@@ -137,18 +168,20 @@ class TunedKernel:
         launch_reads = {name for params in self._launch_params.values() for name in params}
         self._template.check_params(self._variants, launch_reads)
         self._parameters = tuple(self._template.signature.parameters)
+        _check_parameter_names(self._variants, self._parameters, self.name)
+        self._array_parameters = references.array_parameters(self._template.function)
         self._key = keys.build_key(key, self._template.signature, self.name)
         self._level = levels.check_level(level, self.name)
         self._prune = levels.check_prune(prune, self.name)
         self._check = checks.as_check(check, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
-        module = getattr(self._template.function, "__module__", None) or "__main__"
-        self.function_id = f"{module}.{self._template.function.__qualname__}"
-        self._checksum: str | None = None
-        self._compiler = Compiler(self._template, self.function_id)
-        self._devices: dict[Any, _DeviceState] = {}
-        self._lock = threading.RLock()
+        self.function_id = identity.function_id(self._template.function)
+        self._shared = self._share(key=key, level=level, prune=prune, check=check, name=name)
+        self._compiler = self._shared.compiler
+        self._lock = self._shared.lock
+        self._tally = Tally()
+        self._benchmarks = 0
         self._hooks = fastpath.Hooks(
             self.name,
             launch,
@@ -158,7 +191,19 @@ class TunedKernel:
         )
         self._binder = _binder(len(self._parameters), self._dispatch)
         self._call = self._binder.call
-        self._benchmarks = 0
+
+    def _share(self, **settings: Any) -> _Shared:
+        """The state this kernel shares with tuned kernels of the same code and settings."""
+        template = self._template
+        key = identity.sharing_key(
+            template.code_text(),
+            template.jit_options,
+            template.signatures,
+            self._variants,
+            self._launch,
+            settings,
+        )
+        return _shared_state(key, lambda: _Shared(Compiler(template, self.function_id)))
 
     # -- the hot path -----------------------------------------------------------------------
 
@@ -175,11 +220,7 @@ class TunedKernel:
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
         """The general path: for calls that no fast path takes."""
-        if len(args) != len(self._parameters):
-            raise TypeError(
-                f"{self.name}() takes {len(self._parameters)} arguments "
-                f"({', '.join(self._parameters)}), got {len(args)}"
-            )
+        self._check_arguments(args)
         state = self._device_state()
         key = self._key(args)
         winner = _known(state, key, self.name)
@@ -193,7 +234,7 @@ class TunedKernel:
         """Launch ``winner`` through the fast path for the signature of ``args`` (made if
         needed), or through numba where no fast path serves them."""
         kernel = self._compiled(winner.variant, args)
-        config = checked_launch_config(self._launch(*args, **winner.params), self.name)
+        config = launch_config(self._launch, args, winner.params, self.name)
         if settings.fast_launch and not SIMULATOR:
             path = self._fast_path(state, kernel, args)
             if (
@@ -225,19 +266,23 @@ class TunedKernel:
         numba_launch(self._compiled(winner.variant, args), self.name)(args, config, stream)
 
     def _device_state(self) -> _DeviceState:
-        """This kernel's state on the current device; the binder is pointed at its paths."""
+        """This kernel's state on the current device (and cache directory: a test that gives
+        itself a cache of its own gets a state of its own); the binder is pointed at its
+        paths."""
         if SIMULATOR:
             device: Any = "simulator"
         else:
             from numba import cuda
 
             device = int(cuda.current_context().handle)
-        state = self._devices.get(device)
+        place = (device, settings.cache_dir)
+        devices = self._shared.devices
+        state = devices.get(place)
         if state is None:
             with self._lock:
-                state = self._devices.get(device)
+                state = devices.get(place)
                 if state is None:
-                    state = self._devices[device] = _DeviceState(self._new_cache())
+                    state = devices[place] = _DeviceState(self._new_cache())
         self._binder.paths = state.paths
         return state
 
@@ -254,9 +299,10 @@ class TunedKernel:
     def checksum(self) -> str:
         """The digest of the kernel, its variants, launch function and the versions that decide
         whether a stored result holds (computed once, on first use)."""
-        if self._checksum is None:
-            self._checksum = self._template.checksum(self._variants, self._launch)
-        return self._checksum
+        shared = self._shared
+        if shared.checksum is None:
+            shared.checksum = self._template.checksum(self._variants, self._launch)
+        return shared.checksum
 
     # -- the miss path ----------------------------------------------------------------------
 
@@ -277,7 +323,7 @@ class TunedKernel:
         check = self._check or (checks.Check() if settings.check else None)
         job = TuneJob(
             self.name, key, self._variants, args, self._parameters, stream, plan,
-            self._compile_variants, check,
+            self._compile_variants, check, self.reference_variant,
         )  # fmt: skip
 
         def tune() -> TuneReport:
@@ -286,34 +332,47 @@ class TunedKernel:
                 results = tuple(VariantResult(v) for v in self._variants)
                 return TuneReport(key, first, Source.UNTUNED, results)
             self._compiler.warm_up(plan.first)
-            compiles = self._compiler.compiles
+            compiles = self._tally.compiles
             report = tuner.tune(job)
             if report.source is Source.BENCHMARK:
                 with self._lock:
                     self._benchmarks += 1
-            return dataclasses.replace(report, compiles=self._compiler.compiles - compiles)
+            return dataclasses.replace(report, compiles=self._tally.compiles - compiles)
 
         return state.cache.lookup(
             key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check)
         )
 
     def _check_arguments(self, args: tuple[Any, ...]) -> None:
+        """Refuse, naming the argument, calls numba would fail on less clearly."""
+        if len(args) != len(self._parameters):
+            raise TypeError(
+                f"{self.name}() takes {len(self._parameters)} arguments "
+                f"({', '.join(self._parameters)}), got {len(args)}"
+            )
         for name, value in zip(self._parameters, args, strict=True):
             if isinstance(value, np.ndarray) and value.ndim > 0:
                 raise TypeError(
                     f"{self.name}: argument {name!r} is a host (NumPy) array; pass a device "
                     "array (numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
                 )
+            use = self._array_parameters.get(name)
+            if use is not None and not _can_be(use, value):
+                expected = "a device array" + (" or a tuple" if use == "indexed" else "")
+                how = "indexed" if use == "indexed" else f"read as {name}{use}"
+                raise TypeError(
+                    f"{self.name}: argument {name!r} is {how} in the kernel, so it must be "
+                    f"{expected} (numba, CuPy or torch); got {type(value).__name__} {value!r:.60}"
+                )
 
     def _compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
         """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""
-        return self._compiler.compiled(variant, args)
+        return self._compiler.compiled(variant, args, self._tally)
 
     def _launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
         """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
         configuration its launch function gives for ``args``."""
-        params = self._launch_params[variant]
-        config = checked_launch_config(self._launch(*args, **params), self.name)
+        config = launch_config(self._launch, args, self._launch_params[variant], self.name)
         launch = numba_launch(kernel)
         return lambda args, stream: launch(args, config, stream)
 
@@ -321,7 +380,8 @@ class TunedKernel:
         self, variants: Sequence[Variant], args: tuple[Any, ...], done: Callable[[int], None]
     ) -> dict[Variant, Launcher | Failed]:
         launchers: dict[Variant, Launcher | Failed] = {}
-        for variant, kernel in self._compiler.compile_all(variants, args, done).items():
+        compiled = self._compiler.compile_all(variants, args, done, self._tally)
+        for variant, kernel in compiled.items():
             try:
                 launchers[variant] = (
                     kernel if isinstance(kernel, Failed) else self._launcher(variant, kernel, args)
@@ -339,15 +399,21 @@ class TunedKernel:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Work done so far: kernels compiled (here or in worker processes; variants that
-        differ only in what the launch function reads share one), kernels loaded from the
-        disk, and keys benchmarked."""
-        compiler = self._compiler
+        """Work this tuned kernel caused so far: kernels compiled (here or in worker
+        processes; variants that differ only in what the launch function reads share one),
+        kernels loaded from the disk, and keys benchmarked."""
         return {
-            "compiles": compiler.compiles,
-            "loaded": compiler.loaded,
+            "compiles": self._tally.compiles,
+            "loaded": self._tally.loaded,
             "benchmarks": self._benchmarks,
         }
+
+    @property
+    def reference_variant(self) -> Variant:
+        """The variant check mode and :func:`numbatune.testing.assert_variants_agree` compare
+        the others with: the one equal to the kernel as written (its parameters have the values
+        the kernel's module gives them), else the first."""
+        return self._template.default_variant(self._variants) or self._variants[0]
 
     @property
     def variants(self) -> list[Variant]:
@@ -380,14 +446,58 @@ class TunedKernel:
         Returns the report: ``key``, ``best`` (the winner's parameters), ``source`` (where the
         answer came from) and ``results`` (one record per variant).
         """
+        self._check_arguments(args)
         winner, report = self._answer(
             self._device_state(), self._key(args), args, stream, force=force
         )
-        checked_launch_config(self._launch(*args, **winner.params), self.name)
+        launch_config(self._launch, args, winner.params, self.name)
         return report
+
+    def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
+        """The winning variant's parameters for these arguments, tuning first if needed (never
+        launching on them): for host code that depends on the winner, as a buffer of one
+        partial result per block sized from the tuned block count."""
+        return self.tune(*args, stream=stream).best
+
+    def __getitem__(self, config: Any) -> Any:
+        raise TypeError(
+            f"{self.name} is a tuned kernel: each variant's grid and block come from its launch "
+            f"function, so call it as {self.name}(*args) (and {self.name}(*args, stream=s)); "
+            "move the [grid, block] you would write into "
+            f"launch=lambda {', '.join(self._parameters)}, *, BLOCK: (grid, block)"
+        )
+
+    def forall(self, *args: Any, **kwargs: Any) -> Any:
+        """numba's ``kernel.forall(n)``: not for tuned kernels; the error says what to write."""
+        raise TypeError(
+            f"{self.name} is a tuned kernel: instead of {self.name}.forall(n)(...), give it "
+            "launch=lambda ..., *, BLOCK: (nt.cdiv(n, BLOCK), BLOCK) and call "
+            f"{self.name}(*args)"
+        )
 
     def __repr__(self) -> str:
         return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
+
+
+def _check_parameter_names(
+    variants: Sequence[Variant], parameters: Sequence[str], name: str
+) -> None:
+    """Refuse a variant parameter named like an argument of the kernel: the launch function
+    would be given both."""
+    clash = sorted({p for v in variants for p in v.params} & set(parameters))
+    if clash:
+        raise ValueError(
+            f"autotune({name}): variant parameters {clash} have the names of arguments of the "
+            f"kernel ({', '.join(parameters)}); the launch function gets both, so rename the "
+            "parameters (and the globals the kernel reads)"
+        )
+
+
+def _can_be(use: str, value: Any) -> bool:
+    """Whether ``value`` can be an argument the kernel uses as ``use`` says."""
+    if is_array(value):
+        return True
+    return use == "indexed" and isinstance(value, tuple)
 
 
 def _known(state: _DeviceState, key: Hashable, name: str) -> Winner | None:

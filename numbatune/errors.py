@@ -33,6 +33,11 @@ class CacheFileError(NumbatuneError, ValueError):
     """A cache file that cannot be imported: not JSON, or not numbatune's format."""
 
 
+class LaunchFunctionError(NumbatuneError, RuntimeError):
+    """A tuned kernel's launch function raised: the message names it and the parameters it was
+    called with; the exception it raised is the cause."""
+
+
 class KernelSourceError(NumbatuneError, TypeError):
     """A kernel whose code numbatune must rewrite (``static_range``) and cannot: its source
     cannot be read, or a loop cannot be written out. The message names the kernel and line."""

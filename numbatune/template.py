@@ -2,33 +2,29 @@
 
 numba freezes globals at compile time, so compiling the kernel's function again with the names a
 variant binds rebound gives a kernel in which they are constants: ``cuda.shared.array(shape=TPB,
-...)`` and ``range(TPB)`` specialise. The checksum decides whether a stored result still holds:
-it covers everything that changes what the variants compute or how fast.
+...)`` and ``range(TPB)`` specialise. The device functions the kernel calls, at any depth, that
+read a variant's names are specialised the same way, so a variant means the same everywhere in
+its code. The checksum decides whether a stored result still holds: it covers everything that
+changes what the variants compute or how fast.
 """
 
 from __future__ import annotations
 
-import dis
 import hashlib
 import inspect
-import itertools
 import types
-from collections.abc import Callable, Iterator, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from importlib import metadata
 from typing import Any
 
-import numpy as np
 from numba import cuda
-from numba.core import types as numba_types
 
-from numbatune import unroll
+from numbatune import references, unroll
 from numbatune._version import __version__
 from numbatune.arrays import SIMULATOR
+from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
 from numbatune.variants import JIT_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
-
-_LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
-_ATTRIBUTE_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
 
 #: numba settings that change the code it generates (numba.cuda.core.config names).
 CODEGEN_SETTINGS = (
@@ -42,120 +38,6 @@ CODEGEN_SETTINGS = (
     "SLP_VECTORIZE",
     "ENABLE_CUDASIM",
 )
-
-
-def names_read(code: types.CodeType) -> set[str]:
-    """Global and free-variable names a function's code (and the code nested in it) reads.
-
-    Attribute names (``module.NAME``) are not counted: rebinding them would change nothing.
-    """
-    names = {i.argval for i in dis.get_instructions(code) if i.opname in _LOADS}
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            names |= names_read(constant)
-    return names
-
-
-def _attributes_read(code: types.CodeType) -> set[tuple[str, str]]:
-    """``(name, attribute)`` for each ``name.attribute`` the code reads, ``name`` a global or
-    free variable (``mod.helper``, ``cuda.grid``)."""
-    found = set()
-    instructions = list(dis.get_instructions(code))
-    for first, second in itertools.pairwise(instructions):
-        if first.opname in _LOADS and second.opname in _ATTRIBUTE_LOADS:
-            found.add((first.argval, second.argval))
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            found |= _attributes_read(constant)
-    return found
-
-
-def source_of(function: Callable[..., Any]) -> str:
-    """The source of ``function``, or its code's bytes and constants where none can be read."""
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        code = function.__code__
-        return repr((code.co_code, code.co_consts, code.co_names))
-
-
-def _values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
-    """The globals and closure variables ``function`` reads, and the attributes it reads of
-    them, as ``(name, value)``; builtins and names it never binds are left out."""
-    cells = dict(zip(function.__code__.co_freevars, function.__closure__ or (), strict=True))
-    scope = function.__globals__
-
-    def lookup(name: str) -> Any:
-        if name in cells:
-            try:
-                return cells[name].cell_contents
-            except ValueError:  # an empty cell
-                return _MISSING
-        return scope.get(name, _MISSING)
-
-    for name in sorted(names_read(function.__code__)):
-        value = lookup(name)
-        if value is not _MISSING:
-            yield name, value
-    for name, attribute in sorted(_attributes_read(function.__code__)):
-        owner = lookup(name)
-        if isinstance(owner, types.ModuleType) and not _is_numba(owner):
-            value = getattr(owner, attribute, _MISSING)
-            if value is not _MISSING:
-                yield f"{name}.{attribute}", value
-
-
-_MISSING = object()
-
-
-def _is_numba(value: Any) -> bool:
-    """Whether ``value`` is part of numba's own API (the numba version in the checksum covers
-    it; the simulator's objects differ from a GPU's, and must not change compiled kernels'
-    keys)."""
-    name = (
-        value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "")
-    )
-    return isinstance(name, str) and (name == "numba" or name.startswith("numba."))
-
-
-def device_function_of(value: Any) -> types.FunctionType | None:
-    """The Python function of a numba device function (a dispatcher with ``py_func``)."""
-    function = getattr(value, "py_func", None)
-    return function if isinstance(function, types.FunctionType) else None
-
-
-def _value_text(value: Any) -> str:
-    if isinstance(value, types.ModuleType):
-        return f"<module {value.__name__}>"
-    if _is_numba(value) and not isinstance(value, numba_types.Type):
-        return f"<numba {getattr(value, '__qualname__', type(value).__name__)}>"
-    if isinstance(value, np.ndarray):
-        digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
-        return f"<array {value.dtype} {value.shape} {digest}>"
-    return stable_text(value)
-
-
-def code_description(function: types.FunctionType) -> list[str]:
-    """What decides the code of ``function``: its source, the values of the globals and closure
-    variables it reads, and, through every device function it calls (by name, closure or
-    ``module.attribute``, at any depth), theirs."""
-    parts: list[str] = []
-    seen: set[int] = set()
-    pending = [("kernel", function)]
-    while pending:
-        label, current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        parts.append(f"{label}: {source_of(current)}")
-        for name, value in _values_read(current):
-            called = device_function_of(value)
-            if called is not None:
-                parts.append(f"{label}.{name} = <device function>")
-                pending.append((f"{label}.{name}", called))
-            else:
-                parts.append(f"{label}.{name} = {_value_text(value)}")
-    return parts
 
 
 def environment_description() -> list[str]:
@@ -183,30 +65,58 @@ class KernelTemplate:
     """The user's kernel function, from which each variant's kernel is compiled."""
 
     def __init__(self, kernel: Any, name: str) -> None:
-        self.function, self.jit_options = _unwrap(kernel, name)
+        self.function, self.jit_options, self.signatures = _unwrap(kernel, name)
         self.name = name
         self.signature = inspect.signature(self.function)
-        self.names_read = frozenset(names_read(self.function.__code__))
-        self._static_loops = unroll.has_static_loops(self.function)
+        self._functions = references.reachable(self.function)
+        #: Every name the kernel and the device functions it calls read as globals or
+        #: closure variables.
+        self.names_read = frozenset(
+            name for f in self._functions for name in references.names_read(f.__code__)
+        )
         self._code_text: str | None = None
 
     def check_params(self, variants: Sequence[Variant], launch_reads: Set[str]) -> None:
-        """Refuse parameters that neither the kernel nor the launch function reads.
-
-        Such a parameter would silently change nothing.
-        """
-        unread = sorted({p for v in variants for p in v.params} - self.names_read - launch_reads)
+        """Refuse parameters that change nothing (read neither by the kernel, its device
+        functions nor the launch function) and parameters the kernel assigns itself (its
+        variants would not change them: a wrong variant could win)."""
+        names = {p for v in variants for p in v.params}
+        for function in self._functions:
+            assigned = references.assignments(function.__code__)
+            for name in sorted(names & set(assigned)):
+                raise ValueError(
+                    f"autotune({self.name}): {function.__qualname__} assigns {name} at line "
+                    f"{assigned[name]}, a variant parameter: every variant would use that value "
+                    f"and launch blocks that do not match it. Remove the assignment (keep {name} "
+                    "a module global or closure variable; each variant sets it)"
+                )
+        unread = sorted(names - self.names_read - launch_reads)
         if unread:
             raise ValueError(
                 f"autotune({self.name}): variant parameters {unread} are read neither by the "
-                "kernel nor by the launch function; a parameter must be a global or closure "
-                "variable the kernel uses, or a keyword argument of the launch function"
+                "kernel, the device functions it calls nor the launch function; a parameter "
+                "must be a global or closure variable they use, or a keyword argument of the "
+                "launch function"
             )
 
+    def default_variant(self, variants: Sequence[Variant]) -> Variant | None:
+        """The variant equal to the kernel as written: each of its parameters that the kernel
+        reads has the value the kernel's module (or closure) gives it; None if none is."""
+        for variant in variants:
+            written = [
+                (value, references.lookup(self.function, name))
+                for name, value in variant.params.items()
+                if name in self.names_read
+            ]
+            if all(stable_text(v) == stable_text(module) for v, module in written):
+                return variant
+        return None
+
     def code_key(self, variant: Variant) -> tuple[str, str]:
-        """What of ``variant`` decides the kernel's code: the parameters the kernel reads and
-        the jit options. Variants with the same code key compile to the same kernel (those
-        that differ only in what the launch function reads share one compile)."""
+        """What of ``variant`` decides the kernel's code: the parameters the kernel (or a
+        device function it calls) reads and the jit options. Variants with the same code key
+        compile to the same kernel (those that differ only in what the launch function reads
+        share one compile)."""
         read = {name: value for name, value in variant.params.items() if name in self.names_read}
         return stable_text(read), stable_text(self.jit_options_of(variant))
 
@@ -230,27 +140,9 @@ class KernelTemplate:
 
     def specialised_function(self, variant: Variant) -> types.FunctionType:
         """The kernel's Python function with the variant's parameters bound as its globals (and
-        closure variables), its ``static_range`` loops written out."""
-        function = self.function
-        namespace = dict(function.__globals__)
-        namespace.update(variant.params)
-        closure = function.__closure__
-        if closure is not None:
-            closure = tuple(
-                types.CellType(variant.params[name]) if name in variant.params else cell
-                for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
-            )
-        code = function.__code__
-        if self._static_loops:
-            code, closure = unroll.unrolled(function, namespace, closure)
-        specialised = types.FunctionType(
-            code, namespace, function.__name__, function.__defaults__, closure
-        )
-        specialised.__kwdefaults__ = function.__kwdefaults__
-        specialised.__qualname__ = function.__qualname__
-        specialised.__module__ = function.__module__
-        specialised.__doc__ = function.__doc__
-        return specialised
+        closure variables), its ``static_range`` loops written out, calling device functions
+        specialised likewise."""
+        return _Specialiser(variant.params, self.names_read).function(self.function)
 
     def checksum(self, variants: Sequence[Variant], launch: Callable[..., Any]) -> str:
         """A digest of everything that decides what the variants compute and how fast.
@@ -275,10 +167,103 @@ class KernelTemplate:
         return digest.hexdigest()[:32]
 
 
-def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any]]:
-    """The Python function and jit options behind a ``cuda.jit`` kernel or a plain function."""
+class _Specialiser:
+    """Copies of a kernel and of the device functions it reaches that read any of ``params``,
+    with the parameters bound and the copies calling each other."""
+
+    def __init__(self, params: Mapping[str, Any], names_read: Set[str]) -> None:
+        self._params = dict(params)
+        self._relevant = set(params) & names_read
+        self._copies: dict[int, Any] = {}
+        self._affected: dict[int, bool] = {}
+
+    def _reads_params(self, function: types.FunctionType) -> bool:
+        """Whether ``function``, or a device function it reaches, reads a parameter."""
+        key = id(function)
+        if key not in self._affected:
+            self._affected[key] = False  # a recursive call does not make it affected
+            own = bool(references.names_read(function.__code__) & self._relevant)
+            called = any(self._reads_params(c.function) for c in references.callees(function))
+            self._affected[key] = own or called
+        return self._affected[key]
+
+    def _device_function(self, dispatcher: Any) -> Any:
+        """``dispatcher`` itself, or a specialised copy where its code reads a parameter."""
+        function = references.device_function_of(dispatcher)
+        if function is None or not self._reads_params(function):
+            return dispatcher
+        key = id(function)
+        if key not in self._copies:
+            options = device_options(dispatcher)
+            self._copies[key] = cuda.jit(device=True, **options)(self.function(function))
+        return self._copies[key]
+
+    def function(self, function: types.FunctionType) -> types.FunctionType:
+        """A copy of ``function`` with the parameters and specialised callees bound."""
+        namespace = dict(function.__globals__)
+        namespace.update(self._params)
+        proxies: dict[str, dict[str, Any]] = {}
+        rebound: dict[str, Any] = {}
+        for callee in references.callees(function):
+            replacement = self._device_function(callee.dispatcher)
+            if replacement is callee.dispatcher:
+                continue
+            if callee.attribute is None:
+                rebound[callee.name] = replacement
+            else:
+                proxies.setdefault(callee.name, {})[callee.attribute] = replacement
+        for name, attributes in proxies.items():
+            rebound[name] = _proxy_module(references.lookup(function, name), attributes, function)
+        namespace.update(
+            {k: v for k, v in rebound.items() if k not in function.__code__.co_freevars}
+        )
+        closure = function.__closure__
+        if closure is not None:
+            closure = tuple(
+                types.CellType(self._params.get(name, rebound.get(name)))
+                if name in self._params or name in rebound
+                else cell
+                for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
+            )
+        code = function.__code__
+        if unroll.has_static_loops(function):
+            code, closure = unroll.unrolled(function, namespace, closure)
+        copy = types.FunctionType(
+            code, namespace, function.__name__, function.__defaults__, closure
+        )
+        copy.__kwdefaults__ = function.__kwdefaults__
+        copy.__qualname__ = function.__qualname__
+        copy.__module__ = function.__module__
+        copy.__doc__ = function.__doc__
+        return copy
+
+
+def _proxy_module(
+    module: Any, attributes: dict[str, Any], reader: types.FunctionType
+) -> types.ModuleType:
+    """A module standing in for ``module`` in ``reader``'s code: the attributes ``reader``
+    reads of it, with ``attributes`` replacing some."""
+    proxy = types.ModuleType(f"{module.__name__}.numbatune_variant")
+    for name, attribute in references.attributes_read(reader.__code__):
+        if references.lookup(reader, name) is module and hasattr(module, attribute):
+            setattr(proxy, attribute, getattr(module, attribute))
+    for attribute, value in attributes.items():
+        setattr(proxy, attribute, value)
+    return proxy
+
+
+def device_options(dispatcher: Any) -> dict[str, Any]:
+    """The options a device function was made with (the simulator keeps two, privately)."""
+    if SIMULATOR:
+        return {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
+    return {k: v for k, v in dispatcher.targetoptions.items() if k != "device"}
+
+
+def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any], tuple]:
+    """The Python function, jit options and explicit signatures (argument types) behind a
+    ``cuda.jit`` kernel, or a plain function (no options, no signatures)."""
     if isinstance(kernel, types.FunctionType):
-        return kernel, {}
+        return kernel, {}, ()
     function = getattr(kernel, "py_func", None)
     if not isinstance(function, types.FunctionType):
         raise TypeError(
@@ -288,15 +273,17 @@ def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any]]
     if SIMULATOR:
         options = {"fastmath": kernel._fastmath, "debug": kernel._debug}
         is_device = kernel._device  # the simulator keeps these private
+        signatures: tuple = ()  # and ignores signatures
     else:
         options = dict(kernel.targetoptions)
         is_device = options.pop("device", False)
+        signatures = tuple(kernel.overloads)  # compiled already: the explicit signatures
     if is_device:
         raise TypeError(
             f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
             "autotune kernels, which are launched from the host"
         )
-    return function, {k: v for k, v in options.items() if not _is_default(k, v)}
+    return function, {k: v for k, v in options.items() if not _is_default(k, v)}, signatures
 
 
 #: Values of numba.cuda.jit's options that mean "as numba does by default". numba resolves

@@ -12,7 +12,7 @@ Hypothesis is imported when a strategy is first asked for, so this module loads 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from numba import cuda
 
 from numbatune import arrays
 from numbatune.dispatch import TunedKernel
-from numbatune.tuning.checks import Check, compare, host_outputs
+from numbatune.tuning.checks import Check, Observed, compare, observe
 from numbatune.values import is_integer
 from numbatune.variants import Variant
 
@@ -32,29 +32,46 @@ def assert_variants_agree(
     *args: Any,
     rtol: float | None = None,
     atol: float | None = None,
+    outputs: Callable[..., Any] | None = None,
 ) -> None:
     """Run every variant of ``tuned`` on its own copies of ``args``; fail unless all leave the
-    same array arguments as the first variant (within ``rtol``/``atol``, by default per dtype
-    as in :class:`numbatune.Check`). The caller's arrays are not written."""
-    check = Check(rtol=rtol, atol=atol)
+    same array arguments as the reference variant (within ``rtol``/``atol``, by default per
+    dtype as in :class:`numbatune.Check`), naming the variants that disagree or raise.
+
+    The reference is ``tuned.reference_variant``: the variant equal to the kernel as written,
+    else the first. ``outputs``, as :class:`numbatune.Check`'s, says what to compare (a
+    function of host copies of the arguments after a run), for kernels whose outputs
+    legitimately differ between variants. The caller's arrays are not written."""
+    check = Check(rtol=rtol, atol=atol, outputs=outputs)
     names = list(tuned._parameters)
-    variants = tuned.variants
-    outputs = []
-    for variant in variants:
-        copies = arrays.clone_arguments(args)
-        tuned.run_variant(variant, *copies)
-        outputs.append(host_outputs(copies))
-    reference = variants[0].label
-    disagreeing = []
-    for variant, got in zip(variants[1:], outputs[1:], strict=True):
-        mismatch = compare(outputs[0], got, names, check)
-        if mismatch is not None:
-            disagreeing.append(f"  {variant.label}: {mismatch}")
-    if disagreeing:
+    reference = tuned.reference_variant
+    others = [v for v in tuned.variants if v != reference]
+    expected = _observed_run(tuned, reference, args, check, names)
+    if isinstance(expected, str):
+        raise AssertionError(f"{tuned.name}: the reference variant {reference.label} {expected}")
+    problems = []
+    for variant in others:
+        got = _observed_run(tuned, variant, args, check, names)
+        problem = got if isinstance(got, str) else compare(expected, got, check)
+        if problem is not None:
+            problems.append(f"  {variant.label}: {problem}")
+    if problems:
         raise AssertionError(
-            f"{tuned.name}: {len(disagreeing)} of {len(variants) - 1} variants disagree with "
-            f"{reference}:\n" + "\n".join(disagreeing)
+            f"{tuned.name}: {len(problems)} of {len(others)} variants disagree with the "
+            f"reference {reference.label}:\n" + "\n".join(problems)
         )
+
+
+def _observed_run(
+    tuned: TunedKernel, variant: Variant, args: tuple[Any, ...], check: Check, names: list[str]
+) -> Observed | str:
+    """What ``variant`` leaves to compare on copies of ``args``, or what it raised."""
+    copies = arrays.clone_arguments(args)
+    try:
+        tuned.run_variant(variant, *copies)
+        return observe(check, copies, names)
+    except Exception as error:
+        return f"raised {type(error).__name__}: {error}"
 
 
 def covering_variants(tuned: TunedKernel) -> list[Variant]:

@@ -47,3 +47,13 @@ def repeated_sine(a, out):
         for _ in range(REPS):
             s = math.sin(s) + a[i]
         out[i] = s
+
+
+def forget_shared_state(monkeypatch) -> None:
+    """Tuned kernels made from now on share nothing in memory with earlier ones, as in a new
+    process (kernels of the same code share their winners within a process)."""
+    import collections
+
+    from numbatune import dispatch
+
+    monkeypatch.setattr(dispatch, "_shared", collections.OrderedDict())

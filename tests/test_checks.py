@@ -71,12 +71,15 @@ def test_mismatches_are_kept_in_the_disk_cache_and_unchecked_results_are_checked
 ):
     x, out = _arguments()
     first = _double(check=True).tune(x, out)
-    again = _double(check=True).tune(x, out)  # a new process would read the same disk entry
+    # Another kernel (equal in all but its check's spelling, so it shares nothing in memory)
+    # reads the disk entry, as a new process would.
+    again = _double(check=nt.Check()).tune(x, out)
     assert again.source == "disk"
     assert again.results[1].mismatch == first.results[1].mismatch
     unchecked = _double().tune(x, out, force=True)
     assert not unchecked.checked
-    assert _double(check=True).tune(x, out).source == "benchmark"
+    # A checked kernel that shares nothing in memory finds only the unchecked entry on disk.
+    assert _double(check=nt.Check(rtol=1e-4)).tune(x, out).source == "benchmark"
 
 
 def test_the_check_setting_turns_check_mode_on_for_every_kernel():
@@ -103,7 +106,7 @@ def test_assert_variants_agree_names_the_wrong_variant():
     with pytest.raises(AssertionError) as failure:
         assert_variants_agree(_double(), x, out)
     message = str(failure.value)
-    assert "1 of 2 variants disagree with ITEMS=1, OFF_BY_ONE=0" in message
+    assert "1 of 2 variants disagree with the reference ITEMS=1, OFF_BY_ONE=0" in message
     assert "ITEMS=4, OFF_BY_ONE=1: out: 17 of 70 elements differ" in message
     np.testing.assert_array_equal(out.copy_to_host(), -1.0)
 
@@ -114,3 +117,99 @@ def test_assert_variants_agree_passes_for_correct_variants():
         launch=lambda x, out, *, ITEMS: (nt.cdiv(x.shape[0], 32 * ITEMS), 32),
     )(double)
     assert_variants_agree(tuned, *_arguments(70))
+
+
+def test_the_reference_is_the_kernel_as_written_not_the_first_variant():
+    tuned = nt.autotune(
+        variants=[
+            {"ITEMS": 4, "OFF_BY_ONE": 1},
+            {"ITEMS": 2, "OFF_BY_ONE": 0},
+            {"ITEMS": 1, "OFF_BY_ONE": 0},
+        ],  # the module's values last
+        launch=lambda x, out, *, ITEMS: (nt.cdiv(x.shape[0], 32 * ITEMS), 32),
+        check=True,
+    )(double)
+    assert tuned.reference_variant == nt.Variant({"ITEMS": 1, "OFF_BY_ONE": 0})
+    report = tuned.tune(*_arguments())
+    assert report.results[0].mismatch is not None  # the first variant is the wrong one
+    assert report.results[1].mismatch is None
+    with pytest.raises(AssertionError, match=r"1 of 2 variants disagree with the reference "
+                       r"ITEMS=1, OFF_BY_ONE=0:\n  ITEMS=4, OFF_BY_ONE=1"):  # fmt: skip
+        assert_variants_agree(tuned, *_arguments())
+
+
+BLOCK = 32
+
+
+@cuda.jit
+def block_sums(x, partials):
+    """One partial sum per block (cuda.reduce's shape): their number depends on BLOCK."""
+    shared = cuda.shared.array(BLOCK, np.float32)
+    i = cuda.grid(1)
+    shared[cuda.threadIdx.x] = x[i] if i < x.shape[0] else 0
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        total = 0.0
+        for k in range(BLOCK):
+            total += shared[k]
+        partials[cuda.blockIdx.x] = total
+
+
+def _block_sums(check=None):
+    return nt.autotune(
+        variants=nt.product(BLOCK=[8, 16, 32]),
+        launch=lambda x, partials, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+        check=check,
+    )(block_sums)
+
+
+def test_outputs_that_differ_by_design_are_compared_through_a_function_of_them():
+    x = cuda.to_device(np.arange(40, dtype=np.float32))
+    partials = cuda.to_device(np.zeros(5, np.float32))  # enough for the smallest block
+    with pytest.raises(AssertionError, match="2 of 2 variants disagree"):
+        assert_variants_agree(_block_sums(), x, partials)
+    assert_variants_agree(_block_sums(), x, partials, outputs=lambda x, p: p.sum())
+    report = _block_sums(nt.Check(outputs=lambda x, p: p.sum())).tune(x, partials)
+    assert all(r.mismatch is None and r.median_s is not None for r in report.results)
+    tuned = _block_sums()
+    blocks = nt.cdiv(40, tuned.best(x, partials)["BLOCK"])  # the host sums what the winner wrote
+    tuned(x, partials)
+    assert partials.copy_to_host()[:blocks].sum() == np.arange(40).sum()
+
+
+def test_a_variant_that_raises_is_named_with_its_error():
+    def launch(x, out, *, ITEMS):
+        if ITEMS == 4:
+            raise ZeroDivisionError("no tile of four")
+        return nt.cdiv(x.shape[0], 32 * ITEMS), 32
+
+    tuned = nt.autotune(variants=nt.product(ITEMS=[1, 4], OFF_BY_ONE=[0]), launch=launch)(double)
+    with pytest.raises(
+        AssertionError,
+        match=r"ITEMS=4, OFF_BY_ONE=0: raised LaunchFunctionError"
+        r".*the launch function raised ZeroDivisionError: no tile of four",
+    ):
+        assert_variants_agree(tuned, *_arguments())
+
+
+RECORD = np.dtype([("position", np.float32, (2,)), ("count", np.int32)])
+
+
+@cuda.jit
+def step(records):
+    i = cuda.grid(1)
+    if i < records.shape[0]:
+        records[i]["count"] += 1
+        records[i]["position"][0] += 0.5 * OFF_BY_ONE
+
+
+def test_record_arrays_are_compared_field_by_field():
+    records = cuda.to_device(np.zeros(10, RECORD))
+    tuned = nt.autotune(
+        variants=nt.product(OFF_BY_ONE=[0, 1]), launch=lambda r: (1, 32), check=True
+    )(step)
+    report = tuned.tune(records)
+    assert report.results[0].mismatch is None
+    assert report.results[1].mismatch == nt.Mismatch("records", 10, 10, float("inf"))
+    with pytest.raises(AssertionError, match="OFF_BY_ONE=1: records: 10 of 10 elements differ"):
+        assert_variants_agree(tuned, records)

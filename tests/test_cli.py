@@ -12,7 +12,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.cache import files as cachefile
 from numbatune.cli import main
 from numbatune.devices import current_kind
-from tests.kernels import load_example
+from tests.kernels import forget_shared_state, load_example
 
 
 @pytest.fixture
@@ -53,13 +53,16 @@ def test_cache_list_and_show_give_tables_and_json(capsys, tuned_saxpy):
     assert status == 0 and "BLOCK=128, ITEMS=1" in out and "*" in out
 
 
-def test_export_clear_import_round_trip_answers_from_disk(capsys, tmp_path, tuned_saxpy):
+def test_export_clear_import_round_trip_answers_from_disk(
+    capsys, tmp_path, tuned_saxpy, monkeypatch
+):
     shipped = tmp_path / "tuned.json"
     assert run(capsys, "cache", "export", str(shipped))[0] == 0
     assert run(capsys, "cache", "clear")[0] == 0
     assert json.loads(run(capsys, "cache", "list", "--json")[1]) == []
     status, _, err = run(capsys, "cache", "import", str(shipped))
     assert status == 0 and "imported 1" in err
+    forget_shared_state(monkeypatch)
     fresh = load_example("saxpy").saxpy  # a new kernel object, as in a new process
     x = cuda.to_device(np.ones(100, np.float32))
     report = fresh.tune(np.float32(2.0), x, x, cuda.device_array(100, np.float32))

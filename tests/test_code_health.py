@@ -12,8 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "numbatune"
 #: and the ones below, never from one above (docs/architecture.md).
 LAYERS = [
     ["_version", "errors", "values", "config", "_backend", "processes"],
-    ["arrays", "devices", "intrinsics", "unroll", "variants"],
-    ["keys", "template"],
+    ["arrays", "devices", "intrinsics", "unroll", "variants", "references"],
+    ["keys", "template", "identity"],
     ["streams"],
     ["tuning"],
     ["cache"],

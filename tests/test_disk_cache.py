@@ -98,7 +98,7 @@ def test_a_corrupted_cache_warns_and_starts_fresh(tmp_path):
     assert list((tmp_path / "cache").rglob("*.corrupt-*"))
 
 
-def test_a_corrupted_entry_is_tuned_again(caplog):
+def test_a_corrupted_entry_is_tuned_again(caplog, monkeypatch):
     import numpy as np
     from numba import cuda
 
@@ -116,6 +116,7 @@ def test_a_corrupted_entry_is_tuned_again(caplog):
     disk = first._device_state().cache._open()
     for stored_key in list(disk):
         disk.set(stored_key, "{not json")
+    kernels.forget_shared_state(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="numbatune"):
         report = tuned().tune(*args)
     assert report.source == "benchmark"

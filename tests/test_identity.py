@@ -114,10 +114,12 @@ def test_the_checksum_covers_closure_values_the_kernel_reads(tmp_path, monkeypat
 def test_the_checksum_covers_numba_code_generation_settings(monkeypatch):
     from numba.cuda.core import config
 
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2]), launch=kernels.accumulate_launch)(
+        kernels.accumulate
+    )
+
     def checksum():
-        return nt.autotune(variants=nt.product(BLOCK=[2]), launch=kernels.accumulate_launch)(
-            kernels.accumulate
-        ).checksum()
+        return tuned._template.checksum(tuned.variants, kernels.accumulate_launch)
 
     default = checksum()
     monkeypatch.setattr(config, "OPT", 0)

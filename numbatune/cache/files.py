@@ -29,6 +29,7 @@ from numbatune.cache import entry as entries
 from numbatune.cache.tunecache import function_folder
 from numbatune.devices import current_kind
 from numbatune.errors import CacheFileError
+from numbatune.identity import base_name
 
 FILE_FORMAT = "numbatune-cache"
 FILE_VERSION = 1
@@ -60,7 +61,8 @@ def _function_directories(cache_dir: Path) -> Iterator[tuple[str, Path]]:
 def _named(name: str, function: str | None) -> bool:
     """Whether a function called ``name`` is the one asked for (all when None), by its full
     name or its last part."""
-    return function is None or function in (name, name.rpartition(".")[2])
+    base = base_name(name)
+    return function is None or function in (name, base, base.rpartition(".")[2])
 
 
 def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:

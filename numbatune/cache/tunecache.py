@@ -25,8 +25,8 @@ from typing import Any
 import diskcache
 
 from numbatune.cache import entry as entries
-from numbatune.devices import safe_name
 from numbatune.errors import TuningError
+from numbatune.identity import folder_name
 from numbatune.tuning.results import Source, TuneReport
 from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant
@@ -38,7 +38,7 @@ _DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 
 def function_folder(device_folder: Path, function_id: str) -> Path:
     """The folder, under a device's folder of the tune cache, that holds one function's entries."""
-    return device_folder / safe_name(function_id)
+    return device_folder / folder_name(function_id)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from numbatune.template import device_options
+
 #: Bump when the payload's layout changes: entries of another version are not loaded.
 PAYLOAD_VERSION = 1
 
@@ -53,13 +55,6 @@ class Built:
     seconds: float
 
 
-def _device_options(dispatcher: Any) -> dict[str, Any]:
-    options = getattr(dispatcher, "targetoptions", None)
-    if options is None:  # the simulator's device function keeps them apart
-        options = {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
-    return {k: v for k, v in options.items() if k != "device"}
-
-
 def _device_function(function: Any, options: dict[str, Any]) -> Any:
     from numba import cuda
 
@@ -75,7 +70,7 @@ def dumps_function(function: Any) -> bytes:
             # Device functions cross as (Python function, options); the rest as cloudpickle's.
             function = getattr(value, "py_func", None)
             if callable(function) and not isinstance(value, type):
-                return _device_function, (function, _device_options(value))
+                return _device_function, (function, device_options(value))
             return super().reducer_override(value)
 
     buffer = io.BytesIO()

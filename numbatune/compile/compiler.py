@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from numbatune import processes
@@ -81,8 +82,19 @@ def build_in_worker(
     return build.build(function_bytes, options, argtypes, cc)
 
 
+@dataclass
+class Tally:
+    """The kernels compiled, and loaded from the kernel store, for one tuned kernel."""
+
+    compiles: int = 0
+    loaded: int = 0
+
+
 class Compiler:
-    """The compiled kernels of one tuned kernel's variants."""
+    """The compiled kernels of one tuned kernel's variants (shared by tuned kernels that are the
+    same: :mod:`numbatune.identity`). A kernel declared with explicit signatures
+    (``cuda.jit("void(float32[:])")``) is compiled for those, as numba would, whatever the
+    arguments' own types."""
 
     def __init__(self, template: KernelTemplate, function_id: str) -> None:
         self._template = template
@@ -90,9 +102,6 @@ class Compiler:
         self._dispatchers: dict[CodeKey, Any] = {}
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
         self._lock = threading.RLock()
-        #: Kernels compiled (here or in workers) and loaded from the kernel store.
-        self.compiles = 0
-        self.loaded = 0
 
     def warm_up(self, variants: Sequence[Variant]) -> None:
         """Start the compile workers ``variants`` may need, before compiling them, so that they
@@ -111,25 +120,38 @@ class Compiler:
             dispatcher = self._dispatchers.get(code_key)
             if dispatcher is None:
                 dispatcher = self._dispatchers[code_key] = self._template.specialise(variant)
+                if len(self._template.signatures) == 1:  # as numba's cuda.jit(signature) makes it
+                    dispatcher._specialized = True
             return dispatcher
 
-    def compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
-        """The variant's dispatcher, compiled (or loaded) for the types of ``args`` here;
-        a compile error is raised."""
+    def _signatures(self, dispatcher: Any, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The argument types to compile for: the declared signatures, else those of ``args``."""
+        if self._template.signatures:
+            return list(self._template.signatures)
+        return [tuple(dispatcher.typeof_pyval(a) for a in args)]
+
+    def compiled(self, variant: Variant, args: tuple[Any, ...], tally: Tally) -> Any:
+        """The variant's dispatcher, compiled (or loaded) for ``args`` here; a compile error
+        is raised."""
         dispatcher = self.dispatcher(variant)
         if SIMULATOR:
             return dispatcher
-        argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
-        if argtypes not in dispatcher.overloads and not self._load(variant, dispatcher, argtypes):
+        for argtypes in self._signatures(dispatcher, args):
+            if argtypes in dispatcher.overloads or self._load(variant, dispatcher, argtypes, tally):
+                continue
             with self._lock:
                 if argtypes not in dispatcher.overloads:
                     dispatcher.compile(argtypes)
-                    self.compiles += 1
+                    tally.compiles += 1
             self._save(variant, dispatcher.overloads[argtypes], argtypes)
         return dispatcher
 
     def compile_all(
-        self, variants: Sequence[Variant], args: tuple[Any, ...], done: Callable[[int], None]
+        self,
+        variants: Sequence[Variant],
+        args: tuple[Any, ...],
+        done: Callable[[int], None],
+        tally: Tally,
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
         as variants are ready."""
@@ -137,41 +159,51 @@ class Compiler:
         for variant in variants:
             groups.setdefault(self._template.code_key(variant), []).append(variant)
         results: dict[Variant, Any] = {}
-        waiting: list[list[Variant]] = []
+        waiting: list[tuple[list[Variant], tuple[Any, ...]]] = []
         for members in groups.values():
             try:
                 dispatcher = self.dispatcher(members[0])
-                ready = SIMULATOR or self._ready(members[0], dispatcher, args)
+                missing = [] if SIMULATOR else self._missing(members[0], dispatcher, args, tally)
             except Exception as error:
                 results.update(dict.fromkeys(members, Failed.of(error)))
                 continue
-            if ready:
-                results.update(dict.fromkeys(members, dispatcher))
+            if missing:
+                waiting += [(members, argtypes) for argtypes in missing]
             else:
-                waiting.append(members)
+                results.update(dict.fromkeys(members, dispatcher))
         done(len(results))
         if waiting:
-            self._compile_waiting(waiting, args, results, done)
+            self._compile_waiting(waiting, args, results, done, tally)
         return results
 
-    def _ready(self, variant: Variant, dispatcher: Any, args: tuple[Any, ...]) -> bool:
-        argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
-        return argtypes in dispatcher.overloads or self._load(variant, dispatcher, argtypes)
+    def _missing(
+        self, variant: Variant, dispatcher: Any, args: tuple[Any, ...], tally: Tally
+    ) -> list[tuple[Any, ...]]:
+        """The signatures ``dispatcher`` has not compiled and the kernel store does not hold."""
+        return [
+            argtypes
+            for argtypes in self._signatures(dispatcher, args)
+            if argtypes not in dispatcher.overloads
+            and not self._load(variant, dispatcher, argtypes, tally)
+        ]
 
     def _compile_waiting(
         self,
-        waiting: list[list[Variant]],
+        waiting: list[tuple[list[Variant], tuple[Any, ...]]],
         args: tuple[Any, ...],
         results: dict[Variant, Any],
         done: Callable[[int], None],
+        tally: Tally,
     ) -> None:
         pool = compile_pool() if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
-            here = self._compile_in_workers(pool, waiting, args, results, done)
-        for members in here:
+            here = self._compile_in_workers(pool, waiting, results, done, tally)
+        for members, _ in here:
+            if members[0] in results and isinstance(results[members[0]], Failed):
+                continue
             try:
-                results.update(dict.fromkeys(members, self.compiled(members[0], args)))
+                results.update(dict.fromkeys(members, self.compiled(members[0], args, tally)))
             except Exception as error:
                 results.update(dict.fromkeys(members, Failed.of(error)))
             done(len(results))
@@ -179,32 +211,31 @@ class Compiler:
     def _compile_in_workers(
         self,
         pool: processes.WorkerPool,
-        waiting: list[list[Variant]],
-        args: tuple[Any, ...],
+        waiting: list[tuple[list[Variant], tuple[Any, ...]]],
         results: dict[Variant, Any],
         done: Callable[[int], None],
-    ) -> list[list[Variant]]:
-        """Compile ``waiting`` in ``pool``; returns the kernels to compile here instead."""
+        tally: Tally,
+    ) -> list[tuple[list[Variant], tuple[Any, ...]]]:
+        """Compile ``waiting`` in ``pool``; returns what to compile here instead."""
         from numba import cuda
 
         device = cuda.get_current_device()
         cc = tuple(device.compute_capability)
-        argtypes = tuple(self.dispatcher(waiting[0][0]).typeof_pyval(a) for a in args)
         sent, here, seconds = [], [], []
         started = time.perf_counter()
-        for members in waiting:
+        for members, argtypes in waiting:
             try:
                 function = build.dumps_function(self._template.specialised_function(members[0]))
             except Exception as error:
                 logger.debug("%s: compiled in this process: %s", self._function_id, error)
-                here.append(members)
+                here.append((members, argtypes))
                 continue
             options = self._template.jit_options_of(members[0])
-            sent.append((members, processes.Task(__name__, "build_in_worker", (
-                function, options, argtypes, cc))))  # fmt: skip
+            arguments = (function, options, argtypes, cc)
+            sent.append((members, argtypes, processes.Task(__name__, "build_in_worker", arguments)))
 
         def finished(index: int, outcome: processes.Outcome) -> None:
-            members = sent[index][0]
+            members, argtypes, _ = sent[index]
             if isinstance(outcome, processes.Done):
                 dispatcher = self.dispatcher(members[0])
                 kernel = build.load(outcome.value.payload, cc)
@@ -212,18 +243,19 @@ class Compiler:
                     kernel.bind()
                 with self._lock:
                     dispatcher.add_overload(kernel, argtypes)
-                    self.compiles += 1
+                    tally.compiles += 1
                 self._save_payload(members[0], argtypes, cc, outcome.value.payload)
                 seconds.append(outcome.value.seconds)
-                results.update(dict.fromkeys(members, dispatcher))
+                if members[0] not in results:
+                    results.update(dict.fromkeys(members, dispatcher))
             elif isinstance(outcome, processes.Raised) and outcome.kind == "RebuildError":
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
-                here.append(members)
+                here.append((members, argtypes))
             else:
                 results.update(dict.fromkeys(members, Failed(str(outcome))))
             done(len(results))
 
-        pool.run([task for _, task in sent], settings.compile_timeout_s, finished)
+        pool.run([task for _, _, task in sent], settings.compile_timeout_s, finished)
         logger.info(
             "numbatune: %s: %d kernels compiled in %d worker processes in %.2f s (%.2f s of "
             "compiling in all, the longest %.2f s)",
@@ -252,7 +284,9 @@ class Compiler:
         )
         return build.store_key(code, argtypes, cc, _toolchain())
 
-    def _load(self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...]) -> bool:
+    def _load(
+        self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...], tally: Tally
+    ) -> bool:
         """Add the stored kernel for ``argtypes`` to ``dispatcher``, if one is stored."""
         if settings.cache_dir is None:
             return False
@@ -262,7 +296,7 @@ class Compiler:
             return False
         with self._lock:
             dispatcher.add_overload(kernel, argtypes)
-            self.loaded += 1
+            tally.loaded += 1
         return True
 
     def _save(self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import diskcache
 
 from numbatune.compile import build
-from numbatune.devices import safe_name
+from numbatune.identity import folder_name
 
 logger = logging.getLogger("numbatune")
 
@@ -36,7 +36,7 @@ class KernelStore:
 
     def __init__(self, cache_dir: Path | None, cc: tuple[int, int], function_id: str) -> None:
         self._folder = (
-            None if cache_dir is None else kernels_folder(cache_dir, cc) / safe_name(function_id)
+            None if cache_dir is None else kernels_folder(cache_dir, cc) / folder_name(function_id)
         )
         self._cc = cc
         self._name = function_id

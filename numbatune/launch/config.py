@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from numbatune.errors import LaunchFunctionError
 from numbatune.values import is_integer
 from numbatune.variants import Variant
 
@@ -27,6 +28,26 @@ def launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> di
         return {v: dict(v.params) for v in variants}
     named = {p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL}
     return {v: {k: x for k, x in v.params.items() if k in named} for v in variants}
+
+
+def launch_config(
+    launch: Callable[..., Any], args: tuple[Any, ...], params: dict[str, Any], name: str
+) -> LaunchConfig:
+    """What ``launch(*args, **params)`` returns, checked; an exception it raises comes back as
+    a :class:`LaunchFunctionError` that says so."""
+    try:
+        config = launch(*args, **params)
+    except Exception as error:
+        raise launch_error(error, params, name) from error
+    return checked_launch_config(config, name)
+
+
+def launch_error(error: Exception, params: dict[str, Any], name: str) -> LaunchFunctionError:
+    """The error for an exception the launch function raised."""
+    return LaunchFunctionError(
+        f"{name}: the launch function raised {type(error).__name__}: {error} "
+        f"(called with the arguments and {params})"
+    )
 
 
 def _dims(value: Any) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 from numba import cuda
 
 from numbatune.launch import codegen, cudalaunch
-from numbatune.launch.config import checked_launch_config
+from numbatune.launch.config import checked_launch_config, launch_error
 from numbatune.launch.layout import (
     ArgumentPlan,
     function_handle,
@@ -160,6 +160,7 @@ def _generate(
         "_functions": functions,
         "_key": hooks.key,
         "_config": hooks.config,
+        "_launch_error": launch_error,
         "_general": hooks.general,
         "_next": next_path,
         "_numba": _numba_launcher(hooks),

@@ -41,13 +41,24 @@ class Check:
 
     ``reference``, when given, is called with host (NumPy) copies of the arguments and must
     leave in them what the kernel leaves in its arrays; it may instead return the expected
-    value of the last array argument. Without it the reference is the first variant that runs.
+    value of the last array argument. Without it the reference is the variant equal to the
+    values the kernel's module gives its parameters (the kernel as written), else the first
+    variant that runs.
+
+    ``outputs``, when given, says what to compare: it is called with host copies of the
+    arguments after a run (the reference's too) and returns an array, a number or a tuple of
+    them; by default every array argument is compared. For kernels whose outputs legitimately
+    differ between variants, such as one partial result per block with the block count tuned:
+    ``outputs=lambda x, partials: partials.sum()``.
+
     ``rtol``/``atol`` default per dtype (:func:`default_tolerance`); NaNs compare equal to NaNs.
+    Record (structured) dtypes are compared field by field, each with its own tolerance.
     """
 
     rtol: float | None = None
     atol: float | None = None
     reference: Callable[..., Any] | None = None
+    outputs: Callable[..., Any] | None = None
 
     def tolerance(self, dtype: Any) -> tuple[float, float]:
         """The (rtol, atol) this check uses for ``dtype``."""
@@ -106,38 +117,76 @@ def host_outputs(args: Sequence[Any], stream: Any = 0) -> list[np.ndarray | None
     return host
 
 
-def reference_outputs(check: Check, args: Sequence[Any], stream: Any = 0) -> list[Any]:
-    """What ``check.reference`` says the array arguments hold after the kernel."""
+#: What a run left to compare: (name, value) pairs.
+Observed = list[tuple[str, np.ndarray]]
+
+
+def _observed(check: Check, host_args: Sequence[Any], names: Sequence[str]) -> Observed:
+    """What to compare of arguments after a run: ``check.outputs`` of them, else every array
+    argument (``host_args`` holds host copies of the arrays, the other arguments as given)."""
+    if check.outputs is not None:
+        value = check.outputs(*host_args)
+        values = value if isinstance(value, tuple) else (value,)
+        labels = ["outputs"] if len(values) == 1 else [f"outputs[{i}]" for i in range(len(values))]
+        return [(label, np.asarray(v)) for label, v in zip(labels, values, strict=True)]
+    return [(n, a) for n, a in zip(names, host_args, strict=True) if isinstance(a, np.ndarray)]
+
+
+def observe(check: Check, args: Sequence[Any], names: Sequence[str], stream: Any = 0) -> Observed:
+    """What a variant's run on the device arrays ``args`` left to compare."""
+    copies = host_outputs(args, stream)
+    host = [a if copy is None else copy for a, copy in zip(args, copies, strict=True)]
+    return _observed(check, host, names)
+
+
+def reference_outputs(
+    check: Check, args: Sequence[Any], names: Sequence[str], stream: Any = 0
+) -> Observed:
+    """What ``check.reference`` says a run on ``args`` leaves to compare."""
     assert check.reference is not None
     copies = host_outputs(args, stream)
     host = [a if copy is None else copy for a, copy in zip(args, copies, strict=True)]
     returned = check.reference(*host)
-    outputs = [h if arrays.is_array(a) else None for a, h in zip(args, host, strict=True)]
     if returned is not None:
         last = max(i for i, a in enumerate(args) if arrays.is_array(a))
-        outputs[last] = np.asarray(returned)
-    return outputs
+        host[last] = np.asarray(returned)
+    return _observed(check, host, names)
 
 
-def compare(
-    expected: Sequence[np.ndarray | None],
-    got: Sequence[np.ndarray | None],
-    names: Sequence[str],
-    check: Check,
-) -> Mismatch | None:
-    """The first array argument where ``got`` differs from ``expected``, or None."""
-    for name, want, have in zip(names, expected, got, strict=True):
-        if want is None or have is None:
-            continue
+def compare(expected: Observed, got: Observed, check: Check) -> Mismatch | None:
+    """The first output where ``got`` differs from ``expected``, or None."""
+    for (name, want), (_, have) in zip(expected, got, strict=True):
         want, have = np.asarray(want), np.asarray(have)
-        if want.shape != have.shape:
+        if want.shape != have.shape or want.dtype.names != have.dtype.names:
             return Mismatch(name, have.size, have.size, float("inf"))
-        rtol, atol = check.tolerance(have.dtype)
-        close = np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=True)
+        close = _close(want, have, check)
         if not close.all():
             differ = ~close
-            with np.errstate(invalid="ignore", over="ignore"):
-                errors = np.abs(have[differ].astype(np.complex128) - want[differ])
-            largest = float(np.nan_to_num(errors, nan=np.inf).max())
-            return Mismatch(name, int(differ.sum()), int(have.size), largest)
+            return Mismatch(name, int(differ.sum()), int(have.size), _largest(want, have, differ))
     return None
+
+
+def _close(want: np.ndarray, have: np.ndarray, check: Check) -> np.ndarray:
+    """Element by element: whether ``have`` matches ``want`` (records: every field does)."""
+    if want.dtype.names:
+        close = np.ones(want.shape, bool)
+        for field in want.dtype.names:
+            matches = _close(want[field], have[field], check)
+            close &= matches.reshape(*want.shape, -1).all(axis=-1)
+        return close
+    if want.dtype.kind in "biufc":
+        rtol, atol = check.tolerance(have.dtype)
+        return np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=True)
+    bytes_per_item = max(want.dtype.itemsize, 1)
+    raw_want = np.ascontiguousarray(want).view(np.uint8).reshape(*want.shape, bytes_per_item)
+    raw_have = np.ascontiguousarray(have).view(np.uint8).reshape(*have.shape, bytes_per_item)
+    return (raw_want == raw_have).all(axis=-1)  # other kinds: the same bytes
+
+
+def _largest(want: np.ndarray, have: np.ndarray, differ: np.ndarray) -> float:
+    """The largest absolute difference among differing elements (inf where not numbers)."""
+    if want.dtype.kind not in "biufc":
+        return float("inf")
+    with np.errstate(invalid="ignore", over="ignore"):
+        errors = np.abs(have[differ].astype(np.complex128) - want[differ])
+    return float(np.nan_to_num(errors, nan=np.inf).max())

@@ -48,3 +48,5 @@ class TuneJob:
     compile: Compile
     #: Check mode, or None.
     check: Check | None = None
+    #: The variant check mode compares the others with (the kernel as written), or None.
+    reference: Variant | None = None

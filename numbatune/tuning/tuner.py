@@ -172,21 +172,25 @@ def _checked(job: TuneJob, launchers: Mapping[Variant, Launcher]) -> dict[Varian
     reference's; the variants that differ (:class:`Mismatched`, logged as warnings) or fail."""
     check = job.check
     assert check is not None
-    expected = checks.reference_outputs(check, job.args, job.stream) if check.reference else None
     names = job.parameter_names or tuple(f"#{i}" for i in range(len(job.args)))
+    expected = None
+    if check.reference is not None:
+        expected = checks.reference_outputs(check, job.args, names, job.stream)
     outcomes: dict[Variant, Outcome] = {}
-    for variant, launcher in launchers.items():
+    # The reference variant (the kernel as written) runs first: the first that runs is the
+    # reference when there is no reference function.
+    for variant in sorted(launchers, key=lambda v: v != job.reference):
         fresh = arrays.clone_arguments(job.args, job.stream)
         try:
-            launcher(fresh, job.stream)
-            got = checks.host_outputs(fresh, job.stream)
+            launchers[variant](fresh, job.stream)
+            got = checks.observe(check, fresh, names, job.stream)
         except Exception as error:
             outcomes[variant] = Failed.of(error)
             continue
         if expected is None:
-            expected = got  # the first variant that runs is the reference
+            expected = got
             continue
-        mismatch = checks.compare(expected, got, names, check)
+        mismatch = checks.compare(expected, got, check)
         if mismatch is not None:
             outcomes[variant] = Mismatched(mismatch)
             logger.warning(

@@ -1,0 +1,248 @@
+"""What a kernel's code refers to: the names it reads and writes, the values behind them, and
+the device functions it calls at any depth.
+
+A kernel reads globals and closure variables by name, and attributes of modules
+(``helpers.outer``). numbatune follows those to the device functions a kernel calls (and those
+they call), to specialise every one of them on a variant's constants, to checksum what decides
+the code, and to tell which arguments the kernel uses as arrays.
+"""
+
+from __future__ import annotations
+
+import ast
+import dis
+import hashlib
+import inspect
+import itertools
+import textwrap
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba.core import types as numba_types
+
+from numbatune.values import stable_text
+
+_LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
+_STORES = {"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"}
+_ATTRIBUTE_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
+_MISSING = object()
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and the code objects nested in it."""
+    yield code
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _codes(constant)
+
+
+def names_read(code: types.CodeType) -> set[str]:
+    """Global and free-variable names a function's code (and the code nested in it) reads.
+
+    Attribute names (``module.NAME``) are not counted: rebinding them would change nothing.
+    """
+    return {
+        instruction.argval
+        for nested in _codes(code)
+        for instruction in dis.get_instructions(nested)
+        if instruction.opname in _LOADS
+    }
+
+
+def assignments(code: types.CodeType) -> dict[str, int]:
+    """The names a function's code assigns (locals, globals, cells), each with its first line."""
+    found: dict[str, int] = {}
+    for nested in _codes(code):
+        line = nested.co_firstlineno
+        for instruction in dis.get_instructions(nested):
+            line = _line_of(instruction) or line
+            if instruction.opname in _STORES:
+                found.setdefault(instruction.argval, line)
+    return found
+
+
+def _line_of(instruction: dis.Instruction) -> int | None:
+    """The source line an instruction starts, if it starts one (Python 3.10 to 3.13)."""
+    line = getattr(instruction, "line_number", None)  # 3.13
+    if line is None and type(instruction.starts_line) is int:
+        line = instruction.starts_line
+    return line
+
+
+def attributes_read(code: types.CodeType) -> set[tuple[str, str]]:
+    """``(name, attribute)`` for each ``name.attribute`` the code reads, ``name`` a global or
+    free variable (``mod.helper``, ``cuda.grid``)."""
+    return {
+        (first.argval, second.argval)
+        for nested in _codes(code)
+        for first, second in itertools.pairwise(dis.get_instructions(nested))
+        if first.opname in _LOADS and second.opname in _ATTRIBUTE_LOADS
+    }
+
+
+def lookup(function: types.FunctionType, name: str) -> Any:
+    """The value ``function`` sees for the global or free variable ``name``, or ``_MISSING``."""
+    if name in function.__code__.co_freevars:
+        cell = function.__closure__[function.__code__.co_freevars.index(name)]
+        try:
+            return cell.cell_contents
+        except ValueError:  # an empty cell
+            return _MISSING
+    return function.__globals__.get(name, _MISSING)
+
+
+def values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
+    """The globals and closure variables ``function`` reads, and the attributes it reads of
+    modules (other than numba's), as ``(name, value)``; builtins are left out."""
+    for name in sorted(names_read(function.__code__)):
+        value = lookup(function, name)
+        if value is not _MISSING:
+            yield name, value
+    for name, attribute in sorted(attributes_read(function.__code__)):
+        owner = lookup(function, name)
+        if isinstance(owner, types.ModuleType) and not is_numba(owner):
+            value = getattr(owner, attribute, _MISSING)
+            if value is not _MISSING:
+                yield f"{name}.{attribute}", value
+
+
+def is_numba(value: Any) -> bool:
+    """Whether ``value`` is part of numba's own API (the numba version in the checksum covers
+    it; the simulator's objects differ from a GPU's, and must not change compiled kernels'
+    keys)."""
+    name = (
+        value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "")
+    )
+    return isinstance(name, str) and (name == "numba" or name.startswith("numba."))
+
+
+def device_function_of(value: Any) -> types.FunctionType | None:
+    """The Python function of a numba device function (a dispatcher with ``py_func``)."""
+    function = getattr(value, "py_func", None)
+    return function if isinstance(function, types.FunctionType) else None
+
+
+@dataclass(frozen=True)
+class Callee:
+    """A device function ``caller`` reaches by ``name`` (a global or closure variable) or by
+    ``name.attribute`` (an attribute of a module)."""
+
+    name: str
+    attribute: str | None
+    dispatcher: Any
+
+    @property
+    def function(self) -> types.FunctionType:
+        function = device_function_of(self.dispatcher)
+        assert function is not None
+        return function
+
+
+def callees(function: types.FunctionType) -> list[Callee]:
+    """The device functions ``function`` calls, and how it reaches them."""
+    found = []
+    for label, value in values_read(function):
+        if device_function_of(value) is not None:
+            name, _, attribute = label.partition(".")
+            found.append(Callee(name, attribute or None, value))
+    return found
+
+
+def reachable(function: types.FunctionType) -> list[types.FunctionType]:
+    """``function`` and every device function it calls, at any depth, each once."""
+    seen: dict[int, types.FunctionType] = {}
+    pending = [function]
+    while pending:
+        current = pending.pop()
+        if id(current) not in seen:
+            seen[id(current)] = current
+            pending += [callee.function for callee in callees(current)]
+    return list(seen.values())
+
+
+def source_of(function: Callable[..., Any]) -> str:
+    """The source of a function (or a ``functools.partial`` or callable object: of what it
+    calls, with its bound arguments), or its code's bytes and constants where no source can be
+    read."""
+    target = getattr(function, "func", None)
+    if target is not None and callable(target):  # functools.partial
+        bound = stable_text((tuple(function.args), dict(function.keywords)))
+        return f"{source_of(target)} bound {bound}"
+    if not isinstance(function, types.FunctionType | types.MethodType | type):
+        function = type(function)  # a callable object: its class
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        code = getattr(function, "__code__", None)
+        if code is None:
+            return stable_text(function)
+        return repr((code.co_code, code.co_consts, code.co_names))
+
+
+def value_text(value: Any) -> str:
+    """A value as the checksum sees it: :func:`stable_text`, with modules and numba's API by
+    name, device functions and arrays by a digest of their code and contents."""
+    function = device_function_of(value)
+    if function is not None:
+        digest = hashlib.sha256(source_of(function).encode()).hexdigest()[:16]
+        return f"<device function {function.__qualname__} {digest}>"
+    if isinstance(value, types.ModuleType):
+        return f"<module {value.__name__}>"
+    if is_numba(value) and not isinstance(value, numba_types.Type):
+        return f"<numba {getattr(value, '__qualname__', type(value).__name__)}>"
+    if isinstance(value, np.ndarray):
+        digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
+        return f"<array {value.dtype} {value.shape} {digest}>"
+    return stable_text(value)
+
+
+def code_description(function: types.FunctionType) -> list[str]:
+    """What decides the code of ``function``: its source, the values of the globals and closure
+    variables it reads, and, through every device function it calls (by name, closure or
+    ``module.attribute``, at any depth), theirs."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    pending = [("kernel", function)]
+    while pending:
+        label, current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        parts.append(f"{label}: {source_of(current)}")
+        for name, value in values_read(current):
+            called = device_function_of(value)
+            if called is not None:
+                parts.append(f"{label}.{name} = <device function>")
+                pending.append((f"{label}.{name}", called))
+            else:
+                parts.append(f"{label}.{name} = {value_text(value)}")
+    return parts
+
+
+#: Attributes only arrays have, among those kernels read.
+_ARRAY_ATTRIBUTES = {"shape", "size", "ndim", "strides", "dtype"}
+
+
+def array_parameters(function: types.FunctionType) -> dict[str, str]:
+    """The parameters the kernel indexes (``a[i]``: arrays or tuples) or reads array attributes
+    of (``a.shape``: arrays), by name, with how; empty where its source cannot be read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    parameters = set(inspect.signature(function).parameters)
+    uses: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _ARRAY_ATTRIBUTES:
+            target, how = node.value, f".{node.attr}"
+        elif isinstance(node, ast.Subscript):
+            target, how = node.value, "indexed"
+        else:
+            continue
+        named = isinstance(target, ast.Name) and target.id in parameters
+        if named and (how != "indexed" or target.id not in uses):
+            uses[target.id] = how
+    return uses
