@@ -174,6 +174,42 @@ def reader_of(kind: type) -> Reader:
 _readers: dict[type, Reader] = {}  # each class's reader, filled by reader_of
 
 
+def restorer(
+    clones: tuple[Any, ...], originals: tuple[Any, ...], stream: Any = 0
+) -> Callable[[], None]:
+    """A function that queues, on ``stream``, copies of ``originals`` (clones made by
+    :func:`clone_arguments`, or None for arguments to leave) over ``clones``."""
+    pairs = [(c, o) for c, o in zip(clones, originals, strict=True) if o is not None]
+    if SIMULATOR:
+
+        def restore() -> None:
+            for clone_, original in pairs:
+                clone_._ary[...] = original._ary
+
+        return restore
+    copies = []
+    for clone_, original in pairs:
+        low, span = _extent(clone_)
+        if span:
+            copies.append((clone_.device_ctypes_pointer.value + low,
+                           original.device_ctypes_pointer.value + low, span))  # fmt: skip
+    copy, handle = _driver.driver.cuMemcpyDtoDAsync, _driver._stream_handle(stream)
+
+    def restore() -> None:
+        for destination, source, span in copies:
+            copy(destination, source, span, handle)
+
+    return restore
+
+
+def _extent(view: Any) -> tuple[int, int]:
+    """The offset of a view's lowest byte from its data pointer (<= 0) and its span in bytes."""
+    itemsize = view.dtype.itemsize
+    low = sum((n - 1) * s for n, s in zip(view.shape, view.strides, strict=True) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(view.shape, view.strides, strict=True) if s > 0)
+    return low, 0 if view.size == 0 else high - low + itemsize
+
+
 def clone_arguments(args: tuple[Any, ...], stream: Any = 0) -> tuple[Any, ...]:
     """The arguments with every array replaced by a :func:`clone` of it."""
     return tuple(clone(a, stream) if is_array(a) else a for a in args)
@@ -189,10 +225,7 @@ def clone(array: Any, stream: Any = 0) -> Any:
         host = array.copy_to_host() if isinstance(array, _NumbaDeviceArray) else np.asarray(array)
         return cuda.to_device(np.array(host, order="K", copy=True))
     view = array if isinstance(array, _NumbaDeviceArray) else cuda.as_cuda_array(array)
-    itemsize = view.dtype.itemsize
-    low = sum((n - 1) * s for n, s in zip(view.shape, view.strides, strict=True) if s < 0)
-    high = sum((n - 1) * s for n, s in zip(view.shape, view.strides, strict=True) if s > 0)
-    span = 0 if view.size == 0 else high - low + itemsize
+    low, span = _extent(view)
     source = view.device_ctypes_pointer.value or 0
     offset = (source + low) % _ALIGNMENT
     buffer = cuda.device_array(span + offset, dtype=np.uint8, stream=stream)

@@ -47,6 +47,7 @@ def autotune(
     level: str | None = None,
     prune: levels.Prune | None = None,
     check: bool | checks.Check | None = None,
+    read_only: Sequence[str] = (),
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -73,6 +74,11 @@ def autotune(
     setting, ``NUMBATUNE_CHECK``) compares every variant's outputs with a reference while a key
     is tuned: a variant that disagrees cannot win, and the report says where it differed.
 
+    Every run while tuning starts from the arguments as the caller passed them: array
+    arguments are copied back before each run, outside the timed region, so kernels that write
+    their inputs (a counter, an accumulator) are timed and checked as they would run once.
+    ``read_only=["x", "y"]`` names arguments the kernel only reads, to skip copying them.
+
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)`` (see
     :meth:`TunedKernel.__call__`).
@@ -88,6 +94,7 @@ def autotune(
             level=level,
             prune=prune,
             check=check,
+            read_only=read_only,
         )
 
     return decorate if kernel is None else decorate(kernel)
@@ -149,11 +156,13 @@ class TunedKernel:
         level: str | None = None,
         prune: levels.Prune | None = None,
         check: bool | checks.Check | None = None,
+        read_only: Sequence[str] = (),
     ) -> None:
         #: What this kernel was made from, for :meth:`with_variants`.
         self._made_from = dict(
-            kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune, check=check
-        )
+            kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune,
+            check=check, read_only=read_only,
+        )  # fmt: skip
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
         self._variants = as_variants(variants, self.name)
@@ -169,6 +178,7 @@ class TunedKernel:
         self._template.check_params(self._variants, launch_reads)
         self._parameters = tuple(self._template.signature.parameters)
         _check_parameter_names(self._variants, self._parameters, self.name)
+        self._read_only = _checked_read_only(read_only, self._parameters, self.name)
         self._array_parameters = references.array_parameters(self._template.function)
         self._key = keys.build_key(key, self._template.signature, self.name)
         self._level = levels.check_level(level, self.name)
@@ -323,7 +333,7 @@ class TunedKernel:
         check = self._check or (checks.Check() if settings.check else None)
         job = TuneJob(
             self.name, key, self._variants, args, self._parameters, stream, plan,
-            self._compile_variants, check, self.reference_variant,
+            self._compile_variants, check, self.reference_variant, self._read_only,
         )  # fmt: skip
 
         def tune() -> TuneReport:
@@ -491,6 +501,21 @@ def _check_parameter_names(
             f"kernel ({', '.join(parameters)}); the launch function gets both, so rename the "
             "parameters (and the globals the kernel reads)"
         )
+
+
+def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> frozenset[str]:
+    """Validate ``read_only=``: names of the kernel's arguments."""
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(
+            f"autotune({name}): read_only must be a list of argument names, got {names!r}"
+        )
+    unknown = sorted(set(names) - set(parameters))
+    if unknown:
+        raise ValueError(
+            f"autotune({name}): read_only names {unknown}, which are not arguments of the "
+            f"kernel; its arguments are {list(parameters)}"
+        )
+    return frozenset(names)
 
 
 def _can_be(use: str, value: Any) -> bool:

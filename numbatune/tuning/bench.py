@@ -82,9 +82,13 @@ def flush_bytes(working_set: int, l2_bytes: int) -> int:
 class _WallClock:
     """Under the simulator: the wall clock around each run, one after another."""
 
+    def __init__(self, restore: Run) -> None:
+        self._restore = restore
+
     def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
         outcome: dict[Hashable, float | Exception] = {}
         for name, run in order:
+            self._restore()
             started = time.perf_counter()
             try:
                 run()
@@ -134,9 +138,10 @@ def _hold_device(stream: Any, seconds: float) -> None:
 class _Events:
     """On a GPU: a pair of CUDA events around each run, optionally an L2 flush before it."""
 
-    def __init__(self, stream: Any, flush_size: int) -> None:
+    def __init__(self, stream: Any, flush_size: int, restore: Run) -> None:
         from numba.cuda.cudadrv import driver
 
+        self._restore = restore
         self._stream = stream
         self._stream_handle = driver._stream_handle(stream)
         self._memset = driver.driver.cuMemsetD8Async
@@ -155,6 +160,7 @@ class _Events:
         _hold_device(self._stream, self._queueing_s)
         queueing_started = time.perf_counter()
         for name, run in order:
+            self._restore()  # queued before the flush and the start event: not timed
             if self._flush is not None:
                 self._flush_l2()
             start, end = self._events.get(name) or self._events.setdefault(
@@ -180,20 +186,30 @@ def _l2_bytes() -> int:
     return int(cuda.get_current_device().L2_CACHE_SIZE)
 
 
+def _nothing() -> None:
+    pass
+
+
 def measure(
-    runs: Mapping[Hashable, Run], stream: Any = 0, inputs: Iterable[Any] = ()
+    runs: Mapping[Hashable, Run],
+    stream: Any = 0,
+    inputs: Iterable[Any] = (),
+    restore: Run = _nothing,
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``), as the module says.
 
-    ``inputs`` are the arguments the runs work on; their size decides the L2 flush. A run that
-    raises is recorded with its exception and not run again; the others go on.
+    ``inputs`` are the arguments the runs work on; their size decides the L2 flush.
+    ``restore`` queues what puts them back as they were, before every run (warm-up runs too),
+    outside the timed region. A run that raises is recorded with its exception and not run
+    again; the others go on.
     """
     if SIMULATOR:
-        stopwatch: _WallClock | _Events = _WallClock()
+        stopwatch: _WallClock | _Events = _WallClock(restore)
         warmup_s, budget_s = None, 0.0
         fewest = most = settings.simulator_runs
     else:
-        stopwatch = _Events(stream, flush_bytes(working_set_bytes(inputs), _l2_bytes()))
+        flush = flush_bytes(working_set_bytes(inputs), _l2_bytes())
+        stopwatch = _Events(stream, flush, restore)
         warmup_s, budget_s = settings.warmup_s, settings.budget_s
         fewest, most = settings.min_runs, settings.max_runs
     samples: dict[Hashable, list[float]] = {name: [] for name in runs}

@@ -50,3 +50,5 @@ class TuneJob:
     check: Check | None = None
     #: The variant check mode compares the others with (the kernel as written), or None.
     reference: Variant | None = None
+    #: Arguments the kernel only reads: not restored before each run.
+    read_only: frozenset[str] = frozenset()

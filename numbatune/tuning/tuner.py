@@ -128,7 +128,8 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
         for variant, launcher in launchers.items()
         if variant not in outcomes
     }
-    for variant, timing in bench.measure(runs, job.stream, inputs=clones).items():
+    restore = arrays.restorer(clones, _originals(job), job.stream)
+    for variant, timing in bench.measure(runs, job.stream, clones, restore).items():
         outcomes[variant] = timing if isinstance(timing, Timed) else Failed.of(timing)
     clock.benchmark_s += time.perf_counter() - started
     progress.close()
@@ -200,6 +201,19 @@ def _checked(job: TuneJob, launchers: Mapping[Variant, Launcher]) -> dict[Varian
                 mismatch,
             )
     return outcomes
+
+
+def _originals(job: TuneJob) -> tuple[Any, ...]:
+    """Clones of the arguments every run starts from (None for the arguments the kernel only
+    reads, and for scalars): a kernel that writes its inputs, such as a stream compaction with
+    a counter, runs each time on what the caller passed."""
+    names = job.parameter_names or tuple(f"#{i}" for i in range(len(job.args)))
+    return tuple(
+        arrays.clone(value, job.stream)
+        if arrays.is_array(value) and name not in job.read_only
+        else None
+        for name, value in zip(names, job.args, strict=True)
+    )
 
 
 def _bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> bench.Run:
