@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 
+def _default_isolation() -> str:
+    from numbatune.arrays import SIMULATOR
+
+    return "off" if SIMULATOR else "new"
+
+
 def _usable_cores() -> int:
     """The cores this process may run on (its affinity, where the platform tells)."""
     if hasattr(os, "sched_getaffinity"):
@@ -135,6 +141,13 @@ class Settings:
     #: Seconds one variant's compile may take in a worker before the worker is stopped and the
     #: variant recorded as failed.
     compile_timeout_s: float = 300.0
+    #: Which variants run first in a separate process (numbatune.compile.trials): ``new`` those
+    #: that never ran on this kind of device, ``all`` every variant at every tuning, ``off``
+    #: none. Default: ``new`` on a GPU, ``off`` under the simulator.
+    isolate: str = dataclasses.field(default_factory=lambda: _default_isolation())
+    #: Seconds a variant's trial run may take before its worker is stopped and the variant
+    #: recorded as failed (it hangs).
+    trial_timeout_s: float = 30.0
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -154,6 +167,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "log_level": _one_of("debug", "info", "warning", "error"),
     "compile_workers": _parse_non_negative_int,
     "compile_timeout_s": _parse_positive_float,
+    "isolate": _one_of("new", "all", "off"),
+    "trial_timeout_s": _parse_positive_float,
 }
 
 settings = Settings()

@@ -21,6 +21,7 @@ import numpy as np
 from numbatune import identity, keys, references
 from numbatune.arrays import SIMULATOR, is_array
 from numbatune.cache.tunecache import TuneCache, Winner
+from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import settings
 from numbatune.devices import current_kind
@@ -80,8 +81,7 @@ def autotune(
     ``read_only=["x", "y"]`` names arguments the kernel only reads, to skip copying them.
 
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
-    like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)`` (see
-    :meth:`TunedKernel.__call__`).
+    like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
     """
 
     def decorate(kernel: Any) -> TunedKernel:
@@ -342,6 +342,8 @@ class TunedKernel:
                 results = tuple(VariantResult(v) for v in self._variants)
                 return TuneReport(key, first, Source.UNTUNED, results)
             self._compiler.warm_up(plan.first)
+            if settings.isolate != "off":
+                trials.trials().start()
             compiles = self._tally.compiles
             report = tuner.tune(job)
             if report.source is Source.BENCHMARK:
@@ -391,6 +393,7 @@ class TunedKernel:
     ) -> dict[Variant, Launcher | Failed]:
         launchers: dict[Variant, Launcher | Failed] = {}
         compiled = self._compiler.compile_all(variants, args, done, self._tally)
+        compiled.update(self._tried(compiled, args))
         for variant, kernel in compiled.items():
             try:
                 launchers[variant] = (
@@ -399,6 +402,34 @@ class TunedKernel:
             except Exception as error:
                 launchers[variant] = Failed.of(error)
         return launchers
+
+    def _tried(self, compiled: dict[Variant, Any], args: tuple[Any, ...]) -> dict[Variant, Failed]:
+        """Trial runs, in a separate process, of the compiled variants the ``isolate`` setting
+        asks for (numbatune.compile.trials); the variants that failed theirs."""
+        if settings.isolate == "off":
+            return {}
+        compiler = self._compiler
+        pending = [
+            variant
+            for variant, kernel in compiled.items()
+            if not isinstance(kernel, Failed)
+            and (settings.isolate == "all" or not compiler.has_run(variant, args))
+        ]
+        kernels, failed = [], {}
+        for variant in pending:
+            try:
+                config = launch_config(self._launch, args, self._launch_params[variant], self.name)
+                kernels.append((variant, compiler.trial_payload(variant, args), config))
+            except Exception as error:
+                failed[variant] = Failed.of(error)
+        cc = None if SIMULATOR else current_kind().compute_capability
+        runs = trials.trials().run([(k, c) for _, k, c in kernels], args, cc)
+        for (variant, _, _), why in zip(kernels, runs, strict=True):
+            if why is None:
+                compiler.mark_run(variant, args)
+            else:
+                failed[variant] = Failed(why)
+        return failed
 
     # -- introspection ----------------------------------------------------------------------
 

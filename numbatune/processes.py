@@ -8,7 +8,8 @@ worker (spawn and forkserver do) nor fork a process that holds a CUDA context (a
 cannot use it). A task names a function by module and name and passes pickled arguments; the
 worker answers with the pickled result or the error it raised. A worker that dies, or passes a
 task's time limit (it is killed), fails that task with the reason, and the next task starts a
-fresh worker. Workers left idle for a while exit.
+fresh worker. A task whose exception has ``end_worker`` set ends its worker after the reply
+(a CUDA context it spoilt). Workers left idle for a while exit.
 
 POSIX only: elsewhere :func:`available` is False and callers do the work themselves.
 """
@@ -62,6 +63,8 @@ class Raised:
     kind: str
     message: str
     details: str
+    #: The worker ends after this reply (the task's error spoilt it).
+    ended: bool = False
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
@@ -114,9 +117,12 @@ class _Worker:
         except (EOFError, OSError):
             return Lost(self._death())
         try:
-            return pickle.loads(reply)
+            outcome = pickle.loads(reply)
         except Exception as error:  # e.g. a result of a class this process cannot import
             return Lost(f"the worker's answer could not be read ({type(error).__name__}: {error})")
+        if isinstance(outcome, Raised) and outcome.ended:
+            self.process.wait()  # it ends by itself: never given another task
+        return outcome
 
     def _death(self) -> str:
         code = self.process.wait()
@@ -259,8 +265,11 @@ def _serve() -> None:
             module = __import__(task.module, fromlist=[task.function])
             outcome: Outcome = Done(getattr(module, task.function)(*task.args))
         except BaseException as error:  # answered, not raised: the worker goes on
-            outcome = Raised(type(error).__name__, str(error), traceback.format_exc())
+            ended = bool(getattr(error, "end_worker", False))  # the task spoilt this process
+            outcome = Raised(type(error).__name__, str(error), traceback.format_exc(), ended)
         _write_frame(replies, pickle.dumps(outcome, protocol=5))
+        if isinstance(outcome, Raised) and outcome.ended:
+            return
 
 
 if __name__ == "__main__":  # run as numbatune.processes, so that replies name its classes

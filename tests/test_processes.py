@@ -54,3 +54,14 @@ def test_starting_a_worker_does_not_count_against_the_first_tasks_limit():
         assert pool.run([task("square", 6)], limit_s=0.5) == [Done(36)]
     finally:
         pool.close()
+
+
+def test_a_task_that_spoils_its_worker_ends_it_and_the_next_task_gets_a_fresh_one():
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    pool = WorkerPool(1, environment)  # one worker: the second task would reuse the first's
+    try:
+        first, second = pool.run([task("spoil"), task("pid")], limit_s=60)
+    finally:
+        pool.close()
+    assert isinstance(first, Raised) and first.ended
+    assert isinstance(second, Done) and second.value != first.message

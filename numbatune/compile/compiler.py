@@ -101,6 +101,8 @@ class Compiler:
         self._function_id = function_id
         self._dispatchers: dict[CodeKey, Any] = {}
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
+        self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
+        self._ran: set[str] = set()
         self._lock = threading.RLock()
 
     def warm_up(self, variants: Sequence[Variant]) -> None:
@@ -267,6 +269,49 @@ class Compiler:
             max(seconds, default=0.0),
         )
         return here
+
+    # -- trial runs (numbatune.compile.trials) ---------------------------------------------
+
+    def trial_payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
+        """The variant's compiled kernel for ``args``, serialised for a trial run (under the
+        simulator: its specialised function)."""
+        if SIMULATOR:
+            return build.dumps_function(self._template.specialised_function(variant))
+        dispatcher = self.dispatcher(variant)
+        argtypes = self._signatures(dispatcher, args)[0]
+        key = (self._template.code_key(variant), argtypes)
+        with self._lock:
+            if key not in self._payloads:
+                self._payloads[key] = build.dumps_kernel(dispatcher.overloads[argtypes])
+            return self._payloads[key]
+
+    def _ran_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
+        from numbatune.devices import current_kind
+
+        if SIMULATOR:
+            return f"{variant.label} simulator"
+        dispatcher = self.dispatcher(variant)
+        argtypes = self._signatures(dispatcher, args)[0]
+        kind = current_kind().partition
+        return f"{self._key(variant, argtypes, _current_cc())} {variant.label} {kind}"
+
+    def has_run(self, variant: Variant, args: tuple[Any, ...]) -> bool:
+        """Whether the variant ran on this kind of device for these argument types (here, or
+        in an earlier process whose kernel store this one reads)."""
+        key = self._ran_key(variant, args)
+        if key in self._ran:
+            return True
+        if SIMULATOR or settings.cache_dir is None or not self._store(_current_cc()).ran(key):
+            return False
+        self._ran.add(key)
+        return True
+
+    def mark_run(self, variant: Variant, args: tuple[Any, ...]) -> None:
+        """Remember that the variant ran, in this process and in the kernel store."""
+        key = self._ran_key(variant, args)
+        self._ran.add(key)
+        if not SIMULATOR and settings.cache_dir is not None:
+            self._store(_current_cc()).mark_ran(key)
 
     # -- the kernel store -------------------------------------------------------------------
 

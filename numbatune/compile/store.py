@@ -88,6 +88,25 @@ class KernelStore:
         except _DISK_ERRORS as error:
             logger.warning("numbatune: %s: cannot write the kernel store (%s)", self._name, error)
 
+    def ran(self, key: str) -> bool:
+        """Whether what ``key`` names ran on this kind of device (see :meth:`mark_ran`)."""
+        disk = self._open()
+        try:
+            return disk is not None and disk.get(f"ran {key}") is not None
+        except _DISK_ERRORS:
+            return False
+
+    def mark_ran(self, key: str) -> None:
+        """Remember that what ``key`` names ran (a variant's trial run, on a kind of device)."""
+        disk = self._open()
+        if disk is not None:
+            try:
+                disk.set(f"ran {key}", True)
+            except _DISK_ERRORS as error:
+                logger.warning(
+                    "numbatune: %s: cannot write the kernel store (%s)", self._name, error
+                )
+
     def discard(self, key: str) -> None:
         disk = self._open()
         if disk is not None:

@@ -1,0 +1,86 @@
+"""Variants that crash or hang run first in a separate process and never in the caller's."""
+
+import os
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune import processes
+from numbatune.compile import trials
+
+pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
+
+MODE = 0  # 0: correct; 1: loops forever; 2: ends the process; 3: writes far out of bounds
+
+
+@cuda.jit
+def fragile(a, out):
+    i = cuda.grid(1)
+    if MODE == 1:
+        while True:
+            pass
+    if MODE == 2:
+        os._exit(3)  # under the simulator, a kernel is Python: this ends its process
+    if MODE == 3:
+        out[i + 1_000_000] = 1
+    if i < a.shape[0]:
+        out[i] = a[i] * 2
+
+
+def _fragile(modes):
+    return nt.autotune(
+        variants=nt.product(MODE=modes),
+        launch=lambda a, out: (nt.cdiv(a.shape[0], 8), 8),
+    )(fragile)
+
+
+@pytest.fixture
+def isolated(monkeypatch):
+    monkeypatch.setattr(nt.settings, "isolate", "new")
+    monkeypatch.setattr(nt.settings, "trial_timeout_s", 5.0)
+
+
+def _arguments():
+    return cuda.to_device(np.arange(16, dtype=np.float32)), cuda.to_device(np.zeros(16, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [(1, "passed the time limit of 5 s"), (2, "died (exit status 3)"), (3, "IndexError")],
+    ids=["hangs", "ends its process", "writes out of bounds"],
+)
+def test_a_variant_that_fails_its_trial_never_runs_here_and_the_others_tune(isolated, mode, reason):
+    tuned = _fragile([0, mode])
+    a, out = _arguments()
+    report = tuned.tune(a, out)
+    good, bad = report.results
+    assert good.median_s is not None and report.best == {"MODE": 0}
+    assert "its trial run in a separate process failed" in bad.error and reason in bad.error
+    tuned(a, out)
+    assert out.copy_to_host().tolist() == [2.0 * i for i in range(16)]
+
+
+def test_a_variant_that_ran_is_not_tried_again_but_all_tries_every_time(isolated, monkeypatch):
+    runs = []
+    original = trials.Trials.run
+
+    def counted(self, kernels, args, cc):
+        runs.append(len(kernels))
+        return original(self, kernels, args, cc)
+
+    monkeypatch.setattr(trials.Trials, "run", counted)
+    tuned = _fragile([0, 4])  # MODE=4: correct too
+    a, out = _arguments()
+    tuned.tune(a, out)
+    tuned.tune(a, out, force=True)
+    monkeypatch.setattr(nt.settings, "isolate", "all")
+    tuned.tune(a, out, force=True)
+    assert runs == [2, 0, 2]
+
+
+def test_without_isolation_no_trial_runs(monkeypatch):
+    monkeypatch.setattr(nt.settings, "isolate", "off")
+    monkeypatch.setattr(trials.Trials, "run", lambda *a: pytest.fail("a trial ran"))
+    _fragile([0, 4]).tune(*_arguments())
