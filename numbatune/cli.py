@@ -105,16 +105,22 @@ class _Failure(Exception):
 def _cache_list(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
 
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str], list[int]] = {}
     for entry in files.stored_entries(_needs_cache()):
-        counts[(entry.device, entry.function)] = counts.get((entry.device, entry.function), 0) + 1
-    data = [{"device": d, "function": f, "keys": n} for (d, f), n in sorted(counts.items())]
-    rows = [[d["function"], d["keys"], d["device"]] for d in data]
-    _print(arguments, data, ["function", "keys", "device"], rows)
+        count = counts.setdefault((entry.device, entry.function), [0, 0])
+        count[entry.damaged is not None] += 1
+    data = [
+        {"device": d, "function": f, "keys": n, "damaged": damaged}
+        for (d, f), (n, damaged) in sorted(counts.items())
+    ]
+    rows = [[d["function"], d["keys"], d["damaged"] or "", d["device"]] for d in data]
+    _print(arguments, data, ["function", "keys", "damaged", "device"], rows)
     return 0
 
 
 def _entry_rows(entry: Any) -> list[list]:
+    if entry.damaged is not None:
+        return [[entry.key, "damaged: " + entry.damaged[:80], "", "", ""]]
     rows = []
     for index, result in enumerate(entry.stored["results"]):
         time = result["median_s"]
@@ -144,25 +150,35 @@ def _cache_show(arguments: argparse.Namespace) -> int:
     ]
     if not found:
         raise _Failure(f"no stored result for {arguments.function}")
-    data = [{"device": e.device, "function": e.function, "key": e.key, **e.stored} for e in found]
+    data = [_entry_data(e) for e in found]
     rows = [row for entry in found for row in _entry_rows(entry)]
     _print(arguments, data, _ENTRY_HEADER, rows)
     return 0
+
+
+def _entry_data(entry: Any) -> dict[str, Any]:
+    head = {"device": entry.device, "function": entry.function, "key": entry.key}
+    return {**head, "damaged": entry.damaged} if entry.stored is None else {**head, **entry.stored}
 
 
 def _cache_clear(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
 
     deleted = files.clear(_needs_cache(), arguments.function)
-    print(f"numbatune: deleted {deleted} stored results", file=sys.stderr)
+    print(
+        f"numbatune: deleted {deleted} stored results and their compiled kernels", file=sys.stderr
+    )
     return 0
 
 
 def _cache_export(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
 
-    count = files.export(_needs_cache(), arguments.file, arguments.function)
-    print(f"numbatune: exported {count} stored results to {arguments.file}", file=sys.stderr)
+    count, damaged = files.export(_needs_cache(), arguments.file, arguments.function)
+    left_out = f"; left out {damaged} damaged" if damaged else ""
+    print(
+        f"numbatune: exported {count} stored results to {arguments.file}{left_out}", file=sys.stderr
+    )
     return 0
 
 
@@ -176,7 +192,8 @@ def _cache_import(arguments: argparse.Namespace) -> int:
         raise _Failure(str(error)) from error
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
-        f"devices and {result.already_present} already in the cache",
+        f"devices and {result.already_present} already in the cache"
+        + (f"; could not write {result.not_written}" if result.not_written else ""),
         file=sys.stderr,
     )
     return 0
@@ -269,10 +286,10 @@ def _report(arguments: argparse.Namespace) -> int:
     if not found:
         raise _Failure(f"no stored result for {arguments.function}")
     rows = [row for entry in found for row in _entry_rows(entry)]
-    _print(arguments, [e.stored for e in found], _ENTRY_HEADER, rows)
+    _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
     if arguments.output is not None:
         try:
-            plot.picture(found, arguments.output)
+            plot.picture([e for e in found if e.stored is not None], arguments.output)
         except ImportError as error:
             raise _Failure(
                 f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"

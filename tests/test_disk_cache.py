@@ -94,7 +94,7 @@ def test_a_corrupted_cache_warns_and_starts_fresh(tmp_path):
     result, stderr = run_in_new_process(tmp_path, tmp_path / "cache")
     assert result["source"] == "benchmark"
     assert result["out"] == [x + 1 for x in range(8)]
-    assert "cannot be read" in stderr
+    assert "is corrupt" in stderr and "moved it to" in stderr
     assert list((tmp_path / "cache").rglob("*.corrupt-*"))
 
 

@@ -33,6 +33,17 @@ from numbatune.variants import Variant
 FORMAT = 2
 
 
+def storage_key(key_text: str, checksum: str) -> str:
+    """What an entry is stored under: its key's text and the kernel's checksum, so that
+    entries of other versions of a kernel (before an upgrade, or imported) never collide."""
+    return f"{key_text} @{checksum}"
+
+
+def key_of(stored_under: str) -> str:
+    """The key text of a :func:`storage_key`."""
+    return stored_under.rpartition(" @")[0] or stored_under
+
+
 class DamagedEntry(ValueError):
     """A stored entry that is not what numbatune writes; it is discarded."""
 

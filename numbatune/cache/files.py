@@ -1,31 +1,33 @@
 """The disk tune cache as a whole: list, show, clear, and export to / import from a JSON file.
 
-The cache keeps ``<cache_dir>/<device>/<function>/`` (see :mod:`numbatune.cache.tunecache`).
-An export is a plain, versioned JSON file, so a team can tune once and ship the results with its
-package::
+The cache keeps ``<cache_dir>/<device>/<function>/`` (see :mod:`numbatune.cache.tunecache`) and
+compiled kernels in ``<cache_dir>/kernels/``. An export is a plain, versioned JSON file, so a
+team can tune once and ship the results with its package::
 
     {"format": "numbatune-cache", "version": 1, "entries": [
         {"device": "NVIDIA_H100_80GB_HBM3-sm90-132sm", "function": "pkg.mod.kernel",
          "key": "(((1024,), 'float32', 'C'),)", "entry": {... the stored entry ...}}]}
 
-Importing validates the file and each entry, skips entries of other devices and entries already
-in the cache, and writes the others one by one (each write is atomic): a bad file changes
-nothing, and nothing already there is replaced. An imported entry whose checksum no longer
-matches the kernel (its source, variants or versions changed) is never used: the key is tuned
-again on first use, as for any stale entry.
+Importing validates the file and each entry, skips entries of other devices, and writes the
+others one by one (each write is atomic): a bad file changes nothing. Entries are stored under
+their key and the kernel's checksum, so an imported entry never replaces a result of the same
+code already there (``already present``) and never collides with a stale one (tuned for an
+older version of the kernel): a kernel uses the entry whose checksum is its own. An entry that
+cannot be read is reported as damaged by every command, left out of exports, and cleared by
+``clear``.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import diskcache
-
 from numbatune.cache import entry as entries
+from numbatune.cache.disk import Folder, Mode
 from numbatune.cache.tunecache import function_folder
 from numbatune.devices import current_kind
 from numbatune.errors import CacheFileError
@@ -37,23 +39,20 @@ FILE_VERSION = 1
 
 @dataclass(frozen=True)
 class Entry:
-    """One stored result: the device and function it belongs to, its key, and what was stored."""
+    """One stored result: the device and function it belongs to, its key, and what was stored
+    (or, for a damaged entry, why it cannot be read)."""
 
     device: str
     function: str
     key: str
-    stored: dict[str, Any]
-
-    @property
-    def best(self) -> str:
-        """The winning variant's label."""
-        return self.stored["results"][self.stored["best_index"]]["variant"]
+    stored: dict[str, Any] | None
+    damaged: str | None = None
 
 
 def _function_directories(cache_dir: Path) -> Iterator[tuple[str, Path]]:
     if not cache_dir.is_dir():
         return
-    for device in sorted(p for p in cache_dir.iterdir() if p.is_dir() and p.name != "native"):
+    for device in sorted(p for p in cache_dir.iterdir() if p.is_dir()):
         for function in sorted(p for p in device.iterdir() if (p / "cache.db").is_file()):
             yield device.name, function
 
@@ -65,16 +64,26 @@ def _named(name: str, function: str | None) -> bool:
     return function is None or function in (name, base, base.rpartition(".")[2])
 
 
+def _read(device: str, directory: Path, stored_under: str, text: Any) -> Entry:
+    key = entries.key_of(stored_under)
+    try:
+        stored = entries.check(json.loads(text))
+    except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
+        return Entry(device, directory.name, key, None, str(error))
+    return Entry(device, stored.get("function", directory.name), key, stored)
+
+
 def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
-    """Every stored result under ``cache_dir`` (of one function, by name or its last part)."""
+    """Every stored result under ``cache_dir`` (of one function, by name or its last part);
+    damaged entries are listed as such, under their folder's name."""
     found = []
     for device, directory in _function_directories(cache_dir):
-        with diskcache.Cache(str(directory)) as disk:
-            for key in disk.iterkeys():
-                stored = json.loads(disk[key])
-                name = stored.get("function", directory.name)
-                if _named(name, function):
-                    found.append(Entry(device, name, key, stored))
+        folder = Folder(directory, directory.name)
+        for stored_under in folder.stored_keys():
+            entry = _read(device, directory, stored_under, folder.get(stored_under))
+            if _named(entry.function, function):
+                found.append(entry)
+        folder.close()
     return found
 
 
@@ -86,31 +95,41 @@ def size_bytes(cache_dir: Path) -> int:
 
 
 def clear(cache_dir: Path, function: str | None = None) -> int:
-    """Delete the stored results (of one function); returns how many were deleted."""
+    """Delete the stored results (of one function; damaged entries of its folders too) and the
+    compiled kernels (all, or the function's); returns how many results were deleted."""
     deleted = 0
-    for _, directory in _function_directories(cache_dir):
-        with diskcache.Cache(str(directory)) as disk:
-            for key in list(disk.iterkeys()):
-                name = json.loads(disk[key]).get("function", directory.name)
-                if _named(name, function):
-                    del disk[key]
-                    deleted += 1
+    for device, directory in _function_directories(cache_dir):
+        folder = Folder(directory, directory.name)
+        for stored_under in folder.stored_keys():
+            entry = _read(device, directory, stored_under, folder.get(stored_under))
+            mine = _named(entry.function, function) or (
+                entry.damaged is not None and function is not None and function in directory.name
+            )
+            if mine and folder.mode is Mode.WRITABLE:
+                folder.delete(stored_under)
+                deleted += 1
+        folder.close()
+    for kernels in (cache_dir / "kernels").glob("*/*") if cache_dir.is_dir() else ():
+        if function is None or function in kernels.name:
+            shutil.rmtree(kernels, ignore_errors=True)
     return deleted
 
 
-def export(cache_dir: Path, path: Path, function: str | None = None) -> int:
-    """Write the stored results (of one function) to the JSON file ``path``; returns how many."""
+def export(cache_dir: Path, path: Path, function: str | None = None) -> tuple[int, int]:
+    """Write the stored results (of one function) to the JSON file ``path``; returns how many
+    were written and how many damaged ones were left out."""
     found = stored_entries(cache_dir, function)
+    good = [e for e in found if e.stored is not None]
     document = {
         "format": FILE_FORMAT,
         "version": FILE_VERSION,
         "entries": [
             {"device": e.device, "function": e.function, "key": e.key, "entry": e.stored}
-            for e in found
+            for e in good
         ],
     }
     Path(path).write_text(json.dumps(document, indent=1))
-    return len(found)
+    return len(good), len(found) - len(good)
 
 
 @dataclass
@@ -120,17 +139,13 @@ class ImportResult:
     imported: int = 0
     #: Entries for another device than this one.
     other_device: int = 0
-    #: Entries whose key is in the cache already (kept as it was).
+    #: Entries already in the cache (the same key and kernel checksum).
     already_present: int = 0
+    #: Entries that could not be written (a read-only or full cache).
+    not_written: int = 0
 
 
-def import_file(path: Path, cache_dir: Path, device: str | None = None) -> ImportResult:
-    """Add the entries of an exported file for this device (``device``: its partition name,
-    the current device's by default) to the cache under ``cache_dir``.
-
-    Raises :class:`CacheFileError`, having written nothing, when the file or any entry is not in
-    the exported format.
-    """
+def _load_file(path: Path) -> list[dict[str, Any]]:
     try:
         document = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -145,6 +160,17 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
     items = document.get("entries")
     if not isinstance(items, list) or not all(_valid(item) for item in items):
         raise CacheFileError(f"{path}: an entry is not (device, function, key, entry)")
+    return items
+
+
+def import_file(path: Path, cache_dir: Path, device: str | None = None) -> ImportResult:
+    """Add the entries of an exported file for this device (``device``: its partition name,
+    the current device's by default) to the cache under ``cache_dir``.
+
+    Raises :class:`CacheFileError`, having written nothing, when the file or any entry is not in
+    the exported format.
+    """
+    items = _load_file(path)
     device = device or current_kind().partition
     result = ImportResult()
     for item in items:
@@ -152,11 +178,15 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
             result.other_device += 1
             continue
         directory = function_folder(Path(cache_dir) / device, item["function"])
-        with diskcache.Cache(str(directory)) as disk:
-            if disk.add(item["key"], json.dumps(item["entry"])):
-                result.imported += 1
-            else:
-                result.already_present += 1
+        folder = Folder(directory, item["function"])
+        stored_under = entries.storage_key(item["key"], item["entry"]["checksum"])
+        if folder.get(stored_under) is not None:
+            result.already_present += 1
+        elif folder.add(stored_under, json.dumps(item["entry"])):
+            result.imported += 1
+        else:
+            result.not_written += 1
+        folder.close()
     return result
 
 

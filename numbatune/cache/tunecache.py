@@ -3,9 +3,9 @@
 Memory holds the winner table, the one table the hot path reads (key -> :class:`Winner`), and,
 while a key is being tuned, a pending entry that other threads wait on (cubecl's ``Pending``).
 On a memory miss the disk is consulted: a stored entry counts only if its checksum matches the
-kernel's, else the key is tuned again and the entry replaced. The disk cache lives in
-``<cache_dir>/<device>/<function>/``; a corrupted or unreadable one is set aside with a warning,
-never trusted, and a damaged entry is discarded.
+kernel's (entries are stored under their key and checksum), else the key is tuned again. The
+disk cache lives in ``<cache_dir>/<device>/<function>/`` (:mod:`numbatune.cache.disk` says
+what happens when it is read-only, corrupt or full); a damaged entry is discarded.
 """
 
 from __future__ import annotations
@@ -13,18 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
-import sqlite3
 import threading
-import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import diskcache
-
 from numbatune.cache import entry as entries
+from numbatune.cache.disk import Folder
 from numbatune.errors import TuningError
 from numbatune.identity import folder_name
 from numbatune.tuning.results import Source, TuneReport
@@ -32,8 +28,6 @@ from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant
 
 logger = logging.getLogger("numbatune")
-
-_DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 
 
 def function_folder(device_folder: Path, function_id: str) -> Path:
@@ -83,7 +77,7 @@ class TuneCache:
         self._directory = directory
         self._checksum_of = checksum
         self._checksum: str | None = None
-        self._disk: diskcache.Cache | None = None
+        self._disk: Folder | None = None
         #: The winner table: canonical key -> winner.
         self.winners: dict[Hashable, Winner] = {}
         self._pending: dict[Hashable, _Pending] = {}
@@ -155,27 +149,11 @@ class TuneCache:
 
     # -- disk -------------------------------------------------------------------------------
 
-    def _open(self) -> diskcache.Cache | None:
-        if self._disk is not None or self._directory is None:
-            return self._disk
-        path = function_folder(self._directory, self.function_id)
-        try:
-            self._disk = diskcache.Cache(str(path))
-        except _DISK_ERRORS as error:
-            aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-            logger.warning(
-                "numbatune: the tune cache at %s cannot be read (%s); moved it to %s and "
-                "starting a fresh one",
-                path,
-                error,
-                aside,
+    def _open(self) -> Folder | None:
+        if self._disk is None and self._directory is not None:
+            self._disk = Folder(
+                function_folder(self._directory, self.function_id), self.function_id
             )
-            try:
-                shutil.move(str(path), str(aside))
-                self._disk = diskcache.Cache(str(path))
-            except _DISK_ERRORS as second:
-                logger.warning("numbatune: no disk cache for %s (%s)", self.function_id, second)
-                self._directory = None
         return self._disk
 
     def _load(self, key: Hashable) -> TuneReport | None:
@@ -183,16 +161,17 @@ class TuneCache:
         if disk is None:
             return None
         text = key_text(key)
-        try:
-            stored = disk.get(text)
-            if stored is None:
-                return None
-            report = entries.decode(json.loads(stored), key, self._by_label, self.checksum)
-        except _DISK_ERRORS as error:
-            logger.warning(
-                "numbatune: %s: cannot read the tune cache (%s)", self.function_id, error
-            )
+        stored = disk.get(entries.storage_key(text, self.checksum))
+        if stored is None:
+            if any(entries.key_of(k) == text for k in disk.stored_keys()):
+                logger.info(
+                    "numbatune: %s: stored result for %s is stale; tuning again",
+                    self.function_id,
+                    text,
+                )
             return None
+        try:
+            return entries.decode(json.loads(stored), key, self._by_label, self.checksum)
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
                 "numbatune: %s: discarded a damaged tune cache entry for %s (%s); tuning again",
@@ -200,12 +179,8 @@ class TuneCache:
                 text,
                 error,
             )
+            disk.delete(entries.storage_key(text, self.checksum))
             return None
-        if report is None:
-            logger.info(
-                "numbatune: %s: stored result for %s is stale; tuning again", self.function_id, text
-            )
-        return report
 
     def _store(self, key: Hashable, report: TuneReport) -> None:
         disk = self._open()
@@ -213,9 +188,8 @@ class TuneCache:
             return
         text = key_text(key)
         entry = entries.encode(report, self.checksum, self.function_id, text)
-        try:
-            disk.set(text, json.dumps(entry))
-        except _DISK_ERRORS as error:
-            logger.warning(
-                "numbatune: %s: cannot write the tune cache (%s)", self.function_id, error
-            )
+        current = entries.storage_key(text, self.checksum)
+        if disk.set(current, json.dumps(entry)):
+            stale = [k for k in disk.stored_keys() if entries.key_of(k) == text and k != current]
+            for other in stale:  # the same key tuned for another version of the kernel
+                disk.delete(other)
