@@ -114,12 +114,12 @@ def test_a_corrupted_entry_is_tuned_again(caplog, monkeypatch):
     first = tuned()
     first.tune(*args)
     disk = first._device_state().cache._open()
-    for stored_key in list(disk):
+    for stored_key in disk.stored_keys():
         disk.set(stored_key, "{not json")
     kernels.forget_shared_state(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="numbatune"):
         report = tuned().tune(*args)
     assert report.source == "benchmark"
     assert "damaged tune cache entry" in caplog.text
-    stored = [json.loads(disk[k]) for k in disk]
+    stored = [json.loads(disk.get(k)) for k in disk.stored_keys()]
     assert stored and all(entry["results"] for entry in stored)
