@@ -148,6 +148,9 @@ class Settings:
     #: Seconds a variant's trial run may take before its worker is stopped and the variant
     #: recorded as failed (it hangs).
     trial_timeout_s: float = 30.0
+    #: Seconds a process waits for another that is tuning the same key (sharing the cache
+    #: directory) before it tunes the key itself.
+    lock_timeout_s: float = 300.0
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -169,6 +172,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "compile_timeout_s": _parse_positive_float,
     "isolate": _one_of("new", "all", "off"),
     "trial_timeout_s": _parse_positive_float,
+    "lock_timeout_s": _parse_positive_float,
 }
 
 settings = Settings()

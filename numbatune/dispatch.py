@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -119,6 +120,18 @@ _shared_lock = threading.Lock()
 _SHARED_LIMIT = 1024
 
 
+def _after_fork_in_child() -> None:
+    """In a forked child, locks other threads of the parent held stay held: replace them."""
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    for shared in _shared.values():
+        shared.lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _shared_state(key: str, make: Callable[[], _Shared]) -> _Shared:
     with _shared_lock:
         shared = _shared.get(key)
@@ -189,7 +202,6 @@ class TunedKernel:
         self.function_id = identity.function_id(self._template.function)
         self._shared = self._share(key=key, level=level, prune=prune, check=check, name=name)
         self._compiler = self._shared.compiler
-        self._lock = self._shared.lock
         self._tally = Tally()
         self._benchmarks = 0
         self._hooks = fastpath.Hooks(
@@ -214,6 +226,10 @@ class TunedKernel:
             settings,
         )
         return _shared_state(key, lambda: _Shared(Compiler(template, self.function_id)))
+
+    @property
+    def _lock(self) -> threading.RLock:
+        return self._shared.lock
 
     # -- the hot path -----------------------------------------------------------------------
 

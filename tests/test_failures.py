@@ -122,3 +122,64 @@ def test_a_malformed_launch_config_for_the_only_variant_is_reported():
     )
     with pytest.raises(ValueError, match=r"expected \(grid, block\)"):
         tuned(*arrays())
+
+
+@cuda.jit
+def iota(out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = i
+
+
+def test_concurrent_calls_of_other_sizes_each_launch_their_own_grid():
+    import threading
+
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[4, 8]),
+        launch=lambda out, *, BLOCK: (nt.cdiv(out.shape[0], BLOCK), BLOCK),
+        key=lambda out: "one key for every size",
+    )(iota)
+    sizes = [4 + (i % 12) * 4 for i in range(120)]
+    outputs = [cuda.to_device(np.full(n, -1, np.int64)) for n in sizes]
+    tuned(outputs[0])
+    threads = [threading.Thread(target=tuned, args=(out,)) for out in outputs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wrong = [
+        n
+        for n, out in zip(sizes, outputs, strict=True)
+        if (out.copy_to_host() != np.arange(n)).any()
+    ]
+    assert wrong == []
+
+
+def test_an_empty_launch_is_refused_on_every_call_not_only_the_first():
+    def launch(a, out, *, BLOCK):
+        return a.shape[0] // BLOCK, BLOCK  # 0 blocks for fewer than BLOCK elements
+
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]), launch=launch, key=lambda a, out: "one key"
+    )(kernels.accumulate)
+    tuned(*arrays(4))
+    with pytest.raises(ValueError, match=r"the launch function returned \(0, \d\)"):
+        tuned(*arrays(1))  # a known key: the winner's launch, checked again
+
+
+def test_a_nan_in_a_key_finds_its_result_again():
+    @cuda.jit
+    def shift(a, out, offset):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] + offset
+
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]),
+        launch=lambda a, out, offset, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
+        key=["offset"],
+    )(shift)
+    a, out = arrays(4)
+    for _ in range(3):
+        tuned(a, out, float("nan"))
+    assert tuned.stats["benchmarks"] == 1

@@ -24,7 +24,7 @@ def fragile(a, out):
     if MODE == 2:
         os._exit(3)  # under the simulator, a kernel is Python: this ends its process
     if MODE == 3:
-        out[i + 1_000_000] = 1
+        out[i + (1 << 40)] = 1  # far past any allocation
     if i < a.shape[0]:
         out[i] = a[i] * 2
 
@@ -84,3 +84,15 @@ def test_without_isolation_no_trial_runs(monkeypatch):
     monkeypatch.setattr(nt.settings, "isolate", "off")
     monkeypatch.setattr(trials.Trials, "run", lambda *a: pytest.fail("a trial ran"))
     _fragile([0, 4]).tune(*_arguments())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("mode", "reason"), [(3, "ILLEGAL_ADDRESS"), (1, "time limit")])
+def test_on_a_gpu_a_crashing_or_hanging_variant_leaves_this_process_healthy(isolated, mode, reason):
+    tuned = _fragile([0, mode])
+    a, out = _arguments()
+    report = tuned.tune(a, out)
+    assert report.best == {"MODE": 0} and reason in report.results[1].error
+    tuned(a, out)
+    assert out.copy_to_host().tolist() == [2.0 * i for i in range(16)]
+    assert cuda.to_device(np.ones(4)).copy_to_host().sum() == 4  # the context still works

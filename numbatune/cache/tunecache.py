@@ -10,14 +10,20 @@ what happens when it is read-only, corrupt or full); a damaged entry is discarde
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
+import os
 import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 from numbatune.cache import entry as entries
 from numbatune.cache.disk import Folder
@@ -55,6 +61,17 @@ class _Pending:
         self.error: BaseException | None = None
 
 
+_caches: weakref.WeakSet[TuneCache] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for cache in list(_caches):
+        cache._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 #: ``reuse(stored)``: a report read from disk as the answer, or None to tune again.
 Reuse = Callable[[TuneReport], TuneReport | None]
 
@@ -81,6 +98,13 @@ class TuneCache:
         #: The winner table: canonical key -> winner.
         self.winners: dict[Hashable, Winner] = {}
         self._pending: dict[Hashable, _Pending] = {}
+        self._lock = threading.Lock()
+        _caches.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the keys other threads of the parent were tuning (they
+        will never finish here), and the locks they may have held."""
+        self._pending = {}
         self._lock = threading.Lock()
 
     @property
@@ -126,13 +150,14 @@ class TuneCache:
             assert pending.answer is not None
             return pending.answer, dataclasses.replace(pending.answer.report, source=Source.MEMORY)
         try:
-            report = None if force else self._load(key)
-            if report is not None and reuse is not None:
-                report = reuse(report)
-            if report is None:
-                report = tune()
-                if report.source is Source.BENCHMARK:
-                    self._store(key, report)
+            with self._process_lock(key):  # processes sharing the cache tune a key once
+                report = None if force else self._load(key)
+                if report is not None and reuse is not None:
+                    report = reuse(report)
+                if report is None:
+                    report = tune()
+                    if report.source is Source.BENCHMARK:
+                        self._store(key, report)
             winner = self.winner_of(report)
         except BaseException as error:
             with self._lock:
@@ -148,6 +173,37 @@ class TuneCache:
         return winner, report
 
     # -- disk -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _process_lock(self, key: Hashable) -> Iterator[None]:
+        """Hold the lock of ``key`` among processes that share this cache directory; past the
+        ``lock_timeout_s`` setting, or where the lock cannot be taken, go on without it."""
+        from numbatune.config import settings
+
+        if self._directory is None:
+            yield
+            return
+        digest = hashlib.sha256(key_text(key).encode()).hexdigest()[:16]
+        path = self._directory / "locks" / f"{folder_name(self.function_id)}-{digest}"
+        lock = filelock.FileLock(str(path) + ".lock", timeout=settings.lock_timeout_s)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        except filelock.Timeout:
+            logger.warning(
+                "numbatune: %s: another process has tuned %s for %g s; tuning it here too",
+                self.function_id, key_text(key), settings.lock_timeout_s,
+            )  # fmt: skip
+            yield
+            return
+        except OSError as error:  # a read-only cache: no lock to take
+            logger.debug("numbatune: %s: no lock for %s (%s)", self.function_id, key, error)
+            yield
+            return
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _open(self) -> Folder | None:
         if self._disk is None and self._directory is not None:

@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,19 @@ CodeKey = tuple[str, str]
 
 _pools: dict[int, processes.WorkerPool] = {}
 _pools_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts its own workers (the parent's are not its to talk to)."""
+    global _pools, _pools_lock
+    _pools, _pools_lock = {}, threading.Lock()
+    for compiler in list(_compilers):
+        compiler._lock = threading.RLock()
+
+
+_compilers: weakref.WeakSet[Compiler] = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def worker_environment() -> dict[str, str]:
@@ -104,6 +118,7 @@ class Compiler:
         self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
         self._ran: set[str] = set()
         self._lock = threading.RLock()
+        _compilers.add(self)
 
     def warm_up(self, variants: Sequence[Variant]) -> None:
         """Start the compile workers ``variants`` may need, before compiling them, so that they

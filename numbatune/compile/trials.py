@@ -139,6 +139,16 @@ _trials: Trials | None = None
 _trials_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child starts its own trial worker."""
+    global _trials, _trials_lock
+    _trials, _trials_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def trials() -> Trials:
     """This process's trial worker (made on first use)."""
     global _trials

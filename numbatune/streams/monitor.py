@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import os
 import threading
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
@@ -242,6 +243,15 @@ def buffer_of(array: Any) -> Hashable:
 
 
 monitor = Monitor()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child's monitor starts afresh: its parent's streams and events are not its."""
+    monitor.__init__()  # type: ignore[misc]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def start_profile() -> ProfileToken:
