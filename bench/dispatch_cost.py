@@ -110,17 +110,89 @@ def _triton_hit() -> Callable[[], Any] | str:
     return call
 
 
-def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[str, Any]:
-    """Median microseconds per call for each way of launching, per array kind."""
-    batches, per_batch, warmup_s = (2, 3, 0.0) if smoke else (30, 300, 2.0)
-    host = np.random.default_rng(0).random(SIZE, dtype=np.float32)
-    a = np.float32(2.0)
+#: A STUMPY-shaped kernel: 18 arrays and 8 scalars (STUMPY's _compute_and_update_PI_kernel
+#: takes 26 arguments); each element adds them up, so the kernel is tiny and the host decides.
+WIDE_ARRAYS, WIDE_SCALARS = 18, 8
+_WIDE_NAMES = [f"a{i}" for i in range(WIDE_ARRAYS - 1)] + ["out"]
+_WIDE_SCALARS = [f"s{i}" for i in range(WIDE_SCALARS)]
+_WIDE_SUM = " + ".join([f"a{k}[i]" for k in range(WIDE_ARRAYS - 1)] + _WIDE_SCALARS)
+_WIDE_SOURCE = f"""
+def wide({", ".join(_WIDE_NAMES + _WIDE_SCALARS)}):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = {_WIDE_SUM}
+"""
+_namespace: dict[str, Any] = {"cuda": cuda}
+exec(_WIDE_SOURCE, _namespace)
+wide_kernel = cuda.jit(_namespace["wide"])
+
+
+def tuned_wide(kind: str) -> nt.TunedKernel:
+    return nt.autotune(
+        variants=nt.product(BLOCK=[128, 256]),
+        launch=lambda *args, BLOCK: (nt.cdiv(args[WIDE_ARRAYS - 1].shape[0], BLOCK), BLOCK),
+        name=f"bench_dispatch_wide_{kind}",
+    )(wide_kernel)
+
+
+def _fast_path_parts(tuned: nt.TunedKernel, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The namespace of the fast path ``args`` take (its packing, function, launch)."""
+    for state in tuned._shared.devices.values():
+        path = state.paths.get(tuple(map(type, args)))
+        if path is not None:
+            return path.__globals__
+    raise LookupError("no fast path")
+
+
+def _profile_calls(
+    tuned: nt.TunedKernel, args: tuple[Any, ...], label: str
+) -> dict[Any, Callable[[], Any]]:
+    """Calls that split a hit's host time: the driver's launch alone (parameters packed once),
+    and the generated code with the launch stubbed out."""
+    parts = _fast_path_parts(tuned, args)
+    (function,) = parts["_functions"].values()
+    winner = next(iter(parts["_winners"].values()))
+    config = parts["_config"](*args, **winner.params)
+    packed = _packed(parts, args)
+    launch, offsets, context = parts["_launch"], parts["_offsets"], parts["_context"]
+    cooperative = parts["_cooperative"]
+    stubbed = dict(parts)
+    stubbed["_launch"] = lambda *a: 0
+    call = type(parts["call"])(parts["call"].__code__, stubbed)
+    return {
+        (label, "driver launch alone (packed once)"): lambda: launch(
+            function, config, 0, packed, offsets, context, cooperative
+        ),
+        (label, "generated code, launch stubbed"): lambda: call(args, None),
+    }
+
+
+def _packed(parts: dict[str, Any], args: tuple[Any, ...]) -> bytes:
+    """The parameters the fast path packs for ``args`` (captured from one call)."""
+    captured = []
+    original = parts["_launch"]
+
+    def capture(*launch_arguments):
+        captured.append(launch_arguments[3])  # (function, config, stream, parameters, ...)
+        return original(*launch_arguments)
+
+    parts["_launch"] = capture
+    try:
+        parts["call"](args, None)
+    finally:
+        parts["_launch"] = original
+    return captured[0]
+
+
+def _phase_one(kinds, host, a, results):
+    """One stream so far: hits, numba's launches, Triton's hit, the wide kernel, a profile."""
     grid = nt.cdiv(SIZE, BLOCK)
     configured = scale[grid, BLOCK]
     calls: dict[tuple[str, str], Callable[[], Any]] = {}
-    for kind, make in _array_kinds().items():
+    tuned_kernels = {}
+    for kind, make in kinds.items():
         x, out = make(host), make(np.zeros_like(host))
-        tuned = tuned_scale(kind)
+        tuned = tuned_kernels[kind] = tuned_scale(kind)
         tuned(x, out, a)  # tune: what follows are cache hits
         calls[kind, "numbatune hit"] = lambda t=tuned, x=x, out=out: t(x, out, a)
         calls[kind, "numba k[grid, block](...)"] = lambda x=x, out=out: scale[grid, BLOCK](
@@ -129,25 +201,86 @@ def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[s
         calls[kind, "numba cfg = k[grid, block]; cfg(...)"] = lambda x=x, out=out: configured(
             x, out, a
         )
+        if not SIMULATOR:
+            calls.update(_profile_calls(tuned, (x, out, a), kind))
+        if kind in ("numba", "torch"):
+            wide_args = tuple(make(host.astype(np.float64)) for _ in range(WIDE_ARRAYS))
+            wide_args += tuple(float(k) for k in range(WIDE_SCALARS))
+            wide = tuned_wide(kind)
+            wide(*wide_args)
+            calls[kind, "26 arguments: numbatune hit"] = lambda w=wide, g=wide_args: w(*g)
+            calls[kind, "26 arguments: numba cfg(...)"] = (
+                lambda g=wide_args, c=wide_kernel[grid, BLOCK]: c(*g)
+            )
+            if not SIMULATOR:
+                calls.update(_profile_calls(wide, wide_args, f"{kind} 26 arguments"))
     triton = "not run: simulator" if SIMULATOR else _triton_hit()
     if callable(triton):
         calls["torch", "triton autotune hit"] = triton
-    medians = per_call_us(calls, batches, per_batch, warmup_s)
-    results: dict[str, Any] = {"size": SIZE, "batches": batches, "calls_per_batch": per_batch}
-    for (kind, method), median in medians.items():
-        results.setdefault(kind, {})[method] = median
-    if isinstance(triton, str) and not SIMULATOR:
+    elif not SIMULATOR:
         results.setdefault("torch", {})["triton autotune hit"] = triton
+    return calls, tuned_kernels
+
+
+def _phase_two(kinds, host, a, tuned_kernels):
+    """After tuned launches on two streams: hits on the arrays' own stream, and hits that
+    must wait for another stream (alternating streams, so each call waits)."""
+    calls: dict[tuple[str, str], Callable[[], Any]] = {}
+    checks = []
+    for kind, make in kinds.items():
+        tuned = tuned_kernels[kind]
+        x, out = make(host), make(np.zeros_like(host))
+        other_x, other_out = make(host), make(np.zeros_like(host))
+        streams = [cuda.stream(), cuda.stream()]
+        tuned(other_x, other_out, a, stream=streams[1])  # a second stream: ordering is on
+        calls[kind, "hit, 2 streams used, own stream"] = lambda t=tuned, x=x, o=out: t(x, o, a)
+        flip = [0]
+
+        def alternate(t=tuned, x=x, o=out, s=streams, flip=flip):
+            flip[0] ^= 1
+            t(x, o, a, stream=s[flip[0]])
+
+        calls[kind, "hit that waits for another stream"] = alternate
+        checks.append((kind, x, out))
+    return calls, checks
+
+
+def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[str, Any]:
+    """Median microseconds per call for each way of launching, per array kind: with one
+    stream so far, then after tuned launches on two streams."""
+    batches, per_batch, warmup_s = (2, 3, 0.0) if smoke else (30, 300, 2.0)
+    host = np.random.default_rng(0).random(SIZE, dtype=np.float32)
+    a = np.float32(2.0)
+    kinds = _array_kinds()
+    results: dict[str, Any] = {"size": SIZE, "batches": batches, "calls_per_batch": per_batch}
+    calls, tuned_kernels = _phase_one(kinds, host, a, results)
+    for (kind, method), median in per_call_us(calls, batches, per_batch, warmup_s).items():
+        results.setdefault(kind, {})[method] = median
+    calls, checks = _phase_two(kinds, host, a, tuned_kernels)
+    for (kind, method), median in per_call_us(calls, batches, per_batch, warmup_s).items():
+        results.setdefault(kind, {})[method] = median
+    cuda.synchronize()
+    results["results_checked"] = all(np.allclose(_host_copy(out), 2 * host) for _, _, out in checks)
     return results
+
+
+def _host_copy(array: Any) -> np.ndarray:
+    if hasattr(array, "copy_to_host"):
+        return array.copy_to_host()
+    if hasattr(array, "get"):
+        return array.get()
+    return array.cpu().numpy()
 
 
 def table(result: dict[str, Any]) -> str:
     """One line per launch method and array kind, in microseconds per call."""
-    lines = [f"{'array kind':<8} {'launch':<40} us/call"]
-    for kind in ("numba", "cupy", "torch"):
-        for method, value in result.get(kind, {}).items():
-            figure = f"{value:8.1f}" if isinstance(value, float) else value
-            lines.append(f"{kind:<8} {method:<40} {figure}")
+    lines = [f"{'array kind':<22} {'launch':<44} us/call"]
+    for kind, methods in result.items():
+        if isinstance(methods, dict):
+            for method, value in methods.items():
+                figure = f"{value:8.2f}" if isinstance(value, float) else value
+                lines.append(f"{kind:<22} {method:<44} {figure}")
+    lines.append(f"results checked: {result.get('results_checked')}")
     return "\n".join(lines)
 
 

@@ -103,7 +103,7 @@ def layout_of(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize:
 _dtype_names: dict[Any, str] = {}
 
 
-def _dtype_name(dtype: Any) -> str:
+def dtype_name(dtype: Any) -> str:
     """NumPy's name for a NumPy or torch dtype (``torch.float32`` -> ``float32``), cached."""
     name = _dtype_names.get(dtype)
     if name is None:
@@ -115,12 +115,12 @@ def _dtype_name(dtype: Any) -> str:
 def _read_numba_array(array: Any) -> tuple[tuple[int, ...], str, str]:
     dtype = array.dtype
     layout = "C" if array.is_c_contiguous() else "F" if array.is_f_contiguous() else "A"
-    return array.shape, _dtype_names.get(dtype) or _dtype_name(dtype), layout
+    return array.shape, _dtype_names.get(dtype) or dtype_name(dtype), layout
 
 
 def _read_torch_tensor(tensor: Any) -> tuple[tuple[int, ...], str, str]:
     dtype = tensor.dtype
-    name = _dtype_names.get(dtype) or _dtype_name(dtype)
+    name = _dtype_names.get(dtype) or dtype_name(dtype)
     if tensor.is_contiguous():
         return tensor.shape, name, "C"  # torch.Size is a tuple
     itemsize = tensor.element_size()
@@ -130,7 +130,7 @@ def _read_torch_tensor(tensor: Any) -> tuple[tuple[int, ...], str, str]:
 
 def _read_cupy_array(array: Any) -> tuple[tuple[int, ...], str, str]:
     dtype = array.dtype
-    name = _dtype_names.get(dtype) or _dtype_name(dtype)
+    name = _dtype_names.get(dtype) or dtype_name(dtype)
     if array._c_contiguous:
         return array.shape, name, "C"
     return array.shape, name, "F" if array._f_contiguous else "A"

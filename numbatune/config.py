@@ -16,9 +16,9 @@ from typing import Any
 
 
 def _default_isolation() -> str:
-    from numbatune.arrays import SIMULATOR
+    from numba.cuda.core import config as numba_config  # numba.cuda chose already
 
-    return "off" if SIMULATOR else "new"
+    return "off" if numba_config.ENABLE_CUDASIM else "new"
 
 
 def _usable_cores() -> int:

@@ -342,7 +342,7 @@ class TunedKernel:
         # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
         handle = raw_stream(stream)
         if handle != monitor.stream:
-            monitor.before(handle, tuple(a for a in args if is_array(a)), None, stream)
+            monitor.watch(handle, tuple(a for a in args if is_array(a)), None, stream)
         plan = levels.plan(
             self.name, key, self._variants, self._level or settings.level, self._prune
         )

@@ -43,8 +43,11 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     return power
 
 
-def _anchored(found: tuple[tuple[int, ...], str, str]) -> tuple[tuple[int, ...], str, str]:
-    """An array's key part: its shape anchored to powers of two, its dtype and layout."""
+def default_key_part(
+    found: tuple[tuple[int, ...], str, str],
+) -> tuple[tuple[int, ...], str, str]:
+    """An array's part of the default key: its shape anchored to powers of two, its dtype and
+    layout (``found`` is what :func:`numbatune.arrays.read` gives)."""
     shape, dtype, layout = found
     return tuple([next_power_of_two(n) for n in shape]), dtype, layout
 
@@ -65,7 +68,7 @@ def default_key(args: tuple[Any, ...]) -> Hashable:
     for value in args:
         found = arrays.read(value)
         if found is not None:
-            key.append(_anchored(found))
+            key.append(default_key_part(found))
     return tuple(key)
 
 
@@ -111,7 +114,7 @@ def _named_key(names: list[str], signature: inspect.Signature, kernel_name: str)
         picked = []
         for i in positions:
             found = arrays.read(args[i])
-            picked.append(args[i] if found is None else _anchored(found))
+            picked.append(args[i] if found is None else default_key_part(found))
         return (*picked, *_types_of(args))
 
     return named_key

@@ -267,12 +267,12 @@ def test_with_fast_launch_off_results_are_the_same():
 
 
 def test_a_c_launcher_that_cannot_be_built_leaves_the_cuda_bindings_launch(monkeypatch):
-    from numbatune.launch import cudalaunch
+    from numbatune import native as cudalaunch
 
     def no_compiler():
         raise OSError("cc: not found")
 
-    monkeypatch.setattr(cudalaunch, "_launcher", None)
+    monkeypatch.setattr(cudalaunch, "_native", None)
     monkeypatch.setattr(cudalaunch, "BUILD_ERROR", None)
     monkeypatch.setattr(cudalaunch, "_compiled_module", no_compiler)
     assert cudalaunch.launcher() is cudalaunch._launch_with_bindings
@@ -281,12 +281,17 @@ def test_a_c_launcher_that_cannot_be_built_leaves_the_cuda_bindings_launch(monke
 
 @pytest.mark.gpu
 def test_the_c_launcher_is_built_and_the_bindings_launch_gives_the_same(monkeypatch):
-    from numbatune.launch import cudalaunch
+    from numbatune import native as cudalaunch
 
     x = cuda.to_device(_host((6, 10, 3), np.float32))[:, ::2, 0]
     (out, seen), _ = _run_both(x, np.float32)
     assert cudalaunch.BUILD_ERROR is None
-    monkeypatch.setattr(cudalaunch, "_launcher", cudalaunch._launch_with_bindings)
+    bindings = cudalaunch.Native(
+        cudalaunch._launch_with_bindings,
+        cudalaunch._record_with_bindings,
+        cudalaunch._wait_with_bindings,
+    )
+    monkeypatch.setattr(cudalaunch, "_native", bindings)
     tuned = nt.autotune(variants=[{}], launch=_grid)(copy_2d)
     bindings_out = cuda.device_array(x.shape, np.float32)
     bindings_seen = cuda.to_device(np.zeros(8, np.int64))
@@ -314,3 +319,45 @@ def test_torch_work_queued_before_a_tuned_call_is_seen_by_it(explicit):
             COPIES[1](x, out, seen)
     torch.cuda.synchronize()
     assert bool((out == 3.0).all())
+
+
+RECORD = np.dtype([("position", np.float32, (2,)), ("count", np.int32)])
+
+
+@cuda.jit
+def count_up(records):
+    i = cuda.grid(1)
+    if i < records.shape[0]:
+        records[i]["count"] += 1
+
+
+@cuda.jit
+def grid_total(a, out):
+    """Cooperative: every block writes, the grid waits, then one thread adds up."""
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i + 1] = a[i]
+    grid.sync()
+    if i == 0:
+        total = 0.0
+        for k in range(a.shape[0]):
+            total += out[k + 1]
+        out[0] = total
+
+
+@pytest.mark.gpu
+def test_record_arrays_and_cooperative_kernels_take_the_fast_path():
+    records = cuda.to_device(np.zeros(100, RECORD))
+    counted = nt.autotune(variants=[{}], launch=lambda r: (4, 32))(count_up)
+    counted(records)
+    with _only_the_fast_path(counted):
+        counted(records)
+    assert (records.copy_to_host()["count"] == 2).all()
+    a = cuda.to_device(np.ones(500, np.float32))
+    out = cuda.to_device(np.zeros(501, np.float32))
+    total = nt.autotune(variants=[{}], launch=lambda a, out: (4, 128))(grid_total)
+    total(a, out)
+    with _only_the_fast_path(total):
+        total(a, out)
+    assert out.copy_to_host()[0] == 500

@@ -112,17 +112,55 @@ def test_the_first_launch_on_a_second_stream_waits_for_the_first_stream():
     events = RecordingEvents()
     monitor = Monitor(events)
     x, y, z = (cuda.device_array(4, np.float32) for _ in range(3))
-    monitor.before(7, (x,), "k")  # one stream so far: nothing tracked
+    monitor.watch(7, (x,), "k")  # one stream so far: nothing tracked
     assert monitor.stream == 7 and events.waits == []
-    monitor.before(9, (y,), "k")
+    monitor.watch(9, (y,), "k")
     assert events.waits == [(9, 7)]
-    monitor.before(7, (z,), "k")
-    monitor.before(9, (y,), "k")
+    monitor.watch(7, (z,), "k")
+    monitor.watch(9, (y,), "k")
     assert events.waits == [(9, 7)]
-    monitor.before(9, (x[1:],), "k")  # a view of x, used on 7 before 9's first wait
+    monitor.watch(9, (x[1:],), "k")  # a view of x, used on 7 before 9's first wait
     assert events.waits == [(9, 7)]
-    monitor.before(7, (y[:2],), "k")  # a view of y, last used on 9
+    monitor.watch(7, (y[:2],), "k")  # a view of y, last used on 9
     assert events.waits == [(9, 7), (7, 9)]
+
+
+class CountingEvents(RecordingEvents):
+    """RecordingEvents that also count the events recorded, by stream."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def record(self, event, stream):
+        super().record(event, stream)
+        self.records.append(stream)
+
+
+def test_with_two_streams_in_use_a_launch_on_its_arrays_own_stream_records_nothing():
+    events = CountingEvents()
+    monitor = Monitor(events)
+    x, y = cuda.device_array(4, np.float32), cuda.device_array(4, np.float32)
+    monitor.watch(7, (x,), "k", given=cuda.stream())
+    monitor.watch(9, (y,), "k", given=cuda.stream())  # two streams: ordering is on
+    recorded = len(events.records)
+    for _ in range(5):  # x stays on 7, y on 9: no event, nothing to finish after the launch
+        assert monitor.watch(7, (x,), "k", given=None) is None
+        assert monitor.watch(9, (y,), "k", given=None) is None
+    assert len(events.records) == recorded and events.waits == [(9, 7)]
+    monitor.watch(9, (x,), "k")  # x moves to 9: 7's event is recorded now, for this wait
+    assert events.records[-1] == 7 and events.waits[-1] == (9, 7)
+
+
+def test_a_raw_stream_handle_gets_its_event_recorded_right_after_each_launch():
+    events = CountingEvents()
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    monitor.watch(7, (x,), "k", given=cuda.stream())
+    launch = monitor.watch(1234, (x,), "k", given=1234)  # may be destroyed: never touched later
+    assert launch is not None
+    monitor.after(launch)
+    assert events.records[-1] == 1234
 
 
 def test_kept_arrays_live_until_the_device_passes_their_launch():

@@ -5,7 +5,7 @@ fields once, checks that the arguments have the signature it was made for, compu
 from what it read, finds the key's winner in the tuned kernel's winner table and that
 variant's compiled function for this signature, calls the launch function, packs the
 parameters with one ``struct.pack`` and calls ``cuLaunchKernel`` from C
-(:mod:`numbatune.launch.cudalaunch`).
+(:mod:`numbatune.native`).
 
 Two functions are made: ``call(args, stream)``, which looks the winner up and hands calls it
 cannot take to ``_next`` (another signature of the same argument classes) or ``_general`` (the
@@ -26,7 +26,7 @@ from numbatune.launch.layout import ArgumentPlan
 def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
     """The ``struct`` format that packs the plan's fields at the driver's offsets."""
     fmt, position = "<", 0
-    for (offset, size), (letter, _) in zip(layout, plan.fields, strict=True):
+    for (offset, size), letter in zip(layout, plan.fields, strict=True):
         fmt += f"{offset - position}x" * (offset > position) + letter
         position = offset + size
     return fmt
@@ -80,8 +80,10 @@ def _tail(
     (and return True) when the packing or the launch fails; ``in_call`` tells ``_failed``
     whether the general path may be asked again."""
     arguments = "".join(f"a{i}, " for i in range(arity))
-    values = ", ".join(value for _, value in plan.fields)
-    watched_arrays = "".join(f"{a}, " for a in plan.arrays_read)
+    values = ", ".join(plan.values)
+    buffers = "".join(f"{b}, " for b in plan.buffers)
+    foreign = [a for a in plan.arrays_read if a in plan.library_arrays]
+    kept = f"_keep(stream, ({''.join(f'{a}, ' for a in foreign)}))" if foreign else "()"
     return [
         "    function = _functions.get(winner.index)",
         "    if function is None:",
@@ -96,9 +98,12 @@ def _tail(
         f"        parameters = _pack({values})",
         "    except struct.error:  # a value numba types otherwise, e.g. an int over 2**63",
         "        return _numba(args, winner, config, given)",
+        # Only once a second stream (or a profile) is in use: order after other streams.
         "    watched = stream != _monitor.stream and "
-        f"_monitor.before(stream, ({watched_arrays}), _name, given)",
-        "    error = _launch(function, config, stream, parameters, _offsets, _context)",
+        f"_monitor.before(stream, ({buffers}), {kept}, _name, given)",
+        "    error = _launch(",
+        "        function, config, stream, parameters, _offsets, _context, _cooperative",
+        "    )",
         "    if error:",
         f"        return _failed(error, args, winner, config, given, stream, {in_call})",
         "    if watched:",

@@ -22,18 +22,20 @@ from typing import Any
 
 from numba import cuda
 
-from numbatune.launch import codegen, cudalaunch
+from numbatune import native
+from numbatune.launch import codegen
 from numbatune.launch.config import checked_launch_config, launch_error
 from numbatune.launch.layout import (
     ArgumentPlan,
     function_handle,
     half_bits,
+    numba_array_memo,
     overload,
     parameter_layout,
     supported,
 )
 from numbatune.streams.handles import check_stream, stream_getter, stream_handle
-from numbatune.streams.monitor import monitor
+from numbatune.streams.monitor import keep, monitor
 
 logger = logging.getLogger("numbatune")
 
@@ -72,8 +74,10 @@ class FastPath:
         layout: list[tuple[int, int]],
         name: str,
         code: str,
+        cooperative: bool,
     ) -> None:
         self.call = call
+        self._cooperative = cooperative
         self.launch_winner = launch_winner
         self.code = code
         self._functions = functions
@@ -90,6 +94,8 @@ class FastPath:
             function = kernel._codelibrary.get_cufunc()
             if parameter_layout(function) != self._layout:
                 reason = "this variant's parameter layout differs from the signature's"
+            elif kernel.cooperative != self._cooperative:
+                reason = "this variant synchronises its grid and the signature's first did not"
         if reason:
             logger.debug("%s: launched through numba: %s", self._name, reason)
             return False
@@ -125,7 +131,7 @@ def build(
     if layout is None:
         logger.debug("%s: launched through numba: the driver gives no parameter layout", hooks.name)
         return None
-    planned = [struct.calcsize(letter) for letter, _ in plan.fields]
+    planned = [struct.calcsize(letter) for letter in plan.fields]
     if [size for _, size in layout] != planned:
         logger.warning(
             "%s: numba's kernel parameter layout is not the expected one (sizes %s, planned %s);"
@@ -135,7 +141,7 @@ def build(
             planned,
         )
         return None
-    return _generate(plan, layout, args, winners, hooks, next_path)
+    return _generate(plan, layout, args, winners, hooks, next_path, kernel.cooperative)
 
 
 def _generate(
@@ -145,6 +151,7 @@ def _generate(
     winners: dict[Hashable, Any],
     hooks: Hooks,
     next_path: General,
+    cooperative: bool,
 ) -> FastPath:
     from numba.cuda.core import config as numba_config
 
@@ -170,13 +177,16 @@ def _generate(
         **{f"_{library}_stream": stream_getter(library) for library in libraries},
         "_wait": monitor.wait,
         "_half_bits": half_bits,
-        "_launch": cudalaunch.launcher(),
+        "_memo": numba_array_memo,
+        "_launch": native.launcher(),
         "_context": int(cuda.current_context().handle),
+        "_cooperative": cooperative,
         "_monitor": monitor,
+        "_keep": keep,
         "_name": hooks.name,
     }
     call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
-    return FastPath(call, launch_winner, functions, layout, hooks.name, code)
+    return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
 
 
 def _numba_launcher(hooks: Hooks) -> Callable[..., bool]:
@@ -199,7 +209,7 @@ def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
         stream: int,
         in_call: bool,
     ) -> bool:
-        if error == cudalaunch.WRONG_CONTEXT:  # another device, or a new thread: nothing ran
+        if error == native.WRONG_CONTEXT:  # another device, or a new thread: nothing ran
             if in_call:
                 hooks.general(args, given)
             else:

@@ -15,12 +15,15 @@ debug or cooperative kernels) is left to numba's launch.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from numbatune import arrays
 from numbatune.arrays import SIMULATOR, library_of
+from numbatune.keys import default_key_part
+from numbatune.streams.monitor import buffer_of
 from numbatune.values import next_power_of_two_code
 
 #: numba-cuda versions whose kernel parameter layout this module was checked against.
@@ -45,16 +48,21 @@ class ArgumentPlan:
     the arguments numba types as this signature (classes, and for arrays dtype, rank and
     layout). ``key_parts`` are the default key's parts of the top-level arrays (anchored
     shape, dtype name and layout, as :func:`numbatune.keys.default_key` makes them).
-    ``fields`` are (struct format, expression) per kernel parameter; ``arrays_read`` the
-    expressions of the array arguments.
+    ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
+    that give them (``*x`` for several), ``buffers`` the expressions of the arrays'
+    allocations (for ordering across streams) and ``arrays_read`` those of the arrays.
     """
 
     def __init__(self) -> None:
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
         self.key_parts: list[str] = []
-        self.fields: list[tuple[str, str]] = []
+        self.fields: list[str] = []
+        self.values: list[str] = []
+        self.buffers: list[str] = []
         self.arrays_read: list[str] = []
+        #: The torch and CuPy arrays among them (kept alive when launched on another stream).
+        self.library_arrays: list[str] = []
         self.constants: dict[str, Any] = {}
 
     def constant(self, value: Any) -> str:
@@ -62,6 +70,10 @@ class ArgumentPlan:
         name = f"_k{len(self.constants)}"
         self.constants[name] = value
         return name
+
+    def _field(self, letter: str, value: str) -> None:
+        self.fields.append(letter)
+        self.values.append(value)
 
     def add(self, argument: str, numba_type: Any, value: Any, top: bool = True) -> bool:
         """Plan the parameters of one argument; False when it has no plan. ``top``: an
@@ -88,47 +100,71 @@ class ArgumentPlan:
         if type(value) is int and numba_type != types.int64:
             return False  # numba types ints of 2**63 and over as uint64: not by class
         if numba_type == types.boolean:
-            self.fields.append(("?", argument))
+            self._field("?", argument)
         elif isinstance(numba_type, types.Integer):
             letter = {8: "b", 16: "h", 32: "i", 64: "q"}[numba_type.bitwidth]
-            self.fields.append((letter if numba_type.signed else letter.upper(), argument))
+            self._field(letter if numba_type.signed else letter.upper(), argument)
         elif numba_type == types.float16:
-            self.fields.append(("H", f"_half_bits({argument})"))
+            self._field("H", f"_half_bits({argument})")
         elif numba_type in (types.float32, types.float64):
-            self.fields.append(("f" if numba_type == types.float32 else "d", argument))
+            self._field("f" if numba_type == types.float32 else "d", argument)
         elif numba_type in (types.complex64, types.complex128):
             letter = "f" if numba_type == types.complex64 else "d"
-            self.fields += [(letter, f"{argument}.real"), (letter, f"{argument}.imag")]
+            self._field(letter, f"{argument}.real")
+            self._field(letter, f"{argument}.imag")
         else:
             return False
         return True
 
     def _add_array(self, argument: str, numba_type: Any, value: Any, top: bool) -> bool:
-        from numba.np.numpy_support import as_dtype
-
         library = library_of(type(value))
         if library is None or not numba_type.mutable or not numba_type.aligned:
             return False
-        ndim, layout = numba_type.ndim, numba_type.layout
-        itemsize = as_dtype(numba_type.dtype).itemsize
         name = f"_{self.arrays}"
         self.arrays += 1
         self.arrays_read.append(argument)
-        read = _read_numba if library == "numba" else _read_library
-        fields = read(self, argument, name, library, ndim, itemsize)
+        ndim = numba_type.ndim
+        self.fields += ["Q", "Q", "q", "q", "Q"] + ["q"] * (2 * ndim)
+        if library == "numba":
+            self._add_numba_array(argument, name, value, top)
+        else:
+            self._add_library_array(argument, name, numba_type, value, library, top)
+        return True
+
+    def _add_numba_array(self, argument: str, name: str, value: Any, top: bool) -> None:
+        """numba's arrays: their fields are read once per array object and kept on it
+        (:func:`numba_array_memo`), as numba keeps its own launch view of them."""
+        token = self.constant(numba_array_memo(value)[0])
+        self.steps += [
+            ("read", f'{name} = {argument}.__dict__.get("_numbatune") or _memo({argument})'),
+            ("check", f"{name}[0] is {token}"),
+        ]
+        if top:
+            self.key_parts.append(f"{name}[1]")
+        self.values.append(f"*{name}[2]")
+        self.buffers.append(f"{name}[3]")
+
+    def _add_library_array(
+        self, argument: str, name: str, numba_type: Any, value: Any, library: str, top: bool
+    ) -> None:
+        from numba.np.numpy_support import as_dtype
+
+        ndim, layout = numba_type.ndim, numba_type.layout
+        itemsize = as_dtype(numba_type.dtype).itemsize
+        fields = _read_library(self, argument, name, library, ndim, itemsize)
+        self.library_arrays.append(argument)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
         strides = fields.strides
         if layout == "C":
             # A C-contiguous array exports no strides, and numba computes them from the shape.
             # (For dimensions of size 1 numba's may differ; no element's address depends on
-            # them.) numba's own arrays carry theirs.
-            if library != "numba":
-                strides = [" * ".join([str(itemsize), *shape[d + 1 :]]) for d in range(ndim)]
+            # them.)
+            strides = [" * ".join([str(itemsize), *shape[d + 1 :]]) for d in range(ndim)]
             self.steps.append(("check", fields.c_contiguous))
         else:
             layout_check = fields.f_contiguous if layout == "F" else fields.a_layout
             self.steps.append(("check", f"not {fields.c_contiguous} and {layout_check}"))
-        expected = self.constant(value.dtype)  # numpy's or torch's dtype object
+        expected = self.constant(value.dtype)  # torch's or numpy's dtype object
         self.steps += [
             ("check", f"len({name}s) == {ndim}"),
             ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
@@ -137,40 +173,36 @@ class ArgumentPlan:
             sizes = "".join(f"{next_power_of_two_code(s)}, " for s in shape)
             _, dtype_name, layout_letter = arrays.read(value)
             self.key_parts.append(f"(({sizes}), {dtype_name!r}, {layout_letter!r})")
-        self.fields += [("Q", "0"), ("Q", "0"), ("q", fields.size), ("q", str(itemsize))]
-        self.fields += [("Q", fields.pointer)] + [("q", s) for s in shape]
-        self.fields += [("q", s) for s in strides]
-        return True
+        self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
+        self.buffers.append(fields.buffer)
+
+
+def numba_array_memo(array: Any) -> tuple[str, Any, tuple[int, ...], int]:
+    """What a launch needs of a numba device array, kept on it: a token of how numba types it
+    (dtype, layout, rank), its part of the default key, its kernel parameters, and the
+    allocation its data lies in."""
+    memo = array.__dict__.get("_numbatune")
+    if memo is None:
+        shim = array._strided_memory_view_shim
+        layout = shim._layout
+        letter = "C" if layout.is_contiguous_c else "F" if layout.is_contiguous_f else "A"
+        dtype = array.dtype
+        token = sys.intern(f"{dtype!r}|{letter}|{len(shim.shape)}")
+        key_part = default_key_part((shim.shape, arrays.dtype_name(dtype), letter))
+        fields = (0, 0, shim.size, dtype.itemsize, shim.ptr or 0, *shim.shape,
+                  *layout.strides_in_bytes)  # fmt: skip
+        memo = array.__dict__["_numbatune"] = (token, key_part, fields, buffer_of(array))
+    return memo
 
 
 class _ArrayRead:
     """Expressions for an array's fields, as its library exposes them."""
 
     def __init__(self, dtype: str, c_contiguous: str, f_contiguous: str, a_layout: str,
-                 size: str, pointer: str, strides: list[str]) -> None:  # fmt: skip
+                 size: str, pointer: str, strides: list[str], buffer: str) -> None:  # fmt: skip
         self.dtype, self.c_contiguous, self.f_contiguous = dtype, c_contiguous, f_contiguous
         self.a_layout, self.size, self.pointer, self.strides = a_layout, size, pointer, strides
-
-
-def _read_numba(
-    plan: ArgumentPlan, argument: str, name: str, library: str, ndim: int, itemsize: int
-) -> _ArrayRead:
-    # numba launches its own arrays with the fields of this cached view of them.
-    plan.steps += [
-        ("read", f"{name} = {argument}._strided_memory_view_shim"),
-        ("read", f"{name}s = {name}.shape"),
-        ("read", f"{name}l = {name}._layout"),
-    ]
-    f_contiguous = f"{name}l.is_contiguous_f"
-    return _ArrayRead(
-        dtype=f"{name}.dtype",
-        c_contiguous=f"{name}l.is_contiguous_c",
-        f_contiguous=f_contiguous,
-        a_layout=f"not {f_contiguous}",
-        size=f"{name}.size",
-        pointer=f"({name}.ptr or 0)",
-        strides=[f"{name}l.strides_in_bytes[{d}]" for d in range(ndim)],
-    )
+        self.buffer = buffer
 
 
 #: How torch tensors and CuPy arrays give their fields ({a}: the argument; {d}: a dimension).
@@ -181,6 +213,7 @@ _LIBRARY_FIELDS = {
         "a_layout": "_layout_of({a}) == 'A'",
         "pointer": "{a}.data_ptr()",
         "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
+        "buffer": "{a}.untyped_storage().data_ptr()",
     },
     "cupy": {
         "c_contiguous": "{a}._c_contiguous",
@@ -188,6 +221,7 @@ _LIBRARY_FIELDS = {
         "a_layout": "not {a}._f_contiguous",
         "pointer": "{a}.data.ptr",
         "stride": "{a}.strides[{d}]",
+        "buffer": "{a}.data.mem.ptr",
     },
 }
 
@@ -205,6 +239,7 @@ def _read_library(
         size=" * ".join(f"{name}s[{d}]" for d in range(ndim)) or "1",
         pointer=form["pointer"].format(a=argument),
         strides=[form["stride"].format(a=argument, d=d, itemsize=itemsize) for d in range(ndim)],
+        buffer=form["buffer"].format(a=argument),
     )
 
 
@@ -242,8 +277,8 @@ def overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
     kernel = dispatcher.overloads.get(signature)
     if kernel is None:
         return None, f"no compiled overload for {signature}"
-    if kernel.debug or kernel.cooperative or kernel.extensions:
-        return None, "debug, cooperative or extended kernel"
+    if kernel.debug or kernel.extensions:
+        return None, "a debug kernel, or one with extensions"
     if getattr(kernel, "launch_config_sensitive", False):
         return None, "the kernel depends on its launch configuration"
     return kernel, None

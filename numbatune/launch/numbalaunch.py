@@ -40,7 +40,7 @@ def numba_launch(dispatcher: Any, name: str | None = None) -> Launch:
             handle = raw_stream(stream)
             if handle != monitor.stream:
                 arrays = tuple(a for a in args if library_of(type(a)) is not None)
-                watched = monitor.before(handle, arrays, name, stream)
+                watched = monitor.watch(handle, arrays, name, stream)
         if SIMULATOR:
             with _simulator_lock:
                 dispatcher[grid, block, stream, shared](*args)

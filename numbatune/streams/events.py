@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from numbatune.native import native
 from numbatune.streams.handles import check_stream
 
 
@@ -30,7 +31,7 @@ class _DriverEvents:
         return self._checked(self._driver.cuEventCreate(flags))
 
     def record(self, event: Any, stream: int) -> None:
-        self._checked(self._driver.cuEventRecord(event, stream))
+        self._raise_on(native().record(int(event), stream), "cuEventRecord")
 
     def wait(self, waiting: int, producer: int) -> None:
         """``waiting`` waits for what is queued on ``producer`` (callers hold the monitor lock)."""
@@ -39,7 +40,13 @@ class _DriverEvents:
 
     def wait_event(self, waiting: int, event: Any) -> None:
         """``waiting`` waits for the work before ``event``'s latest record."""
-        self._checked(self._driver.cuStreamWaitEvent(waiting, event, 0))
+        self._raise_on(native().wait(waiting, int(event)), "cuStreamWaitEvent")
+
+    def _raise_on(self, error: int, call: str) -> None:
+        if error:
+            from numba.cuda.cudadrv.driver import CudaAPIError
+
+            raise CudaAPIError(error, f"{call} failed")
 
     def synchronize(self, event: Any) -> None:
         self._checked(self._driver.cuEventSynchronize(event))

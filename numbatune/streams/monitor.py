@@ -70,7 +70,12 @@ class Monitor:
         # Each stream seen, with the object that owns it (None for raw handles and the
         # libraries' current streams, which their libraries keep).
         self._streams: dict[int, Any] = {}
-        # Each tracked stream's event, recorded after numbatune's latest launch on it.
+        # Streams numbatune cannot keep alive (raw handles, cuda.core streams, which may be
+        # closed): their event is recorded right after each launch on them, so that a later
+        # wait never touches the stream itself. On the others it is recorded when another
+        # stream first needs to wait for them.
+        self._eager: set[int] = set()
+        # Each tracked stream's event.
         self._latest: dict[int, Any] = {}
 
     @property
@@ -81,38 +86,59 @@ class Monitor:
 
     # -- launches -----------------------------------------------------------------------------
 
-    def before(
+    def watch(
         self, stream: int, arrays: tuple[Any, ...], name: str | None, given: Any = None
     ) -> _Launch | None:
-        """Order a launch of ``name`` on ``stream`` over ``arrays`` after their last uses;
-        returns what :meth:`after` needs, or None when it needs nothing. ``given`` is the
-        stream object the caller passed, kept alive so that ``stream`` stays valid while
-        later launches may wait for it."""
+        """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows)."""
+        arrays = tuple(a for a in arrays if a is not None)
+        buffers = tuple(buffer_of(a) for a in arrays)
+        kept = keep(stream, arrays) if name else ()
+        return self.before(stream, buffers, kept, name, given)
+
+    def before(
+        self,
+        stream: int,
+        buffers: tuple[Hashable, ...],
+        kept: tuple[Any, ...],
+        name: str | None,
+        given: Any = None,
+    ) -> _Launch | None:
+        """Order a launch of ``name`` on ``stream`` that uses ``buffers`` (allocations) after
+        their last uses; returns what :meth:`after` needs, or None when it needs nothing
+        (the common case: no profile open, nothing to keep, a stream numbatune keeps alive).
+        ``kept`` are arrays to keep alive until the stream passes the launch; ``given`` is
+        the stream object the caller passed, kept so that ``stream`` stays valid."""
         with self._lock:
             if stream not in self._streams:
-                self.events.check(stream)
-                self._streams[stream] = None if isinstance(given, int) else given
+                self._see(stream, given)
             if self.stream is None:
                 self.stream = stream
                 return None
             if self._order is None:
                 self._start_ordering()
             assert self._order is not None
-            cursor = self._order.use(stream, [buffer_of(a) for a in arrays if a is not None])
-            if name is None:
+            cursor = self._order.use(stream, buffers)
+            if name is None or not (self._profiles or kept or stream in self._eager):
                 return None
-            launch = _Launch(stream, name, cursor)
+            launch = _Launch(stream, name, cursor, kept=kept)
             if self._profiles:
                 launch.start = self.events.create()
                 self.events.record(launch.start, stream)
                 launch.profiles = list(self._profiles.values())
-            launch.kept = tuple(a for a in arrays if _needs_keeping(a, stream))
             return launch
+
+    def _see(self, stream: int, given: Any) -> None:
+        """A stream met for the first time: checked, and kept (or recorded eagerly)."""
+        self.events.check(stream)
+        self._streams[stream] = None if isinstance(given, int) else given
+        raw = isinstance(given, int) and stream not in (0, 1, 2)
+        if raw or hasattr(given, "__cuda_stream__"):
+            self._eager.add(stream)
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued."""
         with self._lock:
-            if self._order is not None:
+            if self._order is not None and launch.stream in self._eager:
                 self._order.launched(launch.stream, launch.cursor)
             if launch.profiles:
                 launch.end = self.events.create()
@@ -210,6 +236,11 @@ class Monitor:
                     self.events.destroy(launch.start)
                     self.events.destroy(launch.end)
         return profile
+
+
+def keep(stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``."""
+    return tuple(a for a in arrays if _needs_keeping(a, stream))
 
 
 def _needs_keeping(array: Any, stream: int) -> bool:

@@ -1,4 +1,5 @@
-"""``cuLaunchKernel`` from Python, through a small C extension compiled on first use.
+"""Driver calls from Python through a small C extension compiled on first use:
+``cuLaunchKernel``, ``cuEventRecord`` and ``cuStreamWaitEvent``.
 
 cuda-bindings' ``cuLaunchKernel`` costs about 5 us per call on the H100 machine, half of it in
 converting arguments; the C extension in ``_cuda_launch.c`` makes the same call for about half
@@ -7,13 +8,15 @@ Python was built with (``cc`` otherwise), and kept in the user's cache directory
 be built (no compiler, no ``Python.h``) the launch goes through cuda-bindings, with the same
 signature and results, and :data:`BUILD_ERROR` says why.
 
-Both take ``(function, config, stream, parameters, offsets, context)``: the function, stream
-and context as integer handles; ``config`` as ``(grid, block)`` or ``(grid, block,
-shared_bytes)``, grid and block each an int or a tuple of up to 3 ints; the kernel's parameters
-packed in ``parameters`` (bytes) at the offsets listed in ``offsets`` (bytes of int64). Both
-return the ``CUresult`` as an int, or, launching nothing, :data:`WRONG_CONTEXT` when the calling
-thread's current context is not ``context`` (the function's: another device, or a thread that
-has none yet) and :data:`EMPTY_LAUNCH` when a grid or block dimension is 0.
+Both take ``(function, config, stream, parameters, offsets, context, cooperative)``: the
+function, stream and context as integer handles; ``config`` as ``(grid, block)`` or ``(grid,
+block, shared_bytes)``, grid and block each an int or a tuple of up to 3 ints; the kernel's
+parameters packed in ``parameters`` (bytes) at the offsets listed in ``offsets`` (bytes of
+int64); ``cooperative`` true for a kernel that synchronises its grid
+(``cuLaunchCooperativeKernel``). Both return the ``CUresult`` as an int, or, launching nothing,
+:data:`WRONG_CONTEXT` when the calling thread's current context is not ``context`` (the
+function's: another device, or a thread that has none yet) and :data:`EMPTY_LAUNCH` when a grid
+or block dimension is 0.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ import sysconfig
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 logger = logging.getLogger("numbatune")
 
-_SOURCE = Path(__file__).with_name("_cuda_launch.c")
+_SOURCE = Path(__file__).with_name("_native.c")
 
-Launcher = Callable[[int, tuple, int, bytes, bytes, int], int]
+Launcher = Callable[[int, tuple, int, bytes, bytes, int, bool], int]
 
 WRONG_CONTEXT = -1
 EMPTY_LAUNCH = -2
@@ -82,17 +86,23 @@ def _compiled_module() -> Path:
     return target
 
 
-def _load_c_launcher() -> Launcher:
+def _load_extension() -> Any:
     path = _compiled_module()
     loader = importlib.machinery.ExtensionFileLoader("_numbatune_launch", str(path))
     spec = importlib.util.spec_from_file_location("_numbatune_launch", path, loader=loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    return module.launch
+    return module
 
 
 def _launch_with_bindings(
-    function: int, config: tuple, stream: int, parameters: bytes, offsets: bytes, context: int
+    function: int,
+    config: tuple,
+    stream: int,
+    parameters: bytes,
+    offsets: bytes,
+    context: int,
+    cooperative: bool,
 ) -> int:
     from cuda.bindings import driver
 
@@ -109,10 +119,17 @@ def _launch_with_bindings(
     bx, by, bz = _dim3(block)
     if 0 in (gx, gy, gz, bx, by, bz):
         return EMPTY_LAUNCH
-    (error,) = driver.cuLaunchKernel(
-        driver.CUfunction(function), gx, gy, gz, bx, by, bz, shared[0] if shared else 0, stream,
-        ctypes.addressof(pointers), 0,
-    )  # fmt: skip
+    shared_bytes = shared[0] if shared else 0
+    if cooperative:
+        (error,) = driver.cuLaunchCooperativeKernel(
+            driver.CUfunction(function), gx, gy, gz, bx, by, bz, shared_bytes, stream,
+            ctypes.addressof(pointers),
+        )  # fmt: skip
+    else:
+        (error,) = driver.cuLaunchKernel(
+            driver.CUfunction(function), gx, gy, gz, bx, by, bz, shared_bytes, stream,
+            ctypes.addressof(pointers), 0,
+        )  # fmt: skip
     return int(error)
 
 
@@ -123,18 +140,46 @@ def _dim3(value: object) -> tuple[int, int, int]:
     return tuple(int(v) for v in (*values, 1, 1)[:3])
 
 
-_launcher: Launcher | None = None
+def _record_with_bindings(event: int, stream: int) -> int:
+    from cuda.bindings import driver
+
+    return int(driver.cuEventRecord(driver.CUevent(event), driver.CUstream(stream))[0])
 
 
-def launcher() -> Launcher:
-    """The C launcher, built and loaded once per process; cuda-bindings where it cannot be."""
-    global _launcher, BUILD_ERROR
-    if _launcher is None:
+def _wait_with_bindings(stream: int, event: int) -> int:
+    from cuda.bindings import driver
+
+    return int(driver.cuStreamWaitEvent(driver.CUstream(stream), driver.CUevent(event), 0)[0])
+
+
+class Native(NamedTuple):
+    """The driver calls: ``launch``, ``record(event, stream)`` and ``wait(stream, event)``,
+    each returning the ``CUresult`` as an int."""
+
+    launch: Launcher
+    record: Callable[[int, int], int]
+    wait: Callable[[int, int], int]
+
+
+_native: Native | None = None
+
+
+def native() -> Native:
+    """The C extension's calls, built and loaded once per process; cuda-bindings' where it
+    cannot be (:data:`BUILD_ERROR` says why)."""
+    global _native, BUILD_ERROR
+    if _native is None:
         try:
-            _launcher = _load_c_launcher()
+            module = _load_extension()
+            _native = Native(module.launch, module.record, module.wait)
             BUILD_ERROR = None
         except (OSError, ImportError) as error:
             BUILD_ERROR = str(error)
-            logger.info("fast launch through cuda-bindings (the C launcher: %s)", error)
-            _launcher = _launch_with_bindings
-    return _launcher
+            logger.info("driver calls through cuda-bindings (the C extension: %s)", error)
+            _native = Native(_launch_with_bindings, _record_with_bindings, _wait_with_bindings)
+    return _native
+
+
+def launcher() -> Launcher:
+    """The launch of :func:`native`."""
+    return native().launch

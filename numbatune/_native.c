@@ -1,6 +1,6 @@
 /* cuLaunchKernel called from Python with as little in between as possible.
  *
- * Compiled on first use by numbatune/cudalaunch.py (as Triton compiles its launchers). The
+ * Compiled on first use by numbatune/native.py (as Triton compiles its launchers). The
  * kernel's parameters arrive packed in one bytes object, with the byte offset of each parameter
  * in another; the driver copies them during the call, so nothing is shared between calls or
  * threads. The driver is found at run time, so no CUDA header or library is needed to build.
@@ -16,10 +16,19 @@ typedef int (*launch_kernel_t)(void *function, unsigned grid_x, unsigned grid_y,
                                unsigned grid_z, unsigned block_x, unsigned block_y,
                                unsigned block_z, unsigned shared_bytes, void *stream,
                                void **parameters, void **extra);
+typedef int (*launch_cooperative_t)(void *function, unsigned grid_x, unsigned grid_y,
+                                    unsigned grid_z, unsigned block_x, unsigned block_y,
+                                    unsigned block_z, unsigned shared_bytes, void *stream,
+                                    void **parameters);
 typedef int (*get_current_context_t)(void **context);
+typedef int (*event_record_t)(void *event, void *stream);
+typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
 
 static launch_kernel_t launch_kernel = NULL;
+static launch_cooperative_t launch_cooperative = NULL;
 static get_current_context_t get_current_context = NULL;
+static event_record_t event_record = NULL;
+static stream_wait_event_t stream_wait_event = NULL;
 
 /* Returned instead of a CUresult (which are never negative). */
 #define WRONG_CONTEXT -1 /* the thread's current context is not the function's */
@@ -62,17 +71,18 @@ static int dim3_of(PyObject *value, unsigned out[3]) {
     return unsigned_of(value, &out[0]);
 }
 
-/* launch(function, config, stream, parameters, offsets, context) -> CUresult, where config
- * is (grid, block) or (grid, block, shared_bytes) and context the function's CUcontext;
- * WRONG_CONTEXT or EMPTY_LAUNCH, launching nothing, where those hold. */
+/* launch(function, config, stream, parameters, offsets, context, cooperative) -> CUresult,
+ * where config is (grid, block) or (grid, block, shared_bytes), context the function's
+ * CUcontext and cooperative true for a kernel that synchronises its grid; WRONG_CONTEXT or
+ * EMPTY_LAUNCH, launching nothing, where those hold. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned grid[3], block[3], shared = 0;
     void *pointers[MAX_PARAMETERS];
-    if (nargs != 6 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
+    if (nargs != 7 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
         !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError,
                         "launch(function, (grid, block[, shared]), stream, parameters: bytes, "
-                        "offsets: bytes, context)");
+                        "offsets: bytes, context, cooperative)");
         return NULL;
     }
     void *expected = PyLong_AsVoidPtr(args[5]);
@@ -104,15 +114,51 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) pointers[i] = data + offsets[i];
-    int result = launch_kernel(function, grid[0], grid[1], grid[2], block[0], block[1],
-                               block[2], shared, stream, count ? pointers : NULL, NULL);
+    int cooperative = PyObject_IsTrue(args[6]);
+    if (cooperative < 0) return NULL;
+    int result = cooperative
+                     ? launch_cooperative(function, grid[0], grid[1], grid[2], block[0],
+                                          block[1], block[2], shared, stream,
+                                          count ? pointers : NULL)
+                     : launch_kernel(function, grid[0], grid[1], grid[2], block[0], block[1],
+                                     block[2], shared, stream, count ? pointers : NULL, NULL);
     return PyLong_FromLong(result);
 }
 
+/* Two handles from Python ints. */
+static int two_pointers(PyObject *const *args, Py_ssize_t nargs, void **a, void **b) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "expected two handles");
+        return -1;
+    }
+    *a = PyLong_AsVoidPtr(args[0]);
+    if (*a == NULL && PyErr_Occurred()) return -1;
+    *b = PyLong_AsVoidPtr(args[1]);
+    if (*b == NULL && PyErr_Occurred()) return -1;
+    return 0;
+}
+
+/* record(event, stream) -> CUresult: cuEventRecord. */
+static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *event, *stream;
+    if (two_pointers(args, nargs, &event, &stream) < 0) return NULL;
+    return PyLong_FromLong(event_record(event, stream));
+}
+
+/* wait(stream, event) -> CUresult: cuStreamWaitEvent with no flags. */
+static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *stream, *event;
+    if (two_pointers(args, nargs, &stream, &event) < 0) return NULL;
+    return PyLong_FromLong(stream_wait_event(stream, event, 0));
+}
+
 static PyMethodDef methods[] = {
+    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
+     "record(event, stream) -> CUresult"},
+    {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL, "wait(stream, event) -> CUresult"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
-     "launch(function, (grid, block[, shared]), stream, parameters, offsets, context) -> "
-     "CUresult"},
+     "launch(function, (grid, block[, shared]), stream, parameters, offsets, context, "
+     "cooperative) -> CUresult"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -130,9 +176,15 @@ PyMODINIT_FUNC PyInit__numbatune_launch(void) {
         PyErr_SetString(PyExc_ImportError, "libcuda.so.1 has no cuLaunchKernel");
         return NULL;
     }
+    launch_cooperative = (launch_cooperative_t)dlsym(driver, "cuLaunchCooperativeKernel");
     get_current_context = (get_current_context_t)dlsym(driver, "cuCtxGetCurrent");
-    if (get_current_context == NULL) {
-        PyErr_SetString(PyExc_ImportError, "libcuda.so.1 has no cuCtxGetCurrent");
+    event_record = (event_record_t)dlsym(driver, "cuEventRecord");
+    stream_wait_event = (stream_wait_event_t)dlsym(driver, "cuStreamWaitEvent");
+    if (launch_cooperative == NULL || get_current_context == NULL || event_record == NULL ||
+        stream_wait_event == NULL) {
+        PyErr_SetString(PyExc_ImportError,
+                        "libcuda.so.1 lacks cuLaunchCooperativeKernel, cuCtxGetCurrent, "
+                        "cuEventRecord or cuStreamWaitEvent");
         return NULL;
     }
     return PyModule_Create(&module);
