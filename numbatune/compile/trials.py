@@ -69,7 +69,10 @@ def trial(token: str, kernel: bytes, config: tuple[Any, ...], cc: tuple[int, int
         else:
             from numbatune.compile.build import load
 
-            load(kernel, cc).launch(args, _dims(grid), _dims(block), 0, shared[0] if shared else 0)
+            stream = cuda.default_stream()  # numba's launch takes a stream object
+            load(kernel, cc).launch(
+                args, _dims(grid), _dims(block), stream, shared[0] if shared else 0
+            )
         cuda.synchronize()
     except Exception as error:
         error.end_worker = True  # type: ignore[attr-defined]
