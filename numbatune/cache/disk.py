@@ -62,6 +62,11 @@ class _ReadOnly:
         yield from (row[0] for row in self._connection.execute("SELECT key FROM Cache"))
 
 
+def writable(folder: Path) -> bool:
+    """Whether this process may write in ``folder``."""
+    return os.access(folder, os.W_OK)
+
+
 class Folder:
     """The entries of one cache folder, opened as :class:`Mode` allows."""
 
@@ -75,7 +80,7 @@ class Folder:
 
     def _open(self) -> None:
         folder = self.folder
-        if folder.exists() and not os.access(folder, os.W_OK):
+        if folder.exists() and not writable(folder):
             self._open_read_only("it is not writable")
             return
         try:
