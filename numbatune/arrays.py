@@ -196,7 +196,8 @@ def restorer(
     copy, handle = _driver.driver.cuMemcpyDtoDAsync, _driver._stream_handle(stream)
 
     def restore() -> None:
-        for destination, source, span in copies:
+        # ``pairs`` stays referenced here: the arrays must outlive the copies of their memory.
+        for destination, source, span in copies if pairs else ():
             copy(destination, source, span, handle)
 
     return restore
