@@ -8,6 +8,7 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune import processes
+from numbatune.arrays import SIMULATOR
 from numbatune.compile import trials
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
@@ -46,6 +47,9 @@ def _arguments():
     return cuda.to_device(np.arange(16, dtype=np.float32)), cuda.to_device(np.zeros(16, np.float32))
 
 
+@pytest.mark.skipif(
+    not SIMULATOR, reason="the simulator's forms of these failures; on a GPU, below"
+)
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [(1, "passed the time limit of 5 s"), (2, "died (exit status 3)"), (3, "IndexError")],
