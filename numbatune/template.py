@@ -277,7 +277,9 @@ def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any],
     else:
         options = dict(kernel.targetoptions)
         is_device = options.pop("device", False)
-        signatures = tuple(kernel.overloads)  # compiled already: the explicit signatures
+        # numba compiles explicit signatures at decoration and then allows no other compile;
+        # overloads compiled lazily (by earlier calls) are not signatures.
+        signatures = () if kernel._can_compile else tuple(kernel.overloads)
     if is_device:
         raise TypeError(
             f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
