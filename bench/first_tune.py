@@ -56,6 +56,7 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
             "variants": len(tuned.variants),
             "compile_s": report.compile_s,
             "benchmark_s": report.benchmark_s,
+            "trial_s": report.trial_s,
             "compiles": report.compiles,
             "best": report.best_variant.label,
         }
@@ -140,10 +141,12 @@ def table(result: dict[str, Any]) -> str:
             continue
         rows.append([
             label, str(first["variants"]), f"{first['seconds']:.2f}", f"{first['compile_s']:.2f}",
-            f"{first['benchmark_s']:.2f}", str(first["compiles"]), f"{stored['seconds']:.3f}",
+            f"{first['trial_s']:.2f}", f"{first['benchmark_s']:.2f}", str(first["compiles"]),
+            f"{stored['seconds']:.3f}",
             str(stored["stats"]["compiles"]), str(stored["stats"]["loaded"]),
         ])  # fmt: skip
-    header = ["example", "variants", "first tune+launch (s)", "compile (s)", "benchmark (s)",
+    header = ["example", "variants", "first tune+launch (s)", "compile (s)", "trial runs (s)",
+              "benchmark (s)",
               "compiles", "stored: first call (s)", "compiles", "loaded"]  # fmt: skip
     lines = [format_table(header, rows)]
     tools = result["scale_add_64"]

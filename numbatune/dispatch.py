@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -360,12 +361,18 @@ class TunedKernel:
             self._compiler.warm_up(plan.first)
             if settings.isolate != "off":
                 trials.trials().start()
-            compiles = self._tally.compiles
+            compiles, trial_s = self._tally.compiles, self._tally.trial_s
             report = tuner.tune(job)
             if report.source is Source.BENCHMARK:
                 with self._lock:
                     self._benchmarks += 1
-            return dataclasses.replace(report, compiles=self._tally.compiles - compiles)
+            trial_s = self._tally.trial_s - trial_s  # timed by the tuner as compiling
+            return dataclasses.replace(
+                report,
+                compiles=self._tally.compiles - compiles,
+                compile_s=report.compile_s - trial_s,
+                trial_s=trial_s,
+            )
 
         return state.cache.lookup(
             key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check)
@@ -439,7 +446,9 @@ class TunedKernel:
             except Exception as error:
                 failed[variant] = Failed.of(error)
         cc = None if SIMULATOR else current_kind().compute_capability
+        started = time.perf_counter()
         runs = trials.trials().run([(k, c) for _, k, c in kernels], args, cc)
+        self._tally.trial_s += time.perf_counter() - started
         for (variant, _, _), why in zip(kernels, runs, strict=True):
             if why is None:
                 compiler.mark_run(variant, args)

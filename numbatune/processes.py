@@ -8,8 +8,9 @@ worker (spawn and forkserver do) nor fork a process that holds a CUDA context (a
 cannot use it). A task names a function by module and name and passes pickled arguments; the
 worker answers with the pickled result or the error it raised. A worker that dies, or passes a
 task's time limit (it is killed), fails that task with the reason, and the next task starts a
-fresh worker. A task whose exception has ``end_worker`` set ends its worker after the reply
-(a CUDA context it spoilt). Workers left idle for a while exit.
+fresh worker. A task whose exception has ``end_worker`` set, or that returns a ``Done`` with
+``ended`` set, ends its worker after the reply (a CUDA context it spoilt). Workers left idle
+for a while exit.
 
 POSIX only: elsewhere :func:`available` is False and callers do the work themselves.
 """
@@ -51,9 +52,11 @@ class Task:
 
 @dataclass(frozen=True)
 class Done:
-    """A task's result."""
+    """A task's result. A task function may return one with ``ended`` set: the worker ends
+    after this reply (the task spoilt it)."""
 
     value: Any
+    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class _Worker:
             outcome = pickle.loads(reply)
         except Exception as error:  # e.g. a result of a class this process cannot import
             return Lost(f"the worker's answer could not be read ({type(error).__name__}: {error})")
-        if isinstance(outcome, Raised) and outcome.ended:
+        if not isinstance(outcome, Lost) and outcome.ended:
             self.process.wait()  # it ends by itself: never given another task
         return outcome
 
@@ -263,12 +266,13 @@ def _serve() -> None:
             return
         try:
             module = __import__(task.module, fromlist=[task.function])
-            outcome: Outcome = Done(getattr(module, task.function)(*task.args))
+            value = getattr(module, task.function)(*task.args)
+            outcome: Outcome = value if isinstance(value, Done) else Done(value)
         except BaseException as error:  # answered, not raised: the worker goes on
             ended = bool(getattr(error, "end_worker", False))  # the task spoilt this process
             outcome = Raised(type(error).__name__, str(error), traceback.format_exc(), ended)
         _write_frame(replies, pickle.dumps(outcome, protocol=5))
-        if isinstance(outcome, Raised) and outcome.ended:
+        if outcome.ended:
             return
 
 

@@ -13,7 +13,8 @@ from numbatune.compile import trials
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
 
-MODE = 0  # 0: correct; 1: loops forever; 2: ends the process; 3: writes far out of bounds
+MODE = 0  # 0: correct; 1: loops forever; 2: ends the process; 3: writes far out of bounds;
+# 5: writes out of bounds where a's values say (only if the trial sees the caller's values)
 
 
 @cuda.jit
@@ -26,6 +27,8 @@ def fragile(a, out):
         os._exit(3)  # under the simulator, a kernel is Python: this ends its process
     if MODE == 3:
         out[i + (1 << 40)] = 1  # far past any allocation
+    if MODE == 5 and i < a.shape[0]:
+        out[int(a[i]) << 40] = 1  # a[0] == 0 stays in bounds, a[1] == 1 does not
     if i < a.shape[0]:
         out[i] = a[i] * 2
 
@@ -66,6 +69,59 @@ def test_a_variant_that_fails_its_trial_never_runs_here_and_the_others_tune(isol
     assert out.copy_to_host().tolist() == [2.0 * i for i in range(16)]
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's forms of these failures")
+def test_variants_run_together_and_one_that_dies_among_them_is_found(isolated, monkeypatch):
+    sent = []
+    original = processes.WorkerPool.run
+
+    def counted(self, tasks, limit_s, done=lambda index, outcome: None):
+        outcomes = original(self, tasks, limit_s, done)
+        for task, outcome in zip(tasks, outcomes, strict=True):
+            if task.function == "trial" and getattr(outcome, "kind", "") != "NotStaged":
+                sent.append(len(task.args[1]))  # the variants of a task the worker ran
+        return outcomes
+
+    monkeypatch.setattr(processes.WorkerPool, "run", counted)
+    a, out = _arguments()
+    report = _fragile([0, 4, 6, 7]).tune(a, out)  # modes 4, 6, 7: correct too
+    assert sent == [4] and all(r.median_s is not None for r in report.results)
+    assert report.trial_s > 0
+
+    sent.clear()
+    report = _fragile([8, 9, 2, 10, 11]).tune(a, out)  # mode 2 ends the worker
+    assert [r.error is None for r in report.results] == [True, True, False, True, True]
+    assert "died (exit status 3)" in report.results[2].error
+    assert sent == [5, 1, 1, 1, 2]  # all; one at a time until the culprit; the rest together
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's form of this failure")
+def test_a_trial_runs_on_the_callers_values(isolated):
+    report = _fragile([0, 5]).tune(*_arguments())
+    assert report.best == {"MODE": 0}
+    assert "separate process failed: IndexError" in report.results[1].error
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda a: a,
+        lambda a: cuda.to_device(np.asfortranarray(a.copy_to_host())),
+        lambda a: a[::2, 1:],
+    ],
+    ids=["C order", "Fortran order", "strided"],
+)
+def test_arguments_reach_the_trial_worker_as_the_caller_passed_them(view):
+    array = view(cuda.to_device(np.arange(48, dtype=np.float64).reshape(6, 8)))
+    host = array.copy_to_host()
+    args = (array, np.float32(2.5), cuda.to_device(np.zeros(0, np.int8)))
+    with trials._shared_copies(args) as (path, layout):
+        trials.stage("token", path, layout)  # what the worker does, here
+    staged, originals = trials._staged["args"], trials._staged["originals"]
+    assert staged[1] == np.float32(2.5) and staged[2].shape == (0,) and originals[1] is None
+    for copy in (staged[0], originals[0]):
+        assert np.array_equal(copy.copy_to_host(), host)
+
+
 def test_a_variant_that_ran_is_not_tried_again_but_all_tries_every_time(isolated, monkeypatch):
     runs = []
     original = trials.Trials.run
@@ -87,7 +143,7 @@ def test_a_variant_that_ran_is_not_tried_again_but_all_tries_every_time(isolated
 def test_without_isolation_no_trial_runs(monkeypatch):
     monkeypatch.setattr(nt.settings, "isolate", "off")
     monkeypatch.setattr(trials.Trials, "run", lambda *a: pytest.fail("a trial ran"))
-    _fragile([0, 4]).tune(*_arguments())
+    assert _fragile([0, 4]).tune(*_arguments()).trial_s == 0
 
 
 @pytest.mark.gpu

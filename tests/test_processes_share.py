@@ -12,6 +12,7 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
+from numbatune.arrays import SIMULATOR
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="fork and file locks of POSIX")
 
@@ -97,6 +98,9 @@ def copy(a, out):
         out[i] = a[i]
 
 
+@pytest.mark.skipif(
+    not SIMULATOR, reason="CUDA cannot be used in a child forked from a process that initialised it"
+)
 def test_a_process_forked_while_a_thread_tunes_a_key_does_not_wait_for_it(monkeypatch):
     # Memory only: with a cache directory the child would wait, as any other process, for the
     # parent's tuning of the key to be stored, which here waits for the child.

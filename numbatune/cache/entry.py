@@ -59,6 +59,7 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
         "checked": report.checked,
         "compile_s": report.compile_s,
         "benchmark_s": report.benchmark_s,
+        "trial_s": report.trial_s,
         "compiles": report.compiles,
         "results": [_encode_result(result) for result in report.results],
     }
@@ -92,6 +93,8 @@ def check(entry: Any) -> dict[str, Any]:
         if not isinstance(entry.get(name), kind):
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected a {kind.__name__}")
     _number(entry, "compile_s"), _number(entry, "benchmark_s")
+    if "trial_s" in entry:
+        _number(entry, "trial_s")
     if type(entry.get("compiles")) is not int or entry["compiles"] < 0:
         raise DamagedEntry(f"compiles is {entry.get('compiles')!r}, expected an integer >= 0")
     best = entry.get("best_index")
@@ -162,5 +165,6 @@ def decode(
         entry["checked"],
         entry["compile_s"],
         entry["benchmark_s"],
+        entry.get("trial_s", 0.0),  # entries stored before trial runs were timed have none
         entry["compiles"],
     )

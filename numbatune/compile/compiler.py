@@ -98,10 +98,12 @@ def build_in_worker(
 
 @dataclass
 class Tally:
-    """The kernels compiled, and loaded from the kernel store, for one tuned kernel."""
+    """The kernels compiled, and loaded from the kernel store, for one tuned kernel, and the
+    seconds their trial runs (:mod:`numbatune.compile.trials`) took."""
 
     compiles: int = 0
     loaded: int = 0
+    trial_s: float = 0.0
 
 
 class Compiler:

@@ -3,11 +3,19 @@
 A variant that writes far out of bounds kills the CUDA context of the process that runs it
 (``CUDA_ERROR_ILLEGAL_ADDRESS``: every later call fails), and one that loops forever hangs it.
 Before a variant that has never run on this kind of device runs in the caller's process, it
-runs once in a worker process with a CUDA context of its own, on copies of the arguments (copied
-through the host once per tuning), with a time limit (``trial_timeout_s``). A variant that dies
-there, hits a CUDA error or passes the limit is recorded as failed with the reason and never
-runs in the caller's process; a worker whose context an error spoilt is replaced. A variant
-that ran is remembered, in this process and in the kernel store on disk, and not tried again.
+runs once in a worker process with a CUDA context of its own, on copies of the arguments, with a
+time limit (``trial_timeout_s``). A variant that dies there, hits a CUDA error or passes the
+limit is recorded as failed with the reason and never runs in the caller's process; a worker
+whose context an error spoilt is replaced. A variant that ran is remembered, in this process
+and in the kernel store on disk, and not tried again.
+
+The arguments reach the worker once per tuning, through the host: their host copies are written
+into one shared-memory file (``memfd``), which the worker maps and copies to its device, so no
+array passes through a pipe. The worker keeps a second device copy to start each trial from.
+The variants of a tuning go to the worker in one task, which runs them one after another and
+stops at the first failure (the worker then ends: its context may be spoilt); the rest go in
+the next task. A task that dies or passes the time limit does not say which variant did it:
+the variants are then tried one at a time until that one is found, and together again after it.
 
 What is isolated: a variant's first run on this kind of device, at the first key it is tuned
 for. What is not: its later runs (timing it, and launching it when it wins), at that key or
@@ -19,11 +27,15 @@ simulator, where no kernel can spoil a context).
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import sys
+import tempfile
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,47 +48,81 @@ from numbatune.config import settings
 #: originals each trial starts from.
 _staged: dict[str, Any] = {}
 
+#: Arrays in the shared file start at multiples of this many bytes.
+_ALIGNMENT = 64
+
 
 class NotStaged(Exception):
     """The worker has not been given the arguments this trial names (a fresh worker)."""
 
 
-def stage(token: str, host_args: tuple[Any, ...]) -> None:
-    """(In the worker) keep device copies of ``host_args`` for the trials that name ``token``."""
+@dataclass(frozen=True)
+class _Slot:
+    """Where the host copy of one array argument lies in the shared file."""
+
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+    order: str  # "C" or "F"
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def view(self, buffer: Any) -> np.ndarray:
+        return np.ndarray(self.shape, np.dtype(self.dtype), buffer, self.offset, order=self.order)
+
+
+def stage(token: str, path: str, layout: tuple[Any, ...]) -> None:
+    """(In the worker) keep device copies of the arguments ``layout`` describes (a
+    :class:`_Slot` in the file at ``path`` for an array, else the value) for the trials that
+    name ``token``."""
     from numba import cuda
 
-    device = tuple(cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in host_args)
-    originals = tuple(cuda.to_device(a) if isinstance(a, np.ndarray) else None for a in host_args)
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        buffer = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) if size else b""
+    device = tuple(cuda.to_device(s.view(buffer)) if isinstance(s, _Slot) else s for s in layout)
+    originals = tuple(arrays.clone(a) if arrays.is_array(a) else None for a in device)
     _staged.clear()
     _staged.update(token=token, args=device, originals=originals)
 
 
-def trial(token: str, kernel: bytes, config: tuple[Any, ...], cc: tuple[int, int]) -> None:
-    """(In the worker) run ``kernel`` once on the staged arguments, restored first, and wait
-    for it; a CUDA error ends the worker (its context may be spoilt)."""
-    from numba import cuda
-
+def trial(
+    token: str, kernels: Sequence[tuple[bytes, tuple[Any, ...]]], cc: tuple[int, int] | None
+) -> list[str | None] | processes.Done:
+    """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
+    arguments, restored first, and wait for it: None for each that ran. The first that fails
+    ends the list, with why, and the worker (its context may be spoilt)."""
     if _staged.get("token") != token:
         raise NotStaged(token)
+    reasons: list[str | None] = []
+    for kernel, config in kernels:
+        try:
+            _run_once(kernel, config, cc)
+        except Exception as error:
+            reasons.append(f"{type(error).__name__}: {error}")
+            return processes.Done(reasons, ended=True)
+        reasons.append(None)
+    return reasons
+
+
+def _run_once(kernel: bytes, config: tuple[Any, ...], cc: tuple[int, int] | None) -> None:
+    from numba import cuda
+
     args = _staged["args"]
     arrays.restorer(args, _staged["originals"])()
     grid, block, *shared = config
-    try:
-        if SIMULATOR:
-            from numba.cuda import cloudpickle
+    if SIMULATOR:
+        from numba.cuda import cloudpickle
 
-            cuda.jit(cloudpickle.loads(kernel))[grid, block, 0, shared[0] if shared else 0](*args)
-        else:
-            from numbatune.compile.build import load
+        cuda.jit(cloudpickle.loads(kernel))[grid, block, 0, shared[0] if shared else 0](*args)
+    else:
+        from numbatune.compile.build import load
 
-            stream = cuda.default_stream()  # numba's launch takes a stream object
-            load(kernel, cc).launch(
-                args, _dims(grid), _dims(block), stream, shared[0] if shared else 0
-            )
-        cuda.synchronize()
-    except Exception as error:
-        error.end_worker = True  # type: ignore[attr-defined]
-        raise
+        stream = cuda.default_stream()  # numba's launch takes a stream object
+        load(kernel, cc).launch(args, _dims(grid), _dims(block), stream, shared[0] if shared else 0)
+    cuda.synchronize()
 
 
 def _dims(value: Any) -> tuple[int, int, int]:
@@ -101,41 +147,100 @@ class Trials:
         self._pool.start(1)
 
     def run(
-        self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]], args: tuple[Any, ...], cc: Any
+        self,
+        kernels: Sequence[tuple[bytes, tuple[Any, ...]]],
+        args: tuple[Any, ...],
+        cc: tuple[int, int] | None,
     ) -> list[str | None]:
         """Run each ``(kernel, launch configuration)`` once on copies of ``args``; for each,
         None if it ran, else why it failed."""
         token = uuid.uuid4().hex
-        host = tuple(_host_copy(a) for a in args)
-        outcomes = []
-        with self._lock:
-            for kernel, config in kernels:
-                task = processes.Task(__name__, "trial", (token, kernel, config, cc))
-                outcome = self._pool.run([task], settings.trial_timeout_s)[0]
+        reasons: list[str | None] = []
+        batch = len(kernels)
+        with self._lock, _shared_copies(args) as (path, layout):
+            while len(reasons) < len(kernels):
+                trial_task = processes.Task(
+                    __name__, "trial", (token, kernels[len(reasons) :][:batch], cc)
+                )
+                outcome = self._pool.run([trial_task], settings.trial_timeout_s)[0]
                 if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
-                    staging = processes.Task(__name__, "stage", (token, host))
+                    staging = processes.Task(__name__, "stage", (token, path, layout))
                     staged = self._pool.run([staging], settings.trial_timeout_s)[0]
                     if not isinstance(staged, processes.Done):
-                        outcomes.append(f"the trial worker could not take the arguments: {staged}")
-                        continue
-                    outcome = self._pool.run([task], settings.trial_timeout_s)[0]
-                outcomes.append(None if isinstance(outcome, processes.Done) else _why(outcome))
-        return outcomes
+                        why = _why(f"the trial worker could not take the arguments: {staged}")
+                        return reasons + [why] * (len(kernels) - len(reasons))
+                    outcome = self._pool.run([trial_task], settings.trial_timeout_s)[0]
+                if isinstance(outcome, processes.Done):
+                    reasons += [None if r is None else _why(r) for r in outcome.value]
+                elif batch > 1:
+                    batch = 1  # which variant failed is not known: one at a time until found
+                else:
+                    reasons.append(_why(str(outcome)))
+                    batch = len(kernels)
+        return reasons
 
 
-def _why(outcome: processes.Outcome) -> str:
-    return f"its trial run in a separate process failed: {outcome}"
+def _why(reason: str) -> str:
+    return f"its trial run in a separate process failed: {reason}"
 
 
-def _host_copy(value: Any) -> Any:
-    """A host (NumPy) copy of a device array; other arguments as they are."""
-    if not arrays.is_array(value):
-        return value
+@contextlib.contextmanager
+def _shared_copies(args: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Host copies of the arrays among ``args``, in one file a worker opens by its path: the
+    path, and for each argument its :class:`_Slot` or (not an array) the value itself."""
+    views = [_device_view(a) if arrays.is_array(a) else None for a in args]
+    layout: list[Any] = []
+    size = 0
+    for arg, view in zip(args, views, strict=True):
+        if view is None:
+            layout.append(arg)
+            continue
+        order = "F" if arrays.read(arg)[2] == "F" else "C"  # type: ignore[index]
+        slot = _Slot(size, tuple(view.shape), view.dtype.str, order)
+        layout.append(slot)
+        size += -(-slot.size // _ALIGNMENT) * _ALIGNMENT
+    with _shared_file(size) as (descriptor, path):
+        if size:
+            with mmap.mmap(descriptor, size) as buffer:
+                for slot, view in zip(layout, views, strict=True):
+                    if view is not None:
+                        _copy_to_host(view, slot.view(buffer), arrays.read(view)[2])  # type: ignore[index]
+        yield path, tuple(layout)
+
+
+@contextlib.contextmanager
+def _shared_file(size: int) -> Iterator[tuple[int, str]]:
+    """A file of ``size`` bytes in memory (a ``memfd`` where the system has them, else a
+    temporary file): its descriptor and a path by which another process opens it."""
+    anonymous = hasattr(os, "memfd_create")
+    if anonymous:
+        descriptor = os.memfd_create("numbatune-trial-arguments")
+        path = f"/proc/{os.getpid()}/fd/{descriptor}"
+    else:
+        descriptor, path = tempfile.mkstemp(prefix="numbatune-trial-arguments-")
+    try:
+        os.ftruncate(descriptor, size)
+        yield descriptor, path
+    finally:
+        os.close(descriptor)
+        if not anonymous:
+            os.unlink(path)
+
+
+def _device_view(value: Any) -> Any:
     from numba import cuda
 
-    view = value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
-    host = view.copy_to_host()
-    return np.asfortranarray(host) if arrays.read(value)[2] == "F" else host
+    return value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
+
+
+def _copy_to_host(view: Any, target: np.ndarray, layout: str) -> None:
+    """Copy a device array into ``target``, straight where both are laid out alike."""
+    if view.size == 0:
+        return
+    if layout in ("C", "F"):
+        view.copy_to_host(target)
+    else:
+        target[...] = view.copy_to_host()
 
 
 _trials: Trials | None = None

@@ -165,9 +165,11 @@ class TuneReport:
     results: tuple[VariantResult, ...] = field(repr=False)
     #: Whether check mode compared the variants' outputs while tuning.
     checked: bool = False
-    #: Seconds spent compiling variants, and checking and timing them, in this tuning.
+    #: Seconds spent in this tuning compiling variants, running them first in a separate
+    #: process (the ``isolate`` setting), and checking and timing them.
     compile_s: float = 0.0
     benchmark_s: float = 0.0
+    trial_s: float = 0.0
     #: Kernels compiled for it (variants that differ only in what the launch function reads
     #: share one; kernels loaded from disk are not counted).
     compiles: int = 0
