@@ -34,6 +34,8 @@ SECTIONS = [
     "warm_start",
     "ceilings",
     "levels",
+    "search",
+    "space_cost",
 ]
 
 
@@ -45,6 +47,8 @@ def _section(name: str) -> Callable[[Path, argparse.Namespace], Any]:
     module = importlib.import_module(f"bench.{name}")
     if name in ("ceilings", "levels"):
         return lambda out_dir, arguments: module.run(arguments.smoke, arguments.examples)
+    if name == "search":
+        return lambda out_dir, arguments: module.run(arguments.smoke, arguments.exhaustive)
     return lambda out_dir, arguments: module.run(arguments.smoke)
 
 
@@ -66,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="simulator, tiny sizes, no claims")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--examples", type=Path, help="example modules (default: examples/)")
+    parser.add_argument(
+        "--exhaustive", type=Path, help="search: the offline exhaustive run's result file"
+    )
     arguments = parser.parse_args(argv)
     if arguments.smoke != SIMULATOR:
         parser.error(

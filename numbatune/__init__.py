@@ -26,6 +26,7 @@ from numbatune.errors import (  # noqa: E402
 )
 from numbatune.intrinsics import nonnegative  # noqa: E402
 from numbatune.keys import anchor  # noqa: E402
+from numbatune.strategies import Budget, Strategy  # noqa: E402
 from numbatune.streams.memory import memory_cleanup, memory_usage  # noqa: E402
 from numbatune.streams.monitor import end_profile, profile, start_profile  # noqa: E402
 from numbatune.streams.profiles import Profile, ProfileToken  # noqa: E402
@@ -43,6 +44,7 @@ def cdiv(a: int, b: int) -> int:
 
 
 __all__ = [
+    "Budget",
     "CacheFileError",
     "Check",
     "KernelSourceError",
@@ -54,6 +56,7 @@ __all__ = [
     "ProfileToken",
     "Source",
     "Status",
+    "Strategy",
     "StreamError",
     "TuneReport",
     "TunedKernel",

@@ -132,7 +132,7 @@ def _entry_rows(entry: Any) -> list[list]:
     stored = entry.stored
     rows[0][-1] = (
         f"compile {stored['compile_s']:.2f} s ({stored['compiles']} kernels), "
-        f"trial runs {stored.get('trial_s', 0.0):.2f} s, benchmark {stored['benchmark_s']:.2f} s"
+        f"trial runs {stored['trial_s']:.2f} s, benchmark {stored['benchmark_s']:.2f} s"
     )
     return rows
 

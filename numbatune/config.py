@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from numbatune.strategies import Budget, Strategy
+
 
 def _default_isolation() -> str:
     from numba.cuda.core import config as numba_config  # numba.cuda chose already
@@ -151,6 +153,15 @@ class Settings:
     #: Seconds a process waits for another that is tuning the same key (sharing the cache
     #: directory) before it tunes the key itself.
     lock_timeout_s: float = 300.0
+    #: How a key's tuning chooses the variants it measures (numbatune.tuning.search):
+    #: ``auto`` (every variant of spaces up to 100, a pattern search of larger ones),
+    #: ``exhaustive``, ``random`` or ``pattern``.
+    search: Strategy = Strategy.AUTO
+    #: When a search (not an exhaustive tuning) stops: variants tried and/or seconds of tuning,
+    #: as ``Budget(variants=100)`` or the text ``100``, ``60s``, ``100,60s``, ``unlimited``.
+    search_budget: Budget = dataclasses.field(default_factory=Budget)
+    #: Seed of a search's random choices (with the key's text).
+    search_seed: int = 0
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -173,6 +184,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "isolate": _one_of("new", "all", "off"),
     "trial_timeout_s": _parse_positive_float,
     "lock_timeout_s": _parse_positive_float,
+    "search": lambda text: Strategy(_one_of(*Strategy)(text)),
+    "search_budget": Budget.parse,
+    "search_seed": _parse_non_negative_int,
 }
 
 settings = Settings()

@@ -30,6 +30,7 @@ from numbatune.devices import current_kind
 from numbatune.launch import fastpath
 from numbatune.launch.config import LaunchConfig, launch_config, launch_params
 from numbatune.launch.numbalaunch import numba_launch
+from numbatune.strategies import Budget, Search, Strategy, as_budget, as_strategy
 from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
 from numbatune.template import KernelTemplate
@@ -51,6 +52,8 @@ def autotune(
     prune: levels.Prune | None = None,
     check: bool | checks.Check | None = None,
     read_only: Sequence[str] = (),
+    search: str | None = None,
+    budget: Budget | int | str | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -82,24 +85,22 @@ def autotune(
     their inputs (a counter, an accumulator) are timed and checked as they would run once.
     ``read_only=["x", "y"]`` names arguments the kernel only reads, to skip copying them.
 
+    ``search`` (``auto``, ``exhaustive``, ``random``, ``pattern``) chooses the variants a key's
+    tuning measures, ``budget`` (a :class:`Budget`, a number of variants, or ``"60s"``) when a
+    search stops; by default the settings ``search`` and ``search_budget``. ``auto`` measures
+    every variant of spaces of up to 100 and searches larger ones (numbatune.tuning.search).
+
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
     """
 
-    def decorate(kernel: Any) -> TunedKernel:
-        return TunedKernel(
-            kernel,
-            variants=variants,
-            launch=launch,
-            key=key,
-            name=name,
-            level=level,
-            prune=prune,
-            check=check,
-            read_only=read_only,
-        )
-
-    return decorate if kernel is None else decorate(kernel)
+    options = dict(
+        variants=variants, launch=launch, key=key, name=name, level=level, prune=prune,
+        check=check, read_only=read_only, search=search, budget=budget,
+    )  # fmt: skip
+    if kernel is None:
+        return lambda kernel: TunedKernel(kernel, **options)
+    return TunedKernel(kernel, **options)
 
 
 class _Shared:
@@ -171,11 +172,13 @@ class TunedKernel:
         prune: levels.Prune | None = None,
         check: bool | checks.Check | None = None,
         read_only: Sequence[str] = (),
+        search: str | None = None,
+        budget: Budget | int | str | None = None,
     ) -> None:
         #: What this kernel was made from, for :meth:`with_variants`.
         self._made_from = dict(
             kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune,
-            check=check, read_only=read_only,
+            check=check, read_only=read_only, search=search, budget=budget,
         )  # fmt: skip
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
@@ -198,10 +201,13 @@ class TunedKernel:
         self._level = levels.check_level(level, self.name)
         self._prune = levels.check_prune(prune, self.name)
         self._check = checks.as_check(check, self.name)
+        self._strategy, self._budget = _search_options(search, budget, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
         self.function_id = identity.function_id(self._template.function)
-        self._shared = self._share(key=key, level=level, prune=prune, check=check, name=name)
+        self._shared = self._share(
+            key=key, level=level, prune=prune, check=check, name=name, search=search, budget=budget
+        )
         self._compiler = self._shared.compiler
         self._tally = Tally()
         self._benchmarks = 0
@@ -348,9 +354,16 @@ class TunedKernel:
             self.name, key, self._variants, self._level or settings.level, self._prune
         )
         check = self._check or (checks.Check() if settings.check else None)
+        search = Search(
+            self._strategy or settings.search,
+            self._budget or settings.search_budget,
+            settings.search_seed,
+        )
+        searched = search.strategy.for_space(len(plan.first)) is not Strategy.EXHAUSTIVE
         job = TuneJob(
             self.name, key, self._variants, args, self._parameters, stream, plan,
-            self._compile_variants, check, self.reference_variant, self._read_only,
+            self._compile_variants, check, self.reference_variant, self._read_only, search,
+            self._starts(state, key, plan) if searched else (),
         )  # fmt: skip
 
         def tune() -> TuneReport:
@@ -375,8 +388,14 @@ class TunedKernel:
             )
 
         return state.cache.lookup(
-            key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check)
+            key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check, searched)
         )
+
+    def _starts(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> tuple[Variant, ...]:
+        """Where a search starts: the kernel as written, the variants of the highest priority
+        (when priorities differ), and the winners of this kernel's other keys, nearest first."""
+        highest = plan.groups[0] if len(plan.groups) > 1 else ()
+        return (self.reference_variant, *highest, *state.cache.winners_near(key))
 
     def _check_arguments(self, args: tuple[Any, ...]) -> None:
         """Refuse, naming the argument, calls numba would fail on less clearly."""
@@ -486,15 +505,21 @@ class TunedKernel:
         """The variants, in the order given."""
         return list(self._variants)
 
-    def with_variants(self, variants: Iterable[Variant | Mapping[str, Any]]) -> TunedKernel:
-        """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``.
+    def with_variants(
+        self, variants: Iterable[Variant | Mapping[str, Any]], **options: Any
+    ) -> TunedKernel:
+        """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``,
+        with the :func:`autotune` options given here changed (``search=``, ``budget=``, ...).
 
-        For trying a few variants while developing, or under numba's simulator (see
-        :func:`numbatune.testing.covering_variants`). It tunes and compiles on its own; its
-        results share this kernel's name in the disk cache, where the differing variants
-        make each one tune again over the other's.
+        For trying a few variants while developing, under numba's simulator (see
+        :func:`numbatune.testing.covering_variants`), or a wider space searched. It tunes and
+        compiles on its own; its results share this kernel's name in the disk cache, where the
+        differing variants make each one tune again over the other's.
         """
-        return TunedKernel(variants=variants, **self._made_from)
+        unknown = sorted(set(options) - set(self._made_from) - {"kernel", "launch"})
+        if unknown:
+            raise TypeError(f"{self.name}.with_variants: unknown options {unknown}")
+        return TunedKernel(variants=variants, **{**self._made_from, **options})
 
     def run_variant(
         self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = None
@@ -590,12 +615,25 @@ def _known(state: _DeviceState, key: Hashable, name: str) -> Winner | None:
         raise
 
 
-def _reuse(stored: TuneReport, plan: levels.Plan, check: checks.Check | None) -> TuneReport | None:
+def _search_options(
+    search: str | None, budget: Budget | int | str | None, kernel_name: str
+) -> tuple[Strategy | None, Budget | None]:
+    """``autotune(search=, budget=)`` checked (None: the settings decide)."""
+    where = f"autotune({kernel_name})"
+    return (
+        None if search is None else as_strategy(search, where),
+        None if budget is None else as_budget(budget, where),
+    )
+
+
+def _reuse(
+    stored: TuneReport, plan: levels.Plan, check: checks.Check | None, searched: bool
+) -> TuneReport | None:
     """A stored report as the answer, or None to tune again: in check mode, one tuned without
     checks is tuned again; otherwise as :func:`numbatune.tuning.levels.reuse` decides."""
     if check is not None and not stored.checked:
         return None
-    return levels.reuse(stored, plan)
+    return levels.reuse(stored, plan, searched)
 
 
 class _Binder:

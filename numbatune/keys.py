@@ -8,6 +8,8 @@ number of dimensions of each array argument: a float64 call never reuses a float
 from __future__ import annotations
 
 import inspect
+import math
+import re
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -165,3 +167,27 @@ def check_hashable(key: Any, kernel_name: str) -> None:
             f"autotune({kernel_name}): the key {key!r} is not hashable ({error}); "
             "a key function must return numbers, strings and tuples of them"
         ) from None
+
+
+_TOKEN = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?|[A-Za-z_]\w*")
+
+
+def distance(first: str, second: str) -> float:
+    """How far apart two keys are, from their stored texts, to find the nearest tuned key: over
+    the numbers and words of both, in order, the number of doublings between each pair of
+    positive numbers that differ, plus one for each other pair that differs; infinite when the
+    texts do not have the same form."""
+    ours, theirs = _TOKEN.findall(first), _TOKEN.findall(second)
+    if len(ours) != len(theirs):
+        return math.inf
+    total = 0.0
+    for a, b in zip(ours, theirs, strict=True):
+        if a == b:
+            continue
+        try:
+            x, y = float(a), float(b)
+        except ValueError:
+            total += 1
+            continue
+        total += abs(math.log2(x / y)) if x > 0 and y > 0 else 1
+    return total

@@ -60,24 +60,33 @@ class Variant:
             raise TypeError(f"Variant: params must be a mapping of names to values, got {params!r}")
         if not all(isinstance(name, str) and name.isidentifier() for name in params):
             raise TypeError(f"Variant: parameter names must be identifiers, got {list(params)}")
-        if not callable(priority) and not is_integer(priority):
-            raise TypeError(
-                f"Variant: priority must be an integer or a function of the tuning key "
-                f"returning one, got {priority!r}"
-            )
-        unknown = sorted(set(jit) - JIT_OPTIONS)
-        if unknown:
-            raise ValueError(
-                f"Variant: unknown numba.cuda.jit options {unknown}; "
-                f"known options are {sorted(JIT_OPTIONS)}"
-            )
-        self.params: dict[str, Any] = {name: plain(value) for name, value in params.items()}
-        self.jit: dict[str, Any] = {name: plain(value) for name, value in jit.items()}
-        self.priority: Priority = priority
-        self.label = ", ".join(
-            f"{name}={stable_text(value)}" for name, value in {**self.params, **self.jit}.items()
-        )
-        self._identity = (stable_text(self.params), stable_text(self.jit))
+        _check_priority(priority)
+        _check_jit_options(jit)
+        plain_params = {name: plain(value) for name, value in params.items()}
+        plain_jit = {name: plain(value) for name, value in jit.items()}
+        param_texts = {name: stable_text(value) for name, value in plain_params.items()}
+        jit_texts = {name: stable_text(value) for name, value in plain_jit.items()}
+        self.params = plain_params
+        self.jit = plain_jit
+        self.priority = priority
+        self.label = ", ".join(f"{n}={t}" for n, t in [*param_texts.items(), *jit_texts.items()])
+        self._identity = (tuple(sorted(param_texts.items())), tuple(sorted(jit_texts.items())))
+
+    @classmethod
+    def _made(
+        cls,
+        params: dict[str, Any],
+        jit: dict[str, Any],
+        priority: Priority,
+        label: str,
+        identity: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]],
+    ) -> Variant:
+        """A variant whose checked, plain values, label and identity :func:`product` made
+        (from each axis value's text, computed once)."""
+        variant = cls.__new__(cls)
+        variant.params, variant.jit, variant.priority = params, jit, priority
+        variant.label, variant._identity = label, identity
+        return variant
 
     def priority_for(self, key: Hashable) -> int:
         """The variant's priority for a tuning key (higher is tried first)."""
@@ -129,19 +138,57 @@ def product(
             f"product: priority must be a function of the parameters (as keywords), "
             f"got {priority!r}"
         )
-    names, jit_names = list(axes), list(jit)
+    _check_jit_options(jit)
+    names, jit_names, count = list(axes), list(jit), len(axes)
+    # Each axis value made plain, with its label and identity parts, once: not once per variant.
+    columns = [
+        [
+            (plain(value), f"{name}={stable_text(value)}", (name, stable_text(value)))
+            for value in values
+        ]
+        for name, values in [*axes.items(), *jit.items()]
+    ]
+    param_order = sorted(range(count), key=lambda axis: names[axis])
+    jit_order = sorted(range(count, len(columns)), key=lambda axis: jit_names[axis - count])
     variants = []
-    for values in itertools.product(*axes.values(), *jit.values()):
-        params = dict(zip(names, values[: len(names)], strict=True))
-        if where is None or where(**params):
-            variants.append(
-                Variant(
-                    params,
-                    0 if priority is None else priority(**params),
-                    **dict(zip(jit_names, values[len(names) :], strict=True)),
-                )
+    for combination in itertools.product(*columns):
+        params = {name: column[0] for name, column in zip(names, combination, strict=False)}
+        if where is not None and not where(**params):
+            continue
+        variants.append(
+            Variant._made(
+                params,
+                {
+                    name: column[0]
+                    for name, column in zip(jit_names, combination[count:], strict=True)
+                },
+                0 if priority is None else _check_priority(priority(**params)),
+                ", ".join([column[1] for column in combination]),
+                (
+                    tuple([combination[axis][2] for axis in param_order]),
+                    tuple([combination[axis][2] for axis in jit_order]),
+                ),
             )
+        )
     return variants
+
+
+def _check_jit_options(names: Iterable[str]) -> None:
+    unknown = sorted(set(names) - JIT_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"Variant: unknown numba.cuda.jit options {unknown}; "
+            f"known options are {sorted(JIT_OPTIONS)}"
+        )
+
+
+def _check_priority(priority: Any) -> Priority:
+    if not callable(priority) and not is_integer(priority):
+        raise TypeError(
+            f"Variant: priority must be an integer or a function of the tuning key "
+            f"returning one, got {priority!r}"
+        )
+    return priority
 
 
 def as_variants(variants: Any, kernel_name: str) -> tuple[Variant, ...]:

@@ -222,4 +222,10 @@ def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
     assert len(results["accuracy"]["result"]["keys"]) == sum(
         len(c.smoke_sizes) for c in kernels.CASES
     )
+    searched = results["search"]["result"]
+    assert searched["space"] == 2
+    assert {s: c["strategy"] for s, c in searched["cases"].items()} == {
+        "pattern": "pattern",
+        "random": "random",
+    }
     assert "times say nothing about speed" in capsys.readouterr().out

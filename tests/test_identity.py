@@ -19,6 +19,18 @@ def test_variants_that_numba_types_alike_are_equal_and_hash_alike():
     assert nt.Variant({"TPB": 16}) != nt.Variant({"TPB": np.int32(16)})  # int64 and int32
 
 
+def test_product_makes_the_variants_the_constructor_makes():
+    made = nt.product(B=[np.int64(2), 4.0], A=["x"], jit={"fastmath": [True], "opt": [False]})
+    by_hand = [
+        nt.Variant({"B": 2, "A": "x"}, fastmath=True, opt=False),
+        nt.Variant({"B": 4.0, "A": "x"}, fastmath=True, opt=False),
+    ]
+    assert made == by_hand and [hash(v) for v in made] == [hash(v) for v in by_hand]
+    assert [v.label for v in made] == [v.label for v in by_hand]
+    assert made[0].params == {"B": 2, "A": "x"} and type(made[0].params["B"]) is int
+    assert made[0] != nt.Variant({"B": 2, "A": "x"}, fastmath=True)  # options count
+
+
 def test_a_variant_listed_twice_in_two_spellings_is_refused():
     with pytest.raises(ValueError, match="listed twice"):
         nt.autotune(

@@ -1,7 +1,8 @@
 """Stored entries: a tuning report as JSON, and back, checked field by field.
 
 An entry is what the disk cache keeps for one key (and what an exported cache file carries):
-the format, the checksum of the kernel it was tuned with, and one result per variant. Reading
+the format, the checksum of the kernel it was tuned with, the search that chose the variants,
+and one result per variant tried (a search of a large space tries few of them). Reading
 one checks every field; anything out of place (another format, an index out of range, an
 unknown variant, a field of the wrong type) raises :class:`DamagedEntry`, so a damaged entry is
 never trusted.
@@ -14,6 +15,7 @@ import math
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from numbatune.strategies import Strategy
 from numbatune.tuning.checks import Mismatch
 from numbatune.tuning.results import (
     NOT_TRIED,
@@ -30,7 +32,7 @@ from numbatune.values import stable_text
 from numbatune.variants import Variant
 
 #: Version of the stored entries; entries of another format are tuned again.
-FORMAT = 2
+FORMAT = 3
 
 
 def storage_key(key_text: str, checksum: str) -> str:
@@ -49,19 +51,23 @@ class DamagedEntry(ValueError):
 
 
 def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> dict[str, Any]:
-    """The stored form of ``report``."""
+    """The stored form of ``report``: the results of the variants tried, in the kernel's
+    order; ``best_index`` indexes them."""
+    tried = [result for result in report.results if result.tried]
     return {
         "format": FORMAT,
         "checksum": checksum,
         "function": function,
         "key": key_text,
-        "best_index": report.best_index,
+        "best_index": tried.index(report.results[report.best_index]),
         "checked": report.checked,
         "compile_s": report.compile_s,
         "benchmark_s": report.benchmark_s,
         "trial_s": report.trial_s,
         "compiles": report.compiles,
-        "results": [_encode_result(result) for result in report.results],
+        "strategy": report.strategy.value,
+        "space": report.space,
+        "results": [_encode_result(result) for result in tried],
     }
 
 
@@ -92,11 +98,12 @@ def check(entry: Any) -> dict[str, Any]:
     for name, kind in (("checksum", str), ("results", list), ("checked", bool)):
         if not isinstance(entry.get(name), kind):
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected a {kind.__name__}")
-    _number(entry, "compile_s"), _number(entry, "benchmark_s")
-    if "trial_s" in entry:
-        _number(entry, "trial_s")
-    if type(entry.get("compiles")) is not int or entry["compiles"] < 0:
-        raise DamagedEntry(f"compiles is {entry.get('compiles')!r}, expected an integer >= 0")
+    _number(entry, "compile_s"), _number(entry, "benchmark_s"), _number(entry, "trial_s")
+    for name in ("compiles", "space"):
+        if type(entry.get(name)) is not int or entry[name] < 0:
+            raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected an integer >= 0")
+    if entry.get("strategy") not in {s.value for s in Strategy} - {Strategy.AUTO.value}:
+        raise DamagedEntry(f"strategy {entry.get('strategy')!r} is not a search strategy")
     best = entry.get("best_index")
     if type(best) is not int or not 0 <= best < len(entry["results"]):
         raise DamagedEntry(f"best_index {best!r} is not one of the {len(entry['results'])} results")
@@ -149,22 +156,26 @@ def decode(
     entry = check(entry)
     if entry["checksum"] != checksum:
         return None
-    results = []
+    outcomes: dict[Variant, Outcome] = {}
     for result in entry["results"]:
         variant = variants.get(result["variant"])
         if variant is None:
             raise DamagedEntry(f"variant {result['variant']!r} is not one of the kernel's")
-        results.append(VariantResult(variant, _outcome(result)))
-    if [r.variant for r in results] != list(variants.values()):
-        raise DamagedEntry("its results are not one per variant of the kernel, in order")
+        if variant in outcomes:
+            raise DamagedEntry(f"variant {result['variant']!r} has two results")
+        outcomes[variant] = _outcome(result)
+    best = variants[entry["results"][entry["best_index"]]["variant"]]
+    order = list(variants.values())
     return TuneReport(
         key,
-        entry["best_index"],
+        order.index(best),
         Source.DISK,
-        tuple(results),
-        entry["checked"],
-        entry["compile_s"],
-        entry["benchmark_s"],
-        entry.get("trial_s", 0.0),  # entries stored before trial runs were timed have none
-        entry["compiles"],
+        tuple(VariantResult(v, outcomes.get(v, NOT_TRIED)) for v in order),
+        checked=entry["checked"],
+        compile_s=entry["compile_s"],
+        benchmark_s=entry["benchmark_s"],
+        trial_s=entry["trial_s"],
+        compiles=entry["compiles"],
+        strategy=Strategy(entry["strategy"]),
+        space=entry["space"],
     )

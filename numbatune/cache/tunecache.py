@@ -25,6 +25,7 @@ from typing import Any
 
 import filelock
 
+from numbatune import keys
 from numbatune.cache import entry as entries
 from numbatune.cache.disk import Folder
 from numbatune.errors import TuningError
@@ -204,6 +205,27 @@ class TuneCache:
             yield
         finally:
             lock.release()
+
+    def winners_near(self, key: Hashable, count: int = 4) -> list[Variant]:
+        """The winners of up to ``count`` other keys of this kernel, in memory or on disk
+        (this checksum's), nearest key first (:func:`numbatune.keys.distance`)."""
+        text = key_text(key)
+        found = {key_text(other): winner.variant for other, winner in list(self.winners.items())}
+        disk = self._open()
+        for stored in disk.stored_keys() if disk is not None else ():
+            other = entries.key_of(stored)
+            if other in found or stored != entries.storage_key(other, self.checksum):
+                continue
+            try:
+                entry = entries.check(json.loads(disk.get(stored)))  # type: ignore[union-attr]
+            except (ValueError, TypeError):
+                continue  # damaged: its own lookup discards it
+            best = self._by_label.get(entry["results"][entry["best_index"]]["variant"])
+            if best is not None:
+                found[other] = best
+        found.pop(text, None)
+        nearest = sorted(found, key=lambda other: keys.distance(text, other))
+        return list(dict.fromkeys(found[other] for other in nearest))[:count]
 
     def _open(self) -> Folder | None:
         if self._disk is None and self._directory is not None:

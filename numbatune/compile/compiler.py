@@ -127,7 +127,9 @@ class Compiler:
         start while this process does its own part (cloning, planning, reading the store)."""
         if SIMULATOR:
             return
-        count = len({self._template.code_key(variant) for variant in variants})
+        # The first variants suffice to know whether to start the workers (a pool has at most
+        # as many as the machine has cores), and a large space's would take long to read.
+        count = len({self._template.code_key(variant) for variant in variants[:256]})
         pool = compile_pool() if count > 1 else None
         if pool is not None:
             pool.start(count)

@@ -2,15 +2,16 @@
 
 The tuned kernel makes a job on a miss and hands it to the tuner (cubecl's ``TuneJob``): which
 kernel and key, the variants and the plan of which to try (levels, priorities, prune), the
-caller's arguments and stream, check mode, and how to compile variants.
+caller's arguments and stream, check mode, how to compile variants, and how to search them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from numbatune.strategies import Search
 from numbatune.tuning.checks import Check
 from numbatune.tuning.levels import Plan
 from numbatune.tuning.results import Failed
@@ -52,3 +53,6 @@ class TuneJob:
     reference: Variant | None = None
     #: Arguments the kernel only reads: not restored before each run.
     read_only: frozenset[str] = frozenset()
+    #: How to choose the variants measured, and where a search starts (numbatune.tuning.search).
+    search: Search = field(default_factory=Search)
+    starts: tuple[Variant, ...] = ()

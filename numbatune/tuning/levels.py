@@ -32,6 +32,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numbatune.config import LEVELS
+from numbatune.strategies import Strategy
 from numbatune.tuning.results import TuneReport
 from numbatune.variants import Variant
 
@@ -136,16 +137,18 @@ def _pruned(
     return [v for v in variants if v in chosen]  # the kernel's order, each once
 
 
-def reuse(stored: TuneReport, planned: Plan) -> TuneReport | None:
+def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneReport | None:
     """A stored report as the answer for ``planned``, or None when it must be tuned again.
 
     It serves when it has a result (a time, an error or a mismatch) for every variant the plan
-    tries first.
+    tries first, or when both it and this tuning come from a search (``searched``: one that
+    does not try every variant; numbatune.tuning.search), whatever its strategy and budget.
     Its winner stays the winner unless the prune function now removes it; then the fastest of
     the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
     """
     known = {r.variant for r in stored.results if r.tried}
-    if not all(variant in known for variant in planned.first):
+    covered = searched and stored.strategy is not Strategy.EXHAUSTIVE
+    if not covered and not all(variant in known for variant in planned.first):
         logger.info(
             "numbatune: stored result for key %r tried fewer variants than level %s asks; "
             "tuning again",

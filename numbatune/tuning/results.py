@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from numbatune.strategies import Strategy
 from numbatune.tuning.checks import Mismatch
 from numbatune.variants import Variant
 
@@ -173,6 +174,20 @@ class TuneReport:
     #: Kernels compiled for it (variants that differ only in what the launch function reads
     #: share one; kernels loaded from disk are not counted).
     compiles: int = 0
+    #: The search strategy that chose the variants tried (numbatune.tuning.search), and the
+    #: number of variants it chose from.
+    strategy: Strategy = Strategy.EXHAUSTIVE
+    space: int = 0
+
+    @property
+    def tried(self) -> int:
+        """How many variants this tuning tried (timed, failed or mismatched)."""
+        return sum(result.tried for result in self.results)
+
+    @property
+    def tuning_s(self) -> float:
+        """Seconds the tuning took: compiling, trial runs, checking and timing."""
+        return self.compile_s + self.trial_s + self.benchmark_s
 
     @property
     def best_variant(self) -> Variant:

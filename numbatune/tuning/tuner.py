@@ -16,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from numbatune import arrays
+from numbatune.config import settings
 from numbatune.errors import TuningError
+from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
-from numbatune.tuning import bench, checks
+from numbatune.tuning import bench, checks, search
 from numbatune.tuning.job import Launcher, TuneJob
 from numbatune.tuning.progress import Progress
 from numbatune.tuning.results import (
@@ -30,6 +32,7 @@ from numbatune.tuning.results import (
     TuneReport,
     VariantResult,
 )
+from numbatune.values import stable_text
 from numbatune.variants import Variant
 
 logger = logging.getLogger("numbatune")
@@ -105,15 +108,92 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
 
 
 def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneReport:
-    """Measure ``variants`` on clones of the job's arguments and report, fastest first in the
-    log; raise :class:`TuningError` when every one fails."""
+    """Measure the variants of ``variants`` the job's search chooses, on clones of the job's
+    arguments, and report, fastest first in the log; raise :class:`TuningError` when every
+    one fails."""
     if len(variants) == 1:
         return _report(job, {}, best=variants[0], source=Source.SINGLE)
+    strategy = job.search.strategy.for_space(len(variants))
+    budget = job.search.budget
+    limit = len(variants) if strategy is Strategy.EXHAUSTIVE else budget.variants or len(variants)
     bench.prepare()
     clones = arrays.clone_arguments(job.args, job.stream)
-    progress = Progress(job.kernel_name, len(variants))
+    restore = arrays.restorer(clones, _originals(job), job.stream)
+    progress = Progress(job.kernel_name, min(limit, len(variants)))
+    proposals = search.proposer(
+        strategy,
+        variants,
+        job.starts,
+        search.randomness_for(job.search.seed, stable_text(job.key)),
+        max(_BATCH, settings.compile_workers),
+    )
+    outcomes: dict[Variant, Outcome] = {}
+    times: dict[Variant, float | None] = {}
+    best: Variant | None = None
     started = time.perf_counter()
-    compiled = job.compile(variants, clones, lambda done: progress.step(done, "compiled"))
+    while len(outcomes) < limit and not (outcomes and _out_of_time(budget, strategy, started)):
+        proposal = proposals.propose(times, best)[: limit - len(outcomes)]
+        if not proposal:
+            break
+        measured = [*proposal, best] if best is not None else proposal
+        outcomes.update(_measure(job, measured, clones, restore, clock, progress, outcomes))
+        times.update({v: _median(outcomes[v]) for v in measured})
+        best = min(
+            (v for v in measured if times[v] is not None),
+            key=lambda v: (times[v], job.variants.index(v)),
+            default=best,
+        )
+    progress.close()
+    if best is None:
+        lines = "\n".join(
+            f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
+        )
+        raise TuningError(f"{job.kernel_name}: every variant failed for key {job.key!r}:\n{lines}")
+    report = dataclasses.replace(
+        _report(job, outcomes, best=best, source=Source.BENCHMARK),
+        strategy=strategy,
+        space=len(variants),
+    )
+    logger.info(
+        "numbatune: tuned %s for key %r (%s search, %d of %d variants): %s",
+        job.kernel_name,
+        job.key,
+        strategy,
+        report.tried,
+        len(variants),
+        "; ".join(f"{r.variant.label}: {r.median_s * 1e6:.1f} us" for r in report.fastest(3)),
+    )
+    return report
+
+
+#: The fewest variants a search proposes at a time (more when more compile workers wait).
+_BATCH = 8
+
+
+def _out_of_time(budget: Budget, strategy: Strategy, started: float) -> bool:
+    if strategy is Strategy.EXHAUSTIVE or budget.seconds is None:
+        return False
+    return time.perf_counter() - started >= budget.seconds
+
+
+def _median(outcome: Outcome) -> float | None:
+    return outcome.median_s if isinstance(outcome, Timed) else None
+
+
+def _measure(
+    job: TuneJob,
+    variants: Sequence[Variant],
+    clones: tuple[Any, ...],
+    restore: bench.Run,
+    clock: Clock,
+    progress: Progress,
+    earlier: Mapping[Variant, Outcome],
+) -> dict[Variant, Outcome]:
+    """Compile ``variants`` (trial runs included), check those not checked ``earlier``, and
+    time them together; each one's outcome."""
+    done = len(earlier)
+    started = time.perf_counter()
+    compiled = job.compile(variants, clones, lambda count: progress.step(done + count, "compiled"))
     clock.compile_s += time.perf_counter() - started
     started = time.perf_counter()
     outcomes: dict[Variant, Outcome] = {
@@ -121,36 +201,17 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
     }
     launchers = {v: launcher for v, launcher in compiled.items() if v not in outcomes}
     if job.check is not None:
-        outcomes.update(_checked(job, launchers))
-    progress.step(len(variants), "compiled; measuring")
+        outcomes.update(_checked(job, {v: f for v, f in launchers.items() if v not in earlier}))
+    progress.step(done + len(variants), "compiled; measuring")
     runs = {
         variant: _bound(launcher, clones, job.stream)
         for variant, launcher in launchers.items()
         if variant not in outcomes
     }
-    restore = arrays.restorer(clones, _originals(job), job.stream)
     for variant, timing in bench.measure(runs, job.stream, clones, restore).items():
         outcomes[variant] = timing if isinstance(timing, Timed) else Failed.of(timing)
     clock.benchmark_s += time.perf_counter() - started
-    progress.close()
-    timed = sorted(
-        (outcome.median_s, job.variants.index(variant), variant)
-        for variant, outcome in outcomes.items()
-        if isinstance(outcome, Timed)
-    )
-    if not timed:
-        lines = "\n".join(
-            f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
-        )
-        raise TuningError(f"{job.kernel_name}: every variant failed for key {job.key!r}:\n{lines}")
-    report = _report(job, outcomes, best=timed[0][2], source=Source.BENCHMARK)
-    logger.info(
-        "numbatune: tuned %s for key %r: %s",
-        job.kernel_name,
-        job.key,
-        "; ".join(f"{r.variant.label}: {r.median_s * 1e6:.1f} us" for r in report.fastest(3)),
-    )
-    return report
+    return outcomes
 
 
 def _why(outcome: Outcome) -> str:

@@ -1,0 +1,118 @@
+"""What a search is asked to do: its strategy, budget and seed, as plain values.
+
+Settings (:mod:`numbatune.config`) and ``autotune(search=..., budget=...)`` hold these; the
+strategies themselves are in :mod:`numbatune.tuning.search`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+#: ``auto`` searches spaces of up to this many variants exhaustively.
+EXHAUSTIVE_UP_TO = 100
+
+
+class Strategy(str, enum.Enum):
+    """How a tuning chooses the variants it measures (compares equal to its value)."""
+
+    AUTO = "auto"
+    EXHAUSTIVE = "exhaustive"
+    RANDOM = "random"
+    PATTERN = "pattern"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def for_space(self, size: int) -> Strategy:
+        """The strategy that runs for a space of ``size`` variants (``auto`` resolved)."""
+        if self is not Strategy.AUTO:
+            return self
+        return Strategy.EXHAUSTIVE if size <= EXHAUSTIVE_UP_TO else Strategy.PATTERN
+
+
+def as_strategy(value: Any, where: str) -> Strategy:
+    """A ``search=`` value as a :class:`Strategy`, or a ValueError naming ``where``."""
+    try:
+        return Strategy(value)
+    except ValueError:
+        choices = ", ".join(s.value for s in Strategy)
+        raise ValueError(f"{where}: search must be one of {choices}, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """When a search stops: after ``variants`` variants tried or ``seconds`` of tuning
+    (compiling, trial runs and timing), whichever comes first; None is no limit of that kind.
+    The seconds are checked between proposals, so the last one may run past them. An
+    exhaustive search ignores the budget."""
+
+    variants: int | None = 100
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.variants is not None and (
+            isinstance(self.variants, bool) or not isinstance(self.variants, int)
+        ):
+            raise TypeError(f"Budget: variants must be an integer or None, got {self.variants!r}")
+        if self.variants is not None and self.variants < 1:
+            raise ValueError(f"Budget: variants must be >= 1, got {self.variants}")
+        if self.seconds is not None and not (
+            isinstance(self.seconds, int | float)
+            and self.seconds > 0
+            and math.isfinite(self.seconds)
+        ):
+            raise ValueError(f"Budget: seconds must be a number > 0 or None, got {self.seconds!r}")
+
+    def __str__(self) -> str:
+        parts = [] if self.variants is None else [str(self.variants)]
+        parts += [] if self.seconds is None else [f"{self.seconds:g}s"]
+        return ",".join(parts) or "unlimited"
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        """``"200"`` (variants), ``"60s"`` (seconds), ``"200,60s"`` (both) or ``"unlimited"``:
+        the form of the ``NUMBATUNE_SEARCH_BUDGET`` variable and of ``str(budget)``."""
+        variants: int | None = None
+        seconds: float | None = None
+        for part in text.replace(" ", "").lower().split(","):
+            try:
+                if part.endswith("s"):
+                    seconds = float(part[:-1])
+                elif part != "unlimited":
+                    variants = int(part)
+            except ValueError:
+                raise ValueError(
+                    f"a budget is a number of variants (200), seconds (60s), both (200,60s) "
+                    f"or unlimited; got {text!r}"
+                ) from None
+        return cls(variants, seconds)
+
+
+def as_budget(value: Any, where: str) -> Budget:
+    """A ``budget=`` value (a :class:`Budget`, a number of variants, or its text) as a Budget,
+    or an error naming ``where``."""
+    if isinstance(value, Budget):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Budget(variants=value)
+    if isinstance(value, str):
+        try:
+            return Budget.parse(value)
+        except ValueError as error:
+            raise ValueError(f"{where}: budget: {error}") from None
+    raise TypeError(
+        f"{where}: budget must be a numbatune.Budget, a number of variants or text such as "
+        f"'60s', got {value!r}"
+    )
+
+
+@dataclass(frozen=True)
+class Search:
+    """A tuning's search: its strategy, budget and seed."""
+
+    strategy: Strategy = Strategy.AUTO
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
