@@ -87,6 +87,18 @@ def test_a_grid_orders_numbers_and_steps_over_values_a_filter_removed():
     assert set(grid.neighbours(one_a, step=2)) == {nt.Variant({"X": 4, "Y": "a"})}
 
 
+def test_a_grid_steps_along_parameters_that_others_do_not_determine():
+    # THREADS follows from BM and TM: a step in BM (or TM) changes it too, and is a neighbour.
+    variants = [
+        nt.Variant(dict(BM=bm, TM=tm, SPREAD=spread, THREADS=bm // tm))
+        for bm in (32, 64, 128) for tm in (2, 4) for spread in (False, True)
+    ]  # fmt: skip
+    grid = search.Grid(variants)
+    start = next(v for v in variants if v.params == dict(BM=64, TM=2, SPREAD=False, THREADS=32))
+    near = {(v.params["BM"], v.params["TM"], v.params["SPREAD"]) for v in grid.neighbours(start)}
+    assert near == {(32, 2, False), (128, 2, False), (64, 4, False), (64, 2, True)}
+
+
 def test_random_search_draws_the_same_variants_for_the_same_seed_and_key():
     variants = space()
 

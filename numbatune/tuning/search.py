@@ -146,7 +146,9 @@ class _Pattern:
 
 class Grid:
     """A space's variants as points of a grid: one axis per parameter and jit option, its
-    values in order (numbers ascending, others as first met)."""
+    values in order (numbers ascending, others as first met). A parameter that the others
+    determine (``THREADS = (BM // TM) * (BN // TN)``, say) is not an axis: stepping along it
+    alone would never meet a variant. Such parameters are found from the last one back."""
 
     def __init__(self, space: Sequence[Variant]) -> None:
         axes: dict[tuple[str, str], dict[Any, Any]] = {}
@@ -154,20 +156,23 @@ class Grid:
             for kind, values in (("param", variant.params), ("jit", variant.jit)):
                 for name, value in values.items():
                     axes.setdefault((kind, name), {}).setdefault(_value_key(value), value)
-        self._axes = list(axes)
-        self._positions = [
-            {key: index for index, key in enumerate(_ordered(values))} for values in axes.values()
+        positions = {
+            axis: {key: index for index, key in enumerate(_ordered(values))}
+            for axis, values in axes.items()
+        }
+        points = [
+            tuple(positions[axis].get(_value_key(_value(v, axis)), -1) for axis in axes)
+            for v in space
         ]
+        free = _free_axes(points, len(axes))
+        self._positions = [list(positions.values())[axis] for axis in free]
         self.longest_axis = max((len(p) for p in self._positions), default=0)
         self._point: dict[Variant, tuple[int, ...]] = {}
         self._at: dict[tuple[int, ...], Variant] = {}
-        for variant in space:
-            point = tuple(
-                positions.get(_value_key(_value(variant, axis)), -1)
-                for axis, positions in zip(self._axes, self._positions, strict=True)
-            )
-            self._point[variant] = point
-            self._at.setdefault(point, variant)
+        for variant, point in zip(space, points, strict=True):
+            kept = tuple(point[axis] for axis in free)
+            self._point[variant] = kept
+            self._at.setdefault(kept, variant)
 
     def neighbours(self, variant: Variant, step: int = 1) -> list[Variant]:
         """The variants that differ from ``variant`` along one axis, ``step`` positions away in
@@ -187,6 +192,18 @@ class Grid:
 
 
 _MISSING = object()
+
+
+def _free_axes(points: Sequence[tuple[int, ...]], count: int) -> list[int]:
+    """The axes left when each axis, from the last back, that the axes still kept determine
+    (one value for each combination of theirs) is dropped."""
+    kept = list(range(count))
+    for axis in reversed(range(count)):
+        others = [a for a in kept if a != axis]
+        seen: dict[tuple[int, ...], int] = {}
+        if all(seen.setdefault(tuple(p[a] for a in others), p[axis]) == p[axis] for p in points):
+            kept = others
+    return kept
 
 
 def _value(variant: Variant, axis: tuple[str, str]) -> Any:
