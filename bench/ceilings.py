@@ -31,20 +31,28 @@ MATMUL_N = 4096
 def copy_bandwidth(smoke: bool) -> dict[str, Any]:
     """Device-to-device copy, bytes read plus written per second (torch, else numba)."""
     size = SMOKE_COPY_BYTES if smoke else COPY_BYTES
-    try:
-        import torch
-
+    torch = _torch_with_cuda()
+    if torch is not None:
         source = torch.rand(size // 4, device="cuda")
         destination = torch.empty_like(source)
         copy: Callable[[], None] = lambda: destination.copy_(source)  # noqa: E731
         how = "torch copy_"
-    except ImportError:
+    else:  # no torch, or a build of it without CUDA (CI's, under the simulator)
         host = np.random.default_rng(0).random(size // 4, dtype=np.float32)
         source, destination = cuda.to_device(host), cuda.device_array_like(host)
         copy = lambda: destination.copy_to_device(source)  # noqa: E731
         how = "numba copy_to_device"
     seconds = measuring.time_callables({"copy": copy})["copy"]
     return {"how": how, "bytes": 2 * size, "seconds": seconds, "bytes_per_s": 2 * size / seconds}
+
+
+def _torch_with_cuda() -> Any:
+    """torch, if it is installed and can use a GPU; else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
 
 
 def matmul_rate() -> dict[str, Any]:

@@ -11,8 +11,9 @@ select_backend()
 
 from numbatune import config as _config  # noqa: E402
 from numbatune._version import __version__  # noqa: E402
+from numbatune.background import wait_for_background_tuning  # noqa: E402
 from numbatune.cache.files import cache_import  # noqa: E402
-from numbatune.config import configure, settings  # noqa: E402
+from numbatune.config import OnMiss, configure, settings  # noqa: E402
 from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
 from numbatune.errors import (  # noqa: E402
     CacheFileError,
@@ -51,6 +52,7 @@ __all__ = [
     "LaunchFunctionError",
     "Mismatch",
     "NumbatuneError",
+    "OnMiss",
     "Profile",
     "ProfileError",
     "ProfileToken",
@@ -79,4 +81,5 @@ __all__ = [
     "settings",
     "start_profile",
     "static_range",
+    "wait_for_background_tuning",
 ]

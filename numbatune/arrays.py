@@ -242,3 +242,27 @@ def clone(array: Any, stream: Any = 0) -> Any:
         stream=stream,
         gpu_data=buffer.gpu_data.view(offset - low) if span else buffer.gpu_data,
     )
+
+
+def strides(array: Any) -> tuple[int, ...]:
+    """A device array's strides in bytes."""
+    view = array if isinstance(array, _NumbaDeviceArray) else cuda.as_cuda_array(array)
+    return tuple(int(s) for s in view.strides)
+
+
+def laid_out(host: np.ndarray, strides: tuple[int, ...]) -> Any:
+    """A numba device array holding ``host``'s values with the given byte strides (positive,
+    multiples of the item size, not overlapping: a contiguous array or a strided view)."""
+    itemsize = host.dtype.itemsize
+    if strides == tuple(np.ascontiguousarray(host).strides):
+        return cuda.to_device(np.ascontiguousarray(host))
+    if strides == tuple(np.asfortranarray(host).strides):
+        return cuda.to_device(np.asfortranarray(host))
+    extent = 1 + sum((n - 1) * s // itemsize for n, s in zip(host.shape, strides, strict=True))
+    flat = np.zeros(max(extent, 1), host.dtype)
+    view = np.lib.stride_tricks.as_strided(flat, host.shape, strides)
+    view[...] = host
+    if SIMULATOR:
+        return _NumbaDeviceArray(view)
+    base = cuda.to_device(flat)
+    return _NumbaDeviceArray(host.shape, strides, host.dtype, gpu_data=base.gpu_data)

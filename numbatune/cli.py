@@ -278,6 +278,43 @@ def _compute_capability(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def _sweep(arguments: argparse.Namespace) -> int:
+    from numbatune import record, sweep
+    from numbatune.config import settings
+    from numbatune.errors import CacheFileError
+
+    path = arguments.record or settings.record
+    if path is None:
+        path = _needs_cache() / "record.jsonl"
+    if not Path(path).is_file():
+        raise _Failure(f"no record at {path}: give RECORD, or set NUMBATUNE_RECORD while the "
+                       "program runs")  # fmt: skip
+    try:
+        records = record.read(path)
+    except CacheFileError as error:
+        raise _Failure(str(error)) from None
+    result = sweep.sweep(
+        records, arguments.output, arguments.module, arguments.path,
+        ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
+        workers=arguments.workers,
+    )  # fmt: skip
+    rows = [
+        [o.function.rpartition(".")[2], o.key or "", o.status, o.detail] for o in result.outcomes
+    ]
+    data = [dataclasses.asdict(o) for o in result.outcomes]
+    _print(arguments, data, ["kernel", "key", "outcome", "winner or why"], rows)
+    counts = {s: sum(o.status is s for o in result.outcomes) for s in sweep.Status}
+    print(
+        f"numbatune sweep: {len(records)} keys: {counts[sweep.Status.TUNED]} tuned, "
+        f"{counts[sweep.Status.STORED]} stored, {counts[sweep.Status.FAILED]} failed, "
+        f"{counts[sweep.Status.SKIPPED]} skipped, over {result.workers} workers "
+        f"({result.engine}) in {result.seconds:.1f} s; {result.entries} entries written to "
+        f"{arguments.output}",
+        file=sys.stderr,
+    )
+    return 0 if result.complete else 1
+
+
 def _report(arguments: argparse.Namespace) -> int:
     from numbatune import plot
     from numbatune.cache import files
@@ -298,6 +335,32 @@ def _report(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _with_json(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    command.add_argument("--json", action="store_true", help="JSON on stdout, for scripts")
+    return command
+
+
+def _add_sweep(commands: Any) -> None:
+    sweep = _with_json(
+        commands.add_parser("sweep", help="tune recorded keys, over GPUs or Ray, into an export")
+    )
+    sweep.add_argument(
+        "record", nargs="?", type=Path,
+        help="the record (default: NUMBATUNE_RECORD, else <cache_dir>/record.jsonl)",
+    )  # fmt: skip
+    sweep.add_argument("-o", "--output", type=Path, required=True, help="the export to write")
+    sweep.add_argument("--module", action="append", default=[], help="a module to import first")
+    sweep.add_argument(
+        "--path", action="append", default=[], help="a folder to import modules from (default: .)"
+    )
+    sweep.add_argument(
+        "--ray", nargs="?", const="", metavar="ADDRESS",
+        help="spread the keys over a Ray cluster (auto, HOST:PORT; none: start one here)",
+    )  # fmt: skip
+    sweep.add_argument("--workers", type=int, help="workers (default: one per GPU)")
+    sweep.set_defaults(run=_sweep)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``numbatune`` command."""
     parser = argparse.ArgumentParser(
@@ -311,19 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--full", dest="small", action="store_false", help="GPU-sized inputs")
     demo.set_defaults(run=_demo)
 
-    def with_json(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        command.add_argument("--json", action="store_true", help="JSON on stdout, for scripts")
-        return command
-
-    with_json(commands.add_parser("info", help="devices, versions and the cache")).set_defaults(
+    _with_json(commands.add_parser("info", help="devices, versions and the cache")).set_defaults(
         run=_info
     )
     cache = commands.add_parser("cache", help="list, show, clear, export or import results")
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
-    with_json(actions.add_parser("list", help="functions with stored results")).set_defaults(
+    _with_json(actions.add_parser("list", help="functions with stored results")).set_defaults(
         run=_cache_list
     )
-    show = with_json(actions.add_parser("show", help="a function's results, every variant"))
+    show = _with_json(actions.add_parser("show", help="a function's results, every variant"))
     show.add_argument("function", help="the function (full name or its last part)")
     show.add_argument("key", nargs="?", help="only keys whose text contains this")
     show.set_defaults(run=_cache_show)
@@ -337,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     load = actions.add_parser("import", help="add an exported file's results for this device")
     load.add_argument("file", type=Path)
     load.set_defaults(run=_cache_import)
-    compile_ = with_json(
+    compile_ = _with_json(
         commands.add_parser("compile", help="compile every variant ahead of time, with no GPU")
     )
     compile_.add_argument("paths", nargs="+", type=Path, help="example modules or their folders")
@@ -345,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--cache-dir", type=Path, help="where to keep them (default: the cache)")
     compile_.add_argument("--workers", type=int, help="worker processes (default: cores)")
     compile_.set_defaults(run=_compile)
-    report = with_json(commands.add_parser("report", help="every variant's time per key"))
+    _add_sweep(commands)
+    report = _with_json(commands.add_parser("report", help="every variant's time per key"))
     report.add_argument("function")
     report.add_argument("-o", "--output", type=Path, help="write a picture (.png, .svg, .pdf)")
     report.set_defaults(run=_report)

@@ -8,6 +8,7 @@ that names the setting and what it expects.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import os
 from collections.abc import Callable
@@ -36,6 +37,7 @@ def _default_cache_dir() -> Path:
 
 
 def _parse_cache_dir(text: str) -> Path | None:
+    """A path (``~`` expanded), or None for ``off``."""
     return None if text.strip().lower() in {"", "off", "none"} else Path(text).expanduser()
 
 
@@ -99,6 +101,28 @@ def _parse_non_negative_int(text: str) -> int:
     return value
 
 
+class OnMiss(str, enum.Enum):
+    """What a call does with a key that has no stored result (the ``on_miss`` setting)."""
+
+    TUNE = "tune"
+    NEAREST = "nearest"
+    BACKGROUND = "background"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Ranks(str, enum.Enum):
+    """Whether the ranks of a torch.distributed job tune keys together (the ``ranks``
+    setting)."""
+
+    AUTO = "auto"
+    OFF = "off"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclasses.dataclass
 class Settings:
     """numbatune's settings; the environment variable of each is ``NUMBATUNE_<NAME>``."""
@@ -131,9 +155,15 @@ class Settings:
     #: Check mode for every tuned kernel: each variant's outputs are compared with the first
     #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.tuning.checks).
     check: bool = False
-    #: Tune keys that have no stored result; off: use the stored winner, else the first
-    #: variant the level tries, with no benchmark (production, CI).
-    tune: bool = True
+    #: What a call does with a key that has no stored result (numbatune.dispatch): ``tune``
+    #: it now; ``nearest``: launch the winner of the kernel's nearest tuned key (else the
+    #: kernel as written), unmeasured, and record the key for a sweep; ``background``: as
+    #: ``nearest``, and tune the key in a background thread, whose winner replaces it.
+    on_miss: OnMiss = OnMiss.TUNE
+    #: A file that records every key each tuned kernel meets (numbatune.record), for
+    #: ``numbatune sweep``; None (``off``): no record (``nearest`` and ``background`` then
+    #: record the keys they serve in ``<cache_dir>/record.jsonl``).
+    record: Path | None = None
     #: Level of the ``numbatune`` logger: debug, info, warning or error; None leaves it to the
     #: application's logging set-up.
     log_level: str | None = None
@@ -162,6 +192,11 @@ class Settings:
     search_budget: Budget = dataclasses.field(default_factory=Budget)
     #: Seed of a search's random choices (with the key's text).
     search_seed: int = 0
+    #: ``auto``: when torch.distributed is initialised with several ranks, they tune each key
+    #: together and agree on its winner (numbatune.cache.ranks); ``off``: each rank alone.
+    ranks: Ranks = Ranks.AUTO
+    #: Seconds a rank waits for the others at a key's tuning before it fails.
+    rank_timeout_s: float = 1800.0
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -177,7 +212,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "fast_launch": _parse_bool,
     "level": _one_of(*LEVELS),
     "check": _parse_bool,
-    "tune": _parse_bool,
+    "on_miss": lambda text: OnMiss(_one_of(*OnMiss)(text)),
+    "record": _parse_cache_dir,
     "log_level": _one_of("debug", "info", "warning", "error"),
     "compile_workers": _parse_non_negative_int,
     "compile_timeout_s": _parse_positive_float,
@@ -187,6 +223,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "search": lambda text: Strategy(_one_of(*Strategy)(text)),
     "search_budget": Budget.parse,
     "search_seed": _parse_non_negative_int,
+    "ranks": lambda text: Ranks(_one_of(*Ranks)(text)),
+    "rank_timeout_s": _parse_positive_float,
 }
 
 settings = Settings()
@@ -195,7 +233,7 @@ settings = Settings()
 def _validated(name: str, value: Any) -> Any:
     if name not in _PARSERS:
         raise ValueError(f"numbatune: unknown setting {name!r}; settings are {sorted(_PARSERS)}")
-    if name == "cache_dir" and (value is None or isinstance(value, os.PathLike)):
+    if name in ("cache_dir", "record") and (value is None or isinstance(value, os.PathLike)):
         return None if value is None else Path(value)
     try:
         return _PARSERS[name](str(value))

@@ -54,3 +54,12 @@ def current_kind() -> DeviceKind:
 def safe_name(text: str) -> str:
     """``text`` as a folder name: runs of other characters than ``A-Za-z0-9_.-`` become ``_``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "_"
+
+
+def current_index() -> int:
+    """The index (in ``numba.cuda.gpus``) of the device numba launches on in this thread."""
+    if SIMULATOR:
+        return 0
+    from numba import cuda
+
+    return int(cuda.get_current_device().id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -20,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import identity, keys, references
+from numbatune import arrays, background, identity, keys, record, references
 from numbatune.arrays import SIMULATOR, is_array
+from numbatune.cache import ranks
 from numbatune.cache.tunecache import TuneCache, Winner
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
-from numbatune.config import settings
+from numbatune.config import OnMiss, settings
 from numbatune.devices import current_kind
 from numbatune.launch import fastpath
 from numbatune.launch.config import LaunchConfig, launch_config, launch_params
@@ -37,8 +39,13 @@ from numbatune.template import KernelTemplate
 from numbatune.tuning import checks, levels, tuner
 from numbatune.tuning.job import Launcher, TuneJob
 from numbatune.tuning.results import Failed, Source, TuneReport, VariantResult
-from numbatune.values import canonical_key
+from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant, as_variants
+
+logger = logging.getLogger("numbatune")
+
+#: Where a report of a key served without tuning (the ``on_miss`` setting) comes from.
+_SERVED = (Source.NEAREST, Source.UNTUNED)
 
 
 def autotune(
@@ -258,7 +265,7 @@ class TunedKernel:
         key = self._key(args)
         winner = _known(state, key, self.name)
         if winner is None:
-            winner, _ = self._answer(state, key, args, stream, force=False)
+            winner, _ = self._answer(state, key, args, stream, force=False, serve=True)
         self._launch_winner(state, winner, args, stream)
 
     def _launch_winner(
@@ -340,9 +347,16 @@ class TunedKernel:
     # -- the miss path ----------------------------------------------------------------------
 
     def _answer(
-        self, state: _DeviceState, key: Hashable, args: tuple[Any, ...], stream: Any, force: bool
+        self,
+        state: _DeviceState,
+        key: Hashable,
+        args: tuple[Any, ...],
+        stream: Any,
+        force: bool,
+        serve: bool = False,
     ) -> tuple[Winner, TuneReport]:
-        """The winner for ``key`` from memory, disk or tuning, and the report behind it."""
+        """The winner for ``key`` from memory, disk or tuning (or, for a call, ``serve``, as
+        the ``on_miss`` setting says), and the report behind it."""
         keys.check_hashable(key, self.name)
         self._check_arguments(args)
         stream = numba_stream(stream, args)
@@ -360,36 +374,86 @@ class TunedKernel:
             settings.search_seed,
         )
         searched = search.strategy.for_space(len(plan.first)) is not Strategy.EXHAUSTIVE
-        job = TuneJob(
-            self.name, key, self._variants, args, self._parameters, stream, plan,
-            self._compile_variants, check, self.reference_variant, self._read_only, search,
-            self._starts(state, key, plan) if searched else (),
-        )  # fmt: skip
+        serving = serve and settings.on_miss is not OnMiss.TUNE
+        self._record(key, args, serving)
+
+        def job(plan: levels.Plan, search: Search) -> TuneJob:
+            return TuneJob(
+                self.name, key, self._variants, args, self._parameters, stream, plan,
+                self._compile_variants, check, self.reference_variant, self._read_only, search,
+                self._starts(state, key, plan) if searched else (),
+            )  # fmt: skip
 
         def tune() -> TuneReport:
-            if not settings.tune:  # tuning off: the first variant the level tries, unmeasured
-                first = self._index[plan.first[0]]
-                results = tuple(VariantResult(v) for v in self._variants)
-                return TuneReport(key, first, Source.UNTUNED, results)
-            self._compiler.warm_up(plan.first)
-            if settings.isolate != "off":
-                trials.trials().start()
-            compiles, trial_s = self._tally.compiles, self._tally.trial_s
-            report = tuner.tune(job)
-            if report.source is Source.BENCHMARK:
-                with self._lock:
-                    self._benchmarks += 1
-            trial_s = self._tally.trial_s - trial_s  # timed by the tuner as compiling
-            return dataclasses.replace(
-                report,
-                compiles=self._tally.compiles - compiles,
-                compile_s=report.compile_s - trial_s,
-                trial_s=trial_s,
-            )
+            return self._served(state, key, plan) if serving else self._tuned(job(plan, search))
 
-        return state.cache.lookup(
-            key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check, searched)
+        def share(index: int, count: int) -> TuneReport:  # ranks tuning together
+            if count == 1:
+                return self._tuned(job(plan, search))
+            part = tuple(plan.first[index::count])
+            exhaustive = dataclasses.replace(search, strategy=Strategy.EXHAUSTIVE)
+            return self._tuned(job(levels.Plan(plan.level, (part,), 1, plan.pruned), exhaustive))
+
+        group = ranks.group() if not serving and len(plan.first) > 1 else None
+        winner, report = state.cache.lookup(
+            key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check, searched),
+            agree=None if group is None else lambda local: state.cache.agreed(
+                group, self.name, key, local, share, not searched, len(plan.first)
+            ),
+        )  # fmt: skip
+        if report.source in _SERVED and settings.on_miss is OnMiss.BACKGROUND:
+            background.start(self, arrays.clone_arguments(args, stream), self.name)
+        return winner, report
+
+    def _tuned(self, job: TuneJob) -> TuneReport:
+        """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
+        self._compiler.warm_up(job.plan.first)
+        if settings.isolate != "off":
+            trials.trials().start()
+        compiles, trial_s = self._tally.compiles, self._tally.trial_s
+        report = tuner.tune(job)
+        if report.source is Source.BENCHMARK:
+            with self._lock:
+                self._benchmarks += 1
+        trial_s = self._tally.trial_s - trial_s  # timed by the tuner as compiling
+        return dataclasses.replace(
+            report,
+            compiles=self._tally.compiles - compiles,
+            compile_s=report.compile_s - trial_s,
+            trial_s=trial_s,
         )
+
+    def _served(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> TuneReport:
+        """A key the ``on_miss`` setting says not to tune now: the winner of the nearest tuned
+        key that the plan allows, else the kernel as written (or the first variant the plan
+        tries), unmeasured."""
+        allowed = set(plan.allowed)
+        nearest = [v for v in state.cache.winners_near(key) if v in allowed][:1]
+        if nearest:
+            variant, source = nearest[0], Source.NEAREST
+        else:
+            written = self.reference_variant
+            variant = written if written in allowed else plan.first[0]
+            source = Source.UNTUNED
+        results = tuple(VariantResult(v) for v in self._variants)
+        return TuneReport(key, self._index[variant], source, results)
+
+    def _record(self, key: Hashable, args: tuple[Any, ...], serving: bool) -> None:
+        """Record the key (numbatune.record) where the settings ask for it."""
+        path = settings.record
+        if path is None and serving and settings.cache_dir is not None:
+            path = settings.cache_dir / "record.jsonl"
+        if path is None:
+            return
+        function = self._template.function
+        try:
+            record.write(
+                path, self.function_id, function.__module__, function.__qualname__,
+                key_text(key), args,
+            )  # fmt: skip
+        except (OSError, TypeError) as error:
+            logger.warning("numbatune: %s: could not record key %r in %s: %s",
+                           self.name, key, path, error)  # fmt: skip
 
     def _starts(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> tuple[Variant, ...]:
         """Where a search starts: the kernel as written, the variants of the highest priority
@@ -538,9 +602,10 @@ class TunedKernel:
         answer came from) and ``results`` (one record per variant).
         """
         self._check_arguments(args)
-        winner, report = self._answer(
-            self._device_state(), self._key(args), args, stream, force=force
-        )
+        state, key = self._device_state(), self._key(args)
+        known = _known(state, key, self.name)
+        served = known is not None and known.report.source in _SERVED
+        winner, report = self._answer(state, key, args, stream, force=force or served)
         launch_config(self._launch, args, winner.params, self.name)
         return report
 

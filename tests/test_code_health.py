@@ -13,14 +13,24 @@ PACKAGE = Path(__file__).resolve().parents[1] / "numbatune"
 LAYERS = [
     ["_version", "errors", "values", "strategies", "config", "_backend", "processes", "native"],
     ["arrays", "devices", "intrinsics", "unroll", "variants", "references"],
-    ["keys", "template", "identity"],
+    ["keys", "template", "identity", "record", "background"],
     ["streams"],
     ["tuning"],
     ["cache"],
     ["compile"],
     ["launch"],
     ["dispatch"],
-    ["testing", "demo", "precompile", "plot", "cli", "pytest_plugin", "__init__", "__main__"],
+    [
+        "testing",
+        "demo",
+        "precompile",
+        "plot",
+        "sweep",
+        "cli",
+        "pytest_plugin",
+        "__init__",
+        "__main__",
+    ],
 ]
 
 

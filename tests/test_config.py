@@ -2,12 +2,9 @@
 
 import logging
 
-import numpy as np
 import pytest
-from numba import cuda
 
 import numbatune as nt
-from tests.kernels import load_example
 
 
 @pytest.mark.parametrize(
@@ -16,7 +13,7 @@ from tests.kernels import load_example
         ("level", "fastest", "must be one of minimal, balanced, extensive, full"),
         ("budget_s", "-1", "must be a number > 0"),
         ("check", "maybe", "must be one of 1/0, true/false"),
-        ("tune", "sometimes", "must be one of 1/0, true/false"),
+        ("on_miss", "later", "must be one of tune, nearest, background"),
         ("log_level", "loud", "must be one of debug, info, warning, error"),
     ],
 )
@@ -40,21 +37,6 @@ def test_the_log_level_setting_sets_the_numbatune_logger():
     finally:
         logger.setLevel(previous)
         nt.configure(log_level="warning")
-
-
-def test_with_tuning_off_a_new_key_takes_the_first_variant_unmeasured():
-    saxpy = load_example("saxpy").saxpy
-    x = cuda.to_device(np.ones(40, np.float32))
-    out = cuda.device_array(40, np.float32)
-    nt.configure(tune=False)
-    try:
-        report = saxpy.tune(np.float32(2.0), x, x, out)
-        saxpy(np.float32(2.0), x, x, out)
-    finally:
-        nt.configure(tune=True)
-    assert report.source == "untuned" and report.best_index == 0
-    assert saxpy.stats["benchmarks"] == 0
-    np.testing.assert_array_equal(out.copy_to_host(), 3.0)
 
 
 def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):

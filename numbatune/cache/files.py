@@ -119,17 +119,25 @@ def export(cache_dir: Path, path: Path, function: str | None = None) -> tuple[in
     """Write the stored results (of one function) to the JSON file ``path``; returns how many
     were written and how many damaged ones were left out."""
     found = stored_entries(cache_dir, function)
-    good = [e for e in found if e.stored is not None]
-    document = {
-        "format": FILE_FORMAT,
-        "version": FILE_VERSION,
-        "entries": [
-            {"device": e.device, "function": e.function, "key": e.key, "entry": e.stored}
-            for e in good
-        ],
-    }
+    write_export(path, export_items(found))
+    return sum(e.stored is not None for e in found), sum(e.stored is None for e in found)
+
+
+def export_items(found: list[Entry]) -> list[dict[str, Any]]:
+    """The items of an export file for the entries ``found`` that are not damaged."""
+    return [
+        {"device": e.device, "function": e.function, "key": e.key, "entry": e.stored}
+        for e in found
+        if e.stored is not None
+    ]
+
+
+def write_export(path: Path, items: list[dict[str, Any]]) -> None:
+    """Write an export file of ``items`` (see :func:`export_items`), each (device, function,
+    key, kernel checksum) once."""
+    unique = {(i["device"], i["function"], i["key"], i["entry"]["checksum"]): i for i in items}
+    document = {"format": FILE_FORMAT, "version": FILE_VERSION, "entries": list(unique.values())}
     Path(path).write_text(json.dumps(document, indent=1))
-    return len(good), len(found) - len(good)
 
 
 @dataclass

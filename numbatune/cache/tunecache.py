@@ -27,7 +27,9 @@ import filelock
 
 from numbatune import keys
 from numbatune.cache import entry as entries
+from numbatune.cache import ranks
 from numbatune.cache.disk import Folder
+from numbatune.devices import current_kind
 from numbatune.errors import TuningError
 from numbatune.identity import folder_name
 from numbatune.tuning.results import Source, TuneReport
@@ -126,6 +128,7 @@ class TuneCache:
         tune: Callable[[], TuneReport],
         force: bool = False,
         reuse: Reuse | None = None,
+        agree: Callable[[TuneReport | None], TuneReport] | None = None,
     ) -> tuple[Winner, TuneReport]:
         """The winner for ``key`` and the report it came from: from memory, else disk, else
         by calling ``tune`` (once, however many threads ask).
@@ -133,6 +136,8 @@ class TuneCache:
         With ``force`` the key is tuned again even when a result is known; the known winner
         serves other calls until the new one is ready, and stays if tuning fails. ``reuse``
         turns a report read from disk into the answer, or None when it does not serve.
+        ``agree(report from disk or None)``, in a job whose ranks tune together
+        (:meth:`agreed`), gives the answer instead of ``tune``; no lock file is taken then.
         """
         key = canonical_key(key)
         with self._lock:
@@ -151,14 +156,17 @@ class TuneCache:
             assert pending.answer is not None
             return pending.answer, dataclasses.replace(pending.answer.report, source=Source.MEMORY)
         try:
-            with self._process_lock(key):  # processes sharing the cache tune a key once
+            # Processes sharing the cache tune a key once (ranks: by agreeing).
+            with contextlib.nullcontext() if agree else self._process_lock(key):
                 report = None if force else self._load(key)
                 if report is not None and reuse is not None:
                     report = reuse(report)
-                if report is None:
+                if agree is not None:
+                    report = agree(report)
+                elif report is None:
                     report = tune()
-                    if report.source is Source.BENCHMARK:
-                        self._store(key, report)
+                if report.source in (Source.BENCHMARK, Source.RANKS):
+                    self._store(key, report)
             winner = self.winner_of(report)
         except BaseException as error:
             with self._lock:
@@ -205,6 +213,36 @@ class TuneCache:
             yield
         finally:
             lock.release()
+
+    def agreed(
+        self,
+        group: ranks.RankGroup,
+        kernel_name: str,
+        key: Hashable,
+        local: TuneReport | None,
+        tune_share: Callable[[int, int], TuneReport],
+        split: bool,
+        space: int,
+    ) -> TuneReport:
+        """The report the job's ranks agree on for ``key`` (numbatune.cache.ranks), given this
+        rank's stored ``local`` one; ``tune_share(index, count)`` tunes one share."""
+        text = key_text(key)
+
+        def encoded(report: TuneReport) -> dict[str, Any]:
+            return entries.encode(report, self.checksum, self.function_id, text)
+
+        offer = ranks.Offer(
+            text, current_kind().partition, self.checksum, None if local is None else encoded(local)
+        )
+        order = {variant.label: index for index, variant in enumerate(self._variants)}
+        agreed = ranks.tune_together(
+            group, kernel_name, offer, lambda i, n: encoded(tune_share(i, n)), split, space, order
+        )
+        if local is not None and agreed == offer.entry:
+            return local
+        report = entries.decode(agreed, key, self._by_label, self.checksum)
+        assert report is not None  # the same checksum
+        return dataclasses.replace(report, source=Source.RANKS)
 
     def winners_near(self, key: Hashable, count: int = 4) -> list[Variant]:
         """The winners of up to ``count`` other keys of this kernel, in memory or on disk

@@ -34,11 +34,17 @@ class Source(_Text):
     MEMORY = "memory"
     #: Read from the disk cache.
     DISK = "disk"
+    #: Tuned by the ranks of a torch.distributed job together, or another rank's stored
+    #: result (numbatune.cache.ranks).
+    RANKS = "ranks"
     #: The kernel has one variant (to try): it was chosen without measuring.
     SINGLE = "single"
-    #: Tuning is off (the ``tune`` setting) and nothing was stored: the first variant the
-    #: level tries, unmeasured.
+    #: Not tuned (the ``on_miss`` setting) and no key of the kernel tuned: the kernel as
+    #: written (or the first variant the level tries), unmeasured.
     UNTUNED = "untuned"
+    #: Not tuned (the ``on_miss`` setting): the winner of the kernel's nearest tuned key,
+    #: unmeasured for this one.
+    NEAREST = "nearest"
 
 
 class Status(_Text):

@@ -1,0 +1,68 @@
+"""Tuning in a background thread (the ``on_miss=background`` setting).
+
+A call whose key has no stored result launches a variant chosen without measuring (see
+:mod:`numbatune.dispatch`) and hands clones of its arguments, made on its stream before that
+launch, to a thread that tunes the key on a stream of its own. When the tuning ends its winner
+replaces the served variant in the winner table, so later calls launch it; a tuning that fails
+leaves the served variant, with a warning. The times it measures are taken while the program
+runs on the same device, so they are noisier than a tuning of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from numbatune import devices
+
+logger = logging.getLogger("numbatune")
+
+_running: set[threading.Thread] = set()
+_lock = threading.Lock()
+
+
+def start(kernel: Any, clones: tuple[Any, ...], name: str) -> None:
+    """Tune ``kernel`` (a tuned kernel) for ``clones`` in a background thread."""
+    device = devices.current_index()
+    thread = threading.Thread(
+        target=_tune, args=(kernel, clones, device, name), name=f"numbatune-{name}", daemon=True
+    )
+    with _lock:
+        _running.add(thread)
+    thread.start()
+
+
+def _tune(kernel: Any, clones: tuple[Any, ...], device: int, name: str) -> None:
+    from numba import cuda
+
+    try:
+        with cuda.gpus[device]:
+            cuda.synchronize()  # the clones' copies, queued on the caller's stream
+            kernel.tune(*clones, force=True, stream=cuda.stream())
+    except Exception as error:
+        logger.warning(
+            "numbatune: %s: tuning in the background failed (%s: %s); the variant served stays",
+            name,
+            type(error).__name__,
+            error,
+        )
+    finally:
+        with _lock:
+            _running.discard(threading.current_thread())
+
+
+def wait_for_background_tuning(timeout_s: float | None = None) -> bool:
+    """Wait for the tunings started in the background (``on_miss=background``) to end;
+    True if they all ended, False if ``timeout_s`` passed first."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        with _lock:
+            running = list(_running)
+        if not running:
+            return True
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        running[0].join(left)

@@ -1,0 +1,170 @@
+"""Ranks that agree: in a torch.distributed job, a key is tuned by the ranks together.
+
+When torch.distributed is initialised with more than one rank (and the ``ranks`` setting is
+``auto``), each tuned kernel's first lookup of a key in a process is a collective of all ranks,
+on a gloo group of numbatune's own (``rank_timeout_s`` bounds every wait):
+
+1. Every rank offers what it has: the key's text, its kind of device, the kernel's checksum,
+   and the entry its disk cache holds for the key, if any. Ranks that offer the same key, kind
+   and checksum form a group; ranks of other kinds of device (or other keys) tune apart.
+2. If a member of the group has an entry, every member takes the lowest such member's.
+   Otherwise the members split the variants: member ``i`` of ``n`` measures every ``n``-th
+   variant from the ``i``-th (with at least two variants each; a search is not split: the
+   first member runs it). All results are gathered, and each member merges them the same way:
+   the variant with the lowest median wins (ties: the kernel's order). So every rank of a group
+   stores the same entry and launches the same winner, in about the time one rank takes for
+   its share.
+
+Every rank must meet the same keys in the same order, as ranks of one program do. A rank that
+dies, or does not reach a key's tuning within ``rank_timeout_s``, makes the others fail with a
+:class:`~numbatune.errors.TuningError` that says so, not hang. Times measured on different
+GPUs of one kind are compared as if on one. Only the level's first set of variants is tried;
+when every variant of it fails, the tuning fails (a rank tuning alone would go on to the next
+priority group).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numbatune.config import Ranks, settings
+from numbatune.errors import TuningError
+
+#: ``tune_share(index, count)``: the stored form of the entry of share ``index`` of ``count``.
+TuneShare = Callable[[int, int], dict[str, Any]]
+
+_group: RankGroup | None = None
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a rank brings to a key's tuning."""
+
+    key: str
+    kind: str
+    checksum: str
+    entry: dict[str, Any] | None
+
+    def same_tuning(self, other: Offer) -> bool:
+        return (self.key, self.kind, self.checksum) == (other.key, other.kind, other.checksum)
+
+
+class RankGroup:
+    """The ranks of the job, on a gloo group numbatune makes for its tunings."""
+
+    def __init__(self, distributed: Any) -> None:
+        self._distributed = distributed
+        self.rank = distributed.get_rank()
+        self.size = distributed.get_world_size()
+        timeout = datetime.timedelta(seconds=settings.rank_timeout_s)
+        self._handle = distributed.new_group(backend="gloo", timeout=timeout)
+
+    def gather(self, value: Any, kernel_name: str, key: str) -> list[Any]:
+        """Every rank's ``value``, in rank order; a :class:`TuningError` when a rank fails."""
+        gathered: list[Any] = [None] * self.size
+        try:
+            self._distributed.all_gather_object(gathered, value, group=self._handle)
+        except RuntimeError as error:
+            raise TuningError(
+                f"{kernel_name}: the ranks of the torch.distributed job could not tune key "
+                f"{key} together: a rank died or did not reach this tuning within "
+                f"rank_timeout_s={settings.rank_timeout_s:g} s ({error}). Every rank must meet "
+                "the same keys in the same order; NUMBATUNE_RANKS=off tunes each rank alone"
+            ) from error
+        return gathered
+
+
+def group() -> RankGroup | None:
+    """The job's ranks when tuning is collective (see the module), else None. Looks at
+    torch.distributed only if torch is imported."""
+    global _group
+    torch = sys.modules.get("torch")
+    if settings.ranks is Ranks.OFF or torch is None:
+        return None
+    distributed = getattr(torch, "distributed", None)
+    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+        return None
+    if distributed.get_world_size() < 2:
+        return None
+    with _lock:
+        if _group is None:
+            _group = RankGroup(distributed)
+        return _group
+
+
+def tune_together(
+    ranks: RankGroup,
+    kernel_name: str,
+    offer: Offer,
+    tune_share: TuneShare,
+    split: bool,
+    space: int,
+    order: Mapping[str, int],
+) -> dict[str, Any]:
+    """The entry this rank's group agrees on (see the module): an offered one, or the merge of
+    the shares its members tuned. ``split``: whether the members may split the ``space``
+    variants; ``order``: each variant label's place in the kernel's variants."""
+    offers: list[Offer] = ranks.gather(offer, kernel_name, offer.key)
+    members = [rank for rank, other in enumerate(offers) if other.same_tuning(offer)]
+    offered = [offers[rank].entry for rank in members if offers[rank].entry is not None]
+    count = 0 if offered else max(1, min(len(members), space // 2)) if split else 1
+    position = members.index(ranks.rank)
+    share: dict[str, Any] | None = None
+    if position < count:
+        try:
+            share = {"entry": tune_share(position, count)}
+        except TuningError as error:
+            share = {"error": str(error)}
+    shares = ranks.gather(share, kernel_name, offer.key)
+    if offered:
+        return offered[0]  # type: ignore[return-value]
+    merged = merge([shares[rank] for rank in members[:count]], kernel_name, offer.key, order)
+    return {**merged, "space": space} if count > 1 else merged
+
+
+def merge(
+    shares: Sequence[dict[str, Any]], kernel_name: str, key: str, order: Mapping[str, int]
+) -> dict[str, Any]:
+    """One entry from the entries of the shares (``{"entry": ...}`` or ``{"error": ...}``):
+    every result, the lowest median winning; a :class:`TuningError` if none was timed."""
+    entries = [share["entry"] for share in shares if "entry" in share]
+    if not entries:
+        errors = "\n".join(share["error"] for share in shares)
+        raise TuningError(f"{kernel_name}: every share of key {key} failed:\n{errors}")
+    results = sorted(
+        (result for entry in entries for result in entry["results"]),
+        key=lambda result: order[result["variant"]],
+    )
+    timed = [
+        (result["median_s"], index)
+        for index, result in enumerate(results)
+        if result["median_s"] is not None
+    ]
+    first = entries[0]
+    return {
+        **first,
+        "best_index": min(timed)[1],
+        "checked": all(entry["checked"] for entry in entries),
+        "compile_s": max(entry["compile_s"] for entry in entries),
+        "benchmark_s": max(entry["benchmark_s"] for entry in entries),
+        "trial_s": max(entry["trial_s"] for entry in entries),
+        "compiles": sum(entry["compiles"] for entry in entries),
+        "results": results,
+    }
+
+
+def _after_fork_in_child() -> None:
+    """A forked child is not a rank of its parent's group."""
+    global _group, _lock
+    _group, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,167 @@
+"""Recording the keys a program meets, to tune them later (``numbatune sweep``).
+
+With the ``record`` setting (a file), each tuned kernel's first call of each key in a process
+appends one line of JSON to the file: the kernel (its function id, module and qualified name),
+the key's text, and each argument (an array's shape, byte strides and dtype; a scalar's value
+and type). Only a key's first call in a process writes, on the general path: the launches that
+follow, on the fast path, are untouched. Each line is appended with one write, so processes and
+ranks may share the file; a sweep reads each (kernel, key) once.
+
+The same format, written by hand, lists shapes to sweep::
+
+    {"format": 1, "function": "app.kernels.saxpy", "module": "app.kernels",
+     "qualname": "saxpy", "key": "...", "arguments": [
+        {"scalar": 2.0, "type": "float32"},
+        {"shape": [1048576], "strides": [4], "dtype": "float32"}, ...]}
+
+(``key`` may be left out: the sweep computes it.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from numbatune import arrays
+from numbatune.errors import CacheFileError
+
+FORMAT = 1
+
+#: (path, function id, key text) of the lines this process wrote.
+_written: set[tuple[str, str, str]] = set()
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Record:
+    """One recorded call: which kernel, the key's text, how to rebuild its arguments."""
+
+    function: str
+    module: str
+    qualname: str
+    key: str | None
+    arguments: tuple[dict[str, Any], ...]
+
+
+def describe(value: Any) -> dict[str, Any]:
+    """What a sweep needs to rebuild an argument like ``value``."""
+    found = arrays.read(value)
+    if found is not None:
+        shape, dtype, _ = found
+        return {"shape": list(shape), "strides": list(arrays.strides(value)), "dtype": dtype}
+    if isinstance(value, np.generic):
+        return {"scalar": value.item(), "type": value.dtype.name}
+    if isinstance(value, bool | int | float):
+        return {"scalar": value, "type": type(value).__name__}
+    raise TypeError(f"cannot record an argument of type {type(value).__name__}: {value!r}")
+
+
+def rebuild(description: dict[str, Any], seed: int = 0) -> Any:
+    """An argument like the one ``description`` describes: a numba device array of that shape,
+    strides and dtype (floats uniform in [0, 1), other types zeros), or the scalar."""
+    if "scalar" in description:
+        kind = description["type"]
+        if kind in ("bool", "int", "float"):
+            return {"bool": bool, "int": int, "float": float}[kind](description["scalar"])
+        return np.dtype(kind).type(description["scalar"])
+    dtype = np.dtype(description["dtype"])
+    shape = tuple(description["shape"])
+    if dtype.kind in "fc":
+        host = np.random.default_rng(seed).random(shape).astype(dtype)
+    else:
+        host = np.zeros(shape, dtype)
+    return arrays.laid_out(host, tuple(description["strides"]))
+
+
+def write(
+    path: Path,
+    function: str,
+    module: str,
+    qualname: str,
+    key_text: str,
+    args: tuple[Any, ...],
+) -> None:
+    """Append the line of one call to the record at ``path``, unless this process wrote it."""
+    seen = (str(path), function, key_text)
+    with _lock:
+        if seen in _written:
+            return
+        _written.add(seen)
+    line = json.dumps(
+        {
+            "format": FORMAT,
+            "function": function,
+            "module": module,
+            "qualname": qualname,
+            "key": key_text,
+            "arguments": [describe(value) for value in args],
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (line + "\n").encode())
+    finally:
+        os.close(descriptor)
+
+
+def read(path: Path) -> list[Record]:
+    """The records in the file at ``path``, each (kernel, key) once, in the order met.
+    Raises :class:`~numbatune.errors.CacheFileError` naming the line that is not a record."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CacheFileError(f"cannot read the record {path}: {error}") from error
+    found: dict[tuple[str, str], Record] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = _record(json.loads(line))
+        except (ValueError, TypeError, KeyError) as error:
+            raise CacheFileError(
+                f"{path}, line {number}: not a numbatune record ({error})"
+            ) from None
+        same = record.key if record.key is not None else json.dumps(record.arguments)
+        found.setdefault((record.function, same), record)
+    return list(found.values())
+
+
+def _record(item: Any) -> Record:
+    if not isinstance(item, dict) or item.get("format") != FORMAT:
+        raise ValueError(f"format {item.get('format') if isinstance(item, dict) else item!r}")
+    arguments = item["arguments"]
+    if not isinstance(arguments, list) or not all(_argument(a) for a in arguments):
+        raise ValueError("arguments must be a list of arrays (shape, strides, dtype) and scalars")
+    names = [item[name] for name in ("function", "module", "qualname")]
+    if not all(isinstance(name, str) for name in names) or not isinstance(item.get("key", ""), str):
+        raise ValueError("function, module, qualname and key must be text")
+    return Record(*names, item.get("key"), tuple(arguments))
+
+
+def _argument(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    if "scalar" in item:
+        return isinstance(item.get("type"), str)
+    shape, strides = item.get("shape"), item.get("strides")
+    return (
+        isinstance(shape, list)
+        and isinstance(strides, list)
+        and len(shape) == len(strides)
+        and all(isinstance(n, int) and n >= 0 for n in shape)
+        and all(isinstance(s, int) and s > 0 for s in strides)
+        and isinstance(item.get("dtype"), str)
+    )
+
+
+def rebuild_all(arguments: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
+    """Every argument of a record, rebuilt (:func:`rebuild`), arrays filled from seeds 0, 1, ..."""
+    return tuple(rebuild(description, seed) for seed, description in enumerate(arguments))

@@ -1,0 +1,271 @@
+"""Tuning recorded keys ahead of time, spread over GPUs: ``numbatune sweep``.
+
+A sweep takes records (:mod:`numbatune.record`: the keys a program met, or shapes written by
+hand), imports each recorded kernel's module by its name, as the program did, finds the tuned
+kernel among the module's globals by its function id, rebuilds the arguments and tunes the key.
+The records are split, kernel by kernel, into one share per worker: one worker process per GPU
+of this machine, or with Ray one actor per GPU of the cluster (an actor on CPUs under numba's
+simulator). Each worker tunes into a cache directory of its own; their results are merged into
+one export file, which ``numbatune cache import`` or :func:`numbatune.cache_import` adds to a
+cache, so that the program's calls of those keys are hits.
+
+A kernel defined in a script run as ``__main__`` cannot be imported by name: its records are
+skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import importlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from numbatune import processes
+from numbatune.arrays import SIMULATOR
+from numbatune.cache import files
+from numbatune.config import configure
+from numbatune.dispatch import TunedKernel
+from numbatune.record import Record, rebuild_all
+from numbatune.tuning.results import Source
+from numbatune.values import key_text
+
+#: Seconds one worker's share may take before the worker is stopped.
+WORKER_LIMIT_S = 24 * 3600.0
+
+
+class Status(str, enum.Enum):
+    """What a sweep did with one record."""
+
+    TUNED = "tuned"
+    #: Its key was stored already (an earlier record of the same worker tuned it).
+    STORED = "stored"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One record's outcome: the winner's label, or why it failed or was skipped."""
+
+    function: str
+    key: str | None
+    status: Status
+    detail: str
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep did: each record's outcome, and the export it wrote."""
+
+    outcomes: tuple[Outcome, ...]
+    entries: int
+    workers: int
+    engine: str
+    seconds: float
+
+    @property
+    def complete(self) -> bool:
+        """Whether every record was tuned (or found stored)."""
+        return all(o.status in (Status.TUNED, Status.STORED) for o in self.outcomes)
+
+
+def sweep(
+    records: Sequence[Record],
+    output: Path,
+    modules: Sequence[str] = (),
+    paths: Sequence[str] = (),
+    ray_address: str | None = None,
+    use_ray: bool = False,
+    workers: int | None = None,
+) -> SweepResult:
+    """Tune every record's key and write one export file to ``output``.
+
+    ``modules`` are imported in each worker before the records' own; ``paths`` are put first on
+    its ``sys.path``. With ``use_ray`` (or a ``ray_address``: ``auto`` or ``HOST:PORT``) the
+    records are spread over Ray actors, one per GPU of the cluster (at most ``workers``;
+    ``workers`` actors on CPUs where it has none); without, over one worker process per GPU of
+    this machine (at most ``workers``; ``workers`` of them under the simulator, 1 by
+    default)."""
+    started = time.perf_counter()
+    paths = [str(Path(p).resolve()) for p in paths] or [os.getcwd()]
+    if use_ray or ray_address is not None:
+        engine, shares = "ray", _on_ray(records, modules, paths, ray_address, workers)
+    else:
+        engine, shares = "local", _on_this_machine(records, modules, paths, workers)
+    outcomes = tuple(o for share in shares for o in share["outcomes"])
+    items = [item for share in shares for item in share["items"]]
+    files.write_export(output, items)
+    return SweepResult(outcomes, len(items), len(shares), engine, time.perf_counter() - started)
+
+
+def split(records: Sequence[Record], count: int) -> list[list[Record]]:
+    """``records`` in ``count`` shares of near-equal size, each kernel's keys together where
+    the sizes allow (a worker compiles a kernel's variants once for all its keys)."""
+    ordered = sorted(records, key=lambda r: (r.function, r.key or ""))
+    count = max(1, min(count, len(ordered)))
+    size, extra = divmod(len(ordered), count)
+    shares, start = [], 0
+    for index in range(count):
+        end = start + size + (index < extra)
+        shares.append(ordered[start:end])
+        start = end
+    return shares
+
+
+def _on_this_machine(
+    records: Sequence[Record], modules: Sequence[str], paths: Sequence[str], workers: int | None
+) -> list[dict[str, Any]]:
+    gpus = _visible_gpus()
+    shares = split(records, _share_count(workers, len(gpus)))
+    jobs = []
+    for index, share in enumerate(shares):
+        environment = {
+            **os.environ,
+            "NUMBA_ENABLE_CUDASIM": "1" if SIMULATOR else "0",
+            "PYTHONPATH": os.pathsep.join([*paths, *(p for p in sys.path if p)]),
+        }
+        if gpus:
+            environment["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+        task = processes.Task(__name__, "tune_records", (share, tuple(modules), tuple(paths)))
+        jobs.append((processes.WorkerPool(1, environment), task, share))
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        done = list(pool.map(lambda job: _run_share(*job), jobs))
+    return done
+
+
+def _run_share(
+    pool: processes.WorkerPool, task: processes.Task, share: list[Record]
+) -> dict[str, Any]:
+    try:
+        outcome = pool.run([task], WORKER_LIMIT_S)[0]
+    finally:
+        pool.close()
+    if isinstance(outcome, processes.Done):
+        return outcome.value
+    return _failed_share(share, f"its worker failed: {outcome}")
+
+
+def _share_count(workers: int | None, gpus: int) -> int:
+    """How many workers tune at once: one per GPU at most (two on one GPU would time each
+    other's kernels, and a Ray actor waiting for a GPU that no other actor frees waits for
+    ever); ``workers`` (default 1) where there are no GPUs."""
+    return min(workers or gpus, gpus) if gpus else workers or 1
+
+
+def _failed_share(share: Sequence[Record], why: str) -> dict[str, Any]:
+    return {
+        "outcomes": [Outcome(r.function, r.key, Status.FAILED, why) for r in share],
+        "items": [],
+    }
+
+
+def _visible_gpus() -> list[str]:
+    """The GPUs this machine shows this process, as ``CUDA_VISIBLE_DEVICES`` names them."""
+    if SIMULATOR:
+        return []
+    from numba import cuda
+
+    named = [n for n in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if n.strip()]
+    count = len(cuda.gpus)
+    return named[:count] if named else [str(i) for i in range(count)]
+
+
+def _on_ray(
+    records: Sequence[Record],
+    modules: Sequence[str],
+    paths: Sequence[str],
+    address: str | None,
+    workers: int | None,
+) -> list[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError(
+            "numbatune sweep --ray needs Ray: pip install 'numbatune[ray]'"
+        ) from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    try:
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        shares = split(records, _share_count(workers, gpus))
+        actor = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(Sweeper)
+        actors = [actor.remote() for _ in shares]
+        pending = [
+            a.tune.remote(s, tuple(modules), tuple(paths))
+            for a, s in zip(actors, shares, strict=True)
+        ]
+        done, deadline = [], time.perf_counter() + WORKER_LIMIT_S
+        for share, future in zip(shares, pending, strict=True):
+            try:
+                done.append(ray.get(future, timeout=max(0.0, deadline - time.perf_counter())))
+            except Exception as error:  # an actor that died, a task that raised
+                done.append(_failed_share(share, f"its Ray actor failed: {error}"))
+        return done
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+class Sweeper:
+    """A Ray actor that tunes a share of the records (:func:`tune_records`)."""
+
+    def tune(
+        self, records: Sequence[Record], modules: Sequence[str], paths: Sequence[str]
+    ) -> dict[str, Any]:
+        return tune_records(records, modules, paths)
+
+
+def tune_records(
+    records: Sequence[Record], modules: Sequence[str], paths: Sequence[str]
+) -> dict[str, Any]:
+    """(In a worker) tune each record's key into a fresh cache directory; each record's
+    :class:`Outcome`, and the directory's results as export items."""
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    cache_dir = Path(tempfile.mkdtemp(prefix="numbatune-sweep-"))
+    configure(cache_dir=cache_dir)
+    for name in modules:
+        importlib.import_module(name)
+    outcomes = [_tune_one(record) for record in records]
+    return {"outcomes": outcomes, "items": files.export_items(files.stored_entries(cache_dir))}
+
+
+def _tune_one(record: Record) -> Outcome:
+    def outcome(status: Status, detail: str) -> Outcome:
+        return Outcome(record.function, record.key, status, detail)
+
+    if record.module == "__main__":
+        return outcome(Status.SKIPPED, "its kernel is defined in a script run as __main__; "
+                       "define it in a module to sweep it")  # fmt: skip
+    try:
+        module = importlib.import_module(record.module)
+    except Exception as error:
+        return outcome(Status.SKIPPED, f"cannot import {record.module}: {error}")
+    kernels = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, TunedKernel) and value.function_id == record.function
+    ]
+    if not kernels:
+        return outcome(Status.SKIPPED, f"no tuned kernel {record.function} among the globals "
+                       f"of {record.module}")  # fmt: skip
+    try:
+        report = kernels[0].tune(*rebuild_all(record.arguments))
+    except Exception as error:
+        return outcome(Status.FAILED, f"{type(error).__name__}: {error}")
+    found = key_text(report.key)
+    if record.key is not None and found != record.key:
+        return outcome(Status.FAILED, f"the rebuilt arguments give key {found}, the record "
+                       f"says {record.key}")  # fmt: skip
+    status = Status.TUNED if report.source is Source.BENCHMARK else Status.STORED
+    return outcome(status, report.best_variant.label)

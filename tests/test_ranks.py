@@ -1,0 +1,142 @@
+"""Ranks that agree: the processes of a torch.distributed job (gloo, under the simulator here)
+tune a key together, each measuring a share, and all store and launch the same winner."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch.distributed", reason="torch is the optional extra numbatune[ranks]")
+
+KERNELS = """
+import os
+import numbatune as nt
+from numba import cuda
+
+BLOCK = 4
+
+
+def launch(x, out, *, BLOCK):
+    if os.environ.get("DIE_WHILE_TUNING") == os.environ["RANK"]:
+        os._exit(3)  # this rank dies in the middle of its share
+    return nt.cdiv(x.shape[0], BLOCK), BLOCK
+
+
+@nt.autotune(variants=nt.product(BLOCK=[1, 2, 4, 8, 16, 32, 64, 128]), launch=launch)
+@cuda.jit
+def add_one(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] + 1
+"""
+
+RANK = """
+import datetime, json, os, sys
+import numpy as np
+import torch.distributed as dist
+import numbatune as nt
+from numba import cuda
+from numbatune.cache import files
+from numbatune.tuning import bench
+import rank_kernels
+
+rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", init_method="file://" + os.environ["RENDEZVOUS"], rank=rank,
+                        world_size=size, timeout=datetime.timedelta(seconds=60))
+measured = []
+original = bench.measure
+def counted(runs, *rest, **options):
+    measured.extend(v.label for v in runs)
+    return original(runs, *rest, **options)
+bench.measure = counted
+n = int(os.environ.get("SIZE", "64"))
+x, out = cuda.to_device(np.arange(n, dtype=np.float32)), cuda.to_device(np.zeros(n, np.float32))
+try:
+    rank_kernels.add_one(x, out)
+except nt.TuningError as error:
+    print(json.dumps({"rank": rank, "error": str(error)}))
+    sys.exit(0)
+assert out.copy_to_host().tolist() == list(range(1, n + 1))
+report = rank_kernels.add_one.tune(x, out)
+(stored,) = files.stored_entries(nt.settings.cache_dir)
+winner = rank_kernels.add_one._device_state().cache.winners[report.key]
+print(json.dumps({"rank": rank, "best": report.best, "measured": sorted(set(measured)),
+                  "source": str(winner.report.source), "entry": stored.stored}))
+"""
+
+
+@pytest.fixture
+def job(tmp_path):
+    (tmp_path / "rank_kernels.py").write_text(textwrap.dedent(KERNELS))
+    (tmp_path / "rank.py").write_text(textwrap.dedent(RANK))
+
+    jobs = iter(range(100))
+
+    def run(size, caches=None, sizes=None, **environment):
+        """Start ``size`` ranks; each one's last line of output, read as JSON."""
+        started, rendezvous = [], tmp_path / f"rendezvous-{next(jobs)}"  # one file per job
+        for rank in range(size):
+            env = {
+                **os.environ,
+                "RANK": str(rank),
+                "WORLD_SIZE": str(size),
+                "RENDEZVOUS": str(rendezvous),
+                "NUMBATUNE_CACHE_DIR": str((caches or {}).get(rank, tmp_path / f"cache-{rank}")),
+                "NUMBATUNE_RANK_TIMEOUT_S": "20",
+                "SIZE": str((sizes or {}).get(rank, 64)),
+                **environment,
+            }
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "rank.py"],
+                    cwd=tmp_path,
+                    env=env,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
+        outputs = [process.communicate(timeout=240) for process in started]
+        return [
+            json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {"died": stderr}
+            for stdout, stderr in outputs
+        ]
+
+    return run
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_ranks_split_the_variants_and_store_the_same_entry(job, size):
+    ranks = job(size)
+    assert all("entry" in r for r in ranks), ranks
+    measured = [r["measured"] for r in ranks]
+    assert sum(len(m) for m in measured) == 8  # every variant measured once, by one rank
+    assert all(len(m) == 8 // size for m in measured)
+    assert len({json.dumps(r["entry"], sort_keys=True) for r in ranks}) == 1
+    assert len({json.dumps(r["best"]) for r in ranks}) == 1
+    assert {r["source"] for r in ranks} == {"ranks"}
+
+
+def test_a_rank_with_a_stored_result_gives_it_to_the_others(job, tmp_path):
+    first = job(1, caches={0: tmp_path / "tuned"})  # a job of one rank tunes alone
+    ranks = job(2, caches={0: tmp_path / "tuned", 1: tmp_path / "empty"})
+    assert all("entry" in r for r in [*first, *ranks]), [first, ranks]
+    assert [r["measured"] for r in ranks] == [[], []]
+    assert ranks[0]["best"] == ranks[1]["best"] == first[0]["best"]
+    assert ranks[1]["entry"] == ranks[0]["entry"]
+
+
+def test_ranks_with_other_keys_tune_them_apart(job):
+    ranks = job(2, sizes={0: 64, 1: 1000})
+    assert [len(r["measured"]) for r in ranks] == [8, 8]
+    assert ranks[0]["entry"]["key"] != ranks[1]["entry"]["key"]
+
+
+def test_a_rank_that_dies_makes_the_others_fail_with_a_clear_error(job):
+    ranks = job(2, DIE_WHILE_TUNING="1")
+    assert "died" in ranks[1]
+    assert "could not tune key" in ranks[0]["error"]
+    assert "a rank died or did not reach this tuning" in ranks[0]["error"]

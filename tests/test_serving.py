@@ -1,0 +1,150 @@
+"""Serve now, tune later: keys recorded for a sweep, served from the nearest tuned key, or
+tuned in the background while the program runs."""
+
+import json
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune import arrays as nt_arrays
+from numbatune import record
+from numbatune.tuning import bench
+from numbatune.tuning.results import Timed
+from tests.kernels import forget_shared_state
+
+BLOCK = 8  # the kernel as written
+
+
+@cuda.jit
+def triple(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0] and BLOCK > 0:  # (reads BLOCK: the kernel as written has BLOCK=8)
+        out[i] = 3 * x[i]
+
+
+def tuned():
+    return nt.autotune(
+        variants=nt.product(BLOCK=[2, 4, 8, 16]),
+        launch=lambda x, out, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+        key=lambda x, out: x.shape[0],
+    )(triple)
+
+
+def arrays(n):
+    return cuda.to_device(np.arange(n, dtype=np.float32)), cuda.to_device(np.zeros(n, np.float32))
+
+
+@pytest.fixture
+def on_miss(monkeypatch, numbatune_cache):
+    forget_shared_state(monkeypatch)
+    record._written.clear()
+
+    def choose(mode):
+        monkeypatch.setattr(nt.settings, "on_miss", nt.OnMiss(mode))
+
+    return choose
+
+
+def winner_of(kernel, n):
+    """The winner the kernel's table holds for its key of size ``n``."""
+    (found,) = [w for k, w in kernel._device_state().cache.winners.items() if k[0] == n]
+    return found
+
+
+def winning(monkeypatch, block):
+    """Tunings from now on measure BLOCK=block fastest (a fake stopwatch)."""
+    times = {nt.Variant({"BLOCK": b}): Timed((1 if b == block else 2) * 1e-6, 0.0, 10)
+             for b in (2, 4, 8, 16)}  # fmt: skip
+    monkeypatch.setattr(bench, "measure", lambda runs, *rest: {v: times[v] for v in runs})
+
+
+def test_with_nothing_tuned_a_call_launches_the_kernel_as_written_and_records_the_key(
+    on_miss, numbatune_cache
+):
+    on_miss("nearest")
+    kernel, (x, out) = tuned(), arrays(40)
+    kernel(x, out)
+    assert out.copy_to_host().tolist() == [3.0 * i for i in range(40)]
+    winner = winner_of(kernel, 40)
+    assert winner.variant == nt.Variant({"BLOCK": 8}) and winner.report.source == "untuned"
+    assert kernel.stats["benchmarks"] == 0
+    (line,) = (numbatune_cache / "record.jsonl").read_text().splitlines()
+    recorded = json.loads(line)
+    assert recorded["function"] == kernel.function_id and recorded["key"].startswith("(40, ")
+    assert recorded["arguments"][0] == {"shape": [40], "strides": [4], "dtype": "float32"}
+
+
+def test_a_call_launches_the_winner_of_the_nearest_tuned_key(on_miss, monkeypatch):
+    kernel = tuned()
+    winning(monkeypatch, 2)
+    kernel.tune(*arrays(64))
+    winning(monkeypatch, 16)
+    kernel.tune(*arrays(4096))  # further from 100 than 64 is
+    on_miss("nearest")
+    x, out = arrays(100)
+    kernel(x, out)
+    served = winner_of(kernel, 100)
+    assert served.report.source == "nearest" and served.variant == nt.Variant({"BLOCK": 2})
+    assert out.copy_to_host().tolist() == [3.0 * i for i in range(100)]
+
+
+def test_tune_called_on_a_served_key_tunes_it(on_miss):
+    on_miss("nearest")
+    kernel, (x, out) = tuned(), arrays(40)
+    kernel(x, out)
+    report = kernel.tune(x, out)
+    assert report.source == "benchmark" and kernel.stats["benchmarks"] == 1
+    assert winner_of(kernel, 40).report.source == "benchmark"
+
+
+def test_a_key_served_now_is_tuned_in_the_background_and_its_winner_replaces_it(on_miss):
+    on_miss("background")
+    kernel, (x, out) = tuned(), arrays(40)
+    kernel(x, out)
+    assert nt.wait_for_background_tuning(timeout_s=120)
+    winner = winner_of(kernel, 40)
+    assert winner.report.source == "benchmark" and kernel.stats["benchmarks"] == 1
+    out.copy_to_device(np.zeros(40, np.float32))
+    kernel(x, out)
+    assert out.copy_to_host().tolist() == [3.0 * i for i in range(40)]
+
+
+def test_the_record_setting_records_each_key_once_per_process(on_miss, tmp_path, monkeypatch):
+    path = tmp_path / "keys.jsonl"
+    monkeypatch.setattr(nt.settings, "record", path)
+    kernel = tuned()
+    for n in (40, 40, 64, 40):
+        kernel(*arrays(n))
+    a = np.float32(2.5)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["key"][:4] for line in lines] == ["(40,", "(64,"]
+    assert record.describe(a) == {"scalar": 2.5, "type": "float32"}
+    (again,) = [r for r in record.read(path) if r.key.startswith("(64,")]
+    rebuilt = record.rebuild_all(again.arguments)
+    assert rebuilt[0].shape == (64,) and rebuilt[0].dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"format": 2}', "not json", '{"format": 1, "function": "f", "module": "m", "qualname": "q", '
+     '"arguments": [{"shape": [4], "strides": [0], "dtype": "float32"}]}'],
+    ids=["another format", "not JSON", "a zero stride"],
+)  # fmt: skip
+def test_a_record_line_that_is_not_a_record_is_named(tmp_path, line):
+    path = tmp_path / "record.jsonl"
+    path.write_text('{"format": 1, "function": "f", "module": "m", "qualname": "q", '
+                    '"arguments": []}\n' + line + "\n")  # fmt: skip
+    with pytest.raises(nt.CacheFileError, match="line 2: not a numbatune record"):
+        record.read(path)
+
+
+@pytest.mark.parametrize(
+    ("strides", "layout"), [((16, 4), "C"), ((4, 12), "F"), ((32, 8), "A")],
+    ids=["C order", "Fortran order", "strided"],
+)  # fmt: skip
+def test_a_recorded_array_is_rebuilt_with_its_layout(strides, layout):
+    rebuilt = record.rebuild({"shape": [3, 4], "strides": list(strides), "dtype": "float32"})
+    assert rebuilt.shape == (3, 4) and tuple(rebuilt.strides) == strides
+    assert nt_arrays.read(rebuilt) == ((3, 4), "float32", layout)

@@ -1,0 +1,155 @@
+"""Record, then sweep: a program records the keys it meets; ``numbatune sweep`` tunes them, on
+worker processes or Ray actors, into one export that makes every recorded key a hit."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from numba import cuda
+
+from numbatune import cli, record, sweep
+from numbatune.arrays import SIMULATOR
+
+KERNELS = """
+import numbatune as nt
+from numba import cuda
+
+BLOCK = 4
+
+
+@nt.autotune(variants=nt.product(BLOCK=[2, 4, 8]),
+             launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK))
+@cuda.jit
+def scale(x, out, a):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = a * x[i]
+"""
+
+PROGRAM = """
+import json, sys
+import numpy as np
+import numbatune as nt
+from numba import cuda
+import sweep_kernels
+
+if len(sys.argv) > 1:
+    nt.cache_import(sys.argv[1])
+reports = []
+for n in (16, 40, 100):
+    x = cuda.to_device(np.ones(n, np.float32))
+    out = cuda.device_array(n, np.float32)
+    sweep_kernels.scale(x, out, np.float32(3.0))
+    assert out.copy_to_host().tolist() == [3.0] * n
+    reports.append(str(sweep_kernels.scale.tune(x, out, np.float32(3.0)).source))
+print(json.dumps({"sources": reports, "stats": sweep_kernels.scale.stats}))
+"""
+
+
+@pytest.fixture
+def program(tmp_path):
+    (tmp_path / "sweep_kernels.py").write_text(textwrap.dedent(KERNELS))
+    (tmp_path / "program.py").write_text(textwrap.dedent(PROGRAM))
+    return tmp_path
+
+
+def run_program(folder, cache, *arguments, **environment):
+    done = subprocess.run(
+        [sys.executable, "program.py", *map(str, arguments)],
+        cwd=folder,
+        env={**os.environ, "NUMBATUNE_CACHE_DIR": str(cache), **environment},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def recorded(program):
+    """Run the program once with a record, and return the record's path."""
+    path = program / "keys.jsonl"
+    run_program(program, program / "cache-recording", NUMBATUNE_RECORD=str(path))
+    return path
+
+
+@pytest.mark.parametrize("engine", ["workers", "ray"])
+def test_a_sweep_of_recorded_keys_makes_them_hits_in_a_fresh_process(program, engine, capsys):
+    if engine == "ray":
+        pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+    path = recorded(program)
+    assert len(record.read(path)) == 3
+    export = program / "export.json"
+    options = ["--ray", "--workers", "2"] if engine == "ray" else ["--workers", "2"]
+    status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program), *options])
+    assert status == 0, capsys.readouterr().err
+    document = json.loads(export.read_text())
+    assert len(document["entries"]) == 3
+    workers = 2 if SIMULATOR else min(2, len(cuda.gpus))  # on a GPU machine: one per GPU
+    assert f"3 tuned, 0 stored, 0 failed, 0 skipped, over {workers} workers" in (
+        capsys.readouterr().err
+    )
+    fresh = run_program(program, program / "cache-fresh", export)
+    assert fresh["sources"] == ["memory", "memory", "memory"]
+    assert fresh["stats"]["benchmarks"] == 0
+
+
+def test_records_that_cannot_be_swept_are_named_and_the_sweep_fails(program, tmp_path):
+    path = recorded(program)
+    good = record.read(path)[0]
+    lost = record.Record("gone.kernel", "gone", "kernel", None, good.arguments)
+    script = record.Record("__main__.k (x.py)", "__main__", "k", None, good.arguments)
+    wrong = record.Record(good.function, good.module, good.qualname, "(999,)", good.arguments)
+    result = sweep.sweep(
+        [good, lost, script, wrong], tmp_path / "export.json", paths=[str(program)]
+    )
+    statuses = {(o.function, o.key): (o.status, o.detail) for o in result.outcomes}
+    assert statuses[good.function, good.key][0] == "tuned"
+    assert statuses["gone.kernel", None] == (
+        "skipped",
+        "cannot import gone: No module named 'gone'",
+    )
+    assert "a script run as __main__" in statuses["__main__.k (x.py)", None][1]
+    assert statuses[good.function, "(999,)"][0] == "failed"
+    assert "the rebuilt arguments give key" in statuses[good.function, "(999,)"][1]
+    assert not result.complete and result.entries == 1
+
+
+def test_records_split_into_shares_keep_a_kernels_keys_together():
+    records = [record.Record(f, "m", "q", k, ()) for f in "ab" for k in ("1", "2", "3")]
+    shares = sweep.split(records, 2)
+    assert [[r.function for r in share] for share in shares] == [["a"] * 3, ["b"] * 3]
+    assert [len(s) for s in sweep.split(records, 4)] == [2, 2, 1, 1]
+    assert sweep.split(records[:1], 4) == [records[:1]]
+
+
+def test_sweep_without_a_record_says_where_it_looked(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NUMBATUNE_CACHE_DIR", str(tmp_path))
+    from numbatune.config import load_environment, settings
+
+    saved = settings.cache_dir
+    try:
+        load_environment()
+        assert cli.main(["sweep", "-o", str(tmp_path / "out.json")]) == 1
+    finally:
+        settings.cache_dir = saved
+    assert f"no record at {tmp_path / 'record.jsonl'}" in capsys.readouterr().err
+
+
+def test_a_ray_sweep_starts_no_more_actors_than_the_cluster_has_gpus(program, capsys):
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+    path = recorded(program)
+    export = program / "export.json"
+    # A cluster that says it has one GPU (under the simulator, no actor uses it): a second
+    # actor asking for a GPU would wait for ever.
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program),
+                           "--ray", "--workers", "2"])  # fmt: skip
+    finally:
+        ray.shutdown()
+    assert status == 0, capsys.readouterr().err
+    assert "3 tuned, 0 stored, 0 failed, 0 skipped, over 1 workers" in capsys.readouterr().err
