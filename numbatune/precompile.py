@@ -54,9 +54,14 @@ def precompile(
     capability ``cc`` into ``cache_dir``'s kernel store; one :class:`Compiled` per variant.
     ``workers`` defaults to the ``compile_workers`` setting; ``done(finished, total)`` reports
     progress."""
-    jobs = [_Job(tuned, args, variant) for tuned, args in cases for variant in _distinct(tuned)]
+    jobs: list[_Job] = []
+    for tuned, args in cases:
+        argtypes = tuple(numba.typeof(value) for value in args)
+        jobs += [_Job(tuned, argtypes, sharing) for sharing in _distinct(tuned)]
     pool = processes.WorkerPool(max(1, workers or settings.compile_workers), worker_environment())
-    tasks = [job.task(cc) for job in jobs]
+    # Each kernel's code is written out (static_range) and pickled as a worker takes it, so
+    # the first compile while the others are prepared.
+    tasks = processes.LazyTasks(len(jobs), lambda index: jobs[index].task(cc))
     count = [0]
 
     def finished(index: int, outcome: processes.Outcome) -> None:
@@ -73,23 +78,23 @@ def precompile(
     return compiled
 
 
-def _distinct(tuned: TunedKernel) -> list[Variant]:
-    """One variant per distinct kernel of ``tuned``: the first of those that share code."""
-    seen: dict[Any, Variant] = {}
+def _distinct(tuned: TunedKernel) -> list[list[Variant]]:
+    """``tuned``'s variants grouped by kernel: those that share code, in the kernel's order."""
+    groups: dict[Any, list[Variant]] = {}
     for variant in tuned.variants:
-        seen.setdefault(tuned._template.code_key(variant), variant)
-    return list(seen.values())
+        groups.setdefault(tuned._template.code_key(variant), []).append(variant)
+    return list(groups.values())
 
 
 class _Job:
-    """One distinct kernel of a tuned kernel, and the variants that share it."""
+    """One distinct kernel of a tuned kernel (compiled as its first variant), and the variants
+    that share it."""
 
-    def __init__(self, tuned: TunedKernel, args: tuple[Any, ...], variant: Variant) -> None:
-        self.tuned, self.variant = tuned, variant
-        template = tuned._template
-        key = template.code_key(variant)
-        self.sharing = [v for v in tuned.variants if template.code_key(v) == key]
-        self.argtypes = tuple(numba.typeof(value) for value in args)
+    def __init__(
+        self, tuned: TunedKernel, argtypes: tuple[Any, ...], sharing: list[Variant]
+    ) -> None:
+        self.tuned, self.argtypes, self.sharing = tuned, argtypes, sharing
+        self.variant = sharing[0]
 
     def task(self, cc: tuple[int, int]) -> processes.Task:
         template = self.tuned._template

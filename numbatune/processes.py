@@ -10,7 +10,7 @@ worker answers with the pickled result or the error it raised. A worker that die
 task's time limit (it is killed), fails that task with the reason, and the next task starts a
 fresh worker. A task whose exception has ``end_worker`` set, or that returns a ``Done`` with
 ``ended`` set, ends its worker after the reply (a CUDA context it spoilt). Workers left idle
-for a while exit.
+for a while exit. Tasks given as :class:`LazyTasks` are made as workers take them.
 
 POSIX only: elsewhere :func:`available` is False and callers do the work themselves.
 """
@@ -84,6 +84,23 @@ class Lost:
 
 
 Outcome = Done | Raised | Lost
+
+
+class LazyTasks(Sequence[Task]):
+    """``count`` tasks, each made by ``make(index)`` only when a worker takes it, so that the
+    first run while the others are being made. A task that cannot be made fails alone, as
+    :class:`Raised`."""
+
+    def __init__(self, count: int, make: Callable[[int], Task]) -> None:
+        self._count, self._make = count, make
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: int) -> Task:  # type: ignore[override]
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        return self._make(index)
 
 
 #: How long a new worker may take to start (import numba and numbatune) before it is stopped.
@@ -176,8 +193,14 @@ class WorkerPool:
                     index = pending.get_nowait()
                 except queue.Empty:
                     break
-                worker = worker if worker is not None and worker.alive() else self._worker()
-                outcomes[index] = worker.run(tasks[index], limit_s)
+                try:
+                    task = tasks[index]
+                except Exception as error:  # a LazyTasks task that could not be made
+                    details = traceback.format_exc()
+                    outcomes[index] = Raised(type(error).__name__, str(error), details)
+                else:
+                    worker = worker if worker is not None and worker.alive() else self._worker()
+                    outcomes[index] = worker.run(task, limit_s)
                 done(index, outcomes[index])
             if worker is not None and worker.alive():
                 self._idle.put(worker)

@@ -48,6 +48,16 @@ def scale(a):
         a[i] *= FACTOR
 
 
+STEPS = 2
+
+
+@nt.autotune(variants=[{"STEPS": 2}, {"STEPS": 2.5}], launch=lambda a, *, STEPS: (1, 1))
+@cuda.jit
+def stepped(a):
+    for step in nt.static_range(STEPS):
+        a[0] += step
+
+
 @nt.autotune(variants=[{"BLOCK": 32}], launch=launch)
 @cuda.jit
 def doomed(a):
@@ -87,6 +97,13 @@ def test_a_worker_that_dies_fails_that_kernel_and_the_others_compile(module, tmp
     doomed, scale = precompile(cases, (9, 0), tmp_path / "cache", workers=1)
     assert "died (exit status 9)" in doomed.error
     assert scale.error is None
+
+
+def test_a_kernel_whose_loops_cannot_be_written_out_fails_alone(module, tmp_path):
+    args = (cuda.to_device(np.zeros(8, np.float32)),)
+    two, bad = precompile([(module.stepped, args)], (9, 0), tmp_path / "cache", workers=2)
+    assert two.error is None
+    assert bad.error.startswith("KernelSourceError") and "compile-time integers" in bad.error
 
 
 def test_a_compile_past_the_time_limit_fails_with_the_limit_named(module, tmp_path):

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import threading
 
 import pytest
 
@@ -39,6 +40,21 @@ def test_a_worker_that_dies_fails_its_task_and_a_fresh_one_takes_the_next(pool):
     died, *rest = pool.run([task("die", 7), task("square", 2), task("square", 5)], limit_s=60)
     assert isinstance(died, Lost) and "died (exit status 7)" in died.reason
     assert rest == [Done(4), Done(25)]
+
+
+def test_lazy_tasks_are_made_as_workers_take_them_and_one_not_made_fails_alone(pool):
+    made = []
+
+    def make(index):
+        made.append(threading.current_thread().name)
+        if index == 1:
+            raise ValueError("cannot make task 1")
+        return task("square", index)
+
+    outcomes = pool.run(processes.LazyTasks(3, make), limit_s=60)
+    assert outcomes[0] == Done(0) and outcomes[2] == Done(4)
+    assert isinstance(outcomes[1], Raised) and str(outcomes[1]) == "ValueError: cannot make task 1"
+    assert made == ["numbatune-worker"] * 3  # made by the threads that serve the workers
 
 
 def test_a_task_past_its_time_limit_is_stopped_and_the_next_runs(pool):
