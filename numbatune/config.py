@@ -18,10 +18,10 @@ from typing import Any
 from numbatune.strategies import Budget, Strategy
 
 
-def _default_isolation() -> str:
+def _default_isolation() -> Isolate:
     from numba.cuda.core import config as numba_config  # numba.cuda chose already
 
-    return "off" if numba_config.ENABLE_CUDASIM else "new"
+    return Isolate.OFF if numba_config.ENABLE_CUDASIM else Isolate.NEW
 
 
 def _usable_cores() -> int:
@@ -36,7 +36,7 @@ def _default_cache_dir() -> Path:
     return Path(base) / "numbatune"
 
 
-def _parse_cache_dir(text: str) -> Path | None:
+def _parse_optional_path(text: str) -> Path | None:
     """A path (``~`` expanded), or None for ``off``."""
     return None if text.strip().lower() in {"", "off", "none"} else Path(text).expanduser()
 
@@ -87,6 +87,12 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _parse_enum(kind: type[enum.Enum]) -> Callable[[str], Any]:
+    """A parser that accepts the value of one member of ``kind``, in any case."""
+    choose = _one_of(*(member.value for member in kind))
+    return lambda text: kind(choose(text))
+
+
 def _parse_positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -107,6 +113,17 @@ class OnMiss(str, enum.Enum):
     TUNE = "tune"
     NEAREST = "nearest"
     BACKGROUND = "background"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Isolate(str, enum.Enum):
+    """Which variants run first in a separate process (the ``isolate`` setting)."""
+
+    NEW = "new"
+    ALL = "all"
+    OFF = "off"
 
     def __str__(self) -> str:
         return self.value
@@ -176,7 +193,7 @@ class Settings:
     #: Which variants run first in a separate process (numbatune.compile.trials): ``new`` those
     #: that never ran on this kind of device, ``all`` every variant at every tuning, ``off``
     #: none. Default: ``new`` on a GPU, ``off`` under the simulator.
-    isolate: str = dataclasses.field(default_factory=lambda: _default_isolation())
+    isolate: Isolate = dataclasses.field(default_factory=lambda: _default_isolation())
     #: Seconds a variant's trial run may take before its worker is stopped and the variant
     #: recorded as failed (it hangs).
     trial_timeout_s: float = 30.0
@@ -200,7 +217,7 @@ class Settings:
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
-    "cache_dir": _parse_cache_dir,
+    "cache_dir": _parse_optional_path,
     "budget_s": _parse_positive_float,
     "min_runs": _parse_positive_int,
     "max_runs": _parse_positive_int,
@@ -212,18 +229,18 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "fast_launch": _parse_bool,
     "level": _one_of(*LEVELS),
     "check": _parse_bool,
-    "on_miss": lambda text: OnMiss(_one_of(*OnMiss)(text)),
-    "record": _parse_cache_dir,
+    "on_miss": _parse_enum(OnMiss),
+    "record": _parse_optional_path,
     "log_level": _one_of("debug", "info", "warning", "error"),
     "compile_workers": _parse_non_negative_int,
     "compile_timeout_s": _parse_positive_float,
-    "isolate": _one_of("new", "all", "off"),
+    "isolate": _parse_enum(Isolate),
     "trial_timeout_s": _parse_positive_float,
     "lock_timeout_s": _parse_positive_float,
-    "search": lambda text: Strategy(_one_of(*Strategy)(text)),
+    "search": _parse_enum(Strategy),
     "search_budget": Budget.parse,
     "search_seed": _parse_non_negative_int,
-    "ranks": lambda text: Ranks(_one_of(*Ranks)(text)),
+    "ranks": _parse_enum(Ranks),
     "rank_timeout_s": _parse_positive_float,
 }
 

@@ -27,7 +27,7 @@ from numbatune.cache import ranks
 from numbatune.cache.tunecache import TuneCache, Winner
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
-from numbatune.config import OnMiss, settings
+from numbatune.config import Isolate, OnMiss, settings
 from numbatune.devices import current_kind
 from numbatune.launch import fastpath
 from numbatune.launch.config import LaunchConfig, launch_config, launch_params
@@ -408,7 +408,7 @@ class TunedKernel:
     def _tuned(self, job: TuneJob) -> TuneReport:
         """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
         self._compiler.warm_up(job.plan.first)
-        if settings.isolate != "off":
+        if settings.isolate is not Isolate.OFF:
             trials.trials().start()
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
@@ -512,14 +512,14 @@ class TunedKernel:
     def _tried(self, compiled: dict[Variant, Any], args: tuple[Any, ...]) -> dict[Variant, Failed]:
         """Trial runs, in a separate process, of the compiled variants the ``isolate`` setting
         asks for (numbatune.compile.trials); the variants that failed theirs."""
-        if settings.isolate == "off":
+        if settings.isolate is Isolate.OFF:
             return {}
         compiler = self._compiler
         pending = [
             variant
             for variant, kernel in compiled.items()
             if not isinstance(kernel, Failed)
-            and (settings.isolate == "all" or not compiler.has_run(variant, args))
+            and (settings.isolate is Isolate.ALL or not compiler.has_run(variant, args))
         ]
         kernels, failed = [], {}
         for variant in pending:

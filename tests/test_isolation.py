@@ -10,6 +10,7 @@ import numbatune as nt
 from numbatune import processes
 from numbatune.arrays import SIMULATOR
 from numbatune.compile import trials
+from numbatune.config import Isolate
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
 
@@ -42,7 +43,7 @@ def _fragile(modes):
 
 @pytest.fixture
 def isolated(monkeypatch):
-    monkeypatch.setattr(nt.settings, "isolate", "new")
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.NEW)
     monkeypatch.setattr(nt.settings, "trial_timeout_s", 5.0)
 
 
@@ -135,13 +136,13 @@ def test_a_variant_that_ran_is_not_tried_again_but_all_tries_every_time(isolated
     a, out = _arguments()
     tuned.tune(a, out)
     tuned.tune(a, out, force=True)
-    monkeypatch.setattr(nt.settings, "isolate", "all")
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
     tuned.tune(a, out, force=True)
     assert runs == [2, 0, 2]
 
 
 def test_without_isolation_no_trial_runs(monkeypatch):
-    monkeypatch.setattr(nt.settings, "isolate", "off")
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.OFF)
     monkeypatch.setattr(trials.Trials, "run", lambda *a: pytest.fail("a trial ran"))
     assert _fragile([0, 4]).tune(*_arguments()).trial_s == 0
 
