@@ -31,6 +31,22 @@ def accumulate_launch(a, out, *, BLOCK):
 
 
 @cuda.jit
+def grid_total(a, out):
+    """A cooperative kernel: every block writes ``out[i + 1] = a[i]``, the grid waits, then one
+    thread adds them up into ``out[0]``."""
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i + 1] = a[i]
+    grid.sync()
+    if i == 0:
+        total = 0.0
+        for k in range(a.shape[0]):
+            total += out[k + 1]
+        out[0] = total
+
+
+@cuda.jit
 def accumulate(a, out):
     """out += a: a second launch would show in the result."""
     i = cuda.grid(1)

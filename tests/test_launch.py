@@ -16,6 +16,7 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
+from tests import kernels
 
 DTYPES = [
     "bool",
@@ -331,21 +332,6 @@ def count_up(records):
         records[i]["count"] += 1
 
 
-@cuda.jit
-def grid_total(a, out):
-    """Cooperative: every block writes, the grid waits, then one thread adds up."""
-    grid = cuda.cg.this_grid()
-    i = cuda.grid(1)
-    if i < a.shape[0]:
-        out[i + 1] = a[i]
-    grid.sync()
-    if i == 0:
-        total = 0.0
-        for k in range(a.shape[0]):
-            total += out[k + 1]
-        out[0] = total
-
-
 def test_record_arrays_are_launched_as_numba_launches_them():
     records = cuda.to_device(np.zeros(100, RECORD))
     counted = nt.autotune(variants=[{}], launch=lambda r: (4, 32))(count_up)
@@ -358,7 +344,7 @@ def test_record_arrays_are_launched_as_numba_launches_them():
 def test_cooperative_kernels_take_the_fast_path():
     a = cuda.to_device(np.ones(500, np.float32))
     out = cuda.to_device(np.zeros(501, np.float32))
-    total = nt.autotune(variants=[{}], launch=lambda a, out: (4, 128))(grid_total)
+    total = nt.autotune(variants=[{}], launch=lambda a, out: (4, 128))(kernels.grid_total)
     total(a, out)
     with _only_the_fast_path(total):
         total(a, out)

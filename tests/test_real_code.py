@@ -335,27 +335,12 @@ def test_the_cache_fixture_isolates_module_level_kernels_between_tests(pytester)
     result.assert_outcomes(passed=2)
 
 
-@cuda.jit
-def total_in_place(a, out):
-    """A cooperative kernel: every block writes, the grid waits, then one thread adds up."""
-    grid = cuda.cg.this_grid()
-    i = cuda.grid(1)
-    if i < a.shape[0]:
-        out[i + 1] = a[i]
-    grid.sync()
-    if i == 0:
-        total = 0.0
-        for k in range(a.shape[0]):
-            total += out[k + 1]
-        out[0] = total
-
-
 @pytest.mark.gpu
 def test_a_cooperative_kernel_is_tuned_called_and_tuned_again():
     tuned = nt.autotune(
         variants=nt.product(BLOCK=[64, 128]),
         launch=lambda a, out, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
-    )(total_in_place)
+    )(kernels.grid_total)
     a = cuda.to_device(np.ones(1000, np.float32))
     out = cuda.to_device(np.zeros(1001, np.float32))
     tuned(a, out)
