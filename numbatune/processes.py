@@ -88,11 +88,14 @@ Outcome = Done | Raised | Lost
 
 class LazyTasks(Sequence[Task]):
     """``count`` tasks, each made by ``make(index)`` only when a worker takes it, so that the
-    first run while the others are being made. A task that cannot be made fails alone, as
+    first run while the others are being made. Tasks are made one at a time, whichever thread
+    asks: making one may not be thread-safe (CPython's ``compile`` of an AST, which writing out
+    ``static_range`` loops runs, is not). A task that cannot be made fails alone, as
     :class:`Raised`."""
 
     def __init__(self, count: int, make: Callable[[int], Task]) -> None:
         self._count, self._make = count, make
+        self._making = threading.Lock()
 
     def __len__(self) -> int:
         return self._count
@@ -100,7 +103,8 @@ class LazyTasks(Sequence[Task]):
     def __getitem__(self, index: int) -> Task:  # type: ignore[override]
         if not 0 <= index < self._count:
             raise IndexError(index)
-        return self._make(index)
+        with self._making:
+            return self._make(index)
 
 
 #: How long a new worker may take to start (import numba and numbatune) before it is stopped.
