@@ -41,6 +41,17 @@ def available() -> bool:
     return os.name == "posix"
 
 
+def environment(simulator: bool, paths: Sequence[str] = (), **variables: str) -> dict[str, str]:
+    """This process's environment for its workers: numba's simulator on or off, modules
+    imported from ``paths`` and then from where this process imports them, and ``variables``."""
+    return {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1" if simulator else "0",
+        "PYTHONPATH": os.pathsep.join([*paths, *(path for path in sys.path if path)]),
+        **variables,
+    }
+
+
 @dataclass(frozen=True)
 class Task:
     """A call of ``module.function(*args)`` in a worker."""

@@ -129,13 +129,8 @@ def _on_this_machine(
     shares = split(records, _share_count(workers, len(gpus)))
     jobs = []
     for index, share in enumerate(shares):
-        environment = {
-            **os.environ,
-            "NUMBA_ENABLE_CUDASIM": "1" if SIMULATOR else "0",
-            "PYTHONPATH": os.pathsep.join([*paths, *(p for p in sys.path if p)]),
-        }
-        if gpus:
-            environment["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+        device = {"CUDA_VISIBLE_DEVICES": gpus[index % len(gpus)]} if gpus else {}
+        environment = processes.environment(SIMULATOR, paths, **device)
         task = processes.Task(__name__, "tune_records", (share, tuple(modules), tuple(paths)))
         jobs.append((processes.WorkerPool(1, environment), task, share))
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:

@@ -1,13 +1,12 @@
 """Worker processes: results in order, errors reported, dead and late workers replaced."""
 
-import os
-import sys
 import threading
 import time
 
 import pytest
 
 from numbatune import processes
+from numbatune.arrays import SIMULATOR
 from numbatune.processes import Done, Lost, Raised, Task, WorkerPool
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
@@ -15,7 +14,7 @@ pytestmark = pytest.mark.skipif(not processes.available(), reason="worker proces
 
 @pytest.fixture
 def pool():
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    environment = processes.environment(simulator=SIMULATOR)
     pool = WorkerPool(2, environment)
     yield pool
     pool.close()
@@ -75,7 +74,7 @@ def test_a_task_past_its_time_limit_is_stopped_and_the_next_runs(pool):
 
 
 def test_starting_a_worker_does_not_count_against_the_first_tasks_limit():
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    environment = processes.environment(simulator=SIMULATOR)
     pool = WorkerPool(1, environment)
     try:  # numbatune takes longer than 0.5 s to import in a fresh worker
         assert pool.run([task("square", 6)], limit_s=0.5) == [Done(36)]
@@ -84,7 +83,7 @@ def test_starting_a_worker_does_not_count_against_the_first_tasks_limit():
 
 
 def test_a_task_that_spoils_its_worker_ends_it_and_the_next_task_gets_a_fresh_one():
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    environment = processes.environment(simulator=SIMULATOR)
     pool = WorkerPool(1, environment)  # one worker: the second task would reuse the first's
     try:
         first, second = pool.run([task("spoil"), task("pid")], limit_s=60)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -57,12 +56,7 @@ if hasattr(os, "register_at_fork"):
 def worker_environment() -> dict[str, str]:
     """The environment of compile workers: they see no GPU, run numba outside its simulator,
     and import modules from where this process does."""
-    return {
-        **os.environ,
-        "NUMBA_ENABLE_CUDASIM": "0",
-        "CUDA_VISIBLE_DEVICES": "",
-        "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
-    }
+    return processes.environment(simulator=False, CUDA_VISIBLE_DEVICES="")
 
 
 def compile_pool() -> processes.WorkerPool | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import sys
 import tempfile
 import threading
 import uuid
@@ -134,11 +133,7 @@ class Trials:
     """This process's trial worker: one worker process, kept across keys."""
 
     def __init__(self) -> None:
-        environment = {
-            **os.environ,
-            "NUMBA_ENABLE_CUDASIM": "1" if SIMULATOR else "0",
-            "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
-        }
+        environment = processes.environment(simulator=SIMULATOR)
         self._pool = processes.WorkerPool(1, environment, idle_s=120.0)
         self._lock = threading.Lock()
 
