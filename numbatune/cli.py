@@ -285,7 +285,7 @@ def _sweep(arguments: argparse.Namespace) -> int:
 
     path = arguments.record or settings.record
     if path is None:
-        path = _needs_cache() / "record.jsonl"
+        path = record.served_keys_path(_needs_cache())
     if not Path(path).is_file():
         raise _Failure(f"no record at {path}: give RECORD, or set NUMBATUNE_RECORD while the "
                        "program runs")  # fmt: skip

@@ -442,7 +442,7 @@ class TunedKernel:
         """Record the key (numbatune.record) where the settings ask for it."""
         path = settings.record
         if path is None and serving and settings.cache_dir is not None:
-            path = settings.cache_dir / "record.jsonl"
+            path = record.served_keys_path(settings.cache_dir)
         if path is None:
             return
         function = self._template.function

@@ -34,6 +34,13 @@ from numbatune.errors import CacheFileError
 
 FORMAT = 1
 
+
+def served_keys_path(cache_dir: Path) -> Path:
+    """Where the keys served untuned (``on_miss`` ``nearest`` or ``background``) are recorded
+    when the ``record`` setting names no file, and where ``numbatune sweep`` looks then."""
+    return cache_dir / "record.jsonl"
+
+
 #: (path, function id, key text) of the lines this process wrote.
 _written: set[tuple[str, str, str]] = set()
 _lock = threading.Lock()

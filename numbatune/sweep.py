@@ -40,6 +40,16 @@ from numbatune.values import key_text
 WORKER_LIMIT_S = 24 * 3600.0
 
 
+class Engine(str, enum.Enum):
+    """What spread a sweep's records over workers."""
+
+    LOCAL = "local"  # worker processes on this machine
+    RAY = "ray"  # actors of a Ray cluster
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Status(str, enum.Enum):
     """What a sweep did with one record."""
 
@@ -70,7 +80,7 @@ class SweepResult:
     outcomes: tuple[Outcome, ...]
     entries: int
     workers: int
-    engine: str
+    engine: Engine
     seconds: float
 
     @property
@@ -99,9 +109,9 @@ def sweep(
     started = time.perf_counter()
     paths = [str(Path(p).resolve()) for p in paths] or [os.getcwd()]
     if use_ray or ray_address is not None:
-        engine, shares = "ray", _on_ray(records, modules, paths, ray_address, workers)
+        engine, shares = Engine.RAY, _on_ray(records, modules, paths, ray_address, workers)
     else:
-        engine, shares = "local", _on_this_machine(records, modules, paths, workers)
+        engine, shares = Engine.LOCAL, _on_this_machine(records, modules, paths, workers)
     outcomes = tuple(o for share in shares for o in share["outcomes"])
     items = [item for share in shares for item in share["items"]]
     files.write_export(output, items)
