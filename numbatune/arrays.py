@@ -216,6 +216,11 @@ def clone_arguments(args: tuple[Any, ...], stream: Any = 0) -> tuple[Any, ...]:
     return tuple(clone(a, stream) if is_array(a) else a for a in args)
 
 
+def device_view(array: Any) -> Any:
+    """A numba device array over ``array``'s memory (``array`` itself when it is one)."""
+    return array if isinstance(array, _NumbaDeviceArray) else cuda.as_cuda_array(array)
+
+
 def clone(array: Any, stream: Any = 0) -> Any:
     """A numba device array with the same shape, dtype, strides, alignment and contents.
 
@@ -225,7 +230,7 @@ def clone(array: Any, stream: Any = 0) -> Any:
     if SIMULATOR:
         host = array.copy_to_host() if isinstance(array, _NumbaDeviceArray) else np.asarray(array)
         return cuda.to_device(np.array(host, order="K", copy=True))
-    view = array if isinstance(array, _NumbaDeviceArray) else cuda.as_cuda_array(array)
+    view = device_view(array)
     low, span = _extent(view)
     source = view.device_ctypes_pointer.value or 0
     offset = (source + low) % _ALIGNMENT
@@ -246,8 +251,7 @@ def clone(array: Any, stream: Any = 0) -> Any:
 
 def strides(array: Any) -> tuple[int, ...]:
     """A device array's strides in bytes."""
-    view = array if isinstance(array, _NumbaDeviceArray) else cuda.as_cuda_array(array)
-    return tuple(int(s) for s in view.strides)
+    return tuple(int(s) for s in device_view(array).strides)
 
 
 def laid_out(host: np.ndarray, strides: tuple[int, ...]) -> Any:

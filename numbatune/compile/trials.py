@@ -183,7 +183,7 @@ def _why(reason: str) -> str:
 def _shared_copies(args: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """Host copies of the arrays among ``args``, in one file a worker opens by its path: the
     path, and for each argument its :class:`_Slot` or (not an array) the value itself."""
-    views = [_device_view(a) if arrays.is_array(a) else None for a in args]
+    views = [arrays.device_view(a) if arrays.is_array(a) else None for a in args]
     layout: list[Any] = []
     size = 0
     for arg, view in zip(args, views, strict=True):
@@ -220,12 +220,6 @@ def _shared_file(size: int) -> Iterator[tuple[int, str]]:
         os.close(descriptor)
         if not anonymous:
             os.unlink(path)
-
-
-def _device_view(value: Any) -> Any:
-    from numba import cuda
-
-    return value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
 
 
 def _copy_to_host(view: Any, target: np.ndarray, layout: str) -> None:

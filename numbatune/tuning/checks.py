@@ -105,12 +105,8 @@ def as_check(check: bool | Check | None, kernel_name: str) -> Check | None:
 def host_outputs(args: Sequence[Any], stream: Any = 0) -> list[np.ndarray | None]:
     """Host copies of the array arguments (None for the others), once ``stream`` has passed
     the work queued on it."""
-    from numba import cuda
-
     host = [
-        (a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a)).copy_to_host(stream=stream)
-        if arrays.is_array(a)
-        else None
+        arrays.device_view(a).copy_to_host(stream=stream) if arrays.is_array(a) else None
         for a in args
     ]
     synchronize(stream)
