@@ -110,6 +110,7 @@ class Compiler:
         self._template = template
         self._function_id = function_id
         self._dispatchers: dict[CodeKey, Any] = {}
+        self._functions: dict[CodeKey, Any] = {}
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
         self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
         self._ran: set[str] = set()
@@ -134,10 +135,23 @@ class Compiler:
         with self._lock:
             dispatcher = self._dispatchers.get(code_key)
             if dispatcher is None:
-                dispatcher = self._dispatchers[code_key] = self._template.specialise(variant)
+                function = self._function(variant)
+                dispatcher = self._template.specialise(variant, function)
+                self._dispatchers[code_key] = dispatcher
                 if len(self._template.signatures) == 1:  # as numba's cuda.jit(signature) makes it
                     dispatcher._specialized = True
             return dispatcher
+
+    def _function(self, variant: Variant) -> Any:
+        """The variant's specialised Python function, made once per code key (writing out
+        ``static_range`` loops is the slow part of preparing a variant)."""
+        code_key = self._template.code_key(variant)
+        function = self._functions.get(code_key)
+        if function is None:
+            function = self._template.specialised_function(variant)
+            with self._lock:
+                function = self._functions.setdefault(code_key, function)
+        return function
 
     def _signatures(self, dispatcher: Any, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """The argument types to compile for: the declared signatures, else those of ``args``."""
@@ -152,7 +166,7 @@ class Compiler:
         if SIMULATOR:
             return dispatcher
         for argtypes in self._signatures(dispatcher, args):
-            if argtypes in dispatcher.overloads or self._load(variant, dispatcher, argtypes, tally):
+            if argtypes in dispatcher.overloads or self._load(variant, argtypes, tally):
                 continue
             with self._lock:
                 if argtypes not in dispatcher.overloads:
@@ -175,31 +189,39 @@ class Compiler:
             groups.setdefault(self._template.code_key(variant), []).append(variant)
         results: dict[Variant, Any] = {}
         waiting: list[tuple[list[Variant], tuple[Any, ...]]] = []
+        signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
         for members in groups.values():
             try:
-                dispatcher = self.dispatcher(members[0])
-                missing = [] if SIMULATOR else self._missing(members[0], dispatcher, args, tally)
+                if SIMULATOR:  # nothing to compile: each variant runs its own dispatcher
+                    results.update(dict.fromkeys(members, self.dispatcher(members[0])))
+                    continue
+                if signatures is None:
+                    signatures = self._signatures(self.dispatcher(members[0]), args)
+                # A kernel's code is written out only when it is loaded or compiled: in a
+                # worker's task (below) as the worker takes it, not all before the first.
+                missing = self._missing(members[0], signatures, tally)
+                if not missing:
+                    results.update(dict.fromkeys(members, self.dispatcher(members[0])))
             except Exception as error:
                 results.update(dict.fromkeys(members, Failed.of(error)))
                 continue
-            if missing:
-                waiting += [(members, argtypes) for argtypes in missing]
-            else:
-                results.update(dict.fromkeys(members, dispatcher))
+            waiting += [(members, argtypes) for argtypes in missing]
         done(len(results))
         if waiting:
             self._compile_waiting(waiting, args, results, done, tally)
         return results
 
     def _missing(
-        self, variant: Variant, dispatcher: Any, args: tuple[Any, ...], tally: Tally
+        self, variant: Variant, signatures: Sequence[tuple[Any, ...]], tally: Tally
     ) -> list[tuple[Any, ...]]:
-        """The signatures ``dispatcher`` has not compiled and the kernel store does not hold."""
+        """The ``signatures`` the variant's kernel has not compiled and the kernel store does
+        not hold."""
+        existing = self._dispatchers.get(self._template.code_key(variant))
         return [
             argtypes
-            for argtypes in self._signatures(dispatcher, args)
-            if argtypes not in dispatcher.overloads
-            and not self._load(variant, dispatcher, argtypes, tally)
+            for argtypes in signatures
+            if (existing is None or argtypes not in existing.overloads)
+            and not self._load(variant, argtypes, tally)
         ]
 
     def _compile_waiting(
@@ -236,21 +258,21 @@ class Compiler:
 
         device = cuda.get_current_device()
         cc = tuple(device.compute_capability)
-        sent, here, seconds = [], [], []
+        here: list[tuple[list[Variant], tuple[Any, ...]]] = []
+        seconds: list[float] = []
         started = time.perf_counter()
-        for members, argtypes in waiting:
+
+        def task(index: int) -> processes.Task:  # made when a worker takes it
+            members, argtypes = waiting[index]
             try:
-                function = build.dumps_function(self._template.specialised_function(members[0]))
-            except Exception as error:
-                logger.debug("%s: compiled in this process: %s", self._function_id, error)
-                here.append((members, argtypes))
-                continue
+                function = build.dumps_function(self._function(members[0]))
+            except Exception as error:  # compiled in this process instead (below)
+                raise RebuildError(f"{type(error).__name__}: {error}") from None
             options = self._template.jit_options_of(members[0])
-            arguments = (function, options, argtypes, cc)
-            sent.append((members, argtypes, processes.Task(__name__, "build_in_worker", arguments)))
+            return processes.Task(__name__, "build_in_worker", (function, options, argtypes, cc))
 
         def finished(index: int, outcome: processes.Outcome) -> None:
-            members, argtypes, _ = sent[index]
+            members, argtypes = waiting[index]
             if isinstance(outcome, processes.Done):
                 dispatcher = self.dispatcher(members[0])
                 kernel = build.load(outcome.value.payload, cc)
@@ -270,13 +292,14 @@ class Compiler:
                 results.update(dict.fromkeys(members, Failed(str(outcome))))
             done(len(results))
 
-        pool.run([task for _, _, task in sent], settings.compile_timeout_s, finished)
+        tasks = processes.LazyTasks(len(waiting), task)
+        pool.run(tasks, settings.compile_timeout_s, finished)
         logger.info(
             "numbatune: %s: %d kernels compiled in %d worker processes in %.2f s (%.2f s of "
             "compiling in all, the longest %.2f s)",
             self._function_id,
             len(seconds),
-            min(pool.size, len(sent)),
+            min(pool.size, len(waiting)),
             time.perf_counter() - started,
             sum(seconds),
             max(seconds, default=0.0),
@@ -342,16 +365,16 @@ class Compiler:
         )
         return build.store_key(code, argtypes, cc, _toolchain())
 
-    def _load(
-        self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...], tally: Tally
-    ) -> bool:
-        """Add the stored kernel for ``argtypes`` to ``dispatcher``, if one is stored."""
+    def _load(self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally) -> bool:
+        """Add the stored kernel for ``argtypes`` to the variant's dispatcher, if one is
+        stored."""
         if settings.cache_dir is None:
             return False
         cc = _current_cc()
         kernel = self._store(cc).load(self._key(variant, argtypes, cc))
         if kernel is None:
             return False
+        dispatcher = self.dispatcher(variant)
         with self._lock:
             dispatcher.add_overload(kernel, argtypes)
             tally.loaded += 1
