@@ -138,9 +138,23 @@ class Compiler:
                 function = self._function(variant)
                 dispatcher = self._template.specialise(variant, function)
                 self._dispatchers[code_key] = dispatcher
-                if len(self._template.signatures) == 1:  # as numba's cuda.jit(signature) makes it
-                    dispatcher._specialized = True
             return dispatcher
+
+    def _add(self, dispatcher: Any, argtypes: tuple[Any, ...], kernel: Any = None) -> bool:
+        """Add ``kernel`` for ``argtypes`` to ``dispatcher`` (compile one when None); False
+        when it already has one. With one declared signature the dispatcher is then specialised
+        as numba's ``cuda.jit(signature)`` makes it: only then, for numba's compile of a
+        specialised dispatcher returns the kernel it holds."""
+        with self._lock:
+            if argtypes in dispatcher.overloads:
+                return False
+            if kernel is None:
+                dispatcher.compile(argtypes)
+            else:
+                dispatcher.add_overload(kernel, argtypes)
+            if len(self._template.signatures) == 1:
+                dispatcher._specialized = True
+            return True
 
     def _function(self, variant: Variant) -> Any:
         """The variant's specialised Python function, made once per code key (writing out
@@ -168,10 +182,8 @@ class Compiler:
         for argtypes in self._signatures(dispatcher, args):
             if argtypes in dispatcher.overloads or self._load(variant, argtypes, tally):
                 continue
-            with self._lock:
-                if argtypes not in dispatcher.overloads:
-                    dispatcher.compile(argtypes)
-                    tally.compiles += 1
+            if self._add(dispatcher, argtypes):
+                tally.compiles += 1
             self._save(variant, dispatcher.overloads[argtypes], argtypes)
         return dispatcher
 
@@ -278,8 +290,7 @@ class Compiler:
                 kernel = build.load(outcome.value.payload, cc)
                 with cuda.gpus[device.id]:  # loaded now, while other kernels compile
                     kernel.bind()
-                with self._lock:
-                    dispatcher.add_overload(kernel, argtypes)
+                if self._add(dispatcher, argtypes, kernel):
                     tally.compiles += 1
                 self._save_payload(members[0], argtypes, cc, outcome.value.payload)
                 seconds.append(outcome.value.seconds)
@@ -374,9 +385,7 @@ class Compiler:
         kernel = self._store(cc).load(self._key(variant, argtypes, cc))
         if kernel is None:
             return False
-        dispatcher = self.dispatcher(variant)
-        with self._lock:
-            dispatcher.add_overload(kernel, argtypes)
+        if self._add(self.dispatcher(variant), argtypes, kernel):
             tally.loaded += 1
         return True
 
