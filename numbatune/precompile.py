@@ -62,20 +62,18 @@ def precompile(
     # Each kernel's code is written out (static_range) and pickled as a worker takes it, so
     # the first compile while the others are prepared.
     tasks = processes.LazyTasks(len(jobs), lambda index: jobs[index].task(cc))
-    count = [0]
+    recorded: dict[int, Sequence[Compiled]] = {}
 
     def finished(index: int, outcome: processes.Outcome) -> None:
-        count[0] += 1
-        done(count[0], len(tasks))
+        # Kept as each kernel is done: a compile stopped part way keeps what it finished.
+        recorded[index] = jobs[index].record(outcome, cc, cache_dir)
+        done(len(recorded), len(tasks))
 
     try:
-        outcomes = pool.run(tasks, settings.compile_timeout_s, finished)
+        pool.run(tasks, settings.compile_timeout_s, finished)
     finally:
         pool.close()
-    compiled = []
-    for job, outcome in zip(jobs, outcomes, strict=True):
-        compiled += job.record(outcome, cc, cache_dir)
-    return compiled
+    return [compiled for index in range(len(jobs)) for compiled in recorded[index]]
 
 
 def _distinct(tuned: TunedKernel) -> list[list[Variant]]:

@@ -12,6 +12,7 @@ import numbatune as nt
 from numbatune import processes
 from numbatune.cli import main
 from numbatune.compile import build
+from numbatune.compile.store import KernelStore
 from numbatune.demo import load_module
 from numbatune.precompile import precompile
 
@@ -86,6 +87,19 @@ def test_each_variant_compiles_once_per_distinct_kernel_or_reports_its_error(mod
     assert by_variant["FACTOR=None, BLOCK=64"].error == by_variant["FACTOR=None, BLOCK=32"].error
     assert by_variant["FACTOR=3, BLOCK=32"].error is None
     assert list((tmp_path / "cache" / "kernels" / "sm_90").iterdir())
+
+
+def test_each_kernel_is_kept_as_soon_as_it_is_compiled(module, tmp_path):
+    """A compile stopped part way (a build's time limit) keeps the kernels it finished."""
+    args = (cuda.to_device(np.zeros(8, np.float32)),)
+    two = module.scale.with_variants([{"FACTOR": 2, "BLOCK": 32}, {"FACTOR": 3, "BLOCK": 32}])
+    store = KernelStore(tmp_path / "cache", (9, 0), two.function_id)
+    kept = []
+    precompile(
+        [(two, args)], (9, 0), tmp_path / "cache", workers=1,
+        done=lambda finished, total: kept.append((finished, len(store._open()))),
+    )  # fmt: skip
+    assert kept == [(1, 1), (2, 2)]
 
 
 def test_a_worker_that_dies_fails_that_kernel_and_the_others_compile(module, tmp_path):
