@@ -495,11 +495,15 @@ class TunedKernel:
         return lambda args, stream: launch(args, config, stream)
 
     def _compile_variants(
-        self, variants: Sequence[Variant], args: tuple[Any, ...], done: Callable[[int], None]
+        self,
+        variants: Sequence[Variant],
+        args: tuple[Any, ...],
+        stream: Any,
+        done: Callable[[int], None],
     ) -> dict[Variant, Launcher | Failed]:
         launchers: dict[Variant, Launcher | Failed] = {}
         compiled = self._compiler.compile_all(variants, args, done, self._tally)
-        compiled.update(self._tried(compiled, args))
+        compiled.update(self._tried(compiled, args, stream))
         for variant, kernel in compiled.items():
             try:
                 launchers[variant] = (
@@ -509,9 +513,12 @@ class TunedKernel:
                 launchers[variant] = Failed.of(error)
         return launchers
 
-    def _tried(self, compiled: dict[Variant, Any], args: tuple[Any, ...]) -> dict[Variant, Failed]:
+    def _tried(
+        self, compiled: dict[Variant, Any], args: tuple[Any, ...], stream: Any
+    ) -> dict[Variant, Failed]:
         """Trial runs, in a separate process, of the compiled variants the ``isolate`` setting
-        asks for (numbatune.compile.trials); the variants that failed theirs."""
+        asks for (numbatune.compile.trials), on copies of ``args`` taken on ``stream``; the
+        variants that failed theirs."""
         if settings.isolate is Isolate.OFF:
             return {}
         compiler = self._compiler
@@ -530,7 +537,7 @@ class TunedKernel:
                 failed[variant] = Failed.of(error)
         cc = None if SIMULATOR else current_kind().compute_capability
         started = time.perf_counter()
-        runs = trials.trials().run([(k, c) for _, k, c in kernels], args, cc)
+        runs = trials.trials().run([(k, c) for _, k, c in kernels], args, stream, cc)
         self._tally.trial_s += time.perf_counter() - started
         for (variant, _, _), why in zip(kernels, runs, strict=True):
             if why is None:

@@ -73,3 +73,32 @@ def forget_shared_state(monkeypatch) -> None:
     from numbatune import dispatch
 
     monkeypatch.setattr(dispatch, "_shared", collections.OrderedDict())
+
+
+@cuda.jit
+def fill_with(x, value):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        x[i] = value
+
+
+@cuda.jit
+def wait_for_gate(gate):
+    """Spin until ``gate[0]`` is set (by :func:`open_gate`, on another stream)."""
+    while cuda.atomic.add(gate, 0, 0) == 0:
+        cuda.nanosleep(1000)
+
+
+@cuda.jit
+def open_gate(gate):
+    cuda.atomic.exch(gate, 0, 1)
+
+
+def non_blocking_stream() -> int:
+    """A raw CUDA stream that does not wait for the legacy default stream (nor it for it)."""
+    from cuda.bindings import driver
+
+    cuda.current_context()  # the stream belongs to numba's context
+    error, stream = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    assert not error
+    return int(stream)

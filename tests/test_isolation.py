@@ -11,6 +11,7 @@ from numbatune import processes
 from numbatune.arrays import SIMULATOR
 from numbatune.compile import trials
 from numbatune.config import Isolate
+from tests.kernels import fill_with, non_blocking_stream, open_gate, wait_for_gate
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
 
@@ -115,7 +116,7 @@ def test_arguments_reach_the_trial_worker_as_the_caller_passed_them(view):
     array = view(cuda.to_device(np.arange(48, dtype=np.float64).reshape(6, 8)))
     host = array.copy_to_host()
     args = (array, np.float32(2.5), cuda.to_device(np.zeros(0, np.int8)))
-    with trials._shared_copies(args) as (path, layout):
+    with trials._shared_copies(args, cuda.default_stream()) as (path, layout):
         trials.stage("token", path, layout)  # what the worker does, here
     staged, originals = trials._staged["args"], trials._staged["originals"]
     assert staged[1] == np.float32(2.5) and staged[2].shape == (0,) and originals[1] is None
@@ -123,13 +124,30 @@ def test_arguments_reach_the_trial_worker_as_the_caller_passed_them(view):
         assert np.array_equal(copy.copy_to_host(), host)
 
 
+@pytest.mark.gpu
+def test_a_trial_takes_the_arguments_after_the_callers_stream_wrote_them():
+    import threading
+
+    stream = cuda.external_stream(non_blocking_stream())  # the legacy stream does not wait for it
+    gate, x = cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros(256, np.float32))
+    wait_for_gate[1, 1, stream](gate)
+    fill_with[1, 256, stream](x, 6.0)  # pending on the caller's stream until the gate opens
+    other = cuda.external_stream(non_blocking_stream())
+    opener = threading.Timer(2.0, lambda: open_gate[1, 1, other](gate))  # a moment from now
+    opener.start()
+    with trials._shared_copies((x,), stream) as (path, layout):
+        trials.stage("token", path, layout)
+    opener.join()
+    assert np.all(trials._staged["args"][0].copy_to_host() == 6.0)
+
+
 def test_a_variant_that_ran_is_not_tried_again_but_all_tries_every_time(isolated, monkeypatch):
     runs = []
     original = trials.Trials.run
 
-    def counted(self, kernels, args, cc):
+    def counted(self, kernels, *rest):
         runs.append(len(kernels))
-        return original(self, kernels, args, cc)
+        return original(self, kernels, *rest)
 
     monkeypatch.setattr(trials.Trials, "run", counted)
     tuned = _fragile([0, 4])  # MODE=4: correct too

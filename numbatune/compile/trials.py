@@ -42,6 +42,7 @@ import numpy as np
 from numbatune import arrays, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.config import settings
+from numbatune.streams.handles import synchronize, wait_for
 
 #: What the worker holds: the token of the arguments staged, device copies of them, and the
 #: originals each trial starts from.
@@ -145,14 +146,16 @@ class Trials:
         self,
         kernels: Sequence[tuple[bytes, tuple[Any, ...]]],
         args: tuple[Any, ...],
+        stream: Any,
         cc: tuple[int, int] | None,
     ) -> list[str | None]:
-        """Run each ``(kernel, launch configuration)`` once on copies of ``args``; for each,
-        None if it ran, else why it failed."""
+        """Run each ``(kernel, launch configuration)`` once on copies of ``args``, taken on
+        numba's ``stream`` (where ``args`` are valid: other streams' work does not wait for
+        them); for each, None if it ran, else why it failed."""
         token = uuid.uuid4().hex
         reasons: list[str | None] = []
         batch = len(kernels)
-        with self._lock, _shared_copies(args) as (path, layout):
+        with self._lock, _shared_copies(args, stream) as (path, layout):
             while len(reasons) < len(kernels):
                 trial_task = processes.Task(
                     __name__, "trial", (token, kernels[len(reasons) :][:batch], cc)
@@ -180,9 +183,10 @@ def _why(reason: str) -> str:
 
 
 @contextlib.contextmanager
-def _shared_copies(args: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """Host copies of the arrays among ``args``, in one file a worker opens by its path: the
-    path, and for each argument its :class:`_Slot` or (not an array) the value itself."""
+def _shared_copies(args: tuple[Any, ...], stream: Any) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Host copies of the arrays among ``args``, taken on ``stream``, in one file a worker
+    opens by its path: the path, and for each argument its :class:`_Slot` or (not an array)
+    the value itself."""
     views = [arrays.device_view(a) if arrays.is_array(a) else None for a in args]
     layout: list[Any] = []
     size = 0
@@ -196,10 +200,11 @@ def _shared_copies(args: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]
         size += -(-slot.size // _ALIGNMENT) * _ALIGNMENT
     with _shared_file(size) as (descriptor, path):
         if size:
+            wait_for(stream)  # the copies below then hold no other thread's launch up
             with mmap.mmap(descriptor, size) as buffer:
                 for slot, view in zip(layout, views, strict=True):
                     if view is not None:
-                        _copy_to_host(view, slot.view(buffer), arrays.read(view)[2])  # type: ignore[index]
+                        _copy_to_host(view, slot.view(buffer), arrays.read(view)[2], stream)  # type: ignore[index]
         yield path, tuple(layout)
 
 
@@ -222,14 +227,15 @@ def _shared_file(size: int) -> Iterator[tuple[int, str]]:
             os.unlink(path)
 
 
-def _copy_to_host(view: Any, target: np.ndarray, layout: str) -> None:
-    """Copy a device array into ``target``, straight where both are laid out alike."""
+def _copy_to_host(view: Any, target: np.ndarray, layout: str, stream: Any) -> None:
+    """Copy a device array into ``target`` on ``stream`` (not the legacy default stream, which
+    would make every blocking stream wait), straight where both are laid out alike."""
     if view.size == 0:
         return
-    if layout in ("C", "F"):
-        view.copy_to_host(target)
-    else:
-        target[...] = view.copy_to_host()
+    host = view.copy_to_host(target if layout in ("C", "F") else None, stream=stream)
+    synchronize(stream)
+    if host is not target:
+        target[...] = host
 
 
 _trials: Trials | None = None

@@ -85,6 +85,14 @@ def synchronize(stream: Any) -> None:
     (stream or cuda.default_stream()).synchronize()
 
 
+def wait_for(stream: Any) -> None:
+    """Wait until the work queued on ``stream`` so far is done, on an event: other threads
+    launch meanwhile (a copy to the host that waits as long holds their launches up)."""
+    done = cuda.event()
+    done.record(stream or cuda.default_stream())
+    done.synchronize()
+
+
 def check_stream(stream: int) -> None:
     """Raise :class:`StreamError` unless ``stream`` is a live stream of the current context
     (0, 1 and 2, the default streams, always are)."""

@@ -20,11 +20,12 @@ from numbatune.variants import Variant
 #: Launches one compiled variant on the given arguments, on the given stream.
 Launcher = Callable[[tuple[Any, ...], Any], None]
 
-#: ``compile(variants, args, done)``: each variant compiled for the types of ``args``, as its
-#: launcher, or :class:`~numbatune.tuning.results.Failed` with why it did not compile;
-#: ``done(count)`` is called as variants finish compiling.
+#: ``compile(variants, args, stream, done)``: each variant compiled for the types of ``args``
+#: (valid on numba's ``stream``), as its launcher, or :class:`~numbatune.tuning.results.Failed`
+#: with why it did not compile or failed its trial run; ``done(count)`` is called as variants
+#: finish compiling.
 Compile = Callable[
-    [Sequence[Variant], tuple[Any, ...], Callable[[int], None]],
+    [Sequence[Variant], tuple[Any, ...], Any, Callable[[int], None]],
     Mapping[Variant, Launcher | Failed],
 ]
 

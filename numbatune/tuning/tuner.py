@@ -90,7 +90,7 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
     A lone variant is not measured, but one that fails gives way to the next priority group.
     """
     clones = arrays.clone_arguments(job.args, job.stream)
-    launcher = job.compile([variant], clones, lambda done: None)[variant]
+    launcher = job.compile([variant], clones, job.stream, lambda done: None)[variant]
     try:
         if isinstance(launcher, Failed):
             raise TuningError(launcher.error)
@@ -193,7 +193,9 @@ def _measure(
     time them together; each one's outcome."""
     done = len(earlier)
     started = time.perf_counter()
-    compiled = job.compile(variants, clones, lambda count: progress.step(done + count, "compiled"))
+    compiled = job.compile(
+        variants, clones, job.stream, lambda count: progress.step(done + count, "compiled")
+    )
     clock.compile_s += time.perf_counter() - started
     started = time.perf_counter()
     outcomes: dict[Variant, Outcome] = {
