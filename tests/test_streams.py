@@ -14,8 +14,10 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
+from numbatune.config import Isolate
 from numbatune.streams.monitor import Monitor, _Launch
 from numbatune.streams.order import StreamOrder
+from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
 
 
 def _order():
@@ -316,15 +318,6 @@ def test_a_reader_on_another_stream_sees_the_writers_result():
     np.testing.assert_array_equal(out.copy_to_host(), 9.0)
 
 
-def _non_blocking_stream():
-    from cuda.bindings import driver
-
-    cuda.current_context()  # the stream belongs to numba's context
-    error, stream = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
-    assert not error
-    return int(stream)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("library", ["torch", "cupy"])
 def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(library):
@@ -332,7 +325,7 @@ def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(libra
     spin, copier = _spin_then_fill(), _copy()
     n = 1 << 20
     # Non-blocking: the legacy default stream, where the library allocates, does not wait for it.
-    other = cuda.external_stream(_non_blocking_stream())
+    other = cuda.external_stream(non_blocking_stream())
     out = cuda.device_array(n, np.float32)
     hold = cuda.device_array(1, np.float32)
 
@@ -354,45 +347,69 @@ def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(libra
 
 
 @pytest.mark.gpu
-def test_tuning_on_a_miss_keeps_the_callers_stream_order_and_leaves_other_streams_alone():
+@pytest.mark.parametrize("isolate", [Isolate.ALL, Isolate.OFF])
+def test_tuning_on_a_miss_keeps_the_callers_stream_order_and_leaves_other_streams_alone(
+    isolate, monkeypatch
+):
+    from numbatune.compile import trials
     from numbatune.tuning import bench
 
-    spin, copier = _spin_then_fill(), _copy()
+    monkeypatch.setattr(nt.settings, "isolate", isolate)
+    # Tuning's first wait for the caller's stream: the trial runs' host copies, else the timing.
+    owner, name = (trials, "_shared_copies") if isolate is Isolate.ALL else (bench, "measure")
+    fill, copier = _spin_then_fill(), _copy()
     a, b = cuda.stream(), cuda.stream()
+    opener = cuda.external_stream(non_blocking_stream())  # waits for nothing of a's or b's
     x, out = cuda.device_array(1 << 16, np.float32), cuda.device_array(1 << 16, np.float32)
-    small = cuda.device_array(1, np.float32)
-    spin(small, 0.0, 1000, stream=a)
-    spin(small, 0.0, 1000, stream=b)
+    small, gate = cuda.device_array(1, np.float32), cuda.to_device(np.zeros(1, np.int32))
+    fill(small, 0.0, 0, stream=a)
+    fill(small, 0.0, 0, stream=b)
+    open_gate[1, 1, opener](cuda.device_array(1, np.int32))
+    # The variants are loaded on another key first: loading a kernel may wait for the whole
+    # device (CUDA's lazy loading), and a's work below waits for the gate.
+    copier(cuda.device_array(1 << 10, np.float32), cuda.device_array(1 << 10, np.float32))
     cuda.synchronize()
-    spin(x, 6.0, 10 * SPIN_US, stream=a)  # about a second of work queued on a
-    a_done = cuda.event()
-    a_done.record(a)
-    measuring = threading.Event()
-    measure = bench.measure
+    started = threading.Event()
+    original = getattr(owner, name)
 
-    def measure_and_tell(*args, **kwargs):
-        measuring.set()
-        return measure(*args, **kwargs)
+    def tell_then_run(*args, **kwargs):
+        started.set()
+        return original(*args, **kwargs)
 
     errors = []
 
     def tuned_call():
         try:
-            copier(x, out, stream=a)  # a miss: tunes on a, behind the spin
+            copier(x, out, stream=a)  # a miss: tunes on a, behind the gate
         except Exception as error:  # reported in the main thread
             errors.append(error)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench, "measure", measure_and_tell)
-        thread = threading.Thread(target=tuned_call)
-        thread.start()
-        assert measuring.wait(timeout=60)
-        spin(small, 1.0, 1000, stream=b)  # queued on b while the tuning runs wait on a
-        b_done = cuda.event()
-        b_done.record(b)
-        b_done.synchronize()
-        assert not a_done.query(), "b's work waited for a's"
+    def open_the_gate():
+        open_gate[1, 1, opener](gate)
+
+    wait_for_gate[1, 1, a](gate)  # a's work stays queued until the gate opens
+    fill(x, 6.0, 0, stream=a)
+    a_done = cuda.event()
+    a_done.record(a)
+    # Should b's work wait for a's, the gate opens after a minute and the test fails.
+    deadline = threading.Timer(60, open_the_gate)
+    deadline.start()
+    thread = threading.Thread(target=tuned_call)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(owner, name, tell_then_run)
+            thread.start()
+            assert started.wait(timeout=60)
+            fill(small, 1.0, 1000, stream=b)  # queued on b while tuning waits on a
+            b_done = cuda.event()
+            b_done.record(b)
+            b_done.synchronize()
+            a_was_done = a_done.query()
+    finally:
+        deadline.cancel()
+        open_the_gate()
         thread.join()
+    assert not a_was_done, "b's work waited for a's"
     assert not errors
     cuda.synchronize()
     np.testing.assert_array_equal(out.copy_to_host(), 6.0)
