@@ -130,9 +130,13 @@ def test_a_trial_takes_the_arguments_after_the_callers_stream_wrote_them():
 
     stream = cuda.external_stream(non_blocking_stream())  # the legacy stream does not wait for it
     gate, x = cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros(256, np.float32))
+    other = cuda.external_stream(non_blocking_stream())
+    # Loaded first: loading a kernel may wait for the whole device (CUDA's lazy loading).
+    open_gate[1, 1, other](cuda.device_array(1, np.int32))
+    fill_with[1, 256, other](cuda.device_array(256, np.float32), 0.0)
+    cuda.synchronize()
     wait_for_gate[1, 1, stream](gate)
     fill_with[1, 256, stream](x, 6.0)  # pending on the caller's stream until the gate opens
-    other = cuda.external_stream(non_blocking_stream())
     opener = threading.Timer(2.0, lambda: open_gate[1, 1, other](gate))  # a moment from now
     opener.start()
     with trials._shared_copies((x,), stream) as (path, layout):
