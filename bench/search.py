@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -149,4 +150,5 @@ if __name__ == "__main__":
     if kind == "case":
         print(json.dumps(_case(rest[0], "--smoke" in rest)))
     elif kind == "exhaustive":  # python -m bench.search exhaustive OUT.json: the offline run
+        logging.basicConfig(level=logging.INFO)  # where a long run is: compiles, the tuning
         Path(rest[0]).write_text(json.dumps(_case("exhaustive", False), indent=1))
