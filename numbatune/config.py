@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from numbatune.strategies import Budget, Strategy
+from numbatune.values import TextEnum
 
 
 def _default_isolation() -> Isolate:
@@ -107,37 +108,28 @@ def _parse_non_negative_int(text: str) -> int:
     return value
 
 
-class OnMiss(str, enum.Enum):
+class OnMiss(TextEnum):
     """What a call does with a key that has no stored result (the ``on_miss`` setting)."""
 
     TUNE = "tune"
     NEAREST = "nearest"
     BACKGROUND = "background"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Isolate(str, enum.Enum):
+class Isolate(TextEnum):
     """Which variants run first in a separate process (the ``isolate`` setting)."""
 
     NEW = "new"
     ALL = "all"
     OFF = "off"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Ranks(str, enum.Enum):
+class Ranks(TextEnum):
     """Whether the ranks of a torch.distributed job tune keys together (the ``ranks``
     setting)."""
 
     AUTO = "auto"
     OFF = "off"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclasses.dataclass

@@ -6,25 +6,23 @@ strategies themselves are in :mod:`numbatune.tuning.search`.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from numbatune.values import TextEnum
 
 #: ``auto`` searches spaces of up to this many variants exhaustively.
 EXHAUSTIVE_UP_TO = 100
 
 
-class Strategy(str, enum.Enum):
+class Strategy(TextEnum):
     """How a tuning chooses the variants it measures (compares equal to its value)."""
 
     AUTO = "auto"
     EXHAUSTIVE = "exhaustive"
     RANDOM = "random"
     PATTERN = "pattern"
-
-    def __str__(self) -> str:
-        return self.value
 
     def for_space(self, size: int) -> Strategy:
         """The strategy that runs for a space of ``size`` variants (``auto`` resolved)."""

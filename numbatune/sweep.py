@@ -16,7 +16,6 @@ skipped, with the reason.
 from __future__ import annotations
 
 import concurrent.futures
-import enum
 import importlib
 import os
 import sys
@@ -34,23 +33,20 @@ from numbatune.config import configure
 from numbatune.dispatch import TunedKernel
 from numbatune.record import Record, rebuild_all
 from numbatune.tuning.results import Source
-from numbatune.values import key_text
+from numbatune.values import TextEnum, key_text
 
 #: Seconds one worker's share may take before the worker is stopped.
 WORKER_LIMIT_S = 24 * 3600.0
 
 
-class Engine(str, enum.Enum):
+class Engine(TextEnum):
     """What spread a sweep's records over workers."""
 
     LOCAL = "local"  # worker processes on this machine
     RAY = "ray"  # actors of a Ray cluster
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Status(str, enum.Enum):
+class Status(TextEnum):
     """What a sweep did with one record."""
 
     TUNED = "tuned"
@@ -58,9 +54,6 @@ class Status(str, enum.Enum):
     STORED = "stored"
     FAILED = "failed"
     SKIPPED = "skipped"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@
 One home for what several modules need of a value: whether it is an integer (a bool is not),
 the power of two a size rounds up to, and the stable text of a value, which is the same in
 every process (no memory addresses, no hash seeds), for variant labels, stored keys and
-checksums.
+checksums; and enums whose members are their text.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from typing import Any
@@ -94,3 +95,10 @@ def canonical_key(key: Any) -> Any:
 def key_text(key: Any) -> str:
     """The text a key is stored under: :func:`stable_text` of its canonical form."""
     return stable_text(canonical_key(key))
+
+
+class TextEnum(str, enum.Enum):
+    """An enum whose members are their text: they compare equal to it and print as it."""
+
+    def __str__(self) -> str:
+        return self.value

@@ -8,24 +8,17 @@ with ``dataclasses.replace``.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from numbatune.strategies import Strategy
 from numbatune.tuning.checks import Mismatch
+from numbatune.values import TextEnum
 from numbatune.variants import Variant
 
 
-class _Text(str, enum.Enum):
-    """An enum whose members are their text: they compare equal to it and print as it."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Source(_Text):
+class Source(TextEnum):
     """Where a report's answer came from (compares equal to its value: ``"benchmark"``)."""
 
     #: Measured now.
@@ -47,7 +40,7 @@ class Source(_Text):
     NEAREST = "nearest"
 
 
-class Status(_Text):
+class Status(TextEnum):
     """How one variant fared (compares equal to its value: ``"timed"``)."""
 
     TIMED = "timed"
