@@ -57,7 +57,8 @@ def precompile(
     jobs: list[_Job] = []
     for tuned, args in cases:
         argtypes = tuple(numba.typeof(value) for value in args)
-        jobs += [_Job(tuned, argtypes, sharing) for sharing in _distinct(tuned)]
+        kernels = tuned._template.by_kernel(tuned.variants)
+        jobs += [_Job(tuned, argtypes, sharing) for sharing in kernels]
     pool = processes.WorkerPool(max(1, workers or settings.compile_workers), worker_environment())
     # Each kernel's code is written out (static_range) and pickled as a worker takes it, so
     # the first compile while the others are prepared.
@@ -74,14 +75,6 @@ def precompile(
     finally:
         pool.close()
     return [compiled for index in range(len(jobs)) for compiled in recorded[index]]
-
-
-def _distinct(tuned: TunedKernel) -> list[list[Variant]]:
-    """``tuned``'s variants grouped by kernel: those that share code, in the kernel's order."""
-    groups: dict[Any, list[Variant]] = {}
-    for variant in tuned.variants:
-        groups.setdefault(tuned._template.code_key(variant), []).append(variant)
-    return list(groups.values())
 
 
 class _Job:

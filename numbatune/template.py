@@ -120,6 +120,14 @@ class KernelTemplate:
         read = {name: value for name, value in variant.params.items() if name in self.names_read}
         return stable_text(read), stable_text(self.jit_options_of(variant))
 
+    def by_kernel(self, variants: Sequence[Variant]) -> list[list[Variant]]:
+        """``variants`` grouped by the kernel they compile to (the same :meth:`code_key`), the
+        groups and their members in the order met."""
+        groups: dict[tuple[str, str], list[Variant]] = {}
+        for variant in variants:
+            groups.setdefault(self.code_key(variant), []).append(variant)
+        return list(groups.values())
+
     def jit_options_of(self, variant: Variant) -> dict[str, Any]:
         """The ``numba.cuda.jit`` options the variant's kernel is compiled with on a GPU."""
         return {**self.jit_options, **variant.jit}

@@ -196,13 +196,10 @@ class Compiler:
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
         as variants are ready."""
-        groups: dict[CodeKey, list[Variant]] = {}
-        for variant in variants:
-            groups.setdefault(self._template.code_key(variant), []).append(variant)
         results: dict[Variant, Any] = {}
         waiting: list[tuple[list[Variant], tuple[Any, ...]]] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
-        for members in groups.values():
+        for members in self._template.by_kernel(variants):
             try:
                 if SIMULATOR:  # nothing to compile: each variant runs its own dispatcher
                     results.update(dict.fromkeys(members, self.dispatcher(members[0])))
