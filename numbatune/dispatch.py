@@ -1,7 +1,8 @@
 """The ``@autotune`` decorator and the tuned kernel it returns.
 
-A call looks its fast path up by the classes of its arguments (one dictionary lookup); the fast
-path computes the key, finds the winner in the winner table and launches it: that is the whole
+A call looks its fast path up by the classes of its arguments (one dictionary lookup, skipped
+while one set of classes has a fast path: that path checks the classes itself); the fast path
+computes the key, finds the winner in the winner table and launches it: that is the whole
 hot path. Anything else goes to the general path, which finds the winner in memory, on disk, or
 by tuning the key (once, however many threads ask), and launches it on the caller's arguments.
 State that belongs to a device (its winners, its fast paths, its disk partition) is kept per
@@ -218,15 +219,15 @@ class TunedKernel:
         self._compiler = self._shared.compiler
         self._tally = Tally()
         self._benchmarks = 0
+        self._binder = _Binder(len(self._parameters), self._dispatch)
         self._hooks = fastpath.Hooks(
             self.name,
             launch,
             None if self._key is keys.default_key else self._key,
             self._dispatch,
+            self._binder.by_classes,
             self._numba_launch,
         )
-        self._binder = _binder(len(self._parameters), self._dispatch)
-        self._call = self._binder.call
 
     def _share(self, **settings: Any) -> _Shared:
         """The state this kernel shares with tuned kernels of the same code and settings."""
@@ -256,7 +257,7 @@ class TunedKernel:
         stream make it wait on the device for their current stream, as their
         ``__cuda_array_interface__`` asks.
         """
-        self._call(args, stream)
+        self._binder.entry(args, stream)
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
         """The general path: for calls that no fast path takes."""
@@ -298,6 +299,7 @@ class TunedKernel:
                 state.signatures[signature] = path
                 if path is not None:
                     state.paths[classes] = path.call
+                    self._binder.point(state.paths)
             return state.signatures[signature]
 
     def _numba_launch(
@@ -323,7 +325,7 @@ class TunedKernel:
                 state = devices.get(place)
                 if state is None:
                     state = devices[place] = _DeviceState(self._new_cache())
-        self._binder.paths = state.paths
+        self._binder.point(state.paths)
         return state
 
     def _new_cache(self) -> TuneCache:
@@ -709,36 +711,33 @@ def _reuse(
 
 
 class _Binder:
-    """A tuned kernel's entry: finds the fast path of a call by its argument classes."""
+    """A tuned kernel's entry: ``entry(args, stream)`` is the fast path itself while one set of
+    argument classes has one (its code checks the classes), else ``by_classes``, which looks the
+    fast path up by the classes of the arguments, or calls ``general`` when there is none."""
 
-    call: Callable[[tuple[Any, ...], Any], None]
-    paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]]
+    def __init__(self, arity: int, general: Callable[[tuple[Any, ...], Any], None]) -> None:
+        self.paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]] = {}
+        names = "".join(f"a{i}, " for i in range(arity))
+        classes = "".join(f"type(a{i}), " for i in range(arity))
+        code = "\n".join(
+            [
+                "def by_classes(args, stream):",
+                f"    if len(args) != {arity}:",
+                "        return _general(args, stream)",
+                *([f"    {names}= args"] if arity else []),
+                f"    path = _binder.paths.get(({classes}))",
+                "    if path is None:",
+                "        return _general(args, stream)",
+                "    return path(args, stream)",
+            ]
+        )
+        namespace = {"_binder": self, "_general": general}
+        exec(compile(code, "<numbatune binder>", "exec"), namespace)
+        self.by_classes: Callable[[tuple[Any, ...], Any], None] = namespace["by_classes"]
+        self.entry = self.by_classes
 
-
-def _binder(arity: int, general: Callable[[tuple[Any, ...], Any], None]) -> _Binder:
-    """The binder of a kernel of ``arity`` arguments: one generated function that looks the
-    fast path up by the classes of the arguments and calls it, or ``general`` when none.
-
-    ``binder.paths`` may be replaced (by the paths of another device); the function reads it
-    on each call.
-    """
-    binder = _Binder()
-    binder.paths = {}
-    names = "".join(f"a{i}, " for i in range(arity))
-    classes = "".join(f"type(a{i}), " for i in range(arity))
-    code = "\n".join(
-        [
-            "def call(args, stream):",
-            f"    if len(args) != {arity}:",
-            "        return _general(args, stream)",
-            *([f"    {names}= args"] if arity else []),
-            f"    path = _binder.paths.get(({classes}))",
-            "    if path is None:",
-            "        return _general(args, stream)",
-            "    return path(args, stream)",
-        ]
-    )
-    namespace = {"_binder": binder, "_general": general}
-    exec(compile(code, "<numbatune binder>", "exec"), namespace)
-    binder.call = namespace["call"]
-    return binder
+    def point(self, paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]]) -> None:
+        """Take the fast paths of a device (after one was added, or on another device)."""
+        self.paths = paths
+        only = list(paths.values())  # one read, while another thread may add a path
+        self.entry = only[0] if len(only) == 1 else self.by_classes

@@ -54,6 +54,28 @@ def default_key_part(
     return tuple([next_power_of_two(n) for n in shape]), dtype, layout
 
 
+class KeyParts:
+    """The default-key parts of arrays of one dtype and layout, kept by shape: generated code
+    looks an array's part up (``parts.get(shape) or make(shape)``), which costs less than
+    anchoring the shape and building the part on every call. At most :attr:`LIMIT` are kept.
+    """
+
+    LIMIT = 1024
+
+    def __init__(self, dtype: str, layout: str) -> None:
+        self.parts: dict[tuple[int, ...], tuple[tuple[int, ...], str, str]] = {}
+        self._dtype = dtype
+        self._layout = layout
+
+    def make(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], str, str]:
+        """The part of an array of ``shape``, kept."""
+        if len(self.parts) >= self.LIMIT:
+            self.parts.clear()
+        shape = tuple(shape)  # not torch's Size: keep no object of the array's library
+        part = self.parts[shape] = default_key_part((shape, self._dtype, self._layout))
+        return part
+
+
 def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
     """Dtype, layout and number of dimensions of each array argument."""
     types = []

@@ -28,12 +28,6 @@ def next_power_of_two(n: int) -> int:
     return 1 << (int(n) - 1).bit_length() if n > 1 else 1
 
 
-def next_power_of_two_code(n: str) -> str:
-    """:func:`next_power_of_two` of the expression ``n``, as Python source: generated code that
-    cannot afford a call (the fast path's default key) inlines it."""
-    return f"(1 << ({n} - 1).bit_length() if {n} > 1 else 1)"
-
-
 def plain(value: Any) -> Any:
     """``value`` with NumPy scalars that numba types like Python's (int64, float64, bool)
     made Python numbers; other values unchanged."""

@@ -1,6 +1,7 @@
 import pytest
 
 from numbatune import anchor
+from numbatune.keys import KeyParts, default_key_part
 
 
 @pytest.mark.parametrize(
@@ -33,3 +34,13 @@ def test_describe_reads_array_parts_of_keys_shortly():
     key = (((1024,), "float32", "C"), ((16, 8), "float64", "F"))
     assert describe(key) == "(1024 float32 C, 16x8 float64 F)"
     assert describe(("user", 3)) == "('user', 3)"
+
+
+def test_the_fast_paths_kept_key_parts_are_the_default_keys_parts_and_stay_bounded():
+    known = KeyParts("float32", "C")
+    part = known.make((1000, 3))
+    assert part == default_key_part(((1000, 3), "float32", "C")) == ((1024, 4), "float32", "C")
+    assert known.parts.get((1000, 3)) is part
+    for size in range(KeyParts.LIMIT + 10):
+        known.make((size,))
+    assert 0 < len(known.parts) <= KeyParts.LIMIT

@@ -349,3 +349,23 @@ def test_cooperative_kernels_take_the_fast_path():
     with _only_the_fast_path(total):
         total(a, out)
     assert out.copy_to_host()[0] == 500
+
+
+def test_calls_go_straight_to_a_kernels_one_fast_path_and_by_classes_once_it_has_two():
+    from numbatune.dispatch import _Binder
+
+    taken = []
+    binder = _Binder(2, lambda args, stream: taken.append("general"))
+
+    def ints(args, stream):
+        taken.append("ints")
+
+    def floats(args, stream):
+        taken.append("floats")
+
+    binder.point({(int, int): ints})
+    assert binder.entry is ints  # no lookup: the path checks the classes itself
+    binder.point({(int, int): ints, (float, float): floats})
+    for args in [(1, 2), (1.0, 2.0), ("a", "b"), (1,)]:
+        binder.entry(args, None)
+    assert taken == ["ints", "floats", "general", "general"]

@@ -8,9 +8,10 @@ parameters with one ``struct.pack`` and calls ``cuLaunchKernel`` from C
 (:mod:`numbatune.native`).
 
 Two functions are made: ``call(args, stream)``, which looks the winner up and hands calls it
-cannot take to ``_next`` (another signature of the same argument classes) or ``_general`` (the
-tuned kernel's general path); and ``launch_winner(args, winner, stream)``, which the general
-path calls with a winner it found, and which returns False when it cannot launch it.
+cannot take to ``_by_classes`` (the tuned kernel's lookup by argument classes, for arguments of
+other classes), ``_next`` (another signature of the same argument classes) or ``_general`` (the
+tuned kernel's general path, for a new key); and ``launch_winner(args, winner, stream)``, which
+the general path calls with a winner it found, and which returns False when it cannot launch it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
 
 def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str]]:
     """Code that turns ``stream`` into a raw handle, ordered after torch's and CuPy's streams
-    (the same reads as :func:`numbatune.streams.handles.current_stream`), and the libraries
-    whose streams it reads."""
+    (the same reads as :func:`numbatune.streams.handles.current_stream`; the current stream of
+    library ``L`` is left in ``producer_L``), and the libraries whose streams it reads."""
     handle = "stream if type(stream) is int else _stream_handle(stream)"
     producers: dict[str, str] = {}
     for index, value in enumerate(args):
@@ -46,19 +47,41 @@ def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str
     if not producers:
         return [f"    stream = 0 if stream is None else {handle}"], []
     lines = []
-    for number, producer in enumerate(producers.values()):
-        lines.append(f"    producer = {producer}")
+    for number, (library, current) in enumerate(producers.items()):
+        producer = f"producer_{library}"
+        lines.append(f"    {producer} = {current}")
         if number == 0:
-            lines.append(f"    stream = producer if stream is None else {handle}")
+            lines.append(f"    stream = {producer} if stream is None else {handle}")
         if sync:
-            lines += ["    if stream != producer:", "        _wait(stream, producer)"]
+            lines += [f"    if stream != {producer}:", f"        _wait(stream, {producer})"]
     return lines, list(producers)
 
 
-def _front(plan: ArgumentPlan, arity: int, reject: str) -> list[str]:
-    """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's reads and checks,
-    running ``reject`` for arguments of another signature."""
-    lines = [f"    {''.join(f'a{i}, ' for i in range(arity))}= args"] if arity else []
+def _kept(plan: ArgumentPlan, libraries: list[str]) -> str:
+    """An expression for the torch and CuPy arrays to keep alive past a launch on ``stream``:
+    those launched on another stream than their library's current one (``producer_L`` where
+    the stream code read it, else asked of :func:`numbatune.streams.monitor.keep`)."""
+    parts = []
+    for library, arrays in plan.library_arrays.items():
+        listed = f"({''.join(f'{a}, ' for a in arrays)})"
+        producer = f"producer_{library}"
+        parts.append(
+            f"*({listed} if stream != {producer} else ())"
+            if library in libraries
+            else f"*_keep(stream, {listed})"
+        )
+    return f"({''.join(f'{part}, ' for part in parts)})"
+
+
+def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> list[str]:
+    """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's checks and reads,
+    running ``reject_classes`` for arguments of other classes (or number) and ``reject`` for
+    arguments of the same classes but another signature."""
+    names = "".join(f"a{i}, " for i in range(arity))
+    unpack = ["    try:", f"        {names}= args", "    except ValueError:"] if arity else []
+    lines = [*(unpack or ["    if args:"]), f"        {reject_classes}"]
+    if plan.classes:
+        lines += [f"    if not ({' and '.join(plan.classes)}):", f"        {reject_classes}"]
     checks: list[str] = []
     for kind, code in [*plan.steps, ("read", "")]:
         if kind == "check":
@@ -73,7 +96,11 @@ def _front(plan: ArgumentPlan, arity: int, reject: str) -> list[str]:
 
 
 def _tail(
-    plan: ArgumentPlan, arity: int, stream_code: list[str], unavailable: str, in_call: bool
+    plan: ArgumentPlan,
+    arity: int,
+    stream: tuple[list[str], list[str]],
+    unavailable: str,
+    in_call: bool,
 ) -> list[str]:
     """Code that launches ``winner`` once the front has run; ``unavailable`` for a winner
     with no compiled function for this signature yet. ``_numba`` and ``_failed`` take over
@@ -82,11 +109,11 @@ def _tail(
     arguments = "".join(f"a{i}, " for i in range(arity))
     values = ", ".join(plan.values)
     buffers = "".join(f"{b}, " for b in plan.buffers)
-    foreign = [a for a in plan.arrays_read if a in plan.library_arrays]
-    kept = f"_keep(stream, ({''.join(f'{a}, ' for a in foreign)}))" if foreign else "()"
+    stream_code, libraries = stream
     return [
-        "    function = _functions.get(winner.index)",
-        "    if function is None:",
+        "    try:",
+        "        function = _functions[winner.index]",
+        "    except KeyError:",
         f"        {unavailable}",
         "    try:",
         f"        config = _config({arguments}**winner.params)",
@@ -100,7 +127,7 @@ def _tail(
         "        return _numba(args, winner, config, given)",
         # Only once a second stream (or a profile) is in use: order after other streams.
         "    watched = stream != _monitor.stream and "
-        f"_monitor.before(stream, ({buffers}), {kept}, _name, given)",
+        f"_monitor.before(stream, ({buffers}), {_kept(plan, libraries)}, _name, given)",
         "    error = _launch(",
         "        function, config, stream, parameters, _offsets, _context, _cooperative",
         "    )",
@@ -111,23 +138,24 @@ def _tail(
     ]
 
 
-def source(plan: ArgumentPlan, arity: int, custom_key: bool, stream_code: list[str]) -> str:
-    """The source of ``call`` and ``launch_winner`` for one signature."""
+def source(
+    plan: ArgumentPlan, arity: int, custom_key: bool, stream: tuple[list[str], list[str]]
+) -> str:
+    """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
+    :func:`stream_lines` made for it."""
     key = "_key(args)" if custom_key else f"({''.join(f'{p}, ' for p in plan.key_parts)})"
     general = "return _general(args, stream)"
     lines = [
         "def call(args, stream):",
-        *_front(plan, arity, "return _next(args, stream)"),
+        *_front(plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)"),
         "    try:",
-        f"        winner = _winners.get({key})",
-        "    except TypeError:  # an unhashable key: the general path says so",
+        f"        winner = _winners[{key}]",
+        "    except (KeyError, TypeError):  # a new key, or an unhashable one: the general path",
         f"        {general}",
-        "    if winner is None:",
-        f"        {general}",
-        *_tail(plan, arity, stream_code, general, in_call=True),
+        *_tail(plan, arity, stream, general, in_call=True),
         "def launch_winner(args, winner, stream):",
-        *_front(plan, arity, "return False"),
-        *_tail(plan, arity, stream_code, "return False", in_call=False),
+        *_front(plan, arity, "return False", "return False"),
+        *_tail(plan, arity, stream, "return False", in_call=False),
         "    return True",
     ]
     return "\n".join(lines)

@@ -5,7 +5,8 @@ an H100. A fast path does that work once per argument signature and device: its 
 (:mod:`numbatune.launch.codegen`) reads the arguments, computes the key, finds the winner in the
 tuned kernel's one winner table and launches the winner's compiled function for the signature.
 A tuned kernel finds the fast path of a call by the classes of its arguments (one dictionary
-lookup); signatures that share classes (another dtype, say) are tried in turn.
+lookup, or none while one set of classes has a fast path: it then calls that path, which checks
+the classes itself); signatures that share classes (another dtype, say) are tried in turn.
 
 Streams. When torch or CuPy arrays are launched on another stream than their library's current
 one, that stream first waits, on the device, for their current stream: the ordering the
@@ -54,6 +55,8 @@ class Hooks:
     key: Callable[[tuple[Any, ...]], Hashable] | None
     #: The general path.
     general: General
+    #: The tuned kernel's lookup of the fast path by argument classes.
+    by_classes: General
     #: ``numba(args, winner, config, stream)``: launch a winner through numba instead.
     numba: Callable[[tuple[Any, ...], Any, tuple[Any, ...], Any], None]
 
@@ -155,10 +158,8 @@ def _generate(
 ) -> FastPath:
     from numba.cuda.core import config as numba_config
 
-    stream_code, libraries = codegen.stream_lines(
-        args, bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
-    )
-    code = codegen.source(plan, len(args), hooks.key is not None, stream_code)
+    stream = codegen.stream_lines(args, bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC))
+    code = codegen.source(plan, len(args), hooks.key is not None, stream)
     functions: dict[int, int] = {}
     namespace = {
         **plan.constants,
@@ -169,12 +170,13 @@ def _generate(
         "_config": hooks.config,
         "_launch_error": launch_error,
         "_general": hooks.general,
+        "_by_classes": hooks.by_classes,
         "_next": next_path,
         "_numba": _numba_launcher(hooks),
         "_failed": _failure_handler(hooks),
         "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
-        **{f"_{library}_stream": stream_getter(library) for library in libraries},
+        **{f"_{library}_stream": stream_getter(library) for library in stream[1]},
         "_wait": monitor.wait,
         "_half_bits": half_bits,
         "_memo": numba_array_memo,

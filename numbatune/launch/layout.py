@@ -22,9 +22,8 @@ import numpy as np
 
 from numbatune import arrays
 from numbatune.arrays import SIMULATOR, library_of
-from numbatune.keys import default_key_part
+from numbatune.keys import KeyParts, default_key_part
 from numbatune.streams.monitor import buffer_of
-from numbatune.values import next_power_of_two_code
 
 #: numba-cuda versions whose kernel parameter layout this module was checked against.
 SUPPORTED_NUMBA_CUDA = ("0.30.",)
@@ -44,8 +43,9 @@ def supported() -> str | None:
 class ArgumentPlan:
     """How one argument signature becomes kernel parameters.
 
-    ``steps`` are ("read", statement) and ("check", condition) in order; the checks hold for
-    the arguments numba types as this signature (classes, and for arrays dtype, rank and
+    ``classes`` are the conditions on the classes of the kernel's arguments; ``steps`` are
+    ("read", statement) and ("check", condition) in order; with ``classes`` the checks hold
+    for the arguments numba types as this signature (classes, and for arrays dtype, rank and
     layout). ``key_parts`` are the default key's parts of the top-level arrays (anchored
     shape, dtype name and layout, as :func:`numbatune.keys.default_key` makes them).
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
@@ -54,6 +54,7 @@ class ArgumentPlan:
     """
 
     def __init__(self) -> None:
+        self.classes: list[str] = []
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
         self.key_parts: list[str] = []
@@ -61,8 +62,9 @@ class ArgumentPlan:
         self.values: list[str] = []
         self.buffers: list[str] = []
         self.arrays_read: list[str] = []
-        #: The torch and CuPy arrays among them (kept alive when launched on another stream).
-        self.library_arrays: list[str] = []
+        #: The torch and CuPy arrays among them by library (kept alive when launched on another
+        #: stream than their library's current one).
+        self.library_arrays: dict[str, list[str]] = {}
         self.constants: dict[str, Any] = {}
 
     def constant(self, value: Any) -> str:
@@ -77,11 +79,14 @@ class ArgumentPlan:
 
     def add(self, argument: str, numba_type: Any, value: Any, top: bool = True) -> bool:
         """Plan the parameters of one argument; False when it has no plan. ``top``: an
-        argument of the kernel (its class is checked by the caller), not a tuple's item."""
+        argument of the kernel (its class goes to ``classes``), not a tuple's item."""
         from numba.core import types
 
-        if not top:
-            self.steps.append(("check", f"type({argument}) is {self.constant(type(value))}"))
+        check = f"type({argument}) is {self.constant(type(value))}"
+        if top:
+            self.classes.append(check)
+        else:
+            self.steps.append(("check", check))
         if isinstance(numba_type, types.Array):
             return self._add_array(argument, numba_type, value, top)
         if isinstance(numba_type, types.BaseTuple):
@@ -152,7 +157,7 @@ class ArgumentPlan:
         ndim, layout = numba_type.ndim, numba_type.layout
         itemsize = as_dtype(numba_type.dtype).itemsize
         fields = _read_library(self, argument, name, library, ndim, itemsize)
-        self.library_arrays.append(argument)
+        self.library_arrays.setdefault(library, []).append(argument)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
         strides = fields.strides
         if layout == "C":
@@ -170,9 +175,10 @@ class ArgumentPlan:
             ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
         ]
         if top:  # a top-level array: a part of the default key
-            sizes = "".join(f"{next_power_of_two_code(s)}, " for s in shape)
             _, dtype_name, layout_letter = arrays.read(value)
-            self.key_parts.append(f"(({sizes}), {dtype_name!r}, {layout_letter!r})")
+            known = KeyParts(dtype_name, layout_letter)
+            parts, make = self.constant(known.parts), self.constant(known.make)
+            self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
         self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
         self.buffers.append(fields.buffer)
 
