@@ -211,7 +211,8 @@ class _ArrayRead:
         self.buffer = buffer
 
 
-#: How torch tensors and CuPy arrays give their fields ({a}: the argument; {d}: a dimension).
+#: How torch tensors and CuPy arrays give their fields ({a}: the argument; {d}: a dimension;
+#: {itemsize}: the bytes of an element).
 _LIBRARY_FIELDS = {
     "torch": {
         "c_contiguous": "{a}.is_contiguous()",
@@ -219,7 +220,9 @@ _LIBRARY_FIELDS = {
         "a_layout": "_layout_of({a}) == 'A'",
         "pointer": "{a}.data_ptr()",
         "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
-        "buffer": "{a}.untyped_storage().data_ptr()",
+        # The allocation's start (as buffer_of finds it), not untyped_storage(): that makes an
+        # object on every call.
+        "buffer": "{a}.data_ptr() - {a}.storage_offset() * {itemsize}",
     },
     "cupy": {
         "c_contiguous": "{a}._c_contiguous",
@@ -245,7 +248,7 @@ def _read_library(
         size=" * ".join(f"{name}s[{d}]" for d in range(ndim)) or "1",
         pointer=form["pointer"].format(a=argument),
         strides=[form["stride"].format(a=argument, d=d, itemsize=itemsize) for d in range(ndim)],
-        buffer=form["buffer"].format(a=argument),
+        buffer=form["buffer"].format(a=argument, itemsize=itemsize),
     )
 
 

@@ -66,6 +66,8 @@ class Monitor:
         self._lock = threading.Lock()
         self._kept: collections.deque[tuple[Any, tuple[Any, ...]]] = collections.deque()
         self._kept_ready = threading.Condition(self._lock)
+        # Events the keeper is done with, for the next launches that keep arrays.
+        self._spare_events: list[Any] = []
         self._keeper: threading.Thread | None = None
         # Each stream seen, with the object that owns it (None for raw handles and the
         # libraries' current streams, which their libraries keep).
@@ -114,10 +116,8 @@ class Monitor:
             if self.stream is None:
                 self.stream = stream
                 return None
-            if self._order is None:
-                self._start_ordering()
-            assert self._order is not None
-            cursor = self._order.use(stream, buffers)
+            order = self._order or self._start_ordering()
+            cursor = order.use(stream, buffers)
             if name is None or not (self._profiles or kept or stream in self._eager):
                 return None
             launch = _Launch(stream, name, cursor, kept=kept)
@@ -146,7 +146,8 @@ class Monitor:
                 for records in launch.profiles:
                     records.append(launch)
             if launch.kept:
-                event = self.events.create(timing=False)
+                spare = self._spare_events
+                event = spare.pop() if spare else self.events.create(timing=False)
                 self.events.record(event, launch.stream)
                 self._kept.append((event, launch.kept))
                 launch.kept = ()
@@ -167,16 +168,17 @@ class Monitor:
     def _wait_for_event(self, waiting: int, producer: int) -> None:
         self.events.wait_event(waiting, self._latest[producer])
 
-    def _start_ordering(self) -> None:
+    def _start_ordering(self) -> StreamOrder:
         """A second stream or a profile: from now on every launch is watched and every buffer
         tracked; what the first stream queued before is waited for by each other stream's
         first launch."""
         first = self.stream
         self.stream = _ANY
-        self._order = StreamOrder(self._wait_for_event, self._record_event)
+        order = self._order = StreamOrder(self._wait_for_event, self._record_event)
         if first is not None:
-            self._order.use(first, ())
-            self._order.barrier()
+            order.use(first, ())
+            order.barrier()
+        return order
 
     # -- deferred release ---------------------------------------------------------------------
 
@@ -196,7 +198,7 @@ class Monitor:
             self.events.synchronize(event)  # without the lock: launches go on meanwhile
             with self._lock:
                 self._kept.popleft()
-            self.events.destroy(event)
+                self._spare_events.append(event)
 
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""

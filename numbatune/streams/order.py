@@ -48,11 +48,12 @@ class StreamOrder:
                 self._wait_for(stream, producer, cursor)
             self._past_barrier.add(stream)
         cursor = self._cursors.get(stream, 0) + 1
+        last_use = self._last_use
         for buffer in buffers:
-            last = self._last_use.get(buffer)
-            if last is not None:
+            last = last_use.get(buffer)
+            if last is not None and last[0] != stream:
                 self._wait_for(stream, *last)
-            self._last_use[buffer] = (stream, cursor)
+            last_use[buffer] = (stream, cursor)
         self._cursors[stream] = cursor
         if len(self._last_use) > self._limit:
             self.barrier()
