@@ -2,7 +2,9 @@
 
 Separate processes on the lent GPU differ by 10% or more in launch costs, more than a change to
 the hit path may move it. Here both packages run in one process and take turns batch by batch
-(section 1's method and kernel, ``bench/dispatch_cost.py``): the other tree's package is copied
+(section 1's method and kernel, ``bench/dispatch_cost.py``), with one stream so far (and with
+the driver launch stubbed out: the host code alone), then after a launch on a second stream
+(hits on the arrays' own stream, and hits that wait). The other tree's package is copied
 and renamed ``numbatune_other`` (its compiled launcher too), each with its own cache directory.
 
     git archive COMMIT | tar -x -C OTHER_DIR
@@ -17,7 +19,10 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from types import FunctionType
 from typing import Any
 
 import numpy as np
@@ -46,15 +51,34 @@ def scale(x, out, a):
         out[i] = a * x[i]
 
 
-def _tuned(package: Any) -> Any:
+def _tuned(package: Any, kind: str) -> Any:
+    """A tuned kernel of its own per array kind (tuned kernels of one code and settings share
+    their fast paths, and a call would then look its path up by argument classes)."""
     return package.autotune(
         variants=package.product(BLOCK=[128, 256]),
         launch=lambda x, out, a, *, BLOCK: (package.cdiv(x.shape[0], BLOCK), BLOCK),
+        name=f"versus_scale_{kind}",
     )(scale)
 
 
+def _generated(tuned: Any) -> Callable[..., Any]:
+    """The generated fast path a tuned kernel of either tree launches its hits with."""
+    binder = getattr(tuned, "_binder", None)
+    return next(iter(binder.paths.values())) if binder is not None else tuned._call
+
+
+def _stubbed(tuned: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
+    """A hit with the driver launch replaced by a no-op: the host code alone."""
+    path = _generated(tuned)
+    call = FunctionType(path.__code__, {**path.__globals__, "_launch": lambda *a: 0})
+    return lambda: call(args, None)
+
+
 def measure(other_tree: Path) -> dict[str, dict[str, float]]:
-    """Median us per hit, for each array kind, of this tree's package and the other's."""
+    """Median us per hit, for each array kind and case, of this tree's package and the
+    other's: first with one stream so far (and the host code alone, launch stubbed), then
+    after each package launched on a second stream (hits on the arrays' own stream, and hits
+    that alternate streams, so that each waits for the other)."""
     with tempfile.TemporaryDirectory(prefix="numbatune-versus-") as scratch:
         sys.path.insert(0, str(_renamed_copy(other_tree, Path(scratch))))
         other = importlib.import_module(OTHER)
@@ -63,22 +87,42 @@ def measure(other_tree: Path) -> dict[str, dict[str, float]]:
             package.settings.cache_dir = Path(scratch) / f"cache-{name.split()[0]}"
         host = np.random.default_rng(0).random(SIZE, dtype=np.float32)
         a = np.float32(2)
-        calls = {}
+        one: dict[tuple[str, str, str], Callable[[], Any]] = {}
+        two: dict[tuple[str, str, str], Callable[[], Any]] = {}
+        second_streams = []
         for kind, make in _array_kinds().items():
             for name, package in packages.items():
-                tuned, x, out = _tuned(package), make(host), make(np.zeros_like(host))
+                tuned, x, out = _tuned(package, kind), make(host), make(np.zeros_like(host))
                 tuned(x, out, a)  # tunes
-                calls[kind, name] = lambda t=tuned, x=x, o=out: t(x, o, a)
-        medians = per_call_us(calls, batches=30, per_batch=300, warmup_s=2.0)
+                one[kind, "hit", name] = lambda t=tuned, x=x, o=out: t(x, o, a)
+                one[kind, "host code, launch stubbed", name] = _stubbed(tuned, (x, out, a))
+                two[kind, "hit after 2 streams, own stream", name] = one[kind, "hit", name]
+                two[kind, "the same, launch stubbed", name] = one[
+                    kind, "host code, launch stubbed", name
+                ]
+                streams = [cuda.stream(), cuda.stream()]
+                two[kind, "hit that waits for another stream", name] = partial(
+                    _alternate, tuned, (x, out, a), streams, [0]
+                )
+                second_streams.append(partial(tuned, make(host), make(host), a, stream=streams[1]))
+        medians = per_call_us(one, batches=30, per_batch=300, warmup_s=2.0)
+        for launch in second_streams:
+            launch()  # a second stream: ordering is on from now on
+        medians.update(per_call_us(two, batches=30, per_batch=300, warmup_s=2.0))
     result: dict[str, dict[str, float]] = {}
-    for (kind, name), us in medians.items():
-        result.setdefault(kind, {})[name] = us
+    for (kind, case, name), us in medians.items():
+        result.setdefault(f"{kind}: {case}", {})[name] = us
     return result
+
+
+def _alternate(tuned: Any, args: tuple[Any, ...], streams: list[Any], flip: list[int]) -> None:
+    flip[0] ^= 1
+    tuned(*args, stream=streams[flip[0]])
 
 
 if __name__ == "__main__":
     measured = measure(Path(sys.argv[1]))
     for kind, row in measured.items():
-        print(f"{kind:6}", "  ".join(f"{name} {us:6.2f} us" for name, us in row.items()))
+        print(f"{kind:48}", "  ".join(f"{name} {us:6.2f} us" for name, us in row.items()))
     if len(sys.argv) > 2:
         Path(sys.argv[2]).write_text(json.dumps(measured, indent=1))
