@@ -322,9 +322,6 @@ def test_torch_work_queued_before_a_tuned_call_is_seen_by_it(explicit):
     assert bool((out == 3.0).all())
 
 
-RECORD = np.dtype([("position", np.float32, (2,)), ("count", np.int32)])
-
-
 @cuda.jit
 def count_up(records):
     i = cuda.grid(1)
@@ -332,12 +329,27 @@ def count_up(records):
         records[i]["count"] += 1
 
 
-def test_record_arrays_are_launched_as_numba_launches_them():
-    records = cuda.to_device(np.zeros(100, RECORD))
+RECORDS = {
+    # numba types arrays of a packed record dtype unaligned (on a GPU it compiles only records
+    # whose fields happen to lie at aligned offsets)
+    "packed": np.dtype([("position", np.float32, (2,)), ("count", np.int32)]),
+    "aligned": np.dtype(
+        [("flag", np.int8), ("position", np.float32, (2,)), ("count", np.int32)], align=True
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", RECORDS.values(), ids=RECORDS.keys())
+def test_record_arrays_take_the_fast_path_and_count_as_numba_does(dtype, caplog):
+    caplog.set_level(logging.DEBUG, logger="numbatune")
+    records = cuda.to_device(np.zeros(100, dtype))
     counted = nt.autotune(variants=[{}], launch=lambda r: (4, 32))(count_up)
     counted(records)
-    counted(records)
+    with _only_the_fast_path(counted):
+        counted(records)
     assert (records.copy_to_host()["count"] == 2).all()
+    if not SIMULATOR:
+        assert "launched through numba" not in caplog.text
 
 
 @pytest.mark.gpu

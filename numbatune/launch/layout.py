@@ -123,7 +123,10 @@ class ArgumentPlan:
 
     def _add_array(self, argument: str, numba_type: Any, value: Any, top: bool) -> bool:
         library = library_of(type(value))
-        if library is None or not numba_type.mutable or not numba_type.aligned:
+        # numba types its own arrays unaligned only for an unaligned record dtype, which their
+        # token (the dtype) fixes; of other arrays, only aligned ones are planned.
+        aligned = numba_type.aligned or library == "numba"
+        if library is None or not numba_type.mutable or not aligned:
             return False
         name = f"_{self.arrays}"
         self.arrays += 1
