@@ -22,14 +22,13 @@ import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from types import FunctionType
 from typing import Any
 
 import numpy as np
 from numba import cuda
 
 import numbatune
-from bench.dispatch_cost import SIZE, _array_kinds, per_call_us
+from bench.dispatch_cost import SIZE, _array_kinds, launch_stubbed, per_call_us
 
 OTHER = "numbatune_other"
 
@@ -69,8 +68,7 @@ def _generated(tuned: Any) -> Callable[..., Any]:
 
 def _stubbed(tuned: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
     """A hit with the driver launch replaced by a no-op: the host code alone."""
-    path = _generated(tuned)
-    call = FunctionType(path.__code__, {**path.__globals__, "_launch": lambda *a: 0})
+    call = launch_stubbed(_generated(tuned))
     return lambda: call(args, None)
 
 

@@ -139,13 +139,13 @@ class KernelTemplate:
             self._code_text = "\0".join(code_description(self.function))
         return self._code_text
 
-    def specialise(self, variant: Variant, function: types.FunctionType | None = None) -> Any:
-        """A new ``numba.cuda.jit`` dispatcher in which the variant's parameters are constants
-        (of ``function``, the variant's :meth:`specialised_function` if already made)."""
+    def specialise(self, variant: Variant, function: types.FunctionType) -> Any:
+        """A new ``numba.cuda.jit`` dispatcher of ``function``, the variant's
+        :meth:`specialised_function`, in which the variant's parameters are constants."""
         options = self.jit_options_of(variant)
         if SIMULATOR:  # the simulator takes few options
             options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
-        return cuda.jit(**options)(function or self.specialised_function(variant))
+        return cuda.jit(**options)(function)
 
     def specialised_function(self, variant: Variant) -> types.FunctionType:
         """The kernel's Python function with the variant's parameters bound as its globals (and

@@ -320,7 +320,7 @@ class Compiler:
         """The variant's compiled kernel for ``args``, serialised for a trial run (under the
         simulator: its specialised function)."""
         if SIMULATOR:
-            return build.dumps_function(self._template.specialised_function(variant))
+            return build.dumps_function(self._function(variant))
         dispatcher = self.dispatcher(variant)
         argtypes = self._signatures(dispatcher, args)[0]
         key = (self._template.code_key(variant), argtypes)

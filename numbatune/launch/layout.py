@@ -50,7 +50,7 @@ class ArgumentPlan:
     shape, dtype name and layout, as :func:`numbatune.keys.default_key` makes them).
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
     that give them (``*x`` for several), ``buffers`` the expressions of the arrays'
-    allocations (for ordering across streams) and ``arrays_read`` those of the arrays.
+    allocations (for ordering across streams).
     """
 
     def __init__(self) -> None:
@@ -61,7 +61,6 @@ class ArgumentPlan:
         self.fields: list[str] = []
         self.values: list[str] = []
         self.buffers: list[str] = []
-        self.arrays_read: list[str] = []
         #: The torch and CuPy arrays among them by library (kept alive when launched on another
         #: stream than their library's current one).
         self.library_arrays: dict[str, list[str]] = {}
@@ -130,7 +129,6 @@ class ArgumentPlan:
             return False
         name = f"_{self.arrays}"
         self.arrays += 1
-        self.arrays_read.append(argument)
         ndim = numba_type.ndim
         self.fields += ["Q", "Q", "q", "q", "Q"] + ["q"] * (2 * ndim)
         if library == "numba":
