@@ -194,7 +194,7 @@ class Settings:
     lock_timeout_s: float = 300.0
     #: How a key's tuning chooses the variants it measures (numbatune.tuning.search):
     #: ``auto`` (every variant of spaces up to 100, a pattern search of larger ones),
-    #: ``exhaustive``, ``random`` or ``pattern``.
+    #: ``exhaustive``, ``random``, ``pattern`` or ``model``.
     search: Strategy = Strategy.AUTO
     #: When a search (not an exhaustive tuning) stops: variants tried and/or seconds of tuning,
     #: as ``Budget(variants=100)`` or the text ``100``, ``60s``, ``100,60s``, ``unlimited``.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -38,7 +39,7 @@ from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
 from numbatune.template import KernelTemplate
 from numbatune.tuning import checks, levels, tuner
-from numbatune.tuning.job import Launcher, TuneJob
+from numbatune.tuning.job import Journal, Launcher, NoJournal, TuneJob
 from numbatune.tuning.results import Failed, Source, TuneReport, VariantResult
 from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant, as_variants
@@ -379,24 +380,25 @@ class TunedKernel:
         serving = serve and settings.on_miss is not OnMiss.TUNE
         self._record(key, args, serving)
 
-        def job(plan: levels.Plan, search: Search) -> TuneJob:
+        def job(plan: levels.Plan, search: Search, journal: Journal) -> TuneJob:
             return TuneJob(
                 self.name, key, self._variants, args, self._parameters, stream, plan,
                 self._compile_variants, check, self.reference_variant, self._read_only, search,
-                self._starts(state, key, plan) if searched else (),
+                self._starts(state, key, plan) if searched else (), journal,
             )  # fmt: skip
 
-        def tune() -> TuneReport:
-            return self._served(state, key, plan) if serving else self._tuned(job(plan, search))
+        def whole() -> TuneReport:
+            return self._tuned(job(plan, search, state.cache.journal(key, fresh=force)))
 
         def share(index: int, count: int) -> TuneReport:  # ranks tuning together
             if count == 1:
-                return self._tuned(job(plan, search))
-            part = tuple(plan.first[index::count])
+                return whole()
+            part = levels.Plan(plan.level, (tuple(plan.first[index::count]),), 1, plan.pruned)
             exhaustive = dataclasses.replace(search, strategy=Strategy.EXHAUSTIVE)
-            return self._tuned(job(levels.Plan(plan.level, (part,), 1, plan.pruned), exhaustive))
+            return self._tuned(job(part, exhaustive, NoJournal()))
 
         group = ranks.group() if not serving and len(plan.first) > 1 else None
+        tune = functools.partial(self._served, state, key, plan) if serving else whole
         winner, report = state.cache.lookup(
             key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check, searched),
             agree=None if group is None else lambda local: state.cache.agreed(

@@ -6,6 +6,7 @@ strategies themselves are in :mod:`numbatune.tuning.search`.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ class Strategy(TextEnum):
     EXHAUSTIVE = "exhaustive"
     RANDOM = "random"
     PATTERN = "pattern"
+    MODEL = "model"
 
     def for_space(self, size: int) -> Strategy:
         """The strategy that runs for a space of ``size`` variants (``auto`` resolved)."""
@@ -32,20 +34,28 @@ class Strategy(TextEnum):
 
 
 def as_strategy(value: Any, where: str) -> Strategy:
-    """A ``search=`` value as a :class:`Strategy`, or a ValueError naming ``where``."""
+    """A ``search=`` value as a :class:`Strategy`, or a ValueError naming ``where`` (an
+    ImportError for ``model`` without scikit-learn)."""
     try:
-        return Strategy(value)
+        strategy = Strategy(value)
     except ValueError:
         choices = ", ".join(s.value for s in Strategy)
         raise ValueError(f"{where}: search must be one of {choices}, got {value!r}") from None
+    if strategy is Strategy.MODEL and importlib.util.find_spec("sklearn") is None:
+        raise ImportError(
+            f"{where}: search='model' fits its model with scikit-learn, which is not installed: "
+            "pip install 'numbatune[model]'"
+        )
+    return strategy
 
 
 @dataclass(frozen=True)
 class Budget:
     """When a search stops: after ``variants`` variants tried or ``seconds`` of tuning
     (compiling, trial runs and timing), whichever comes first; None is no limit of that kind.
-    The seconds are checked between proposals, so the last one may run past them. An
-    exhaustive search ignores the budget."""
+    A search measures its proposals in batches, and does not start a batch that would end
+    past the seconds if it took as long as the one before; a batch that takes longer than
+    the one before still ends past them. An exhaustive search ignores the budget."""
 
     variants: int | None = 100
     seconds: float | None = None

@@ -71,6 +71,34 @@ def test_the_working_set_counts_every_array_argument_and_no_scalar():
     assert bench.working_set_bytes(inputs) == 10 * 4 + 16 * 8
 
 
+def held_rounds(queueing_s, work_s, rounds=8):
+    """The device holds of ``rounds`` rounds where the host takes ``queueing_s`` to queue a
+    round and the device ``work_s`` to run it: the device, released after its hold, finishes
+    after its work or right after the host's last launch, whichever is later."""
+    hold, holds = bench.next_hold(0.0, 0.0, 0.0), []
+    for _ in range(rounds):
+        holds.append(hold)
+        hold = bench.next_hold(hold, queueing_s, max(work_s, queueing_s - hold))
+    return holds
+
+
+@pytest.mark.parametrize("queueing_s", [0.004, 0.05, 1.0])
+def test_the_device_is_held_long_enough_for_the_host_to_queue_a_round_of_short_kernels(
+    queueing_s,
+):
+    work_s = queueing_s / 10  # kernels faster than their launches
+    holds = held_rounds(queueing_s, work_s)
+    assert all(hold >= queueing_s - work_s for hold in holds[1:])  # the runs go back to back
+    assert holds[-1] == holds[-2] <= 2 * queueing_s  # and it settles
+
+
+def test_a_round_of_long_kernels_is_not_held_for_as_long_as_it_runs():
+    # A round of 1,000 kernels of 10 ms fills the launch queue: queueing it takes as long as
+    # running it. Holding the device for twice that tripled such rounds.
+    holds = held_rounds(queueing_s=10.0, work_s=10.0)
+    assert max(holds) == holds[-1] <= 0.002
+
+
 @pytest.mark.skipif(not SIMULATOR, reason="counts rounds; on a GPU warm-up and budget add some")
 def test_rounds_interleave_the_variants_in_an_order_that_rotates():
     calls = []
@@ -223,9 +251,12 @@ def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
         len(c.smoke_sizes) for c in kernels.CASES
     )
     searched = results["search"]["result"]
-    assert searched["space"] == 2
-    assert {s: c["strategy"] for s, c in searched["cases"].items()} == {
-        "pattern": "pattern",
-        "random": "random",
-    }
+    assert set(searched) == {"sgemm", "softmax", "stencil"}
+    for example in searched.values():
+        assert example["space"] == 2
+        assert {s: c["strategy"] for s, c in example["cases"].items()} == {
+            "pattern": "pattern",
+            "random": "random",
+            "model": "model",
+        }
     assert "times say nothing about speed" in capsys.readouterr().out

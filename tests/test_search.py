@@ -1,6 +1,7 @@
 """Search strategies over spaces too large to measure whole, with fake, deterministic times."""
 
 import json
+import logging
 import random
 
 import numpy as np
@@ -12,6 +13,7 @@ from numbatune.cache.tunecache import function_folder
 from numbatune.config import load_environment
 from numbatune.devices import current_kind
 from numbatune.tuning import bench, search
+from numbatune.tuning.grid import Grid
 from numbatune.tuning.results import Timed
 from tests.kernels import forget_shared_state
 
@@ -77,7 +79,7 @@ def tried(report):
 
 def test_a_grid_orders_numbers_and_steps_over_values_a_filter_removed():
     variants = nt.product(X=[4, 1, 2, 8], Y=["a", "b"], where=lambda X, Y: (X, Y) != (2, "a"))
-    grid = search.Grid(variants)
+    grid = Grid(variants)
     one_a = nt.Variant({"X": 1, "Y": "a"})
     # X=2 with Y="a" is filtered out: the nearest point beyond it along X is X=4.
     assert set(grid.neighbours(one_a)) == {
@@ -93,7 +95,7 @@ def test_a_grid_steps_along_parameters_that_others_do_not_determine():
         nt.Variant(dict(BM=bm, TM=tm, SPREAD=spread, THREADS=bm // tm))
         for bm in (32, 64, 128) for tm in (2, 4) for spread in (False, True)
     ]  # fmt: skip
-    grid = search.Grid(variants)
+    grid = Grid(variants)
     start = next(v for v in variants if v.params == dict(BM=64, TM=2, SPREAD=False, THREADS=32))
     near = {(v.params["BM"], v.params["TM"], v.params["SPREAD"]) for v in grid.neighbours(start)}
     assert near == {(32, 2, False), (128, 2, False), (64, 4, False), (64, 2, True)}
@@ -114,11 +116,14 @@ def test_random_search_draws_the_same_variants_for_the_same_seed_and_key():
     assert len(set(drawn(0, "(1024,)"))) == 32
 
 
-@pytest.mark.parametrize("strategy", [nt.Strategy.RANDOM, nt.Strategy.PATTERN])
+SEARCHES = [nt.Strategy.RANDOM, nt.Strategy.PATTERN, nt.Strategy.MODEL]
+
+
+@pytest.mark.parametrize("strategy", SEARCHES)
 def test_a_search_proposes_every_variant_once_and_starts_where_it_is_told(strategy):
     variants = space()
     start = nt.Variant({"A": 7, "B": 0, "C": 1, "D": 16})
-    proposer = search.proposer(strategy, variants, [start], random.Random(0), batch=8)
+    proposer = search.proposer(strategy, variants, [start], random.Random(0), batch=24)
     proposed, times, best = [], {}, None
     while batch := proposer.propose(times, best):
         proposed += batch
@@ -142,10 +147,11 @@ def test_a_pattern_search_walks_from_its_start_to_the_minimum():
 # -- searches in a tuning -----------------------------------------------------------------------
 
 
-def test_a_large_space_is_searched_within_the_budget_and_finds_the_best(fake_times):
+@pytest.mark.parametrize("strategy", ["pattern", "model"])
+def test_a_large_space_is_searched_within_the_budget_and_finds_the_best(fake_times, strategy):
     variants = space()
-    report = tuned(search="pattern", budget=80).tune(*arguments())
-    assert report.strategy == "pattern" and report.space == len(variants) == 1008
+    report = tuned(search=strategy, budget=80).tune(*arguments())
+    assert report.strategy == strategy and report.space == len(variants) == 1008
     assert report.tried <= 80 and report.best == {"A": 6, "B": 1, "C": 3, "D": 32}
     assert report.tuning_s == report.compile_s + report.trial_s + report.benchmark_s
     first = fake_times[0]
@@ -164,8 +170,11 @@ def test_auto_measures_small_spaces_whole_and_searches_large_ones_within_its_bud
     assert report.strategy == "pattern" and report.tried == 100  # the default budget
 
 
-def test_the_same_seed_tries_the_same_variants_and_another_seed_others(fake_times, monkeypatch):
-    kernel = tuned(search="random", budget=20)
+@pytest.mark.parametrize("strategy", ["random", "model"])
+def test_the_same_seed_tries_the_same_variants_and_another_seed_others(
+    fake_times, monkeypatch, strategy
+):
+    kernel = tuned(search=strategy, budget=40)
     args = arguments()
     first = tried(kernel.tune(*args))
     assert tried(kernel.tune(*args, force=True)) == first
@@ -178,6 +187,29 @@ def test_a_budget_in_seconds_stops_the_search_after_a_batch(fake_times):
         *arguments()
     )
     assert report.tried == len(fake_times[0]) == 8 and len(fake_times) == 1
+
+
+def test_a_search_starts_no_batch_that_would_end_past_its_budget_in_seconds(
+    fake_times, monkeypatch
+):
+    import types
+
+    from numbatune.tuning import tuner
+
+    clock = [0.0]  # each batch takes 10 s of this clock
+    measure = bench.measure
+
+    def ten_seconds(runs, *rest, **options):
+        clock[0] += 10.0
+        return measure(runs, *rest, **options)
+
+    monkeypatch.setattr(bench, "measure", ten_seconds)
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    budget = nt.Budget(variants=None, seconds=35)
+    report = tuned(search="random", budget=budget).tune(*arguments())
+    # After three batches (30 s) a fourth would end at 40 s: it is not started.
+    assert len(fake_times) == 3 and clock[0] == 30.0
+    assert report.tried == len({v for batch in fake_times for v in batch})
 
 
 def test_a_search_starts_from_the_winners_of_the_nearest_keys(fake_times):
@@ -218,10 +250,96 @@ def test_a_stored_search_keeps_only_the_variants_it_tried(fake_times, numbatune_
     assert decoded.best == report.best and tried(decoded) == tried(report)
 
 
+def cut_short_after(batches, fake_times, monkeypatch):
+    """Measuring raises KeyboardInterrupt once ``batches`` batches are measured (as a user's
+    Ctrl-C, or a job's time limit, would stop a tuning)."""
+    measure = bench.measure
+
+    def interrupted(runs, *rest, **options):
+        if len(fake_times) == batches:
+            raise KeyboardInterrupt
+        return measure(runs, *rest, **options)
+
+    monkeypatch.setattr(bench, "measure", interrupted)
+    return measure
+
+
+def stored_under(kernel, cache):
+    from numbatune.cache.disk import Folder
+
+    folder = function_folder(cache / current_kind().partition, kernel.function_id)
+    return Folder(folder, kernel.function_id)
+
+
+def test_a_large_exhaustive_run_is_measured_in_chunks_each_with_the_best_so_far(fake_times):
+    report = tuned(search="exhaustive").tune(*arguments())
+    assert report.tried == 1008 and report.best == {"A": 6, "B": 1, "C": 3, "D": 32}
+    assert [len(batch) for batch in fake_times] == [64] + [65] * 14 + [49]
+    for number, batch in enumerate(fake_times[1:], start=1):
+        assert min((v for earlier in fake_times[:number] for v in earlier), key=cost) in batch
+
+
+def test_a_tuning_cut_short_goes_on_where_it_stopped_in_a_new_process(
+    fake_times, numbatune_cache, monkeypatch
+):
+    from numbatune.cache import files
+
+    measure = cut_short_after(3, fake_times, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        tuned(search="exhaustive").tune(*arguments())
+    before = {v for batch in fake_times for v in batch}
+    assert len(before) == 3 * 64 and files.stored_entries(numbatune_cache) == []  # no result
+    forget_shared_state(monkeypatch)
+    monkeypatch.setattr(bench, "measure", measure)
+    fake_times.clear()
+    kernel = tuned(search="exhaustive")
+    report = kernel.tune(*arguments())
+    assert report.tried == 1008 and report.best == {"A": 6, "B": 1, "C": 3, "D": 32}
+    # Only the best of the earlier batches is measured again, with the first new one.
+    again = [v for batch in fake_times for v in batch]
+    assert set(again) & before == {min(before, key=cost)} <= set(fake_times[0])
+    assert len(set(again)) == 1008 - len(before) + 1
+    # The result replaced the unfinished tuning's record.
+    assert len(stored_under(kernel, numbatune_cache).stored_keys()) == 1
+    assert len(files.stored_entries(numbatune_cache)) == 1
+
+
+def test_a_forced_retune_does_not_go_on_with_an_unfinished_one(
+    fake_times, numbatune_cache, monkeypatch
+):
+    measure = cut_short_after(2, fake_times, monkeypatch)
+    kernel = tuned(search="exhaustive")
+    with pytest.raises(KeyboardInterrupt):
+        kernel.tune(*arguments())
+    monkeypatch.setattr(bench, "measure", measure)
+    fake_times.clear()
+    assert kernel.tune(*arguments(), force=True).tried == 1008
+    assert len({v for batch in fake_times for v in batch}) == 1008
+
+
+def test_a_damaged_record_of_an_unfinished_tuning_is_discarded_with_a_warning(
+    fake_times, numbatune_cache, monkeypatch, caplog
+):
+    measure = cut_short_after(2, fake_times, monkeypatch)
+    kernel = tuned(search="exhaustive")
+    with pytest.raises(KeyboardInterrupt):
+        kernel.tune(*arguments())
+    folder = stored_under(kernel, numbatune_cache)
+    (journal,) = folder.stored_keys()
+    folder.set(journal, '{"format": 3, "results": [')  # cut off mid-write
+    forget_shared_state(monkeypatch)
+    monkeypatch.setattr(bench, "measure", measure)
+    fake_times.clear()
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert tuned(search="exhaustive").tune(*arguments()).tried == 1008
+    assert len({v for batch in fake_times for v in batch}) == 1008
+    assert "discarded the damaged record of an unfinished tuning" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"search": "greedy"}, "search must be one of auto, exhaustive, random, pattern"),
+        ({"search": "greedy"}, "search must be one of auto, exhaustive, random, pattern, model"),
         ({"budget": 0}, "variants must be >= 1"),
         ({"budget": "soon"}, "a budget is a number of variants"),
         ({"budget": 2.5}, "budget must be a numbatune.Budget"),
@@ -230,6 +348,21 @@ def test_a_stored_search_keeps_only_the_variants_it_tried(fake_times, numbatune_
 def test_a_bad_search_or_budget_is_refused_naming_it(options, message):
     with pytest.raises((ValueError, TypeError), match=message):
         tuned(**options)
+
+
+def test_a_model_search_without_scikit_learn_is_refused_saying_what_to_install(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "sklearn" else find_spec(name, *rest),
+    )
+    with pytest.raises(
+        ImportError, match=r"autotune\(shift\): search='model' .* 'numbatune\[model\]'"
+    ):
+        tuned(search="model")
 
 
 def test_the_settings_take_a_strategy_a_budget_and_a_seed(monkeypatch):

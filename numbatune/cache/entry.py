@@ -42,8 +42,22 @@ def storage_key(key_text: str, checksum: str) -> str:
 
 
 def key_of(stored_under: str) -> str:
-    """The key text of a :func:`storage_key`."""
+    """The key text of a :func:`storage_key` (or a :func:`journal_key`)."""
     return stored_under.rpartition(" @")[0] or stored_under
+
+
+_JOURNAL = " (unfinished)"
+
+
+def journal_key(key_text: str, checksum: str) -> str:
+    """What the outcomes of an unfinished tuning of a key are stored under
+    (:mod:`numbatune.cache.journal`); storing the key's result replaces them."""
+    return storage_key(key_text, checksum) + _JOURNAL
+
+
+def is_journal(stored_under: str) -> bool:
+    """Whether ``stored_under`` is a :func:`journal_key`."""
+    return stored_under.endswith(_JOURNAL)
 
 
 class DamagedEntry(ValueError):
@@ -86,6 +100,33 @@ def _encode_result(result: VariantResult) -> dict[str, Any]:
         if isinstance(outcome, Mismatched)
         else None,
     }
+
+
+def encode_outcomes(outcomes: Mapping[Variant, Outcome], checksum: str) -> dict[str, Any]:
+    """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`)."""
+    results = [_encode_result(VariantResult(v, o)) for v, o in outcomes.items()]
+    return {"format": FORMAT, "checksum": checksum, "results": results}
+
+
+def decode_outcomes(
+    stored: Any, variants: Mapping[str, Variant], checksum: str
+) -> dict[Variant, Outcome]:
+    """The outcomes :func:`encode_outcomes` stored (none when of another checksum), or
+    :class:`DamagedEntry`."""
+    if not isinstance(stored, dict) or stored.get("format") != FORMAT:
+        raise DamagedEntry(f"an unfinished tuning's outcomes are not of format {FORMAT}")
+    if not isinstance(stored.get("results"), list):
+        raise DamagedEntry(f"results are {stored.get('results')!r}, expected a list")
+    if stored.get("checksum") != checksum:
+        return {}
+    outcomes = {}
+    for result in stored["results"]:
+        outcome = _outcome(result)
+        variant = variants.get(result["variant"])
+        if variant is None:
+            raise DamagedEntry(f"variant {result['variant']!r} is not one of the kernel's")
+        outcomes[variant] = outcome
+    return outcomes
 
 
 def check(entry: Any) -> dict[str, Any]:

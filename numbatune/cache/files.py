@@ -80,6 +80,8 @@ def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
     for device, directory in _function_directories(cache_dir):
         folder = Folder(directory, directory.name)
         for stored_under in folder.stored_keys():
+            if entries.is_journal(stored_under):  # an unfinished tuning: no result yet
+                continue
             entry = _read(device, directory, stored_under, folder.get(stored_under))
             if _named(entry.function, function):
                 found.append(entry)

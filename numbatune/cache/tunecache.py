@@ -29,9 +29,11 @@ from numbatune import keys
 from numbatune.cache import entry as entries
 from numbatune.cache import ranks
 from numbatune.cache.disk import Folder
+from numbatune.cache.journal import DiskJournal
 from numbatune.devices import current_kind
 from numbatune.errors import TuningError
 from numbatune.identity import folder_name
+from numbatune.tuning.job import Journal, NoJournal
 from numbatune.tuning.results import Source, TuneReport
 from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant
@@ -265,6 +267,17 @@ class TuneCache:
         nearest = sorted(found, key=lambda other: keys.distance(text, other))
         return list(dict.fromkeys(found[other] for other in nearest))[:count]
 
+    def journal(self, key: Hashable, fresh: bool) -> Journal:
+        """Where ``key``'s tuning keeps its outcomes as they are measured (nothing without a
+        cache directory); ``fresh``: first forget what an earlier, unfinished one measured."""
+        disk = self._open()
+        if disk is None:
+            return NoJournal()
+        journal = DiskJournal(disk, key_text(canonical_key(key)), self.checksum, self._by_label)
+        if fresh:
+            journal.discard()
+        return journal
+
     def _open(self) -> Folder | None:
         if self._disk is None and self._directory is not None:
             self._disk = Folder(
@@ -279,7 +292,8 @@ class TuneCache:
         text = key_text(key)
         stored = disk.get(entries.storage_key(text, self.checksum))
         if stored is None:
-            if any(entries.key_of(k) == text for k in disk.stored_keys()):
+            stored_keys = (k for k in disk.stored_keys() if not entries.is_journal(k))
+            if any(entries.key_of(k) == text for k in stored_keys):
                 logger.info(
                     "numbatune: %s: stored result for %s is stale; tuning again",
                     self.function_id,
@@ -306,6 +320,7 @@ class TuneCache:
         entry = entries.encode(report, self.checksum, self.function_id, text)
         current = entries.storage_key(text, self.checksum)
         if disk.set(current, json.dumps(entry)):
+            # The same key tuned for another version of the kernel, and this tuning's journal.
             stale = [k for k in disk.stored_keys() if entries.key_of(k) == text and k != current]
-            for other in stale:  # the same key tuned for another version of the kernel
+            for other in stale:
                 disk.delete(other)

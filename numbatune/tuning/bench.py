@@ -7,9 +7,12 @@ How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says w
    rotates by one from round to round (A B C, B C A, C A B, ...), so that clock and thermal drift,
    and the place in a round, hit every variant alike.
 3. **Events**: each run lies between a start and an end CUDA event. Before a round, a one-thread
-   kernel holds the device busy for twice as long as the host took to queue the last round, so
-   the queued runs execute back to back and the events time kernels, not the host's launch
-   overhead (which exceeds the run time of a small kernel).
+   kernel holds the device busy for twice as long as the host lagged behind the device in the
+   last round (the time it took to queue the round less the time the device took to run it;
+   :func:`next_hold`), so the queued runs execute back to back and the events time kernels, not
+   the host's launch overhead (which exceeds the run time of a small kernel). Long kernels need
+   no more than a short hold: the host stays ahead of them by itself, and once CUDA's launch
+   queue is full, queueing a round takes as long as running it.
 4. **L2 flush**: when the call's arrays take less than twice the device's L2 cache, a memset of a
    buffer of twice the L2 size is queued before each run, after the previous run's end event and
    before this run's start event: every run starts from a cold L2, outside the timed region, and
@@ -99,10 +102,25 @@ class _WallClock:
         return outcome
 
 
-# The first round's device hold, before the host's queueing time has been measured.
-_FIRST_HOLD_S = 2e-3
+# The shortest device hold (the first round's, before the host's lag has been measured).
+_SHORTEST_HOLD_S = 2e-3
 _HOLD_MARGIN = 2.0
 _spin_kernel = None
+
+
+def next_hold(held_s: float, queueing_s: float, device_s: float) -> float:
+    """How long to hold the device before the next round (rule 3), given the last round's hold,
+    how long the host took to queue the round and how long the device took from the end of its
+    hold to its last run.
+
+    When the device finished about as the host did (their difference came to 3/4 of the hold or
+    more), it waited for the host: the hold was too short, and the next is twice the host's
+    whole queueing time, which is surely enough. Else the difference is the host's lag behind
+    the device, and the next hold is twice that. (The hold used to be twice the queueing time
+    every round: for a round of long kernels that fills the launch queue, twice the round.)
+    """
+    lag = queueing_s - device_s
+    return max(_SHORTEST_HOLD_S, _HOLD_MARGIN * (queueing_s if lag >= 0.75 * held_s else lag))
 
 
 _spin_lock = threading.Lock()
@@ -132,7 +150,7 @@ def prepare() -> None:
 
 def _hold_device(stream: Any, seconds: float) -> None:
     """Queue a one-thread kernel that keeps ``stream`` busy for about ``seconds``."""
-    _spin()[1, 1, stream](int(seconds * _HOLD_MARGIN * 1e6) + 20)
+    _spin()[1, 1, stream](int(seconds * 1e6) + 20)
 
 
 class _Events:
@@ -147,7 +165,8 @@ class _Events:
         self._memset = driver.driver.cuMemsetD8Async
         self._flush = cuda.device_array(flush_size, np.uint8) if flush_size else None
         self._events: dict[Hashable, tuple[Any, Any]] = {}
-        self._queueing_s = _FIRST_HOLD_S
+        self._held = cuda.event()  # the end of the device hold
+        self._hold_s = _SHORTEST_HOLD_S
 
     def _flush_l2(self) -> None:
         flush = self._flush
@@ -157,7 +176,8 @@ class _Events:
     def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
         outcome: dict[Hashable, float | Exception] = {}
         recorded = []
-        _hold_device(self._stream, self._queueing_s)
+        _hold_device(self._stream, self._hold_s)
+        self._held.record(self._stream)
         queueing_started = time.perf_counter()
         for name, run in order:
             self._restore()  # queued before the flush and the start event: not timed
@@ -174,11 +194,15 @@ class _Events:
                 continue
             end.record(self._stream)
             recorded.append(name)
-        self._queueing_s = time.perf_counter() - queueing_started
+        queueing_s = time.perf_counter() - queueing_started
         for name in recorded:
             start, end = self._events[name]
             end.synchronize()
             outcome[name] = cuda.event_elapsed_time(start, end) / 1e3
+        if recorded:
+            last = self._events[recorded[-1]][1]
+            device_s = cuda.event_elapsed_time(self._held, last) / 1e3
+            self._hold_s = next_hold(self._hold_s, queueing_s, device_s)
         return outcome
 
 

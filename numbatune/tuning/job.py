@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from numbatune.strategies import Search
 from numbatune.tuning.checks import Check
 from numbatune.tuning.levels import Plan
-from numbatune.tuning.results import Failed
+from numbatune.tuning.results import Failed, Outcome
 from numbatune.variants import Variant
 
 #: Launches one compiled variant on the given arguments, on the given stream.
@@ -28,6 +28,36 @@ Compile = Callable[
     [Sequence[Variant], tuple[Any, ...], Any, Callable[[int], None]],
     Mapping[Variant, Launcher | Failed],
 ]
+
+
+class Journal(Protocol):
+    """Where a tuning keeps its variants' outcomes as they are measured, so that a tuning cut
+    short goes on where it stopped (:mod:`numbatune.cache.journal`)."""
+
+    def earlier(self) -> Mapping[Variant, Outcome]:
+        """What an earlier, unfinished tuning of the key measured."""
+        ...
+
+    def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
+        """Keep ``outcomes``, every variant measured so far."""
+        ...
+
+    def discard(self) -> None:
+        """Forget them."""
+        ...
+
+
+class NoJournal:
+    """Nothing kept (no cache directory, or a share of a tuning split between ranks)."""
+
+    def earlier(self) -> Mapping[Variant, Outcome]:
+        return {}
+
+    def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
+        pass
+
+    def discard(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -57,3 +87,5 @@ class TuneJob:
     #: How to choose the variants measured, and where a search starts (numbatune.tuning.search).
     search: Search = field(default_factory=Search)
     starts: tuple[Variant, ...] = ()
+    #: Where the outcomes are kept as they are measured.
+    journal: Journal = field(default_factory=NoJournal)

@@ -6,7 +6,11 @@ until the space or the budget (variants tried, or seconds) is spent. The tuner
 so every decision compares times taken in the same interleaved rounds; the best of each
 proposal becomes the new best. Strategies:
 
-- ``exhaustive``: every variant, in one measurement (the only strategy before searches).
+- ``exhaustive``: every variant: in one measurement for spaces of up to :data:`WHOLE_UP_TO`
+  variants, else in chunks of :data:`CHUNK` (the starting points first), each measured with
+  the best so far. One measurement of thousands of long kernels would fill CUDA's launch queue
+  with rounds that take minutes, and a tuning cut short would keep nothing of it
+  (:mod:`numbatune.cache.journal` keeps each chunk's outcomes).
 - ``random``: the starting points (below), then variants drawn at random without repeats.
 - ``pattern``: a local search over the parameter grid (Helion's and Kernel Tuner's pattern
   search). Variants are points of a grid whose axes are the parameters and jit options, each
@@ -15,6 +19,8 @@ proposal becomes the new best. Strategies:
   that differ from it in one parameter, by one step along that axis (the nearest value that the
   space holds, where a ``where=`` filter removed the next). When the best has no untried
   neighbours, the step doubles; when no step is left, a random batch restarts the search.
+- ``model``: a random forest fitted to the times measured so far proposes the variants it
+  predicts fastest (:mod:`numbatune.tuning.surrogate`; needs scikit-learn).
 - ``auto`` (the default): ``exhaustive`` for spaces of up to
   :data:`~numbatune.strategies.EXHAUSTIVE_UP_TO` variants, ``pattern`` above.
 
@@ -29,10 +35,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from numbatune.strategies import Strategy
+from numbatune.tuning.grid import Grid
 from numbatune.variants import Variant
+
+#: An exhaustive search measures spaces of up to this many variants in one measurement.
+WHOLE_UP_TO = 256
+#: How many variants each measurement of a larger exhaustive search takes.
+CHUNK = 64
 
 
 class Proposer(Protocol):
@@ -53,16 +65,23 @@ def proposer(
     batch: int,
 ) -> Proposer:
     """The proposer of ``strategy`` (not ``auto``) over ``space``, starting from ``starts``
-    (those in the space), proposing at most ``batch`` variants at a time (all at once for
-    ``exhaustive``)."""
-    if strategy is Strategy.EXHAUSTIVE:
-        return _Exhaustive(space)
+    (those in the space), proposing at most ``batch`` variants at a time (``exhaustive``: as
+    the module says)."""
     inside = set(space)
     firsts = list(dict.fromkeys(v for v in starts if v in inside))
+    if strategy is Strategy.EXHAUSTIVE:
+        if len(space) <= WHOLE_UP_TO:
+            return _InOrder(list(space), len(space))
+        chosen = set(firsts)
+        return _InOrder(firsts + [v for v in space if v not in chosen], CHUNK)
     if strategy is Strategy.RANDOM:
-        return _Random(space, firsts, randomness, batch)
+        return _random_order(space, firsts, randomness, batch)
     if strategy is Strategy.PATTERN:
         return _Pattern(space, firsts, randomness, batch)
+    if strategy is Strategy.MODEL:
+        from numbatune.tuning.surrogate import ModelSearch  # scikit-learn: only when asked for
+
+        return ModelSearch(space, firsts, randomness, batch)
     raise ValueError(f"no proposer for {strategy}")
 
 
@@ -72,28 +91,25 @@ def randomness_for(seed: int, key_text: str) -> random.Random:
     return random.Random(f"{seed}:{key_text}")
 
 
-class _Exhaustive:
-    def __init__(self, space: Sequence[Variant]) -> None:
-        self._left = list(space)
+class _InOrder:
+    """Proposes the given variants in order, ``batch`` at a time, whatever was measured."""
 
-    def propose(self, times: Mapping[Variant, float | None], best: Variant | None) -> list[Variant]:
-        proposal, self._left = self._left, []
-        return proposal
-
-
-class _Random:
-    def __init__(
-        self, space: Sequence[Variant], starts: list[Variant], randomness: random.Random, batch: int
-    ) -> None:
-        chosen = set(starts)
-        order = [v for v in space if v not in chosen]
-        randomness.shuffle(order)
-        self._left = starts + order
+    def __init__(self, order: list[Variant], batch: int) -> None:
+        self._left = order
         self._batch = batch
 
     def propose(self, times: Mapping[Variant, float | None], best: Variant | None) -> list[Variant]:
         proposal, self._left = self._left[: self._batch], self._left[self._batch :]
         return proposal
+
+
+def _random_order(
+    space: Sequence[Variant], starts: list[Variant], randomness: random.Random, batch: int
+) -> _InOrder:
+    chosen = set(starts)
+    order = [v for v in space if v not in chosen]
+    randomness.shuffle(order)
+    return _InOrder(starts + order, batch)
 
 
 class _Pattern:
@@ -142,88 +158,3 @@ class _Pattern:
         proposal = [v for v in dict.fromkeys(proposal) if v not in self._proposed]
         self._proposed.update(proposal)
         return proposal
-
-
-class Grid:
-    """A space's variants as points of a grid: one axis per parameter and jit option, its
-    values in order (numbers ascending, others as first met). A parameter that the others
-    determine (``THREADS = (BM // TM) * (BN // TN)``, say) is not an axis: stepping along it
-    alone would never meet a variant. Such parameters are found from the last one back."""
-
-    def __init__(self, space: Sequence[Variant]) -> None:
-        axes: dict[tuple[str, str], dict[Any, Any]] = {}
-        for variant in space:
-            for kind, values in (("param", variant.params), ("jit", variant.jit)):
-                for name, value in values.items():
-                    axes.setdefault((kind, name), {}).setdefault(_value_key(value), value)
-        positions = {
-            axis: {key: index for index, key in enumerate(_ordered(values))}
-            for axis, values in axes.items()
-        }
-        points = [
-            tuple(positions[axis].get(_value_key(_value(v, axis)), -1) for axis in axes)
-            for v in space
-        ]
-        free = _free_axes(points, len(axes))
-        self._positions = [list(positions.values())[axis] for axis in free]
-        self.longest_axis = max((len(p) for p in self._positions), default=0)
-        self._point: dict[Variant, tuple[int, ...]] = {}
-        self._at: dict[tuple[int, ...], Variant] = {}
-        for variant, point in zip(space, points, strict=True):
-            kept = tuple(point[axis] for axis in free)
-            self._point[variant] = kept
-            self._at.setdefault(kept, variant)
-
-    def neighbours(self, variant: Variant, step: int = 1) -> list[Variant]:
-        """The variants that differ from ``variant`` along one axis, ``step`` positions away in
-        either direction (or, where the space lacks that point, the nearest point beyond it)."""
-        point = self._point[variant]
-        found: list[Variant] = []
-        for axis, length in enumerate(len(p) for p in self._positions):
-            for direction in (-1, 1):
-                position = point[axis] + direction * step
-                while 0 <= position < length:
-                    near = self._at.get((*point[:axis], position, *point[axis + 1 :]))
-                    if near is not None:
-                        found.append(near)
-                        break
-                    position += direction
-        return found
-
-
-_MISSING = object()
-
-
-def _free_axes(points: Sequence[tuple[int, ...]], count: int) -> list[int]:
-    """The axes left when each axis, from the last back, that the axes still kept determine
-    (one value for each combination of theirs) is dropped."""
-    kept = list(range(count))
-    for axis in reversed(range(count)):
-        others = [a for a in kept if a != axis]
-        seen: dict[tuple[int, ...], int] = {}
-        if all(seen.setdefault(tuple(p[a] for a in others), p[axis]) == p[axis] for p in points):
-            kept = others
-    return kept
-
-
-def _value(variant: Variant, axis: tuple[str, str]) -> Any:
-    kind, name = axis
-    return (variant.params if kind == "param" else variant.jit).get(name, _MISSING)
-
-
-def _value_key(value: Any) -> Any:
-    """What tells a value apart from others on its axis (a hashable stand-in)."""
-    try:
-        hash(value)
-    except TypeError:
-        return (type(value).__name__, repr(value))
-    return (type(value).__name__, value)
-
-
-def _ordered(values: Mapping[Any, Any]) -> list[Any]:
-    """The keys of an axis's values, numbers ascending when all are numbers."""
-    keys = list(values)
-    numbers = [values[k] for k in keys]
-    if all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
-        return [k for _, k in sorted(zip(numbers, keys, strict=True), key=lambda pair: pair[0])]
-    return keys

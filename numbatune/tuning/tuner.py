@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from numbatune import arrays
@@ -114,37 +114,9 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
     if len(variants) == 1:
         return _report(job, {}, best=variants[0], source=Source.SINGLE)
     strategy = job.search.strategy.for_space(len(variants))
-    budget = job.search.budget
-    limit = len(variants) if strategy is Strategy.EXHAUSTIVE else budget.variants or len(variants)
-    bench.prepare()
-    clones = arrays.clone_arguments(job.args, job.stream)
-    restore = arrays.restorer(clones, _originals(job), job.stream)
-    progress = Progress(job.kernel_name, min(limit, len(variants)))
-    proposals = search.proposer(
-        strategy,
-        variants,
-        job.starts,
-        search.randomness_for(job.search.seed, stable_text(job.key)),
-        max(_BATCH, settings.compile_workers),
-    )
-    outcomes: dict[Variant, Outcome] = {}
-    times: dict[Variant, float | None] = {}
-    best: Variant | None = None
-    started = time.perf_counter()
-    while len(outcomes) < limit and not (outcomes and _out_of_time(budget, strategy, started)):
-        proposal = proposals.propose(times, best)[: limit - len(outcomes)]
-        if not proposal:
-            break
-        measured = [*proposal, best] if best is not None else proposal
-        outcomes.update(_measure(job, measured, clones, restore, clock, progress, outcomes))
-        times.update({v: _median(outcomes[v]) for v in measured})
-        best = min(
-            (v for v in measured if times[v] is not None),
-            key=lambda v: (times[v], job.variants.index(v)),
-            default=best,
-        )
-    progress.close()
+    outcomes, best = _search(job, variants, strategy, clock)
     if best is None:
+        job.journal.discard()
         lines = "\n".join(
             f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
         )
@@ -166,14 +138,90 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
     return report
 
 
+def _search(
+    job: TuneJob, variants: Sequence[Variant], strategy: Strategy, clock: Clock
+) -> tuple[dict[Variant, Outcome], Variant | None]:
+    """Measure the batches ``strategy`` proposes (from where a journal says an earlier
+    tuning stopped) until the space or the budget is spent; the outcomes, and the best."""
+    budget = job.search.budget
+    limit = len(variants) if strategy is Strategy.EXHAUSTIVE else budget.variants or len(variants)
+    bench.prepare()
+    clones = arrays.clone_arguments(job.args, job.stream)
+    restore = arrays.restorer(clones, _originals(job), job.stream)
+    progress = Progress(job.kernel_name, min(limit, len(variants)))
+    proposals = search.proposer(
+        strategy,
+        variants,
+        job.starts,
+        search.randomness_for(job.search.seed, stable_text(job.key)),
+        max(_BATCH, settings.compile_workers),
+    )
+    outcomes = _resumed(job, variants)
+    times = {v: _median(outcome) for v, outcome in outcomes.items()}
+    best = _fastest(job, times, times, None)
+    started = batch_started = time.perf_counter()
+    while len(outcomes) < limit and not (
+        outcomes and _out_of_time(budget, strategy, started, batch_started)
+    ):
+        batch_started = time.perf_counter()
+        proposed = proposals.propose(times, best)
+        if not proposed:
+            break
+        proposal = [v for v in proposed if v not in outcomes][: limit - len(outcomes)]
+        if not proposal:  # measured before this tuning was resumed
+            continue
+        measured = [*proposal, best] if best is not None else proposal
+        outcomes.update(_measure(job, measured, clones, restore, clock, progress, outcomes))
+        job.journal.record(outcomes)
+        times.update({v: _median(outcomes[v]) for v in measured})
+        best = _fastest(job, measured, times, best)
+        logger.debug(
+            "numbatune: %s: %d of %d variants measured; the best so far: %s",
+            job.kernel_name,
+            len(outcomes),
+            limit,
+            "none" if best is None else f"{best.label} ({times[best] * 1e6:.1f} us)",
+        )
+    progress.close()
+    return outcomes, best
+
+
 #: The fewest variants a search proposes at a time (more when more compile workers wait).
 _BATCH = 8
 
 
-def _out_of_time(budget: Budget, strategy: Strategy, started: float) -> bool:
+def _resumed(job: TuneJob, variants: Sequence[Variant]) -> dict[Variant, Outcome]:
+    """The outcomes of ``variants`` that an earlier, unfinished tuning of the key measured."""
+    inside = set(variants)
+    earlier = {v: outcome for v, outcome in job.journal.earlier().items() if v in inside}
+    if earlier:
+        logger.info(
+            "numbatune: %s: going on with an unfinished tuning of key %r: %d variants measured",
+            job.kernel_name,
+            job.key,
+            len(earlier),
+        )
+    return earlier
+
+
+def _fastest(
+    job: TuneJob,
+    candidates: Iterable[Variant],
+    times: Mapping[Variant, float | None],
+    best: Variant | None,
+) -> Variant | None:
+    """The fastest of ``candidates`` that were timed (the first in the kernel's order among
+    equals), else ``best``."""
+    timed = [v for v in candidates if times[v] is not None]
+    return min(timed, key=lambda v: (times[v], job.variants.index(v)), default=best)
+
+
+def _out_of_time(budget: Budget, strategy: Strategy, started: float, batch_started: float) -> bool:
+    """Whether another batch, as long as the last one, would run past the budget's seconds."""
     if strategy is Strategy.EXHAUSTIVE or budget.seconds is None:
         return False
-    return time.perf_counter() - started >= budget.seconds
+    now = time.perf_counter()
+    return now - started + (now - batch_started) > budget.seconds
 
 
 def _median(outcome: Outcome) -> float | None:

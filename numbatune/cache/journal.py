@@ -1,0 +1,63 @@
+"""An unfinished tuning's outcomes on disk, so that a tuning cut short goes on where it stopped.
+
+A tuning that measures its variants in several batches (a search, or an exhaustive run of a
+large space) writes every variant's outcome to its journal after each batch, beside the tune
+cache's entries (:func:`numbatune.cache.entry.journal_key`). A later tuning of the same key and
+checksum, in this process or another, starts from them: variants measured before are not
+measured again, and the best of them is measured with the next batch, so every decision still
+compares times from one measurement. Storing the key's result deletes the journal; so does a
+tuning in which every variant failed, and a forced retune starts without it. Kernel Tuner's
+cache file resumes tuning runs in the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+
+from numbatune.cache import entry as entries
+from numbatune.cache.disk import Folder
+from numbatune.tuning.results import Outcome
+from numbatune.variants import Variant
+
+logger = logging.getLogger("numbatune")
+
+
+class DiskJournal:
+    """The journal of one key's tuning in one function's cache folder."""
+
+    def __init__(
+        self, folder: Folder, key_text: str, checksum: str, variants: Mapping[str, Variant]
+    ) -> None:
+        self._folder = folder
+        self._stored_under = entries.journal_key(key_text, checksum)
+        self._checksum = checksum
+        self._variants = variants
+
+    def earlier(self) -> dict[Variant, Outcome]:
+        """The outcomes an earlier, unfinished tuning of the key recorded (none if damaged:
+        then it is deleted, with a warning)."""
+        stored = self._folder.get(self._stored_under)
+        if stored is None:
+            return {}
+        try:
+            return entries.decode_outcomes(json.loads(stored), self._variants, self._checksum)
+        except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
+            logger.warning(
+                "numbatune: discarded the damaged record of an unfinished tuning (%s, %s)",
+                self._stored_under,
+                error,
+            )
+            self.discard()
+            return {}
+
+    def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
+        """Keep ``outcomes`` (every variant measured so far)."""
+        self._folder.set(
+            self._stored_under, json.dumps(entries.encode_outcomes(outcomes, self._checksum))
+        )
+
+    def discard(self) -> None:
+        """Forget the recorded outcomes."""
+        self._folder.delete(self._stored_under)

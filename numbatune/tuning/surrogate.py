@@ -1,0 +1,90 @@
+"""The ``model`` search: a surrogate model of the times chooses which variants to measure next.
+
+It starts as the pattern search does (the starting points, filled up at random). Then, for each
+proposal, it fits a random forest (scikit-learn's ``RandomForestRegressor``, the surrogate of
+SMAC and of Helion's LFBO search) to the logarithm of the times measured so far, over the
+variants' positions on the space's grid (:class:`~numbatune.tuning.grid.Grid`); a variant
+that failed counts as three times slower than the slowest measured. It proposes the untried
+variants whose optimistic prediction is lowest (the trees' mean less their spread, so variants
+the model knows little about get their turn), and one in four of each proposal at random, so
+that a model that fits badly cannot hold the search in one region. The forest's seed comes from
+the search's random generator: the same key and seed measure the same variants, given the same
+times. scikit-learn is an optional dependency: ``pip install 'numbatune[model]'``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from numbatune.tuning.grid import Grid
+from numbatune.variants import Variant
+
+#: Trees of each forest.
+TREES = 48
+#: The most untried variants a proposal scores (a random sample of them, in larger spaces).
+SCORED = 20_000
+
+
+class ModelSearch:
+    """The ``model`` strategy at work (a :class:`~numbatune.tuning.search.Proposer`)."""
+
+    def __init__(
+        self, space: Sequence[Variant], starts: list[Variant], randomness: random.Random, batch: int
+    ) -> None:
+        try:
+            from sklearn.ensemble import RandomForestRegressor
+        except ImportError as error:
+            raise ImportError(
+                "search='model' fits its model with scikit-learn, which is not installed: "
+                "pip install 'numbatune[model]'"
+            ) from error
+        self._forest = RandomForestRegressor
+        grid = Grid(space)
+        self._space = list(space)
+        self._where = {v: grid.position(v) for v in self._space}
+        self._starts = starts
+        self._randomness = randomness
+        self._batch = batch
+        self._left = set(self._space)
+
+    def propose(self, times: Mapping[Variant, float | None], best: Variant | None) -> list[Variant]:
+        if len(self._left) == len(self._space):  # first: the starting points, then at random
+            first = self._taken(self._starts[: self._batch])
+            return first + self._taken(self._random(self._batch - len(first)))
+        if not self._left:
+            return []
+        explore = self._batch // 4
+        chosen = self._taken(self._predicted_best(times, self._batch - explore))
+        return chosen + self._taken(self._random(explore))
+
+    def _predicted_best(self, times: Mapping[Variant, float | None], count: int) -> list[Variant]:
+        measured = [v for v in times if v in self._where]
+        timed = [math.log(t) for t in times.values() if t is not None]
+        if not measured or not timed:
+            return self._random(count)
+        failed = max(timed) + math.log(3)
+        features = np.array([self._where[v] for v in measured], dtype=np.float64)
+        target = np.array([math.log(t) if (t := times[v]) is not None else failed
+                           for v in measured])  # fmt: skip
+        forest = self._forest(n_estimators=TREES, random_state=self._randomness.randrange(2**31))
+        forest.fit(features, target)
+        candidates = [v for v in self._space if v in self._left]
+        if len(candidates) > SCORED:
+            candidates = self._randomness.sample(candidates, SCORED)
+        points = np.array([self._where[v] for v in candidates], dtype=np.float64)
+        trees = np.stack([tree.predict(points) for tree in forest.estimators_])
+        optimistic = trees.mean(axis=0) - trees.std(axis=0)
+        return [candidates[i] for i in np.argsort(optimistic, kind="stable")[:count]]
+
+    def _random(self, count: int) -> list[Variant]:
+        pool = [v for v in self._space if v in self._left]
+        return self._randomness.sample(pool, min(count, len(pool)))
+
+    def _taken(self, proposal: list[Variant]) -> list[Variant]:
+        proposal = [v for v in dict.fromkeys(proposal) if v in self._left]
+        self._left.difference_update(proposal)
+        return proposal
