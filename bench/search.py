@@ -1,19 +1,29 @@
-"""Searching a large space (issue 22): searches with a 60 s budget against an exhaustive run.
+"""Searching large spaces (issue 22): searches with a 60 s budget against exhaustive runs.
 
-The kernel is ``examples/sgemm.py``'s at 4096^3, over a widened space (:func:`wide_space`):
-block tiles of 32 to 256 rows and columns, K slices of 8, 16 and 32, thread tiles from 4 x 4
-to 16 x 8, both thread layouts, and no register cap or a cap of 128, 168 or 232, filtered to
-what the kernel can run (64 to 512 threads, whole loads per thread, at most 48 KiB of shared
-memory): 1120 variants. Each case runs in a
-fresh process with an empty cache: a ``pattern`` and a ``random`` search with a budget of 60 s
-(compiling, trial runs and timing included), each winner then timed by the careful
-measurement against cuBLAS float32 (TF32 off) in the same process. The exhaustive run of the
-same space (``python -m bench.search exhaustive OUT.json``) takes far longer and is run once,
-offline; its result file (every variant's tuned median and the best variant's careful time)
-is what the searches are held against (``--exhaustive FILE``).
+Three examples, each over a widened space (:data:`SPACES`), at the examples' full sizes:
 
-``--smoke`` (CI, under numba's simulator): tiny matrices and the few variants of the space
-with 4 x 4 thread tiles and blocks of at most 32 x 32; the times mean nothing.
+- ``sgemm`` (``examples/sgemm.py``, 4096^3, 1,120 variants): block tiles of 32 to 256 rows and
+  columns, K slices of 8, 16 and 32, thread tiles from 4 x 4 to 16 x 8, both thread layouts,
+  and no register cap or a cap of 128, 168 or 232, filtered to what the kernel can run (64 to
+  512 threads, whole loads per thread, at most 48 KiB of shared memory).
+- ``softmax`` (``examples/softmax.py``, 16384 x 16384, 630 variants): 1 to 32 warps a row, 1
+  to 16 rows a block (128 to 1024 threads), 1 to 64 columns a thread keeps, fast or exact math,
+  and no register cap or a cap of 64 or 128.
+- ``stencil`` (``examples/stencil.py``, 16384^2, 624 variants): blocks of 16 to 256 by 1 to 16
+  threads (64 to 1024), 1 to 32 rows a thread, with or without the shared-memory tile, and no
+  register cap or a cap of 32 or 64.
+
+Each search runs in a fresh process with an empty cache directory: a ``pattern``, a ``random``
+and a ``model`` search with a budget of 60 s (compiling, trial runs and timing included); then the
+careful measurement times its winner, and the exhaustive run's winner when its result file is
+given, in the same process (sgemm: against cuBLAS float32, TF32 off, too). The exhaustive run
+of a space (``python -m bench.search exhaustive EXAMPLE OUT.json``) takes far longer and is run
+once, offline, with ``NUMBATUNE_CACHE_DIR`` kept between runs: a run cut short goes on where it
+stopped (numbatune.cache.journal). Its result file (every variant's tuned median and the best
+variant) is what the searches are held against (``--exhaustive DIR``: DIR/EXAMPLE.json).
+
+``--smoke`` (CI, under numba's simulator): tiny arguments and a few variants of each space;
+the times mean nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: What each search case may spend.
 BUDGET_S = 60.0
-STRATEGIES = ("pattern", "random")
+STRATEGIES = ("pattern", "random", "model")
 
 
-def wide_space(smoke: bool = False) -> list[Any]:
+def sgemm_space(smoke: bool = False) -> list[Any]:
     """The widened sgemm space (see the module's docstring)."""
-    import numbatune as nt
-
     blocks = [32, 64] if smoke else [32, 64, 128, 256]
     tiles = [(4, 4)] if smoke else [(4, 4), (4, 8), (8, 4), (8, 8), (8, 16), (16, 8)]
     caps = [None] if smoke else [None, 128, 168, 232]
@@ -54,23 +63,75 @@ def wide_space(smoke: bool = False) -> list[Any]:
             continue
         params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "SPREAD": spread}
         params |= dict(THREADS=threads, LOADS_A=bm * bk // threads, LOADS_B=bk * bn // threads)
-        space.append(nt.Variant(params) if cap is None else nt.Variant(params, max_registers=cap))
+        space.append(_capped(params, cap))
     return space
 
 
-def _case(strategy: str, smoke: bool) -> dict[str, Any]:
-    """(In a fresh process) tune the wide sgemm with ``strategy`` and time its winner."""
+def softmax_space(smoke: bool = False) -> list[Any]:
+    """The widened softmax space (see the module's docstring)."""
+    space = []
+    for warps, rows, items, fast, cap in itertools.product(
+        [4] if smoke else [1, 2, 4, 8, 16, 32],
+        [1] if smoke else [1, 2, 4, 8, 16],
+        [1, 8] if smoke else [1, 2, 4, 8, 16, 32, 64],
+        [False] if smoke else [False, True],
+        [None] if smoke else [None, 64, 128],
+    ):
+        threads = 32 * warps * rows  # a block of 1024 threads has 64 registers a thread
+        if not 128 <= threads <= 1024 or (threads > 512 and items > 16):
+            continue
+        if cap == 64 and items > 32:
+            continue
+        space.append(_capped({"WARPS": warps, "ROWS": rows, "ITEMS": items}, cap, fastmath=fast))
+    return space
+
+
+def stencil_space(smoke: bool = False) -> list[Any]:
+    """The widened stencil space (see the module's docstring)."""
+    space = []
+    for bx, by, rows, shared, cap in itertools.product(
+        [32] if smoke else [16, 32, 64, 128, 256],
+        [2] if smoke else [1, 2, 4, 8, 16],
+        [1, 4] if smoke else [1, 2, 4, 8, 16, 32],
+        [False] if smoke else [False, True],
+        [None] if smoke else [None, 32, 64],
+    ):
+        if not 64 <= bx * by <= 1024 or by * rows * (bx + 2) * 4 > 48 * 1024:
+            continue
+        params = dict(BX=bx, BY=by, ROWS=rows, COLUMN=rows + 2, HALO_X=bx + 2, HALO_Y=by * rows)
+        space.append(_capped(params | {"SHARED": shared}, cap))
+    return space
+
+
+def _capped(params: dict[str, Any], cap: int | None, **jit: Any) -> Any:
+    import numbatune as nt
+
+    capped = {} if cap is None else {"max_registers": cap}
+    return nt.Variant(params, **jit, **capped)
+
+
+#: Each example's widened space.
+SPACES: dict[str, Callable[[bool], list[Any]]] = {
+    "sgemm": sgemm_space,
+    "softmax": softmax_space,
+    "stencil": stencil_space,
+}
+
+
+def _case(example: str, strategy: str, smoke: bool, best_known: str | None) -> dict[str, Any]:
+    """(In a fresh process) tune ``example``'s widened space with ``strategy``, and time its
+    winner (and the variant labelled ``best_known``) carefully."""
     import numbatune as nt
     from bench import measuring
     from bench.ceilings import matmul_rate
     from numbatune.demo import load_module
 
-    module = load_module(ROOT / "examples" / "sgemm.py")
+    module = load_module(ROOT / "examples" / f"{example}.py")
     tuned, args = module.example(smoke)
     budget = nt.Budget(variants=None, seconds=BUDGET_S) if strategy != "exhaustive" else None
     wide = tuned.with_variants(
-        wide_space(smoke),
-        name="sgemm_wide",
+        SPACES[example](smoke),
+        name=f"{example}_wide",
         search=strategy,
         budget=nt.Budget(variants=3) if smoke and budget else budget,
     )
@@ -79,7 +140,11 @@ def _case(strategy: str, smoke: bool) -> dict[str, Any]:
     report = wide.tune(*args)
     seconds = time.perf_counter() - started
     best = report.best_variant
-    careful = measuring.time_callables({"winner": lambda: wide.run_variant(best, *args)})
+    calls = {"winner": lambda: wide.run_variant(best, *args)}
+    known = next((v for v in wide.variants if v.label == best_known), None)
+    if known is not None and known != best:
+        calls["exhaustive's winner"] = lambda: wide.run_variant(known, *args)
+    careful = measuring.time_callables(calls)
     result = {
         "strategy": str(report.strategy),
         "space": report.space,
@@ -88,11 +153,16 @@ def _case(strategy: str, smoke: bool) -> dict[str, Any]:
         "compile_s": report.compile_s,
         "trial_s": report.trial_s,
         "benchmark_s": report.benchmark_s,
+        "compiles": report.compiles,
         "winner": best.label,
         "winner_s": careful["winner"],
         "medians": {r.variant.label: r.median_s for r in report.results if r.tried},
     }
-    if not smoke:
+    if known is not None:
+        result["winner_over_exhaustive"] = careful["winner"] / careful.get(
+            "exhaustive's winner", careful["winner"]
+        )
+    if example == "sgemm" and not smoke:
         result["cublas"] = matmul_rate()
         flops = 2 * args[0].shape[0] * args[0].shape[1] * args[1].shape[1]
         result["percent_of_cublas"] = (
@@ -101,54 +171,67 @@ def _case(strategy: str, smoke: bool) -> dict[str, Any]:
     return result
 
 
-def run(smoke: bool, exhaustive: Path | None = None) -> dict[str, Any]:
-    """Each search in a fresh process; held against ``exhaustive`` (a result file) if given."""
+def run(
+    smoke: bool, exhaustive: Path | None = None, examples: Sequence[str] = tuple(SPACES)
+) -> dict[str, Any]:
+    """Each search of each example in a fresh process; held against the exhaustive runs'
+    result files in the folder ``exhaustive`` (``EXAMPLE.json``), where given."""
     from bench import measuring
 
-    cases = {}
-    for strategy in STRATEGIES:
-        with tempfile.TemporaryDirectory(prefix="numbatune-search-") as cache:
-            environment = {"NUMBATUNE_CACHE_DIR": cache}
-            arguments = ["case", strategy, *(["--smoke"] if smoke else [])]
-            cases[strategy] = measuring.run_module("bench.search", arguments, environment)
-    result: dict[str, Any] = {"space": len(wide_space(smoke)), "cases": cases}
-    if exhaustive is not None:
-        best = json.loads(exhaustive.read_text())
-        result["exhaustive"] = {k: best[k] for k in ("winner", "winner_s", "seconds", "tried")}
-        for case in cases.values():
-            if "winner_s" in case:
-                case["winner_over_exhaustive"] = case["winner_s"] / best["winner_s"]
+    result: dict[str, Any] = {}
+    for example in examples:
+        space = SPACES[example]
+        known = exhaustive / f"{example}.json" if exhaustive is not None else None
+        best = json.loads(known.read_text()) if known is not None and known.exists() else None
+        cases = {}
+        for strategy in STRATEGIES:
+            with tempfile.TemporaryDirectory(prefix="numbatune-search-") as cache:
+                arguments = ["case", example, strategy, *(["--smoke"] if smoke else [])]
+                arguments += ["--best", best["winner"]] if best is not None else []
+                cases[strategy] = measuring.run_module(
+                    "bench.search", arguments, {"NUMBATUNE_CACHE_DIR": cache}
+                )
+        result[example] = {"space": len(space(smoke)), "cases": cases}
+        if best is not None:
+            result[example]["exhaustive"] = {
+                k: best[k] for k in ("winner", "winner_s", "seconds", "tried")
+            }
     return result
 
 
 def table(result: dict[str, Any]) -> str:
-    """One row per search (and the exhaustive run, if given)."""
+    """One row per search of each example (and the exhaustive run, if given)."""
     from numbatune.demo import format_table
 
     rows = []
-    runs = {
-        **result["cases"],
-        **({"exhaustive": result["exhaustive"]} if "exhaustive" in result else {}),
-    }
-    for name, case in runs.items():
-        if "error" in case:
-            rows.append([name, "failed: " + case["error"][-80:]])
-            continue
-        rows.append([
-            name, f"{case['tried']}/{result['space']}", f"{case['seconds']:.1f}", case["winner"],
-            f"{case['winner_s'] * 1e6:.1f}",
-            f"{case['winner_over_exhaustive']:.4f}" if "winner_over_exhaustive" in case else "",
-            f"{case['percent_of_cublas']:.1f}" if "percent_of_cublas" in case else "",
-        ])  # fmt: skip
-    header = ["search", "tried", "tuning (s)", "winner", "winner (us)", "x exhaustive's",
-              "% of cuBLAS"]  # fmt: skip
+    for example, searched in result.items():
+        runs = {**searched["cases"], **({"exhaustive": searched["exhaustive"]}
+                                         if "exhaustive" in searched else {})}  # fmt: skip
+        for name, case in runs.items():
+            if "error" in case:
+                rows.append([example, name, "failed: " + case["error"][-80:]])
+                continue
+            rows.append([
+                example, name, f"{case['tried']}/{searched['space']}", f"{case['seconds']:.1f}",
+                case["winner"], f"{case['winner_s'] * 1e6:.1f}",
+                f"{case['winner_over_exhaustive']:.4f}" if "winner_over_exhaustive" in case else "",
+                f"{case['percent_of_cublas']:.1f}" if "percent_of_cublas" in case else "",
+            ])  # fmt: skip
+    header = ["example", "search", "tried", "tuning (s)", "winner", "winner (us)",
+              "x exhaustive's", "% of cuBLAS"]  # fmt: skip
     return format_table(header, rows)
 
 
 if __name__ == "__main__":
-    kind, *rest = sys.argv[1:]
-    if kind == "case":
-        print(json.dumps(_case(rest[0], "--smoke" in rest)))
-    elif kind == "exhaustive":  # python -m bench.search exhaustive OUT.json: the offline run
+    kind, example, *rest = sys.argv[1:]
+    if kind == "case":  # python -m bench.search case EXAMPLE STRATEGY [--smoke] [--best LABEL]
+        best_known = rest[rest.index("--best") + 1] if "--best" in rest else None
+        print(json.dumps(_case(example, rest[0], "--smoke" in rest, best_known)))
+    elif kind == "exhaustive":  # python -m bench.search exhaustive EXAMPLE OUT.json: offline
         logging.basicConfig(level=logging.INFO)  # where a long run is: compiles, the tuning
-        Path(rest[0]).write_text(json.dumps(_case("exhaustive", False), indent=1))
+        logging.getLogger("numbatune").setLevel(logging.DEBUG)  # each measured chunk, too
+        Path(rest[0]).write_text(json.dumps(_case(example, "exhaustive", False, None), indent=1))
+    elif kind == "searches":  # python -m bench.search searches EXAMPLE EXHAUSTIVE_DIR OUT.json
+        searched = run(False, Path(rest[0]), [example])
+        Path(rest[1]).write_text(json.dumps(searched, indent=1))
+        print(table(searched))
