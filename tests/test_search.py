@@ -186,7 +186,8 @@ def test_a_budget_in_seconds_stops_the_search_after_a_batch(fake_times):
     report = tuned(search="random", budget=nt.Budget(variants=None, seconds=1e-9)).tune(
         *arguments()
     )
-    assert report.tried == len(fake_times[0]) == 8 and len(fake_times) == 1
+    # One batch (8 variants, or as many as there are compile workers).
+    assert report.tried == len(fake_times[0]) >= 8 and len(fake_times) == 1
 
 
 def test_a_search_starts_no_batch_that_would_end_past_its_budget_in_seconds(
