@@ -1,9 +1,9 @@
 """An unfinished tuning's outcomes on disk, so that a tuning cut short goes on where it stopped.
 
 A tuning that measures its variants in several batches (a search, or an exhaustive run of a
-large space) writes every variant's outcome to its journal after each batch, beside the tune
-cache's entries (:func:`numbatune.cache.entry.journal_key`). A later tuning of the same key and
-checksum, in this process or another, starts from them: variants measured before are not
+large space) writes every variant's outcome to its journal after each batch but the last, beside
+the tune cache's entries (:func:`numbatune.cache.entry.journal_key`). A later tuning of the same
+key and checksum, in this process or another, starts from them: variants measured before are not
 measured again, and the best of them is measured with the next batch, so every decision still
 compares times from one measurement. Storing the key's result deletes the journal; so does a
 tuning in which every variant failed, and a forced retune starts without it. Kernel Tuner's

@@ -172,7 +172,8 @@ def _search(
             continue
         measured = [*proposal, best] if best is not None else proposal
         outcomes.update(_measure(job, measured, clones, restore, clock, progress, outcomes))
-        job.journal.record(outcomes)
+        if len(outcomes) < limit:  # more batches may follow (the last one's result is stored)
+            job.journal.record(outcomes)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
         logger.debug(
