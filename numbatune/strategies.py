@@ -15,6 +15,11 @@ from numbatune.values import TextEnum
 
 #: ``auto`` searches spaces of up to this many variants exhaustively.
 EXHAUSTIVE_UP_TO = 100
+#: Why ``search="model"`` cannot run without scikit-learn, and what to install.
+MODEL_NEEDS_SKLEARN = (
+    "search='model' fits its model with scikit-learn, which is not installed: "
+    "pip install 'numbatune[model]'"
+)
 
 
 class Strategy(TextEnum):
@@ -42,10 +47,7 @@ def as_strategy(value: Any, where: str) -> Strategy:
         choices = ", ".join(s.value for s in Strategy)
         raise ValueError(f"{where}: search must be one of {choices}, got {value!r}") from None
     if strategy is Strategy.MODEL and importlib.util.find_spec("sklearn") is None:
-        raise ImportError(
-            f"{where}: search='model' fits its model with scikit-learn, which is not installed: "
-            "pip install 'numbatune[model]'"
-        )
+        raise ImportError(f"{where}: {MODEL_NEEDS_SKLEARN}")
     return strategy
 
 

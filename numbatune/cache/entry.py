@@ -119,12 +119,20 @@ def decode_outcomes(
         raise DamagedEntry(f"results are {stored.get('results')!r}, expected a list")
     if stored.get("checksum") != checksum:
         return {}
-    outcomes = {}
-    for result in stored["results"]:
+    return _outcomes(stored["results"], variants)
+
+
+def _outcomes(results: list[Any], variants: Mapping[str, Variant]) -> dict[Variant, Outcome]:
+    """Each stored result's outcome, by its variant; :class:`DamagedEntry` for a result that
+    is damaged, names a variant not of the kernel's, or repeats one."""
+    outcomes: dict[Variant, Outcome] = {}
+    for result in results:
         outcome = _outcome(result)
         variant = variants.get(result["variant"])
         if variant is None:
             raise DamagedEntry(f"variant {result['variant']!r} is not one of the kernel's")
+        if variant in outcomes:
+            raise DamagedEntry(f"variant {result['variant']!r} has two results")
         outcomes[variant] = outcome
     return outcomes
 
@@ -197,14 +205,7 @@ def decode(
     entry = check(entry)
     if entry["checksum"] != checksum:
         return None
-    outcomes: dict[Variant, Outcome] = {}
-    for result in entry["results"]:
-        variant = variants.get(result["variant"])
-        if variant is None:
-            raise DamagedEntry(f"variant {result['variant']!r} is not one of the kernel's")
-        if variant in outcomes:
-            raise DamagedEntry(f"variant {result['variant']!r} has two results")
-        outcomes[variant] = _outcome(result)
+    outcomes = _outcomes(entry["results"], variants)
     best = variants[entry["results"][entry["best_index"]]["variant"]]
     order = list(variants.values())
     return TuneReport(

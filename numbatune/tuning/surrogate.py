@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from numbatune.strategies import MODEL_NEEDS_SKLEARN
 from numbatune.tuning.grid import Grid
 from numbatune.variants import Variant
 
@@ -38,10 +39,7 @@ class ModelSearch:
         try:
             from sklearn.ensemble import RandomForestRegressor
         except ImportError as error:
-            raise ImportError(
-                "search='model' fits its model with scikit-learn, which is not installed: "
-                "pip install 'numbatune[model]'"
-            ) from error
+            raise ImportError(MODEL_NEEDS_SKLEARN) from error
         self._forest = RandomForestRegressor
         grid = Grid(space)
         self._space = list(space)
