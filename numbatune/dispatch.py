@@ -166,6 +166,54 @@ class _DeviceState:
         self.signatures: dict[tuple[Any, ...], fastpath.FastPath | None] = {}
 
 
+class _Trying:
+    """The trial runs of one tuning's variants (:mod:`numbatune.compile.trials`): each kernel
+    the ``isolate`` setting asks for is tried as soon as it compiles, while others compile."""
+
+    def __init__(
+        self,
+        compiler: Compiler,
+        tally: Tally,
+        config: Callable[[Variant], tuple[Any, ...]],
+        args: tuple[Any, ...],
+        stream: Any,
+    ) -> None:
+        self._compiler, self._tally, self._config, self._args = compiler, tally, config, args
+        self._failed: dict[Variant, Failed] = {}
+        self._pipeline = None
+        if settings.isolate is not Isolate.OFF:
+            cc = None if SIMULATOR else current_kind().compute_capability
+            self._pipeline = trials.Pipeline(args, stream, cc)
+
+    def add(self, members: Sequence[Variant]) -> None:
+        """Try the variants ``members`` (which share a kernel, now compiled) that need it."""
+        if self._pipeline is None:
+            return
+        for variant in members:
+            if settings.isolate is Isolate.NEW and self._compiler.has_run(variant, self._args):
+                continue
+            try:
+                payload = self._compiler.trial_payload(variant, self._args)
+                self._pipeline.add(variant, payload, self._config(variant))
+            except Exception as error:
+                self._failed[variant] = Failed.of(error)
+
+    def failed(self, compiled: Mapping[Variant, Any]) -> dict[Variant, Failed]:
+        """Wait for the trials; the variants among ``compiled`` that failed theirs. The time
+        this waits is the tuning's trial time (the rest ran while variants compiled)."""
+        if self._pipeline is None:
+            return {}
+        waited = time.perf_counter()
+        reasons = self._pipeline.finish()
+        self._tally.trial_s += time.perf_counter() - waited
+        for variant, why in reasons.items():
+            if why is None:
+                self._compiler.mark_run(variant, self._args)
+            else:
+                self._failed[variant] = Failed(why)
+        return {v: f for v, f in self._failed.items() if not isinstance(compiled.get(v), Failed)}
+
+
 class TunedKernel:
     """A kernel with several compile-time variants that launches the fastest for each key."""
 
@@ -505,9 +553,16 @@ class TunedKernel:
         stream: Any,
         done: Callable[[int], None],
     ) -> dict[Variant, Launcher | Failed]:
+        """Each variant compiled, tried (the ``isolate`` setting) and made a launcher, or why
+        it failed."""
+
+        def config(variant: Variant) -> tuple[Any, ...]:
+            return launch_config(self._launch, args, self._launch_params[variant], self.name)
+
+        trying = _Trying(self._compiler, self._tally, config, args, stream)
+        compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
+        compiled.update(trying.failed(compiled))
         launchers: dict[Variant, Launcher | Failed] = {}
-        compiled = self._compiler.compile_all(variants, args, done, self._tally)
-        compiled.update(self._tried(compiled, args, stream))
         for variant, kernel in compiled.items():
             try:
                 launchers[variant] = (
@@ -516,39 +571,6 @@ class TunedKernel:
             except Exception as error:
                 launchers[variant] = Failed.of(error)
         return launchers
-
-    def _tried(
-        self, compiled: dict[Variant, Any], args: tuple[Any, ...], stream: Any
-    ) -> dict[Variant, Failed]:
-        """Trial runs, in a separate process, of the compiled variants the ``isolate`` setting
-        asks for (numbatune.compile.trials), on copies of ``args`` taken on ``stream``; the
-        variants that failed theirs."""
-        if settings.isolate is Isolate.OFF:
-            return {}
-        compiler = self._compiler
-        pending = [
-            variant
-            for variant, kernel in compiled.items()
-            if not isinstance(kernel, Failed)
-            and (settings.isolate is Isolate.ALL or not compiler.has_run(variant, args))
-        ]
-        kernels, failed = [], {}
-        for variant in pending:
-            try:
-                config = launch_config(self._launch, args, self._launch_params[variant], self.name)
-                kernels.append((variant, compiler.trial_payload(variant, args), config))
-            except Exception as error:
-                failed[variant] = Failed.of(error)
-        cc = None if SIMULATOR else current_kind().compute_capability
-        started = time.perf_counter()
-        runs = trials.trials().run([(k, c) for _, k, c in kernels], args, stream, cc)
-        self._tally.trial_s += time.perf_counter() - started
-        for (variant, _, _), why in zip(kernels, runs, strict=True):
-            if why is None:
-                compiler.mark_run(variant, args)
-            else:
-                failed[variant] = Failed(why)
-        return failed
 
     # -- introspection ----------------------------------------------------------------------
 

@@ -153,6 +153,18 @@ class KernelTemplate:
         specialised likewise."""
         return _Specialiser(variant.params, self.names_read).function(self.function)
 
+    def written_out_size(self, variant: Variant) -> int:
+        """How many statements the variant's kernel has once its ``static_range`` loops are
+        written out (0 when it has none): the larger, the longer it takes to compile."""
+        function = self.function
+        if not unroll.has_static_loops(function):
+            return 0
+        cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
+        closure = {name: cell.cell_contents for name, cell in cells}
+        return unroll.written_out_size(
+            function, {**function.__globals__, **closure, **variant.params}
+        )
+
     def checksum(self, variants: Sequence[Variant], launch: Callable[..., Any]) -> str:
         """A digest of everything that decides what the variants compute and how fast.
 

@@ -119,3 +119,20 @@ def test_kernels_compiled_with_no_gpu_are_the_ones_a_gpu_process_launches(tmp_pa
     assert _run(tmp_path, "precompile", simulator=True) == [None] * 6
     tuned = _run(tmp_path, "tune")
     assert tuned["stats"] == {"compiles": 0, "loaded": 3, "benchmarks": 1}
+
+
+def test_the_largest_kernels_are_compiled_first(monkeypatch):
+    from numbatune.compile.compiler import Compiler
+    from tests.test_unroll import prefix_sums
+
+    orders = []
+    compile_in_workers = Compiler._compile_in_workers
+
+    def noted(self, pool, waiting, *rest):
+        orders.append([members[0].params["STEPS"] for members, _ in waiting])
+        return compile_in_workers(self, pool, waiting, *rest)
+
+    monkeypatch.setattr(Compiler, "_compile_in_workers", noted)
+    a, out = cuda.to_device(np.arange(8, dtype=np.float32)), cuda.device_array(8, np.float32)
+    prefix_sums.tune(a, out, force=True)
+    assert orders == [[4, 3, 1]]  # the user's order: 1, 3, 4

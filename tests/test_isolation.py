@@ -1,6 +1,7 @@
 """Variants that crash or hang run first in a separate process and never in the caller's."""
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import numbatune as nt
 from numbatune import processes
 from numbatune.arrays import SIMULATOR
 from numbatune.compile import trials
+from numbatune.compile.compiler import Compiler
 from numbatune.config import Isolate
 from tests.kernels import fill_with, non_blocking_stream, open_gate, wait_for_gate
 
@@ -146,26 +148,59 @@ def test_a_trial_takes_the_arguments_after_the_callers_stream_wrote_them():
 
 
 def test_a_variant_that_ran_is_not_tried_again_but_all_tries_every_time(isolated, monkeypatch):
-    runs = []
-    original = trials.Trials.run
+    tried, copies = [], []
+    run, copy = trials.Session.run, trials._shared_copies
 
-    def counted(self, kernels, *rest):
-        runs.append(len(kernels))
-        return original(self, kernels, *rest)
+    def counted_run(self, kernels):
+        tried[-1] += len(kernels)
+        return run(self, kernels)
 
-    monkeypatch.setattr(trials.Trials, "run", counted)
+    def counted_copy(*args):
+        copies[-1] += 1
+        return copy(*args)
+
+    monkeypatch.setattr(trials.Session, "run", counted_run)
+    monkeypatch.setattr(trials, "_shared_copies", counted_copy)
     tuned = _fragile([0, 4])  # MODE=4: correct too
     a, out = _arguments()
-    tuned.tune(a, out)
-    tuned.tune(a, out, force=True)
-    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
-    tuned.tune(a, out, force=True)
-    assert runs == [2, 0, 2]
+    for force, isolate in [(False, Isolate.NEW), (True, Isolate.NEW), (True, Isolate.ALL)]:
+        monkeypatch.setattr(nt.settings, "isolate", isolate)
+        tried.append(0)
+        copies.append(0)
+        tuned.tune(a, out, force=force)
+    assert tried == [2, 0, 2]
+    assert copies == [1, 0, 1]  # with nothing to try, the arguments are not even copied
+
+
+def test_a_compiled_kernel_is_tried_while_the_others_still_compile(isolated, monkeypatch):
+    tried, waited = threading.Event(), []
+    run, compile_all = trials.Session.run, Compiler.compile_all
+
+    def noted_run(self, kernels):
+        tried.set()
+        return run(self, kernels)
+
+    def compile_all_waiting_after_the_first(self, variants, args, done, tally, ready):
+        def ready_then_wait(members):
+            ready(members)
+            if not waited:  # the next kernel "compiles" until the first one's trial starts
+                waited.append(tried.wait(30))
+
+        return compile_all(self, variants, args, done, tally, ready_then_wait)
+
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)  # tried even if run before
+    monkeypatch.setattr(trials.Session, "run", noted_run)
+    monkeypatch.setattr(Compiler, "compile_all", compile_all_waiting_after_the_first)
+    report = _fragile([0, 4]).tune(*_arguments())
+    assert waited == [True]
+    assert report.source == "benchmark" and not any(
+        r.status is nt.Status.FAILED for r in report.results
+    )
 
 
 def test_without_isolation_no_trial_runs(monkeypatch):
     monkeypatch.setattr(nt.settings, "isolate", Isolate.OFF)
-    monkeypatch.setattr(trials.Trials, "run", lambda *a: pytest.fail("a trial ran"))
+    monkeypatch.setattr(trials.Session, "run", lambda *a: pytest.fail("a trial ran"))
     assert _fragile([0, 4]).tune(*_arguments()).trial_s == 0
 
 

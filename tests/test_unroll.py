@@ -107,3 +107,41 @@ def test_a_kernel_whose_source_cannot_be_read_is_refused_by_name():
     tuned = nt.autotune(variants=[{"N": 2}], launch=lambda out: (1, 1))(namespace["no_source"])
     with pytest.raises(nt.KernelSourceError, match=r"no_source.*cannot be read"):
         tuned(cuda.to_device(np.zeros(2, np.int64)))
+
+
+WIDTH, SPREAD, HUGE = 4, False, 1 << 62
+
+
+@nt.autotune(variants=nt.product(WIDTH=[4, 8], SPREAD=[False, True]), launch=lambda a, out: (1, 1))
+@cuda.jit
+def gather(a, out):
+    """Indices computed from constants, chosen by a constant flag; one beyond 64-bit range."""
+    for k in nt.static_range(2):
+        out[k] = a[k * (WIDTH // 4) + 1 if SPREAD else k]
+    out[2] = WIDTH * 2 if not SPREAD and WIDTH > 4 else -1
+    if a.shape[0] < 0:  # never: a product past 64 bits, left for numba to compute
+        out[0] = HUGE * 4
+
+
+@pytest.mark.parametrize(("width", "spread"), [(4, False), (4, True), (8, False), (8, True)])
+def test_written_out_loops_have_their_constant_expressions_computed(width, spread):
+    function = gather._template.specialised_function(nt.Variant({"WIDTH": width, "SPREAD": spread}))
+    # The constants' expressions were computed when written out, but the product past 64 bits:
+    # it is left as written (not to Python, which would compute it past numba's range).
+    code = function.__code__
+    assert set(code.co_names) & {"WIDTH", "SPREAD", "HUGE"} == {"HUGE"}
+    assert HUGE * 4 not in code.co_consts
+    a = np.arange(10, 20, dtype=np.float32)
+    out = cuda.to_device(np.zeros(3, np.float32))
+    gather.run_variant({"WIDTH": width, "SPREAD": spread}, cuda.to_device(a), out)
+    first, second = (a[1], a[width // 4 + 1]) if spread else (a[0], a[1])
+    third = 16 if width == 8 and not spread else -1
+    np.testing.assert_array_equal(out.copy_to_host(), [first, second, third])
+
+
+def test_the_size_of_a_written_out_kernel_grows_with_its_static_loops():
+    # prefix_sums writes out STEPS outer steps, step k holding k + 1 inner ones.
+    sizes = [prefix_sums._template.written_out_size(nt.Variant({"STEPS": s})) for s in (1, 3, 4)]
+    # Step k: the step's loop, total = 0, k + 1 inner steps of one add each, out[k] = total.
+    assert sizes[2] - sizes[1] == 1 + 1 + 4 * 2 + 1
+    assert sizes[1] - sizes[0] == (1 + 1 + 2 * 2 + 1) + (1 + 1 + 3 * 2 + 1)

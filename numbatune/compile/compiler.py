@@ -3,8 +3,9 @@
 Variants whose kernel code is the same (they differ only in what the launch function reads)
 share one numba dispatcher and one compile. Before compiling, the kernel store on disk is
 consulted (:mod:`numbatune.compile.store`). What is left is compiled in worker processes
-(:mod:`numbatune.processes`, as many as the ``compile_workers`` setting allows) when there is
-more than one kernel to compile, else in this process; a kernel that cannot be rebuilt in a
+(:mod:`numbatune.processes`, as many as the ``compile_workers`` setting allows, the largest
+kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one kernel to
+compile, else in this process; a kernel that cannot be rebuilt in a
 worker (one whose function does not pickle, or whose module a worker cannot import) is compiled
 here too. A compile error is that variant's error, as before; a worker that dies or passes the
 ``compile_timeout_s`` limit fails the variants of that kernel and is replaced. Under numba's
@@ -100,6 +101,30 @@ class Tally:
     trial_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Settled:
+    """The variants :meth:`Compiler.compile_all` has settled, as kernels compile (in the pool's
+    threads): it tells ``done`` and ``ready``."""
+
+    results: dict[Variant, Any]
+    done: Callable[[int], None]
+    ready: Callable[[list[Variant]], None]
+    #: The argument types that make a kernel ready (the first it is compiled for).
+    first: tuple[Any, ...]
+
+    def compiled(self, members: list[Variant], dispatcher: Any, argtypes: tuple[Any, ...]) -> None:
+        """``members``' kernel is compiled for ``argtypes``."""
+        if members[0] not in self.results:
+            self.results.update(dict.fromkeys(members, dispatcher))
+        if argtypes == self.first and not isinstance(self.results[members[0]], Failed):
+            self.ready(members)
+        self.done(len(self.results))
+
+    def failed(self, members: list[Variant], failure: Failed) -> None:
+        self.results.update(dict.fromkeys(members, failure))
+        self.done(len(self.results))
+
+
 class Compiler:
     """The compiled kernels of one tuned kernel's variants (shared by tuned kernels that are the
     same: :mod:`numbatune.identity`). A kernel declared with explicit signatures
@@ -193,9 +218,12 @@ class Compiler:
         args: tuple[Any, ...],
         done: Callable[[int], None],
         tally: Tally,
+        ready: Callable[[list[Variant]], None] = lambda members: None,
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
-        as variants are ready."""
+        as variants are settled, and ``ready(members)`` as the kernel that ``members`` share is
+        compiled for the first of the argument types (the one trial runs take), while others
+        may still be compiling."""
         results: dict[Variant, Any] = {}
         waiting: list[tuple[list[Variant], tuple[Any, ...]]] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
@@ -203,6 +231,7 @@ class Compiler:
             try:
                 if SIMULATOR:  # nothing to compile: each variant runs its own dispatcher
                     results.update(dict.fromkeys(members, self.dispatcher(members[0])))
+                    ready(members)
                     continue
                 if signatures is None:
                     signatures = self._signatures(self.dispatcher(members[0]), args)
@@ -211,13 +240,18 @@ class Compiler:
                 missing = self._missing(members[0], signatures, tally)
                 if not missing:
                     results.update(dict.fromkeys(members, self.dispatcher(members[0])))
+                    ready(members)
             except Exception as error:
                 results.update(dict.fromkeys(members, Failed.of(error)))
                 continue
             waiting += [(members, argtypes) for argtypes in missing]
         done(len(results))
         if waiting:
-            self._compile_waiting(waiting, args, results, done, tally)
+            assert signatures is not None
+            # The largest kernels first: the last to finish should not be a long one.
+            waiting.sort(key=lambda item: -self._template.written_out_size(item[0][0]))
+            settled = _Settled(results, done, ready, signatures[0])
+            self._compile_waiting(waiting, args, settled, tally)
         return results
 
     def _missing(
@@ -237,29 +271,28 @@ class Compiler:
         self,
         waiting: list[tuple[list[Variant], tuple[Any, ...]]],
         args: tuple[Any, ...],
-        results: dict[Variant, Any],
-        done: Callable[[int], None],
+        settled: _Settled,
         tally: Tally,
     ) -> None:
         pool = compile_pool() if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
-            here = self._compile_in_workers(pool, waiting, results, done, tally)
+            here = self._compile_in_workers(pool, waiting, settled, tally)
         for members, _ in here:
-            if members[0] in results and isinstance(results[members[0]], Failed):
+            if isinstance(settled.results.get(members[0]), Failed):
                 continue
             try:
-                results.update(dict.fromkeys(members, self.compiled(members[0], args, tally)))
+                dispatcher = self.compiled(members[0], args, tally)
             except Exception as error:
-                results.update(dict.fromkeys(members, Failed.of(error)))
-            done(len(results))
+                settled.failed(members, Failed.of(error))
+            else:
+                settled.compiled(members, dispatcher, settled.first)
 
     def _compile_in_workers(
         self,
         pool: processes.WorkerPool,
         waiting: list[tuple[list[Variant], tuple[Any, ...]]],
-        results: dict[Variant, Any],
-        done: Callable[[int], None],
+        settled: _Settled,
         tally: Tally,
     ) -> list[tuple[list[Variant], tuple[Any, ...]]]:
         """Compile ``waiting`` in ``pool``; returns what to compile here instead."""
@@ -290,15 +323,16 @@ class Compiler:
                 if self._add(dispatcher, argtypes, kernel):
                     tally.compiles += 1
                 self._save_payload(members[0], argtypes, cc, outcome.value.payload)
+                with self._lock:  # what a trial run of it takes, as built
+                    key = (self._template.code_key(members[0]), argtypes)
+                    self._payloads.setdefault(key, outcome.value.payload)
                 seconds.append(outcome.value.seconds)
-                if members[0] not in results:
-                    results.update(dict.fromkeys(members, dispatcher))
+                settled.compiled(members, dispatcher, argtypes)
             elif isinstance(outcome, processes.Raised) and outcome.kind == "RebuildError":
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
                 here.append((members, argtypes))
             else:
-                results.update(dict.fromkeys(members, Failed(str(outcome))))
-            done(len(results))
+                settled.failed(members, Failed(str(outcome)))
 
         tasks = processes.LazyTasks(len(waiting), task)
         pool.run(tasks, settings.compile_timeout_s, finished)

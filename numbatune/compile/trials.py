@@ -12,9 +12,11 @@ and in the kernel store on disk, and not tried again.
 The arguments reach the worker once per tuning, through the host: their host copies are written
 into one shared-memory file (``memfd``), which the worker maps and copies to its device, so no
 array passes through a pipe. The worker keeps a second device copy to start each trial from.
-The variants of a tuning go to the worker in one task, which runs them one after another and
-stops at the first failure (the worker then ends: its context may be spoilt); the rest go in
-the next task. A task that dies or passes the time limit does not say which variant did it:
+Kernels are tried as they compile (:class:`Pipeline`, a thread of the caller's process), while
+the others still compile: the kernels given since the last task go to the worker in one task,
+which runs them one after another and stops at the first failure (the worker then ends: its
+context may be spoilt); the rest go in the next task. A tuning with nothing to try does not
+copy its arguments. A task that dies or passes the time limit does not say which variant did it:
 the variants are then tried one at a time until that one is found, and together again after it.
 
 What is isolated: a variant's first run on this kind of device, at the first key it is tuned
@@ -30,16 +32,17 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import queue
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, processes
+from numbatune import arrays, devices, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.config import settings
 from numbatune.streams.handles import synchronize, wait_for
@@ -142,40 +145,120 @@ class Trials:
         """Start the worker now, while variants compile."""
         self._pool.start(1)
 
-    def run(
-        self,
-        kernels: Sequence[tuple[bytes, tuple[Any, ...]]],
-        args: tuple[Any, ...],
-        stream: Any,
-        cc: tuple[int, int] | None,
-    ) -> list[str | None]:
-        """Run each ``(kernel, launch configuration)`` once on copies of ``args``, taken on
-        numba's ``stream`` (where ``args`` are valid: other streams' work does not wait for
-        them); for each, None if it ran, else why it failed."""
-        token = uuid.uuid4().hex
+    @contextlib.contextmanager
+    def session(
+        self, args: tuple[Any, ...], stream: Any, cc: tuple[int, int] | None
+    ) -> Iterator[Session]:
+        """Trial runs on copies of ``args``, taken on numba's ``stream`` (where ``args`` are
+        valid: other streams' work does not wait for them), in as many calls of
+        :meth:`Session.run` as the caller makes; the worker is this session's until it ends."""
+        with self._lock, _shared_copies(args, stream) as (path, layout):
+            yield Session(self._pool, uuid.uuid4().hex, path, layout, cc)
+
+
+@dataclass(frozen=True)
+class Session:
+    """The arguments of one tuning, staged for trial runs (:meth:`Trials.session`)."""
+
+    pool: processes.WorkerPool
+    token: str
+    path: str
+    layout: tuple[Any, ...]
+    cc: tuple[int, int] | None
+
+    def run(self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]) -> list[str | None]:
+        """Run each ``(kernel, launch configuration)`` once: for each, None if it ran, else
+        why it failed."""
         reasons: list[str | None] = []
         batch = len(kernels)
-        with self._lock, _shared_copies(args, stream) as (path, layout):
-            while len(reasons) < len(kernels):
-                trial_task = processes.Task(
-                    __name__, "trial", (token, kernels[len(reasons) :][:batch], cc)
-                )
-                outcome = self._pool.run([trial_task], settings.trial_timeout_s)[0]
-                if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
-                    staging = processes.Task(__name__, "stage", (token, path, layout))
-                    staged = self._pool.run([staging], settings.trial_timeout_s)[0]
-                    if not isinstance(staged, processes.Done):
-                        why = _why(f"the trial worker could not take the arguments: {staged}")
-                        return reasons + [why] * (len(kernels) - len(reasons))
-                    outcome = self._pool.run([trial_task], settings.trial_timeout_s)[0]
-                if isinstance(outcome, processes.Done):
-                    reasons += [None if r is None else _why(r) for r in outcome.value]
-                elif batch > 1:
-                    batch = 1  # which variant failed is not known: one at a time until found
-                else:
-                    reasons.append(_why(str(outcome)))
-                    batch = len(kernels)
+        while len(reasons) < len(kernels):
+            outcome = self._run(kernels[len(reasons) :][:batch])
+            if isinstance(outcome, processes.Done):
+                reasons += [None if r is None else _why(r) for r in outcome.value]
+            elif isinstance(outcome, _Unstaged):
+                return reasons + [outcome.why] * (len(kernels) - len(reasons))
+            elif batch > 1:
+                batch = 1  # which variant failed is not known: one at a time until found
+            else:
+                reasons.append(_why(str(outcome)))
+                batch = len(kernels)
         return reasons
+
+    def _run(
+        self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]
+    ) -> processes.Outcome | _Unstaged:
+        """One trial task, the arguments staged first in a worker that does not hold them."""
+        task = processes.Task(__name__, "trial", (self.token, kernels, self.cc))
+        outcome = self.pool.run([task], settings.trial_timeout_s)[0]
+        if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
+            staging = processes.Task(__name__, "stage", (self.token, self.path, self.layout))
+            staged = self.pool.run([staging], settings.trial_timeout_s)[0]
+            if not isinstance(staged, processes.Done):
+                return _Unstaged(_why(f"the trial worker could not take the arguments: {staged}"))
+            outcome = self.pool.run([task], settings.trial_timeout_s)[0]
+        return outcome
+
+
+@dataclass(frozen=True)
+class _Unstaged:
+    """The worker could not take the arguments: no trial can run."""
+
+    why: str
+
+
+class Pipeline:
+    """Trial runs of kernels given one by one as they compile, in a thread of this process:
+    they run while the other kernels compile. :meth:`finish` waits for them."""
+
+    def __init__(self, args: tuple[Any, ...], stream: Any, cc: tuple[int, int] | None) -> None:
+        self._queue: queue.SimpleQueue[tuple[Hashable, bytes, tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._reasons: dict[Hashable, str | None] = {}
+        self._error: BaseException | None = None
+        device = devices.current_index()
+        self._thread = threading.Thread(
+            target=self._serve,
+            args=(args, stream, cc, device),
+            name="numbatune-trials",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def add(self, name: Hashable, kernel: bytes, config: tuple[Any, ...]) -> None:
+        """Try ``kernel`` (serialised) with launch configuration ``config``, known as ``name``."""
+        self._queue.put((name, kernel, config))
+
+    def finish(self) -> dict[Hashable, str | None]:
+        """Wait for the trials: for each name given, None if it ran, else why it failed."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._reasons
+
+    def _serve(
+        self, args: tuple[Any, ...], stream: Any, cc: tuple[int, int] | None, device: int
+    ) -> None:
+        from numba import cuda
+
+        try:
+            batch = [self._queue.get()]
+            if batch[0] is None:  # nothing to try: the arguments are not copied
+                return
+            with cuda.gpus[device], trials().session(args, stream, cc) as session:
+                while True:
+                    with contextlib.suppress(queue.Empty):
+                        while True:
+                            batch.append(self._queue.get_nowait())
+                    given = [item for item in batch if item is not None]
+                    reasons = session.run([(kernel, config) for _, kernel, config in given])
+                    self._reasons.update(zip([name for name, _, _ in given], reasons, strict=True))
+                    if batch[-1] is None:
+                        return
+                    batch = [self._queue.get()]
+        except BaseException as error:  # raised in the caller's thread by finish()
+            self._error = error
 
 
 def _why(reason: str) -> str:
