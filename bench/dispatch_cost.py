@@ -47,7 +47,8 @@ def per_call_us(
     calls: dict[Any, Callable[[], Any]], batches: int, per_batch: int, warmup_s: float
 ) -> dict[Any, float]:
     """For each method, the median over ``batches`` of the wall time per call of a batch of
-    ``per_batch`` calls and one synchronisation; the methods take turns batch by batch."""
+    ``per_batch`` calls and one synchronisation; the methods take turns batch by batch, in an
+    order reversed every other round, so that no method always runs after the same one."""
     started = time.perf_counter()
     while time.perf_counter() - started < warmup_s:
         for call in calls.values():
@@ -55,8 +56,8 @@ def per_call_us(
                 call()
     cuda.synchronize()
     samples: dict[Any, list[float]] = {name: [] for name in calls}
-    for _ in range(batches):
-        for name, call in calls.items():
+    for round_ in range(batches):
+        for name, call in list(calls.items())[:: -1 if round_ % 2 else 1]:
             started = time.perf_counter()
             for _ in range(per_batch):
                 call()
