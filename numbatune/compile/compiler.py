@@ -56,8 +56,12 @@ if hasattr(os, "register_at_fork"):
 
 def worker_environment() -> dict[str, str]:
     """The environment of compile workers: they see no GPU, run numba outside its simulator,
-    and import modules from where this process does."""
-    return processes.environment(simulator=False, CUDA_VISIBLE_DEVICES="")
+    import modules from where this process does, and write numba's errors without terminal
+    colours (they become variants' errors; numba also formats errors it then discards while
+    typing, and colouring each took about 4% of a small kernel's compile)."""
+    return processes.environment(
+        simulator=False, CUDA_VISIBLE_DEVICES="", NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="1"
+    )
 
 
 def compile_pool() -> processes.WorkerPool | None:

@@ -76,6 +76,14 @@ class _Slot:
         return np.ndarray(self.shape, np.dtype(self.dtype), buffer, self.offset, order=self.order)
 
 
+def warm() -> None:
+    """(In the worker) import numba and make the CUDA context the trials will use."""
+    from numba import cuda
+
+    if not SIMULATOR:
+        cuda.current_context()
+
+
 def stage(token: str, path: str, layout: tuple[Any, ...]) -> None:
     """(In the worker) keep device copies of the arguments ``layout`` describes (a
     :class:`_Slot` in the file at ``path`` for an array, else the value) for the trials that
@@ -142,8 +150,18 @@ class Trials:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Start the worker now, while variants compile."""
-        self._pool.start(1)
+        """Start the worker now, and in it numba and a CUDA context, while variants compile
+        (in a thread; a session waits for it). Nothing when the worker is in use."""
+        if not self._lock.acquire(blocking=False):
+            return
+
+        def warm() -> None:
+            try:
+                self._pool.run([processes.Task(__name__, "warm", ())], settings.trial_timeout_s)
+            finally:
+                self._lock.release()
+
+        threading.Thread(target=warm, name="numbatune-trial-worker", daemon=True).start()
 
     @contextlib.contextmanager
     def session(
