@@ -59,6 +59,11 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
             "trial_s": report.trial_s,
             "compiles": report.compiles,
             "best": report.best_variant.label,
+            "not timed": {
+                r.variant.label: f"{r.status}: {r.outcome}"[:300]
+                for r in report.results
+                if r.status not in ("timed", "stopped early")
+            },
         }
     return result
 

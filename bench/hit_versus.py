@@ -72,9 +72,10 @@ def _stubbed(tuned: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
     return lambda: call(args, None)
 
 
-def measure(other_tree: Path) -> dict[str, dict[str, float]]:
-    """Median us per hit, for each array kind and case, of this tree's package and the
-    other's: first with one stream so far (and the host code alone, launch stubbed), then
+def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
+    """The variant each tree's tuning picked for each array kind (``winners``: the two may
+    differ), and the median us per hit, for each array kind and case, of this tree's package
+    and the other's: first with one stream so far (and the host code alone, launch stubbed), then
     after each package launched on a second stream (hits on the arrays' own stream, and hits
     that alternate streams, so that each waits for the other)."""
     with tempfile.TemporaryDirectory(prefix="numbatune-versus-") as scratch:
@@ -88,10 +89,13 @@ def measure(other_tree: Path) -> dict[str, dict[str, float]]:
         one: dict[tuple[str, str, str], Callable[[], Any]] = {}
         two: dict[tuple[str, str, str], Callable[[], Any]] = {}
         second_streams = []
+        winners: dict[str, str] = {}
         for kind, make in _array_kinds().items():
             for name, package in packages.items():
                 tuned, x, out = _tuned(package, kind), make(host), make(np.zeros_like(host))
-                tuned(x, out, a)  # tunes
+                report = tuned.tune(x, out, a)  # each tree tunes: record what it picked
+                winners[f"{kind}, {name}"] = report.best_variant.label
+                tuned(x, out, a)  # a hit: makes the fast path
                 one[kind, "hit", name] = lambda t=tuned, x=x, o=out: t(x, o, a)
                 one[kind, "host code, launch stubbed", name] = _stubbed(tuned, (x, out, a))
                 two[kind, "hit after 2 streams, own stream", name] = one[kind, "hit", name]
@@ -107,7 +111,7 @@ def measure(other_tree: Path) -> dict[str, dict[str, float]]:
         for launch in second_streams:
             launch()  # a second stream: ordering is on from now on
         medians.update(per_call_us(two, batches=30, per_batch=300, warmup_s=2.0))
-    result: dict[str, dict[str, float]] = {}
+    result: dict[str, dict[str, Any]] = {"winners": winners}
     for (kind, case, name), us in medians.items():
         result.setdefault(f"{kind}: {case}", {})[name] = us
     return result
@@ -120,6 +124,7 @@ def _alternate(tuned: Any, args: tuple[Any, ...], streams: list[Any], flip: list
 
 if __name__ == "__main__":
     measured = measure(Path(sys.argv[1]))
+    print("winners:", measured.pop("winners"))
     for kind, row in measured.items():
         print(f"{kind:48}", "  ".join(f"{name} {us:6.2f} us" for name, us in row.items()))
     if len(sys.argv) > 2:

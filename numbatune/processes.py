@@ -292,8 +292,16 @@ def _read_frame(stream: IO[bytes], deadline: float | None = None) -> bytes:
     return _read_exactly(stream, size, deadline)
 
 
+#: An environment variable of a worker: how much lower its CPU priority is than its parent's
+#: (``os.nice``), so that a parent sharing the machine with busy workers gets a core when it
+#: needs one (to hand out tasks and take results).
+NICE = "NUMBATUNE_WORKER_NICE"
+
+
 def _serve() -> None:
     """The worker's loop: read a task, run it, answer; exit when the parent closes the pipe."""
+    if int(os.environ.get(NICE, "0")) > 0:
+        os.nice(int(os.environ[NICE]))
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # what tasks print must not corrupt the replies
     _write_frame(replies, b"ready")

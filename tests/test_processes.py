@@ -1,5 +1,6 @@
 """Worker processes: results in order, errors reported, dead and late workers replaced."""
 
+import os
 import threading
 import time
 
@@ -91,3 +92,14 @@ def test_a_task_that_spoils_its_worker_ends_it_and_the_next_task_gets_a_fresh_on
         pool.close()
     assert isinstance(first, Raised) and first.ended
     assert isinstance(second, Done) and second.value != first.message
+
+
+def test_compile_workers_run_at_a_lower_cpu_priority_than_their_parent():
+    from numbatune.compile.compiler import worker_environment
+
+    pool = WorkerPool(1, worker_environment())
+    try:
+        (outcome,) = pool.run([Task("os", "nice", (0,))], 60)
+    finally:
+        pool.close()
+    assert outcome == Done(min(19, os.nice(0) + 10))

@@ -56,11 +56,16 @@ if hasattr(os, "register_at_fork"):
 
 def worker_environment() -> dict[str, str]:
     """The environment of compile workers: they see no GPU, run numba outside its simulator,
-    import modules from where this process does, and write numba's errors without terminal
-    colours (they become variants' errors; numba also formats errors it then discards while
-    typing, and colouring each took about 4% of a small kernel's compile)."""
+    import modules from where this process does, run at a lower CPU priority than this
+    process (with a worker on every core, this process would wait for a core to hand out the
+    next kernel and load the last), and write numba's errors without terminal colours (they
+    become variants' errors; numba also formats errors it then discards while typing, and
+    colouring each took about 4% of a small kernel's compile)."""
     return processes.environment(
-        simulator=False, CUDA_VISIBLE_DEVICES="", NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="1"
+        simulator=False,
+        CUDA_VISIBLE_DEVICES="",
+        NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="1",
+        **{processes.NICE: "10"},
     )
 
 
