@@ -2,7 +2,7 @@
 die or pass it.
 
 numbatune compiles variants (and, on request, runs untried ones) in worker processes. They are
-started as ``python -m numbatune.processes`` with an environment of numbatune's choosing, not by
+started as a fresh Python running this module, with an environment of numbatune's choosing, not by
 ``multiprocessing``: a library must not re-import its user's ``__main__`` module in every
 worker (spawn and forkserver do) nor fork a process that holds a CUDA context (a forked child
 cannot use it). A task names a function by module and name and passes pickled arguments; the
@@ -129,7 +129,7 @@ class _Worker:
         self._ready = False
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "numbatune.processes"],
+            [sys.executable, "-c", _START],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -298,10 +298,17 @@ def _read_frame(stream: IO[bytes], deadline: float | None = None) -> bytes:
 NICE = "NUMBATUNE_WORKER_NICE"
 
 
+#: What a worker runs: lower its priority first (importing numba is most of its start, and
+#: the parent is busy then too), then run this module as ``numbatune.processes``, so that
+#: replies name its classes.
+_START = (
+    f"import os; os.nice(int(os.environ.get({NICE!r}, '0'))); "
+    "import runpy; runpy.run_module('numbatune.processes', run_name='__main__', alter_sys=True)"
+)
+
+
 def _serve() -> None:
     """The worker's loop: read a task, run it, answer; exit when the parent closes the pipe."""
-    if int(os.environ.get(NICE, "0")) > 0:
-        os.nice(int(os.environ[NICE]))
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # what tasks print must not corrupt the replies
     _write_frame(replies, b"ready")
