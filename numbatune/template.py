@@ -147,11 +147,13 @@ class KernelTemplate:
             options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
         return cuda.jit(**options)(function)
 
-    def specialised_function(self, variant: Variant) -> types.FunctionType:
+    def specialised_function(self, variant: Variant, write_out: bool = True) -> types.FunctionType:
         """The kernel's Python function with the variant's parameters bound as its globals (and
-        closure variables), its ``static_range`` loops written out, calling device functions
-        specialised likewise."""
-        return _Specialiser(variant.params, self.names_read).function(self.function)
+        closure variables), its ``static_range`` loops written out (unless ``write_out`` is
+        false: :func:`numbatune.unroll.written_out` does it later, in a compile worker),
+        calling device functions specialised likewise."""
+        specialiser = _Specialiser(variant.params, self.names_read)
+        return specialiser.function(self.function, write_out)
 
     def written_out_size(self, variant: Variant) -> int:
         """How many statements the variant's kernel has once its ``static_range`` loops are
@@ -219,8 +221,9 @@ class _Specialiser:
             self._copies[key] = cuda.jit(device=True, **options)(self.function(function))
         return self._copies[key]
 
-    def function(self, function: types.FunctionType) -> types.FunctionType:
-        """A copy of ``function`` with the parameters and specialised callees bound."""
+    def function(self, function: types.FunctionType, write_out: bool = True) -> types.FunctionType:
+        """A copy of ``function`` with the parameters and specialised callees bound, and its
+        ``static_range`` loops written out if ``write_out``."""
         namespace = dict(function.__globals__)
         namespace.update(self._params)
         proxies: dict[str, dict[str, Any]] = {}
@@ -246,17 +249,14 @@ class _Specialiser:
                 else cell
                 for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
             )
-        code = function.__code__
-        if unroll.has_static_loops(function):
-            code, closure = unroll.unrolled(function, namespace, closure)
         copy = types.FunctionType(
-            code, namespace, function.__name__, function.__defaults__, closure
+            function.__code__, namespace, function.__name__, function.__defaults__, closure
         )
         copy.__kwdefaults__ = function.__kwdefaults__
         copy.__qualname__ = function.__qualname__
         copy.__module__ = function.__module__
         copy.__doc__ = function.__doc__
-        return copy
+        return unroll.written_out(copy) if write_out else copy
 
 
 def _proxy_module(

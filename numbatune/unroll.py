@@ -61,19 +61,15 @@ def has_static_loops(function: Callable[..., Any]) -> bool:
     return "static_range" in names(function.__code__)
 
 
-def unrolled(
+def _unrolled(
     function: types.FunctionType,
-    namespace: dict[str, Any],
-    closure: tuple[types.CellType, ...] | None,
 ) -> tuple[types.CodeType, tuple[types.CellType, ...] | None]:
-    """The code of ``function`` with its ``static_range`` loops written out, and its closure.
-
-    ``namespace`` holds the globals the bounds are evaluated in (the variant's parameters
-    included), ``closure`` the cells of the function's free variables; the closure returned
-    holds the same cells in the order of the new code's free variables. Line numbers are kept,
-    so numba's errors point at the user's source.
-    """
-    definition = _clone(_definition(function))
+    """The code of ``function`` with its ``static_range`` loops written out, their bounds
+    evaluated in its globals and closure, and its closure's cells in the order of the new
+    code's free variables. Line numbers are kept, so numba's errors point at the user's
+    source."""
+    namespace, closure = function.__globals__, function.__closure__
+    definition = _clone(_definition(function.__code__, function.__qualname__))
     tree = ast.Module([definition], [])
     definition.decorator_list = []
     cells = dict(zip(function.__code__.co_freevars, closure or (), strict=True))
@@ -92,27 +88,43 @@ def unrolled(
     return code, tuple(cells[name] for name in code.co_freevars) or None
 
 
+def written_out(function: types.FunctionType) -> types.FunctionType:
+    """``function`` with its ``static_range`` loops written out (itself when it has none),
+    their bounds evaluated in its globals and closure."""
+    if not has_static_loops(function):
+        return function
+    code, closure = _unrolled(function)
+    copy = types.FunctionType(
+        code, function.__globals__, function.__name__, function.__defaults__, closure
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__qualname__ = function.__qualname__
+    copy.__module__ = function.__module__
+    copy.__doc__ = function.__doc__
+    return copy
+
+
 def written_out_size(function: types.FunctionType, scope: dict[str, Any]) -> int:
-    """How many statements :func:`unrolled` writes out of ``function``, its loops' bounds
+    """How many statements :func:`written_out` writes out of ``function``, its loops' bounds
     evaluated in ``scope``: a measure of how long the variant takes to compile (0 where the
     source cannot be read: compiling it will say why)."""
     try:
-        definition = _definition(function)
+        definition = _definition(function.__code__, function.__qualname__)
         return _Unroller(dict(scope), function.__qualname__).size(definition.body)
     except KernelSourceError:
         return 0
 
 
 @functools.lru_cache(maxsize=64)
-def _definition(function: types.FunctionType) -> ast.FunctionDef:
-    """The parsed definition of ``function`` (its line numbers as in its file); not to be
-    changed: callers change copies."""
+def _definition(code: types.CodeType, qualname: str) -> ast.FunctionDef:
+    """The parsed definition of the function of ``code`` (its line numbers as in its file);
+    not to be changed: callers change copies."""
     try:
-        lines, first_line = inspect.getsourcelines(function)
+        lines, first_line = inspect.getsourcelines(code)
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError) as error:
         raise KernelSourceError(
-            f"static_range ({function.__qualname__}): its loops are written out from the "
+            f"static_range ({qualname}): its loops are written out from the "
             f"kernel's source, which cannot be read ({type(error).__name__}: {error}); define "
             "the kernel in a file, or use range()"
         ) from None
@@ -120,8 +132,7 @@ def _definition(function: types.FunctionType) -> ast.FunctionDef:
     definition = tree.body[0]
     if not isinstance(definition, ast.FunctionDef):
         raise KernelSourceError(
-            f"static_range ({function.__qualname__}): cannot find the kernel's definition in "
-            "its source"
+            f"static_range ({qualname}): cannot find the kernel's definition in its source"
         )
     definition.decorator_list = []
     return definition

@@ -121,7 +121,7 @@ def test_kernels_compiled_with_no_gpu_are_the_ones_a_gpu_process_launches(tmp_pa
     assert tuned["stats"] == {"compiles": 0, "loaded": 3, "benchmarks": 1}
 
 
-def test_the_largest_kernels_are_compiled_first(monkeypatch):
+def test_kernels_written_out_in_workers_are_compiled_largest_first_and_compute_right(monkeypatch):
     from numbatune.compile.compiler import Compiler
     from tests.test_unroll import prefix_sums
 
@@ -133,6 +133,11 @@ def test_the_largest_kernels_are_compiled_first(monkeypatch):
         return compile_in_workers(self, pool, waiting, *rest)
 
     monkeypatch.setattr(Compiler, "_compile_in_workers", noted)
-    a, out = cuda.to_device(np.arange(8, dtype=np.float32)), cuda.device_array(8, np.float32)
+    host = np.arange(1, 9, dtype=np.float32)
+    a, out = cuda.to_device(host), cuda.device_array(8, np.float32)
     prefix_sums.tune(a, out, force=True)
     assert orders == [[4, 3, 1]]  # the user's order: 1, 3, 4
+    for steps in (1, 3, 4):  # each compiled in a worker from a function written out there
+        out = cuda.to_device(np.zeros(8, np.float32))
+        prefix_sums.run_variant({"STEPS": steps}, a, out)
+        np.testing.assert_array_equal(out.copy_to_host()[:steps], np.cumsum(host)[:steps])

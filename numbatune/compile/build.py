@@ -134,14 +134,12 @@ def _target(cc: tuple[int, int]) -> Iterator[None]:
 
 
 def build(
-    function_bytes: bytes, options: dict[str, Any], argtypes: tuple[Any, ...], cc: tuple[int, int]
+    function: Any, options: dict[str, Any], argtypes: tuple[Any, ...], cc: tuple[int, int]
 ) -> Built:
-    """Compile the pickled kernel function for ``argtypes`` and ``cc`` (in a worker)."""
+    """Compile the kernel function for ``argtypes`` and ``cc`` (in a worker)."""
     from numba import cuda
-    from numba.cuda import cloudpickle
     from numba.cuda.dispatcher import _Kernel
 
-    function = cloudpickle.loads(function_bytes)
     started = time.perf_counter()
     with _target(cc):
         dispatcher = cuda.jit(**options)(function)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from numbatune import processes
+from numbatune import processes, unroll
 from numbatune.arrays import SIMULATOR
 from numbatune.compile import build
 from numbatune.compile.store import KernelStore
@@ -89,15 +89,18 @@ class RebuildError(Exception):
 def build_in_worker(
     function_bytes: bytes, options: dict[str, Any], argtypes: tuple[Any, ...], cc: tuple[int, int]
 ) -> build.Built:
-    """The worker's task: :func:`numbatune.compile.build.build`, telling a function that cannot
-    be rebuilt there (:class:`RebuildError`) from one that does not compile."""
+    """The worker's task: :func:`numbatune.compile.build.build` of the function, its
+    ``static_range`` loops written out here (in parallel, not one after another in the
+    parent), telling a function that cannot be rebuilt or written out here
+    (:class:`RebuildError`: the parent does both, and reports their errors) from one that does
+    not compile."""
     try:
         from numba.cuda import cloudpickle
 
-        cloudpickle.loads(function_bytes)
+        function = unroll.written_out(cloudpickle.loads(function_bytes))
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
-    return build.build(function_bytes, options, argtypes, cc)
+    return build.build(function, options, argtypes, cc)
 
 
 @dataclass
@@ -316,7 +319,9 @@ class Compiler:
         def task(index: int) -> processes.Task:  # made when a worker takes it
             members, argtypes = waiting[index]
             try:
-                function = build.dumps_function(self._function(members[0]))
+                # Written out in the worker: the parent is the one, others are many.
+                specialised = self._template.specialised_function(members[0], write_out=False)
+                function = build.dumps_function(specialised)
             except Exception as error:  # compiled in this process instead (below)
                 raise RebuildError(f"{type(error).__name__}: {error}") from None
             options = self._template.jit_options_of(members[0])
