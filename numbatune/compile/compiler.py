@@ -330,16 +330,8 @@ class Compiler:
         def finished(index: int, outcome: processes.Outcome) -> None:
             members, argtypes = waiting[index]
             if isinstance(outcome, processes.Done):
-                dispatcher = self.dispatcher(members[0])
-                kernel = build.load(outcome.value.payload, cc)
                 with cuda.gpus[device.id]:  # loaded now, while other kernels compile
-                    kernel.bind()
-                if self._add(dispatcher, argtypes, kernel):
-                    tally.compiles += 1
-                self._save_payload(members[0], argtypes, cc, outcome.value.payload)
-                with self._lock:  # what a trial run of it takes, as built
-                    key = (self._template.code_key(members[0]), argtypes)
-                    self._payloads.setdefault(key, outcome.value.payload)
+                    dispatcher = self._take(members[0], argtypes, outcome.value, cc, tally)
                 seconds.append(outcome.value.seconds)
                 settled.compiled(members, dispatcher, argtypes)
             elif isinstance(outcome, processes.Raised) and outcome.kind == "RebuildError":
@@ -361,6 +353,26 @@ class Compiler:
             max(seconds, default=0.0),
         )
         return here
+
+    def _take(
+        self,
+        variant: Variant,
+        argtypes: tuple[Any, ...],
+        built: build.Built,
+        cc: tuple[int, int],
+        tally: Tally,
+    ) -> Any:
+        """The variant's dispatcher, with the kernel a worker built for ``argtypes`` loaded
+        into it (and kept in the kernel store, and for a trial run as built)."""
+        dispatcher = self.dispatcher(variant)
+        kernel = build.load(built.payload, cc)
+        kernel.bind()
+        if self._add(dispatcher, argtypes, kernel):
+            tally.compiles += 1
+        self._save_payload(variant, argtypes, cc, built.payload)
+        with self._lock:
+            self._payloads.setdefault((self._template.code_key(variant), argtypes), built.payload)
+        return dispatcher
 
     # -- trial runs (numbatune.compile.trials) ---------------------------------------------
 
