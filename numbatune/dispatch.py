@@ -198,9 +198,10 @@ class _Trying:
             except Exception as error:
                 self._failed[variant] = Failed.of(error)
 
-    def failed(self, compiled: Mapping[Variant, Any]) -> dict[Variant, Failed]:
-        """Wait for the trials; the variants among ``compiled`` that failed theirs. The time
-        this waits is the tuning's trial time (the rest ran while variants compiled)."""
+    def finish(self) -> dict[Variant, Failed]:
+        """Wait for the trials; the variants that failed theirs (or could not be given one).
+        The time this waits is the tuning's trial time (the rest ran while variants
+        compiled)."""
         if self._pipeline is None:
             return {}
         waited = time.perf_counter()
@@ -211,7 +212,7 @@ class _Trying:
                 self._compiler.mark_run(variant, self._args)
             else:
                 self._failed[variant] = Failed(why)
-        return {v: f for v, f in self._failed.items() if not isinstance(compiled.get(v), Failed)}
+        return self._failed
 
 
 class TunedKernel:
@@ -560,8 +561,11 @@ class TunedKernel:
             return launch_config(self._launch, args, self._launch_params[variant], self.name)
 
         trying = _Trying(self._compiler, self._tally, config, args, stream)
-        compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
-        compiled.update(trying.failed(compiled))
+        try:
+            compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
+        finally:  # also when compiling is interrupted: the trial worker is freed
+            failed = trying.finish()
+        compiled.update({v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)})
         launchers: dict[Variant, Launcher | Failed] = {}
         for variant, kernel in compiled.items():
             try:

@@ -198,6 +198,31 @@ def test_a_compiled_kernel_is_tried_while_the_others_still_compile(isolated, mon
     )
 
 
+def test_a_tuning_interrupted_while_compiling_leaves_the_trial_worker_to_the_next(
+    isolated, monkeypatch
+):
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
+    compile_all = Compiler.compile_all
+
+    def interrupted_after_the_first(self, variants, args, done, tally, ready):
+        def ready_then_stop(members):
+            ready(members)
+            raise KeyboardInterrupt
+
+        return compile_all(self, variants, args, done, tally, ready_then_stop)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Compiler, "compile_all", interrupted_after_the_first)
+        with pytest.raises(KeyboardInterrupt):
+            _fragile([0, 4]).tune(*_arguments())
+    # Had the first kernel's trial session been left open, this would wait for it forever.
+    outcome = []
+    tuning = threading.Thread(target=lambda: outcome.append(_fragile([0, 4]).tune(*_arguments())))
+    tuning.start()
+    tuning.join(60)
+    assert not tuning.is_alive() and outcome[0].source == "benchmark"
+
+
 def test_without_isolation_no_trial_runs(monkeypatch):
     monkeypatch.setattr(nt.settings, "isolate", Isolate.OFF)
     monkeypatch.setattr(trials.Session, "run", lambda *a: pytest.fail("a trial ran"))
