@@ -565,7 +565,9 @@ class TunedKernel:
             compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
         finally:  # also when compiling is interrupted: the trial worker is freed
             failed = trying.finish()
-        compiled.update({v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)})
+        compiled.update(
+            {v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)}
+        )
         launchers: dict[Variant, Launcher | Failed] = {}
         for variant, kernel in compiled.items():
             try:

@@ -9,7 +9,7 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune import processes
-from numbatune.arrays import SIMULATOR
+from numbatune.arrays import SIMULATOR, is_array
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler
 from numbatune.config import Isolate
@@ -221,6 +221,37 @@ def test_a_tuning_interrupted_while_compiling_leaves_the_trial_worker_to_the_nex
     tuning.start()
     tuning.join(60)
     assert not tuning.is_alive() and outcome[0].source == "benchmark"
+
+
+def test_arguments_that_cannot_be_shared_in_place_reach_the_worker_through_the_host(
+    isolated, monkeypatch
+):
+    from tests.workers import UnopenableHandle
+
+    copies, copy = [], trials._shared_copies
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
+    monkeypatch.setattr(
+        trials,
+        "_shared_in_place",
+        lambda args: tuple(trials._Shared(UnopenableHandle()) if is_array(a) else a for a in args),
+    )
+    monkeypatch.setattr(trials, "_shared_copies", lambda *a: copies.append(1) or copy(*a))
+    report = _fragile([0, 4]).tune(*_arguments())
+    assert copies == [1]  # the worker refused the handles: the host copies went instead
+    assert not any(r.status is nt.Status.FAILED for r in report.results)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_arguments_reach_the_worker_from_device_memory_with_their_values(
+    isolated, monkeypatch
+):
+    copies, copy = [], trials._shared_copies
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
+    monkeypatch.setattr(trials, "_shared_copies", lambda *a: copies.append(1) or copy(*a))
+    report = _fragile([0, 5]).tune(*_arguments())  # MODE=5 fails only on the caller's values
+    assert copies == []  # no host copy: the worker copied the arrays by CUDA IPC
+    (failed,) = [r for r in report.results if r.status is nt.Status.FAILED]
+    assert failed.params["MODE"] == 5 and "ILLEGAL_ADDRESS" in failed.outcome.error
 
 
 def test_without_isolation_no_trial_runs(monkeypatch):

@@ -54,3 +54,13 @@ def spoil():
 
 def pid():
     return str(os.getpid())
+
+
+class UnopenableHandle:
+    """Stands for a CUDA IPC handle that the worker cannot open (another platform's refusal)."""
+
+    def __enter__(self):
+        raise OSError("this handle cannot be opened here")
+
+    def __exit__(self, *details):
+        return False

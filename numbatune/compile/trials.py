@@ -76,6 +76,14 @@ class _Slot:
         return np.ndarray(self.shape, np.dtype(self.dtype), buffer, self.offset, order=self.order)
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """An array argument the worker copies straight from the caller's device memory, opened
+    by CUDA IPC (numba's ``IpcArrayHandle``)."""
+
+    handle: Any
+
+
 def warm() -> None:
     """(In the worker) import numba and make the CUDA context the trials will use."""
     from numba import cuda
@@ -84,19 +92,33 @@ def warm() -> None:
         cuda.current_context()
 
 
-def stage(token: str, path: str, layout: tuple[Any, ...]) -> None:
-    """(In the worker) keep device copies of the arguments ``layout`` describes (a
-    :class:`_Slot` in the file at ``path`` for an array, else the value) for the trials that
-    name ``token``."""
-    from numba import cuda
+def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
+    """(In the worker) keep device copies of the arguments ``layout`` describes (for an array
+    a :class:`_Shared` handle, or a :class:`_Slot` in the file at ``path``; else the value)
+    for the trials that name ``token``."""
 
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        buffer = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) if size else b""
-    device = tuple(cuda.to_device(s.view(buffer)) if isinstance(s, _Slot) else s for s in layout)
+    buffer: Any = b""
+    if path is not None:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            buffer = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) if size else b""
+    device = tuple(_device_copy(entry, buffer) for entry in layout)
     originals = tuple(arrays.clone(a) if arrays.is_array(a) else None for a in device)
     _staged.clear()
     _staged.update(token=token, args=device, originals=originals)
+
+
+def _device_copy(entry: Any, buffer: Any) -> Any:
+    from numba import cuda
+
+    if isinstance(entry, _Slot):
+        return cuda.to_device(entry.view(buffer))
+    if isinstance(entry, _Shared):
+        with entry.handle as opened:  # the caller's memory: copied, then let go
+            copy = arrays.clone(opened)
+            cuda.synchronize()
+        return copy
+    return entry
 
 
 def trial(
@@ -170,19 +192,33 @@ class Trials:
         """Trial runs on copies of ``args``, taken on numba's ``stream`` (where ``args`` are
         valid: other streams' work does not wait for them), in as many calls of
         :meth:`Session.run` as the caller makes; the worker is this session's until it ends."""
-        with self._lock, _shared_copies(args, stream) as (path, layout):
-            yield Session(self._pool, uuid.uuid4().hex, path, layout, cc)
+        with self._lock, contextlib.ExitStack() as stack:
+
+            def ways() -> Iterator[tuple[str | None, tuple[Any, ...]]]:
+                wait_for(stream)  # the worker reads the arrays once they are written
+                shared = _shared_in_place(args)
+                if shared is not None:
+                    yield None, shared
+                yield stack.enter_context(_shared_copies(args, stream))
+
+            yield Session(self._pool, uuid.uuid4().hex, cc, ways())
 
 
-@dataclass(frozen=True)
 class Session:
-    """The arguments of one tuning, staged for trial runs (:meth:`Trials.session`)."""
+    """The arguments of one tuning, staged for trial runs (:meth:`Trials.session`). They reach
+    the worker by the first of ``ways`` (each a shared file's path, or None, and a layout)
+    that works: from the caller's device memory by CUDA IPC where every array can be shared so,
+    else through host copies in a shared file."""
 
-    pool: processes.WorkerPool
-    token: str
-    path: str
-    layout: tuple[Any, ...]
-    cc: tuple[int, int] | None
+    def __init__(
+        self,
+        pool: processes.WorkerPool,
+        token: str,
+        cc: tuple[int, int] | None,
+        ways: Iterator[tuple[str | None, tuple[Any, ...]]],
+    ) -> None:
+        self.pool, self.token, self.cc, self._ways = pool, token, cc, ways
+        self._way = next(ways)
 
     def run(self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]) -> list[str | None]:
         """Run each ``(kernel, launch configuration)`` once: for each, None if it ran, else
@@ -209,12 +245,25 @@ class Session:
         task = processes.Task(__name__, "trial", (self.token, kernels, self.cc))
         outcome = self.pool.run([task], settings.trial_timeout_s)[0]
         if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
-            staging = processes.Task(__name__, "stage", (self.token, self.path, self.layout))
-            staged = self.pool.run([staging], settings.trial_timeout_s)[0]
-            if not isinstance(staged, processes.Done):
-                return _Unstaged(_why(f"the trial worker could not take the arguments: {staged}"))
+            why = self._stage()
+            if why is not None:
+                return _Unstaged(_why(f"the trial worker could not take the arguments: {why}"))
             outcome = self.pool.run([task], settings.trial_timeout_s)[0]
         return outcome
+
+    def _stage(self) -> processes.Outcome | None:
+        """Give the worker the arguments, by the next way where one fails; None when it has
+        them, else why the last way failed."""
+        while True:
+            path, layout = self._way
+            staging = processes.Task(__name__, "stage", (self.token, path, layout))
+            staged = self.pool.run([staging], settings.trial_timeout_s)[0]
+            if isinstance(staged, processes.Done):
+                return None
+            way = next(self._ways, None)
+            if way is None:
+                return staged
+            self._way = way
 
 
 @dataclass(frozen=True)
@@ -281,6 +330,24 @@ class Pipeline:
 
 def _why(reason: str) -> str:
     return f"its trial run in a separate process failed: {reason}"
+
+
+def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The layout by which the worker copies each array of ``args`` from this process's device
+    memory (a :class:`_Shared` for each), or None where one cannot be shared so (the simulator,
+    memory that CUDA IPC cannot share, another platform)."""
+    if SIMULATOR:
+        return None
+    layout = []
+    for arg in args:
+        if not arrays.is_array(arg):
+            layout.append(arg)
+            continue
+        try:
+            layout.append(_Shared(arrays.device_view(arg).get_ipc_handle()))
+        except Exception:  # numba's and the driver's many refusals
+            return None
+    return tuple(layout)
 
 
 @contextlib.contextmanager
