@@ -148,28 +148,29 @@ def test_a_trial_takes_the_arguments_after_the_callers_stream_wrote_them():
 
 
 def test_a_variant_that_ran_is_not_tried_again_but_all_tries_every_time(isolated, monkeypatch):
-    tried, copies = [], []
-    run, copy = trials.Session.run, trials._shared_copies
+    tried, sessions = [], []
+    run, session = trials.Session.run, trials.Session.__init__
 
     def counted_run(self, kernels):
         tried[-1] += len(kernels)
         return run(self, kernels)
 
-    def counted_copy(*args):
-        copies[-1] += 1
-        return copy(*args)
+    def counted_session(self, *args):
+        sessions[-1] += 1
+        session(self, *args)
 
     monkeypatch.setattr(trials.Session, "run", counted_run)
-    monkeypatch.setattr(trials, "_shared_copies", counted_copy)
+    monkeypatch.setattr(trials.Session, "__init__", counted_session)
     tuned = _fragile([0, 4])  # MODE=4: correct too
     a, out = _arguments()
     for force, isolate in [(False, Isolate.NEW), (True, Isolate.NEW), (True, Isolate.ALL)]:
         monkeypatch.setattr(nt.settings, "isolate", isolate)
         tried.append(0)
-        copies.append(0)
+        sessions.append(0)
         tuned.tune(a, out, force=force)
     assert tried == [2, 0, 2]
-    assert copies == [1, 0, 1]  # with nothing to try, the arguments are not even copied
+    # With nothing to try, the arguments are not even given to the worker (nor copied).
+    assert sessions == [1, 0, 1]
 
 
 def test_a_compiled_kernel_is_tried_while_the_others_still_compile(isolated, monkeypatch):
