@@ -361,8 +361,9 @@ def test_tuning_on_a_miss_keeps_the_callers_stream_order_and_leaves_other_stream
     from numbatune.tuning import bench
 
     monkeypatch.setattr(nt.settings, "isolate", isolate)
-    # Tuning's first wait for the caller's stream: the trial runs' host copies, else the timing.
-    owner, name = (trials, "_shared_copies") if isolate is Isolate.ALL else (bench, "measure")
+    # Tuning's first wait for the caller's stream: giving the trial worker the arguments, else
+    # the timing.
+    owner, name = (trials, "wait_for") if isolate is Isolate.ALL else (bench, "measure")
     fill, copier = _spin_then_fill(), _copy()
     a, b = cuda.stream(), cuda.stream()
     opener = cuda.external_stream(non_blocking_stream())  # waits for nothing of a's or b's
