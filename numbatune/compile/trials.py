@@ -9,9 +9,13 @@ limit is recorded as failed with the reason and never runs in the caller's proce
 whose context an error spoilt is replaced. A variant that ran is remembered, in this process
 and in the kernel store on disk, and not tried again.
 
-The arguments reach the worker once per tuning, through the host: their host copies are written
-into one shared-memory file (``memfd``), which the worker maps and copies to its device, so no
-array passes through a pipe. The worker keeps a second device copy to start each trial from.
+The arguments reach the worker once per tuning, from the caller's device memory: the worker
+opens each array by CUDA IPC, copies it device to device and lets go (it never writes the
+caller's memory). Where an array cannot be shared so (the simulator, memory CUDA IPC cannot
+share) or the worker cannot open it, they go through the host instead: their host copies are
+written into one shared-memory file (``memfd``), which the worker maps and copies to its
+device. No array passes through a pipe. The worker keeps a second device copy to start each
+trial from.
 Kernels are tried as they compile (:class:`Pipeline`, a thread of the caller's process), while
 the others still compile: the kernels given since the last task go to the worker in one task,
 which runs them one after another and stops at the first failure (the worker then ends: its
