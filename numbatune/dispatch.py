@@ -540,10 +540,14 @@ class TunedKernel:
         """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""
         return self._compiler.compiled(variant, args, self._tally)
 
+    def _launch_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
+        """The launch configuration the launch function gives ``variant`` for ``args``."""
+        return launch_config(self._launch, args, self._launch_params[variant], self.name)
+
     def _launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
         """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
         configuration its launch function gives for ``args``."""
-        config = launch_config(self._launch, args, self._launch_params[variant], self.name)
+        config = self._launch_config(args, variant)
         launch = numba_launch(kernel)
         return lambda args, stream: launch(args, config, stream)
 
@@ -557,9 +561,7 @@ class TunedKernel:
         """Each variant compiled, tried (the ``isolate`` setting) and made a launcher, or why
         it failed."""
 
-        def config(variant: Variant) -> tuple[Any, ...]:
-            return launch_config(self._launch, args, self._launch_params[variant], self.name)
-
+        config = functools.partial(self._launch_config, args)
         trying = _Trying(self._compiler, self._tally, config, args, stream)
         try:
             compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)

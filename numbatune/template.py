@@ -249,13 +249,7 @@ class _Specialiser:
                 else cell
                 for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
             )
-        copy = types.FunctionType(
-            function.__code__, namespace, function.__name__, function.__defaults__, closure
-        )
-        copy.__kwdefaults__ = function.__kwdefaults__
-        copy.__qualname__ = function.__qualname__
-        copy.__module__ = function.__module__
-        copy.__doc__ = function.__doc__
+        copy = unroll.function_with(function, function.__code__, namespace, closure)
         return unroll.written_out(copy) if write_out else copy
 
 

@@ -94,9 +94,18 @@ def written_out(function: types.FunctionType) -> types.FunctionType:
     if not has_static_loops(function):
         return function
     code, closure = _unrolled(function)
-    copy = types.FunctionType(
-        code, function.__globals__, function.__name__, function.__defaults__, closure
-    )
+    return function_with(function, code, function.__globals__, closure)
+
+
+def function_with(
+    function: types.FunctionType,
+    code: types.CodeType,
+    namespace: dict[str, Any],
+    closure: tuple[types.CellType, ...] | None,
+) -> types.FunctionType:
+    """A copy of ``function`` (its name, defaults and documentation) with other code, globals
+    and closure."""
+    copy = types.FunctionType(code, namespace, function.__name__, function.__defaults__, closure)
     copy.__kwdefaults__ = function.__kwdefaults__
     copy.__qualname__ = function.__qualname__
     copy.__module__ = function.__module__
@@ -151,12 +160,8 @@ class _Unroller:
             if isinstance(statement, ast.For) and self._is_static(statement.iter):
                 result.extend(self._write_out(statement))
                 continue
-            for field in ("body", "orelse", "finalbody"):
-                block = getattr(statement, field, None)
-                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                    setattr(statement, field, self.unroll(block))
-            for handler in getattr(statement, "handlers", []):
-                handler.body = self.unroll(handler.body)
+            for holder, field in _blocks(statement):
+                setattr(holder, field, self.unroll(getattr(holder, field)))
             result.append(statement)
         return result
 
@@ -165,22 +170,31 @@ class _Unroller:
         evaluate count as one step: writing the loop out will say why)."""
         total = 0
         for statement in statements:
-            blocks = [getattr(statement, f, None) for f in ("body", "orelse", "finalbody")]
-            blocks += [handler.body for handler in getattr(statement, "handlers", [])]
-            inner = [b for b in blocks if isinstance(b, list) and b and isinstance(b[0], ast.stmt)]
-            steps: list[Any] = [_MISSING]
-            name = getattr(getattr(statement, "target", None), "id", None)
-            if isinstance(statement, ast.For) and self._is_static(statement.iter):
-                with contextlib.suppress(Exception):
-                    steps = list(self._evaluate(statement.iter))
-            outside = self.scope.get(name, _MISSING) if name else _MISSING
-            for value in steps:
-                if name and value is not _MISSING:
+            blocks = [getattr(holder, field) for holder, field in _blocks(statement)]
+            if not (isinstance(statement, ast.For) and self._is_static(statement.iter)):
+                total += 1 + sum(self.size(block) for block in blocks)
+                continue
+            values: list[Any] = [None]
+            with contextlib.suppress(Exception):
+                values = list(self._evaluate(statement.iter))
+            name = getattr(statement.target, "id", "")
+            with self._restoring(name):
+                for value in values:
                     self.scope[name] = value
-                total += 1 + sum(self.size(block) for block in inner)
-            if name and outside is not _MISSING:
-                self.scope[name] = outside
+                    total += 1 + sum(self.size(block) for block in blocks)
         return total
+
+    @contextlib.contextmanager
+    def _restoring(self, name: str) -> Iterator[None]:
+        """Within it, ``name`` takes a static loop's values; after it, what it was before."""
+        outside = self.scope.get(name, _MISSING)
+        try:
+            yield
+        finally:
+            if outside is _MISSING:
+                self.scope.pop(name, None)
+            else:
+                self.scope[name] = outside
 
     def _is_static(self, iterable: ast.expr) -> bool:
         if not isinstance(iterable, ast.Call):
@@ -217,25 +231,33 @@ class _Unroller:
                 f"from variant parameters and module globals ({type(error).__name__}: {error})"
             ) from None
         name = loop.target.id
-        outside = self.scope.get(name, _MISSING)
         result: list[ast.stmt] = []
         reassigned = name in _assigned(loop.body)
-        for value in values:
-            assign = ast.Assign(targets=[ast.Name(name, ast.Store())], value=ast.Constant(value))
-            result.append(ast.copy_location(assign, loop))
-            self.scope[name] = value
-            body = self.unroll(_clone(loop.body))
-            if not reassigned:
-                body = [_Folder(_constants({name: value}, set())).visit(s) for s in body]
-            result.extend(body)
-        if outside is _MISSING:
-            self.scope.pop(name, None)
-        else:
-            self.scope[name] = outside
+        with self._restoring(name):
+            for value in values:
+                assign = ast.Assign(
+                    targets=[ast.Name(name, ast.Store())], value=ast.Constant(value)
+                )
+                result.append(ast.copy_location(assign, loop))
+                self.scope[name] = value
+                body = self.unroll(_clone(loop.body))
+                if not reassigned:
+                    body = [_Folder(_constants({name: value}, set())).visit(s) for s in body]
+                result.extend(body)
         return result
 
 
 _MISSING = object()
+
+
+def _blocks(statement: ast.stmt) -> Iterator[tuple[Any, str]]:
+    """Where ``statement`` holds statements: (holder, field) pairs, its handlers' included."""
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(statement, field, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield statement, field
+    for handler in getattr(statement, "handlers", []):
+        yield handler, "body"
 
 
 def _clone(tree: Any) -> Any:
