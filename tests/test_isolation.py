@@ -85,13 +85,31 @@ def test_variants_run_together_and_one_that_dies_among_them_is_found(isolated, m
                 sent.append(len(task.args[1]))  # the variants of a task the worker ran
         return outcomes
 
+    # Kernels go to the worker as they are compiled; here each tuning's first trial waits
+    # until all are (else the first task would take as many as had come: a race).
+    compiled = threading.Event()
+    compile_all, session = Compiler.compile_all, trials.Trials.session
+
+    def compile_all_then_tell(self, *args):
+        try:
+            return compile_all(self, *args)
+        finally:
+            compiled.set()
+
+    def session_once_all_compiled(self, *args):
+        assert compiled.wait(60)
+        return session(self, *args)
+
     monkeypatch.setattr(processes.WorkerPool, "run", counted)
+    monkeypatch.setattr(Compiler, "compile_all", compile_all_then_tell)
+    monkeypatch.setattr(trials.Trials, "session", session_once_all_compiled)
     a, out = _arguments()
     report = _fragile([0, 4, 6, 7]).tune(a, out)  # modes 4, 6, 7: correct too
     assert sent == [4] and all(r.median_s is not None for r in report.results)
     assert report.trial_s > 0
 
     sent.clear()
+    compiled.clear()
     report = _fragile([8, 9, 2, 10, 11]).tune(a, out)  # mode 2 ends the worker
     assert [r.error is None for r in report.results] == [True, True, False, True, True]
     assert "died (exit status 3)" in report.results[2].error
