@@ -12,7 +12,8 @@ Each copy of the body is then folded (:class:`_Folder`): expressions of integer 
 constants (the loop's value, and the module's and variant's names the kernel never assigns)
 are computed, and ``a if CONSTANT else b`` keeps the branch taken. numba would type and lower
 each copy's arithmetic on constants and both branches only for the compiler to fold them
-later: folding here makes a large written-out kernel compile about a sixth faster.
+later: folding here took the sgemm example's largest kernel from 5.48 s to 4.56 s of
+compiling (development machine, sm_90).
 """
 
 from __future__ import annotations
