@@ -59,6 +59,17 @@ def stepped(a):
         a[0] += step
 
 
+@cuda.jit(device=True)
+def twice(x):
+    return 2 * x
+
+
+@nt.autotune(variants=nt.product(FACTOR=[2, 3]), launch=lambda a, *, FACTOR: (1, 1))
+@cuda.jit
+def helped(a):
+    a[0] = twice(a[0]) * FACTOR
+
+
 @nt.autotune(variants=[{"BLOCK": 32}], launch=launch)
 @cuda.jit
 def doomed(a):
@@ -153,6 +164,33 @@ def _payload(module, tmp_path):
     except Exception:
         pool.close()
         raise
+
+
+def test_a_worker_compiles_a_device_function_once_for_all_the_kernels_it_builds(module):
+    import numba
+
+    argtypes = (numba.typeof(cuda.to_device(np.zeros(4, np.float32))),)
+    template = module.helped._template
+    tasks = [
+        processes.Task(
+            "numbatune.compile.compiler",
+            "build_in_worker",
+            (build.dumps_function(template.specialised_function(variant)), {}, argtypes, (9, 0)),
+        )
+        for variant in module.helped.variants
+    ]
+    pool = processes.WorkerPool(1, _environment())
+    try:
+        *built, compiled = (
+            outcome.value
+            for outcome in pool.run(
+                [*tasks, processes.Task("tests.workers", "device_functions", ())], 300
+            )
+        )
+    finally:
+        pool.close()
+    assert all(isinstance(b, build.Built) for b in built) and len(built) == 2
+    assert compiled == [("twice", 1)]  # one dispatcher, compiled for one signature
 
 
 def _environment():

@@ -29,6 +29,14 @@ def load_kernel(payload, cc):
     return kernel.entry_name, str(kernel.argument_types)
 
 
+def device_functions():
+    """The device functions this worker rebuilt: each one's name and how many signatures it
+    compiled for."""
+    from numbatune.compile import build
+
+    return [(d.py_func.__name__, len(d.overloads)) for d in build._device_functions.values()]
+
+
 def store_round_trip(cache_dir, cc, payload, damage):
     """Save ``payload`` in a kernel store, damage it as asked, and load it back: what load
     gives (a kernel's name or None), and whether the entry is still there."""
