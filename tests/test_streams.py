@@ -187,6 +187,55 @@ def test_kept_arrays_live_until_the_device_passes_their_launch():
     assert events.created == 1  # the next launch that keeps arrays reuses the event
 
 
+def test_launches_on_a_held_stream_that_keep_arrays_share_the_events_the_keeper_records():
+    class Array:
+        pass
+
+    events = CountingEvents()
+    monitor = Monitor(events)
+    monitor.watch(9, (cuda.device_array(4, np.float32),), "k", given=cuda.stream())
+    x = cuda.device_array(4, np.float32)
+    arrays = [Array() for _ in range(10)]
+    alive = [weakref.ref(array) for array in arrays]
+    for array in arrays:  # each keeps an array on stream 7, whose object numbatune holds
+        launch = monitor.before(7, (id(x),), (array,), "k", given=cuda.stream())
+        monitor.after(launch)
+    del arrays, array, launch
+    assert monitor.kept_arrays() == 10 and all(ref() is not None for ref in alive)
+    # The keeper recorded one event for what it found, and waits for the device to pass it.
+    assert events.records.count(7) <= 2
+    events.released.set()
+    deadline = time.monotonic() + 30
+    while monitor.kept_arrays() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert monitor.kept_arrays() == 0 and all(ref() is None for ref in alive)
+    assert events.records.count(7) <= 2
+
+
+def test_numbas_own_streams_are_held_and_its_external_ones_recorded_after_each_launch(
+    monkeypatch,
+):
+    from numbatune.streams import monitor as monitor_module
+
+    class NumbaStream:  # numba's driver.Stream, which the simulator lacks
+        def __init__(self, external):
+            self.external = external
+
+        def __cuda_stream__(self):
+            return (0, 0)
+
+    monkeypatch.setattr(monitor_module, "_NUMBA_STREAM", NumbaStream)
+    events = CountingEvents()
+    monitor = Monitor(events)
+    x, y = cuda.device_array(4, np.float32), cuda.device_array(4, np.float32)
+    monitor.watch(5, (y,), "k", given=NumbaStream(external=False))
+    assert monitor.watch(7, (x,), "k", given=NumbaStream(external=False)) is None
+    assert monitor.watch(7, (x,), "k", given=NumbaStream(external=False)) is None
+    launch = monitor.watch(8, (y,), "k", given=NumbaStream(external=True))
+    monitor.after(launch)
+    assert events.records[-1] == 8 and 7 not in events.records
+
+
 @cuda.jit
 def fill(x, value):
     i = cuda.grid(1)
@@ -325,13 +374,20 @@ def test_a_reader_on_another_stream_sees_the_writers_result():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("held", [False, True], ids=["raw stream", "library's stream"])
 @pytest.mark.parametrize("library", ["torch", "cupy"])
-def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(library):
+def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(library, held):
     module = pytest.importorskip(library)
     spin, copier = _spin_then_fill(), _copy()
     n = 1 << 20
-    # Non-blocking: the legacy default stream, where the library allocates, does not wait for it.
-    other = cuda.external_stream(non_blocking_stream())
+    # Non-blocking: the legacy default stream, where the library allocates, does not wait for
+    # it. A stream object numbatune holds gets its events from the keeper thread.
+    if not held:
+        other = cuda.external_stream(non_blocking_stream())
+    elif library == "torch":
+        other = module.cuda.Stream()
+    else:
+        other = module.cuda.Stream(non_blocking=True)
     out = cuda.device_array(n, np.float32)
     hold = cuda.device_array(1, np.float32)
 
@@ -350,6 +406,10 @@ def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(libra
     make(2.0)  # ...to this, written on the library's stream while the copy waits
     cuda.synchronize()
     np.testing.assert_array_equal(out.copy_to_host(), 1.0)
+    deadline = time.monotonic() + 30
+    while nt.memory_usage()["kept_arrays"] and time.monotonic() < deadline:
+        time.sleep(0.01)  # the keeper thread lets x go once the device passed the copy
+    assert nt.memory_usage()["kept_arrays"] == 0
 
 
 @pytest.mark.gpu

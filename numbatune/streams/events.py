@@ -17,6 +17,7 @@ class _DriverEvents:
         from cuda.bindings import driver
 
         self._driver = driver
+        self._native = native()
         self._wait_event = self.create(timing=False)
 
     def _checked(self, result: Any) -> Any:
@@ -31,7 +32,8 @@ class _DriverEvents:
         return self._checked(self._driver.cuEventCreate(flags))
 
     def record(self, event: Any, stream: int) -> None:
-        self._raise_on(native().record(int(event), stream), "cuEventRecord")
+        if error := self._native.record(int(event), stream):
+            self._raise_on(error, "cuEventRecord")
 
     def wait(self, waiting: int, producer: int) -> None:
         """``waiting`` waits for what is queued on ``producer`` (callers hold the monitor lock)."""
@@ -40,7 +42,8 @@ class _DriverEvents:
 
     def wait_event(self, waiting: int, event: Any) -> None:
         """``waiting`` waits for the work before ``event``'s latest record."""
-        self._raise_on(native().wait(waiting, int(event)), "cuStreamWaitEvent")
+        if error := self._native.wait(waiting, int(event)):
+            self._raise_on(error, "cuStreamWaitEvent")
 
     def _raise_on(self, error: int, call: str) -> None:
         if error:

@@ -6,8 +6,10 @@ last uses of its buffers (:mod:`numbatune.streams.order`). Torch and CuPy arrays
 stream other than their library's current stream are kept alive until that stream has passed
 the launch (an event, waited for by a background thread), so dropping them cannot hand their
 memory to the caching allocator while the kernel may still read it (cubecl's deferred
-release). numba's own arrays need not be: numba frees them with ``cuMemFree``, which waits for
-the device. While a profile is open, every tuned launch is bracketed by two events.
+release). On a stream numbatune holds, the launches that kept arrays since the thread last
+looked share one event, which the thread records: a launch only adds its arrays to a list.
+numba's own arrays need not be kept: numba frees them with ``cuMemFree``, which waits for the
+device. While a profile is open, every tuned launch is bracketed by two events.
 
 Only what numbatune launches is seen here: work queued by other code on a stream is ordered
 only by the ``__cuda_array_interface__`` rule (see :mod:`numbatune.launch.fastpath`) or by the
@@ -22,8 +24,10 @@ import itertools
 import os
 import threading
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from numba import cuda
 
 from numbatune.arrays import SIMULATOR, library_of
 from numbatune.errors import ProfileError
@@ -33,7 +37,7 @@ from numbatune.streams.order import StreamOrder
 from numbatune.streams.profiles import Profile, ProfileToken
 
 
-@dataclass
+@dataclass(slots=True)
 class _Launch:
     """One watched launch, as :meth:`Monitor.after` finishes it."""
 
@@ -43,7 +47,7 @@ class _Launch:
     start: Any = None
     end: Any = None
     kept: tuple[Any, ...] = ()
-    profiles: list[list[_Launch]] = field(default_factory=list)
+    profiles: list[list[_Launch]] | tuple[()] = ()
 
 
 _ANY = object()  # never equal to a stream: every launch is watched
@@ -65,17 +69,22 @@ class Monitor:
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
         self._kept: collections.deque[tuple[Any, tuple[Any, ...]]] = collections.deque()
+        # Arrays kept by launches on a stream numbatune holds, not yet behind an event, and the
+        # event the keeper will record for them (made here: the keeper's thread has no CUDA
+        # context to make one in).
+        self._unfenced: dict[int, tuple[Any, list[Any]]] = {}
         self._kept_ready = threading.Condition(self._lock)
+        self._keeper_waiting = False
         # Events the keeper is done with, for the next launches that keep arrays.
         self._spare_events: list[Any] = []
         self._keeper: threading.Thread | None = None
         # Each stream seen, with the object that owns it (None for raw handles and the
         # libraries' current streams, which their libraries keep).
         self._streams: dict[int, Any] = {}
-        # Streams numbatune cannot keep alive (raw handles, cuda.core streams, which may be
-        # closed): their event is recorded right after each launch on them, so that a later
-        # wait never touches the stream itself. On the others it is recorded when another
-        # stream first needs to wait for them.
+        # Streams numbatune cannot keep alive (raw handles, numba's external streams, cuda.core
+        # streams, which may be closed): their event is recorded right after each launch on
+        # them, so that a later wait never touches the stream itself. On the others it is
+        # recorded when another stream first needs to wait for them.
         self._eager: set[int] = set()
         # Each tracked stream's event.
         self._latest: dict[int, Any] = {}
@@ -131,8 +140,7 @@ class Monitor:
         """A stream met for the first time: checked, and kept (or recorded eagerly)."""
         self.events.check(stream)
         self._streams[stream] = None if isinstance(given, int) else given
-        raw = isinstance(given, int) and stream not in (0, 1, 2)
-        if raw or hasattr(given, "__cuda_stream__"):
+        if stream not in (0, 1, 2) and _may_close(given):
             self._eager.add(stream)
 
     def after(self, launch: _Launch) -> None:
@@ -146,13 +154,41 @@ class Monitor:
                 for records in launch.profiles:
                     records.append(launch)
             if launch.kept:
-                spare = self._spare_events
-                event = spare.pop() if spare else self.events.create(timing=False)
-                self.events.record(event, launch.stream)
-                self._kept.append((event, launch.kept))
+                if self._held(launch.stream):  # the keeper records its event later
+                    unfenced = self._unfenced.get(launch.stream)
+                    if unfenced is None:
+                        unfenced = self._unfenced[launch.stream] = (self._spare_event(), [])
+                    unfenced[1].extend(launch.kept)
+                else:
+                    self._fence(launch.stream, self._spare_event(), launch.kept)
                 launch.kept = ()
-                self._start_keeper()
-                self._kept_ready.notify()
+                if self._keeper is None:
+                    self._start_keeper()
+                elif self._keeper_waiting:
+                    self._kept_ready.notify()
+
+    def _held(self, stream: int) -> bool:
+        """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
+        holds), so that the keeper may record an event on it later."""
+        return stream not in self._eager and (
+            stream in (0, 1, 2) or self._streams.get(stream) is not None
+        )
+
+    def _fence_unfenced(self) -> None:
+        """One event on each stream whose launches kept arrays since the last call (a method:
+        no name of the keeper's loop holds the arrays while it waits)."""
+        while self._unfenced:
+            stream, (event, arrays) = self._unfenced.popitem()
+            self._fence(stream, event, tuple(arrays))
+
+    def _spare_event(self) -> Any:
+        spare = self._spare_events
+        return spare.pop() if spare else self.events.create(timing=False)
+
+    def _fence(self, stream: int, event: Any, arrays: tuple[Any, ...]) -> None:
+        """Keep ``arrays`` until ``stream`` passes what is queued on it now (``event``)."""
+        self.events.record(event, stream)
+        self._kept.append((event, arrays))
 
     def wait(self, waiting: int, producer: int) -> None:
         """Make stream ``waiting`` wait, on the device, for all queued so far on ``producer``."""
@@ -183,17 +219,19 @@ class Monitor:
     # -- deferred release ---------------------------------------------------------------------
 
     def _start_keeper(self) -> None:
-        if self._keeper is None:
-            self._keeper = threading.Thread(
-                target=self._release_kept, name="numbatune-release", daemon=True
-            )
-            self._keeper.start()
+        self._keeper = threading.Thread(
+            target=self._release_kept, name="numbatune-release", daemon=True
+        )
+        self._keeper.start()
 
     def _release_kept(self) -> None:
         while True:
             with self._lock:
-                while not self._kept:
+                while not self._kept and not self._unfenced:
+                    self._keeper_waiting = True
                     self._kept_ready.wait()
+                self._keeper_waiting = False
+                self._fence_unfenced()
                 event = self._kept[0][0]
             self.events.synchronize(event)  # without the lock: launches go on meanwhile
             with self._lock:
@@ -203,7 +241,8 @@ class Monitor:
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""
         with self._lock:
-            return sum(len(objects) for _, objects in self._kept)
+            unfenced = sum(len(objects) for _, objects in self._unfenced.values())
+            return unfenced + sum(len(objects) for _, objects in self._kept)
 
     # -- profiles -----------------------------------------------------------------------------
 
@@ -238,6 +277,20 @@ class Monitor:
                     self.events.destroy(launch.start)
                     self.events.destroy(launch.end)
         return profile
+
+
+def _may_close(given: Any) -> bool:
+    """Whether the stream ``given`` names may be destroyed while numbatune holds ``given``: a
+    raw handle, numba's external stream, another library's ``__cuda_stream__`` object (cuda.core
+    closes its streams when asked)."""
+    if isinstance(given, int):
+        return True
+    if _NUMBA_STREAM is not None and isinstance(given, _NUMBA_STREAM):
+        return bool(given.external)
+    return hasattr(given, "__cuda_stream__")
+
+
+_NUMBA_STREAM = None if SIMULATOR else cuda.cudadrv.driver.Stream
 
 
 def keep(stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
