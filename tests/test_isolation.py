@@ -217,6 +217,22 @@ def test_a_compiled_kernel_is_tried_while_the_others_still_compile(isolated, mon
     )
 
 
+def test_a_kernel_compiled_here_for_several_signatures_is_given_to_its_trial_once(monkeypatch):
+    from numbatune.compile import compiler
+    from numbatune.compile.compiler import Tally, _Settled
+
+    tuned = _fragile([0])
+    members = tuned.variants
+    first, second = ("float32[:]", "float32[:]"), ("float64[:]", "float64[:]")
+    monkeypatch.setattr(compiler, "compile_pool", lambda: None)  # compiled in this process
+    monkeypatch.setattr(Compiler, "compiled", lambda self, variant, args, tally: "kernel")
+    ready = []
+    settled = _Settled({}, lambda count: None, ready.append, first)
+    # The kernel misses two declared signatures: one compile here makes both.
+    tuned._compiler._compile_waiting([(members, first), (members, second)], (), settled, Tally())
+    assert ready == [members] and settled.results == dict.fromkeys(members, "kernel")
+
+
 def test_a_tuning_interrupted_while_compiling_leaves_the_trial_worker_to_the_next(
     isolated, monkeypatch
 ):

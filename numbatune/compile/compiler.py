@@ -291,7 +291,7 @@ class Compiler:
         here = waiting
         if pool is not None:
             here = self._compile_in_workers(pool, waiting, settled, tally)
-        for members, _ in here:
+        for members, argtypes in here:  # compiled() makes every signature at once
             if isinstance(settled.results.get(members[0]), Failed):
                 continue
             try:
@@ -299,7 +299,7 @@ class Compiler:
             except Exception as error:
                 settled.failed(members, Failed.of(error))
             else:
-                settled.compiled(members, dispatcher, settled.first)
+                settled.compiled(members, dispatcher, argtypes)
 
     def _compile_in_workers(
         self,
