@@ -33,7 +33,7 @@ class _DriverEvents:
 
     def record(self, event: Any, stream: int) -> None:
         if error := self._native.record(int(event), stream):
-            self._raise_on(error, "cuEventRecord")
+            self._raise(error, "cuEventRecord")
 
     def wait(self, waiting: int, producer: int) -> None:
         """``waiting`` waits for what is queued on ``producer`` (callers hold the monitor lock)."""
@@ -43,13 +43,12 @@ class _DriverEvents:
     def wait_event(self, waiting: int, event: Any) -> None:
         """``waiting`` waits for the work before ``event``'s latest record."""
         if error := self._native.wait(waiting, int(event)):
-            self._raise_on(error, "cuStreamWaitEvent")
+            self._raise(error, "cuStreamWaitEvent")
 
-    def _raise_on(self, error: int, call: str) -> None:
-        if error:
-            from numba.cuda.cudadrv.driver import CudaAPIError
+    def _raise(self, error: int, call: str) -> None:
+        from numba.cuda.cudadrv.driver import CudaAPIError
 
-            raise CudaAPIError(error, f"{call} failed")
+        raise CudaAPIError(error, f"{call} failed")
 
     def synchronize(self, event: Any) -> None:
         self._checked(self._driver.cuEventSynchronize(event))
