@@ -89,10 +89,10 @@ def autotune(
     setting, ``NUMBATUNE_CHECK``) compares every variant's outputs with a reference while a key
     is tuned: a variant that disagrees cannot win, and the report says where it differed.
 
-    Every run while tuning starts from the arguments as the caller passed them: array
-    arguments are copied back before each run, outside the timed region, so kernels that write
+    Every run while tuning starts from the arguments as the caller passed them: arrays a run
+    may change are copied back before each run, outside the timed region, so kernels that write
     their inputs (a counter, an accumulator) are timed and checked as they would run once.
-    ``read_only=["x", "y"]`` names arguments the kernel only reads, to skip copying them.
+    ``read_only=["x", "y"]`` names arguments it only reads (through device functions, say).
 
     ``search`` (``auto``, ``exhaustive``, ``random``, ``pattern``) chooses the variants a key's
     tuning measures, ``budget`` (a :class:`Budget`, a number of variants, or ``"60s"``) when a
@@ -432,7 +432,8 @@ class TunedKernel:
         def job(plan: levels.Plan, search: Search, journal: Journal) -> TuneJob:
             return TuneJob(
                 self.name, key, self._variants, args, self._parameters, stream, plan,
-                self._compile_variants, check, self.reference_variant, self._read_only, search,
+                self._compile_variants, check, self.reference_variant, self._unrestored(args),
+                search,
                 self._starts(state, key, plan) if searched else (), journal,
             )  # fmt: skip
 
@@ -535,6 +536,19 @@ class TunedKernel:
                     f"{self.name}: argument {name!r} is {how} in the kernel, so it must be "
                     f"{expected} (numba, CuPy or torch); got {type(value).__name__} {value!r:.60}"
                 )
+
+    def _unrestored(self, args: tuple[Any, ...]) -> frozenset[str]:
+        """The arguments tuning need not copy back before each run: those named ``read_only``,
+        and the arrays whose elements the kernel only reads or only writes."""
+        unchanged, uses = set(self._read_only), references.element_uses(self._template.function)
+        for name, value in zip(self._parameters, args, strict=True):
+            use = uses.get(name)
+            if use is None or not arrays.is_array(value):
+                continue
+            view = arrays.device_view(value)
+            if use.rerun_changes_nothing(view.ndim, view.dtype.fields is not None):
+                unchanged.add(name)
+        return frozenset(unchanged)
 
     def _compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
         """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""

@@ -226,12 +226,18 @@ def code_description(function: types.FunctionType) -> list[str]:
 _ARRAY_ATTRIBUTES = {"shape", "size", "ndim", "strides", "dtype"}
 
 
+def _parsed(function: types.FunctionType) -> ast.AST | None:
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 def array_parameters(function: types.FunctionType) -> dict[str, str]:
     """The parameters the kernel indexes (``a[i]``: arrays or tuples) or reads array attributes
     of (``a.shape``: arrays), by name, with how; empty where its source cannot be read."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError):
+    tree = _parsed(function)
+    if tree is None:
         return {}
     parameters = set(inspect.signature(function).parameters)
     uses: dict[str, str] = {}
@@ -246,3 +252,93 @@ def array_parameters(function: types.FunctionType) -> dict[str, str]:
         if named and (how != "indexed" or target.id not in uses):
             uses[target.id] = how
     return uses
+
+
+@dataclass(frozen=True)
+class ElementUse:
+    """How a kernel's own code uses the elements of an array parameter: whether it reads them,
+    writes them, and with how many indices (``a[i, j]``: 2). A use this does not follow (the
+    array passed to a function, such as an atomic or a device function, a view or slice of it
+    taken, the name rebound) counts as reading and writing."""
+
+    reads: bool = False
+    writes: bool = False
+    indices: frozenset[int] = frozenset()
+
+    def __or__(self, other: ElementUse) -> ElementUse:
+        return ElementUse(
+            self.reads or other.reads, self.writes or other.writes, self.indices | other.indices
+        )
+
+    def rerun_changes_nothing(self, ndim: int, records: bool) -> bool:
+        """Whether a run of the kernel can neither see what an earlier run wrote into an array
+        of ``ndim`` dimensions used this way, nor change what a later run reads: it is only
+        read, or only written, element by element (an element of a record array is a view).
+        """
+        elements = all(count >= ndim for count in self.indices) and not records
+        return elements and not (self.reads and self.writes)
+
+
+_UNFOLLOWED = ElementUse(reads=True, writes=True)
+
+
+def element_uses(function: types.FunctionType) -> dict[str, ElementUse]:
+    """How the kernel's body uses each parameter's elements (:class:`ElementUse`); empty where
+    its source cannot be read."""
+    tree = _parsed(function)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return {}
+    parameters = set(inspect.signature(function).parameters)
+    body = tree.body[0].body  # not the decorators: their lambdas name the parameters too
+    parents = {
+        child: node
+        for statement in body
+        for node in ast.walk(statement)
+        for child in ast.iter_child_nodes(node)
+    }
+    uses = dict.fromkeys(parameters, ElementUse())
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and node.id in parameters:
+                uses[node.id] |= _element_use(node, parents)
+    return uses
+
+
+def _element_use(name: ast.Name, parents: dict[ast.AST, ast.AST]) -> ElementUse:
+    """What one occurrence of an array parameter's name does with its elements."""
+    parent = parents.get(name)
+    if not isinstance(name.ctx, ast.Load):
+        return _UNFOLLOWED
+    if isinstance(parent, ast.Attribute) and parent.attr in _ARRAY_ATTRIBUTES:
+        return ElementUse()
+    if isinstance(parent, ast.Call) and _is_len(parent, name):
+        return ElementUse()
+    if not (isinstance(parent, ast.Subscript) and parent.value is name):
+        return _UNFOLLOWED
+    outer, count = parent, 0
+    while True:  # a[i][j]: one element access of two indices
+        index = outer.slice
+        elements = index.elts if isinstance(index, ast.Tuple) else [index]
+        if any(_takes_many(element) for element in elements):
+            return _UNFOLLOWED
+        count += len(elements)
+        above = parents.get(outer)
+        if not (isinstance(above, ast.Subscript) and above.value is outer):
+            break
+        outer = above
+    if isinstance(outer.ctx, ast.Load):
+        return ElementUse(reads=True, indices=frozenset({count}))
+    if isinstance(outer.ctx, ast.Store):
+        changed = isinstance(parents.get(outer), ast.AugAssign)  # a[i] += 1 reads a[i] too
+        return ElementUse(reads=changed, writes=True, indices=frozenset({count}))
+    return _UNFOLLOWED
+
+
+def _is_len(call: ast.Call, name: ast.Name) -> bool:
+    return isinstance(call.func, ast.Name) and call.func.id == "len" and call.args == [name]
+
+
+def _takes_many(index: ast.expr) -> bool:
+    """Whether an index selects several elements (a slice, ``...``, ``*rest``)."""
+    ellipsis = isinstance(index, ast.Constant) and index.value is Ellipsis
+    return ellipsis or isinstance(index, ast.Slice | ast.Starred)

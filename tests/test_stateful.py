@@ -5,6 +5,7 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
+from numbatune import arrays, references
 
 
 @cuda.jit
@@ -42,3 +43,71 @@ def test_read_only_names_arguments_of_the_kernel():
         _compact(read_only=["y"])
     with pytest.raises(TypeError, match="read_only must be a list of argument names"):
         _compact(read_only="x")
+
+
+@cuda.jit
+def _scale_rows(m, factors, out):
+    i, j = cuda.grid(2)
+    if i < m.shape[0] and j < len(factors):
+        row = m[i]  # a view: what is done with it is not followed
+        out[i, j] = row[j] * factors[j]
+
+
+@cuda.jit
+def _in_place(a, b):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] += 1
+        b[i] = b[i] * 2
+
+
+def test_the_kernels_element_uses_say_which_arrays_it_only_reads_or_only_writes():
+    uses = references.element_uses(compact)
+    assert uses["x"] == references.ElementUse(reads=True, indices=frozenset({1}))
+    assert uses["out"] == references.ElementUse(writes=True, indices=frozenset({1}))
+    assert uses["count"].reads and uses["count"].writes  # passed to an atomic
+    assert uses["x"].rerun_changes_nothing(ndim=1, records=False)
+    assert uses["out"].rerun_changes_nothing(ndim=1, records=False)
+    assert not uses["out"].rerun_changes_nothing(ndim=1, records=True)  # records are views
+    assert not uses["count"].rerun_changes_nothing(ndim=1, records=False)
+    scaled = references.element_uses(_scale_rows)
+    assert not scaled["m"].rerun_changes_nothing(ndim=2, records=False)  # m[i] is a row
+    assert scaled["factors"].rerun_changes_nothing(ndim=1, records=False)
+    in_place = references.element_uses(_in_place).values()
+    assert not any(use.rerun_changes_nothing(ndim=1, records=False) for use in in_place)
+
+
+def _restored_names(monkeypatch, tuned, args):
+    """The names of the arguments tuning copies back before each run."""
+    names = []
+    real = arrays.restorer
+
+    def restorer(clones, originals, stream=0):
+        copied = [o is not None for o in originals]
+        names.append({name for name, copy in zip("abc", copied, strict=False) if copy})
+        return real(clones, originals, stream)
+
+    monkeypatch.setattr(arrays, "restorer", restorer)
+    tuned.tune(*args)
+    return names[-1]
+
+
+def test_tuning_copies_back_only_the_arrays_a_run_can_change(monkeypatch):
+    x = cuda.to_device(np.arange(-4, 6, dtype=np.float32))
+    out = cuda.to_device(np.zeros(10, np.float32))
+    count = cuda.to_device(np.zeros(1, np.int32))
+    assert _restored_names(monkeypatch, _compact(), (x, out, count)) == {"c"}
+    m = cuda.to_device(np.ones((3, 4), np.float32))
+    factors = cuda.to_device(np.arange(4, dtype=np.float32))
+    scaled = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]),
+        launch=lambda m, factors, out, *, BLOCK: ((3, nt.cdiv(4, BLOCK)), (1, BLOCK)),
+    )(_scale_rows)
+    assert _restored_names(monkeypatch, scaled, (m, factors, cuda.device_array((3, 4)))) == {"a"}
+    twice = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]),
+        launch=lambda a, b, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
+    )(_in_place)
+    a, b = cuda.to_device(np.zeros(8, np.float32)), cuda.to_device(np.ones(8, np.float32))
+    assert _restored_names(monkeypatch, twice, (a, b)) == {"a", "b"}
+    assert (a.copy_to_host() == 0).all() and (b.copy_to_host() == 1).all()  # tuning wrote clones

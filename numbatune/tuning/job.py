@@ -82,8 +82,8 @@ class TuneJob:
     check: Check | None = None
     #: The variant check mode compares the others with (the kernel as written), or None.
     reference: Variant | None = None
-    #: Arguments the kernel only reads: not restored before each run.
-    read_only: frozenset[str] = frozenset()
+    #: Arguments not copied back before each run: a run leaves them as the next one needs them.
+    unrestored: frozenset[str] = frozenset()
     #: How to choose the variants measured, and where a search starts (numbatune.tuning.search).
     search: Search = field(default_factory=Search)
     starts: tuple[Variant, ...] = ()

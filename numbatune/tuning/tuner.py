@@ -316,13 +316,13 @@ def _checked(job: TuneJob, launchers: Mapping[Variant, Launcher]) -> dict[Varian
 
 
 def _originals(job: TuneJob) -> tuple[Any, ...]:
-    """Clones of the arguments every run starts from (None for the arguments the kernel only
-    reads, and for scalars): a kernel that writes its inputs, such as a stream compaction with
-    a counter, runs each time on what the caller passed."""
+    """Clones of the arguments every run starts from (None for scalars and for the arguments a
+    run leaves as the next one needs them): a kernel that writes its inputs, such as a stream
+    compaction with a counter, runs each time on what the caller passed."""
     names = job.parameter_names or tuple(f"#{i}" for i in range(len(job.args)))
     return tuple(
         arrays.clone(value, job.stream)
-        if arrays.is_array(value) and name not in job.read_only
+        if arrays.is_array(value) and name not in job.unrestored
         else None
         for name, value in zip(names, job.args, strict=True)
     )
