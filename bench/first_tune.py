@@ -57,6 +57,7 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
             "compile_s": report.compile_s,
             "benchmark_s": report.benchmark_s,
             "trial_s": report.trial_s,
+            "screened_out": report.screened_out,
             "compiles": report.compiles,
             "best": report.best_variant.label,
             "not timed": {

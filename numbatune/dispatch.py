@@ -12,6 +12,7 @@ device.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -39,7 +40,7 @@ from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
 from numbatune.template import KernelTemplate
 from numbatune.tuning import checks, levels, tuner
-from numbatune.tuning.job import Journal, Launcher, NoJournal, TuneJob
+from numbatune.tuning.job import Arrived, Journal, Launcher, NoJournal, TuneJob
 from numbatune.tuning.results import Failed, Source, TuneReport, VariantResult
 from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant, as_variants
@@ -177,26 +178,40 @@ class _Trying:
         config: Callable[[Variant], tuple[Any, ...]],
         args: tuple[Any, ...],
         stream: Any,
+        may_run: Callable[[Variant], None],
     ) -> None:
         self._compiler, self._tally, self._config, self._args = compiler, tally, config, args
+        self._may_run = may_run
+        self._made: set[Variant] = set()
         self._failed: dict[Variant, Failed] = {}
         self._pipeline = None
         if settings.isolate is not Isolate.OFF:
             cc = None if SIMULATOR else current_kind().compute_capability
-            self._pipeline = trials.Pipeline(args, stream, cc)
+            self._pipeline = trials.Pipeline(args, stream, cc, self._tried)
 
-    def add(self, members: Sequence[Variant]) -> None:
-        """Try the variants ``members`` (which share a kernel, now compiled) that need it."""
-        if self._pipeline is None:
-            return
+    def add(self, members: Sequence[Variant], made: bool) -> None:
+        """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
+        this tuning ``made`` their kernel, tell ``may_run`` of each as it may run (now, or once
+        through its trial)."""
+        if made:
+            self._made.update(members)
         for variant in members:
-            if settings.isolate is Isolate.NEW and self._compiler.has_run(variant, self._args):
+            if self._pipeline is None or (
+                settings.isolate is Isolate.NEW and self._compiler.has_run(variant, self._args)
+            ):
+                if made:
+                    self._may_run(variant)
                 continue
             try:
                 payload = self._compiler.trial_payload(variant, self._args)
                 self._pipeline.add(variant, payload, self._config(variant))
             except Exception as error:
                 self._failed[variant] = Failed.of(error)
+
+    def _tried(self, variant: Hashable, why: str | None) -> None:
+        if why is None and variant in self._made:
+            assert isinstance(variant, Variant)
+            self._may_run(variant)
 
     def finish(self) -> dict[Variant, Failed]:
         """Wait for the trials; the variants that failed theirs (or could not be given one).
@@ -571,12 +586,20 @@ class TunedKernel:
         args: tuple[Any, ...],
         stream: Any,
         done: Callable[[int], None],
+        arrived: Arrived,
     ) -> dict[Variant, Launcher | Failed]:
         """Each variant compiled, tried (the ``isolate`` setting) and made a launcher, or why
-        it failed."""
+        it failed; ``arrived`` as each may run (kernels of one signature)."""
+
+        def may_run(variant: Variant) -> None:
+            if len(self._template.signatures) > 1:  # which overload args take: not known yet
+                return
+            with contextlib.suppress(Exception):  # it fails again below, as its error
+                dispatcher = self._compiler.dispatcher(variant)
+                arrived(variant, self._launcher(variant, dispatcher, args))
 
         config = functools.partial(self._launch_config, args)
-        trying = _Trying(self._compiler, self._tally, config, args, stream)
+        trying = _Trying(self._compiler, self._tally, config, args, stream, may_run)
         try:
             compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
         finally:  # also when compiling is interrupted: the trial worker is freed

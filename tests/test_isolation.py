@@ -200,8 +200,8 @@ def test_a_compiled_kernel_is_tried_while_the_others_still_compile(isolated, mon
         return run(self, kernels)
 
     def compile_all_waiting_after_the_first(self, variants, args, done, tally, ready):
-        def ready_then_wait(members):
-            ready(members)
+        def ready_then_wait(members, made):
+            ready(members, made)
             if not waited:  # the next kernel "compiles" until the first one's trial starts
                 waited.append(tried.wait(30))
 
@@ -227,10 +227,10 @@ def test_a_kernel_compiled_here_for_several_signatures_is_given_to_its_trial_onc
     monkeypatch.setattr(compiler, "compile_pool", lambda: None)  # compiled in this process
     monkeypatch.setattr(Compiler, "compiled", lambda self, variant, args, tally: "kernel")
     ready = []
-    settled = _Settled({}, lambda count: None, ready.append, first)
+    settled = _Settled({}, lambda count: None, lambda *given: ready.append(given), first)
     # The kernel misses two declared signatures: one compile here makes both.
     tuned._compiler._compile_waiting([(members, first), (members, second)], (), settled, Tally())
-    assert ready == [members] and settled.results == dict.fromkeys(members, "kernel")
+    assert ready == [(members, True)] and settled.results == dict.fromkeys(members, "kernel")
 
 
 def test_a_tuning_interrupted_while_compiling_leaves_the_trial_worker_to_the_next(
@@ -240,8 +240,8 @@ def test_a_tuning_interrupted_while_compiling_leaves_the_trial_worker_to_the_nex
     compile_all = Compiler.compile_all
 
     def interrupted_after_the_first(self, variants, args, done, tally, ready):
-        def ready_then_stop(members):
-            ready(members)
+        def ready_then_stop(members, made):
+            ready(members, made)
             raise KeyboardInterrupt
 
         return compile_all(self, variants, args, done, tally, ready_then_stop)

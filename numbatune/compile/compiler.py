@@ -121,7 +121,7 @@ class _Settled:
 
     results: dict[Variant, Any]
     done: Callable[[int], None]
-    ready: Callable[[list[Variant]], None]
+    ready: Callable[[list[Variant], bool], None]
     #: The argument types that make a kernel ready (the first it is compiled for).
     first: tuple[Any, ...]
 
@@ -130,7 +130,7 @@ class _Settled:
         if members[0] not in self.results:
             self.results.update(dict.fromkeys(members, dispatcher))
         if argtypes == self.first and not isinstance(self.results[members[0]], Failed):
-            self.ready(members)
+            self.ready(members, True)
         self.done(len(self.results))
 
     def failed(self, members: list[Variant], failure: Failed) -> None:
@@ -231,20 +231,22 @@ class Compiler:
         args: tuple[Any, ...],
         done: Callable[[int], None],
         tally: Tally,
-        ready: Callable[[list[Variant]], None] = lambda members: None,
+        ready: Callable[[list[Variant], bool], None] = lambda members, compiled: None,
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
-        as variants are settled, and ``ready(members)`` as the kernel that ``members`` share is
-        compiled for the first of the argument types (the one trial runs take), while others
-        may still be compiling."""
+        as variants are settled, and ``ready(members, made)`` as the kernel that ``members``
+        share is compiled for the first of the argument types (the one trial runs take), while
+        others may still be compiling; ``made``: by this call (else it was compiled or loaded
+        before, or is loaded from the kernel store)."""
         results: dict[Variant, Any] = {}
         waiting: list[tuple[list[Variant], tuple[Any, ...]]] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
         for members in self._template.by_kernel(variants):
             try:
                 if SIMULATOR:  # nothing to compile: each variant runs its own dispatcher
+                    made = self._template.code_key(members[0]) not in self._dispatchers
                     results.update(dict.fromkeys(members, self.dispatcher(members[0])))
-                    ready(members)
+                    ready(members, made)
                     continue
                 if signatures is None:
                     signatures = self._signatures(self.dispatcher(members[0]), args)
@@ -253,7 +255,7 @@ class Compiler:
                 missing = self._missing(members[0], signatures, tally)
                 if not missing:
                     results.update(dict.fromkeys(members, self.dispatcher(members[0])))
-                    ready(members)
+                    ready(members, False)
             except Exception as error:
                 results.update(dict.fromkeys(members, Failed.of(error)))
                 continue

@@ -40,7 +40,7 @@ import queue
 import tempfile
 import threading
 import uuid
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,7 @@ from numbatune import arrays, devices, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.config import settings
 from numbatune.streams.handles import synchronize, wait_for
+from numbatune.tuning import bench
 
 #: What the worker holds: the token of the arguments staged, device copies of them, and the
 #: originals each trial starts from.
@@ -222,7 +223,8 @@ class Session:
         ways: Iterator[tuple[str | None, tuple[Any, ...]]],
     ) -> None:
         self.pool, self.token, self.cc, self._ways = pool, token, cc, ways
-        self._way = next(ways)
+        #: The way being tried, taken at the first staging (inside a run: the device is held).
+        self._way: tuple[str | None, tuple[Any, ...]] | None = None
 
     def run(self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]) -> list[str | None]:
         """Run each ``(kernel, launch configuration)`` once: for each, None if it ran, else
@@ -258,6 +260,8 @@ class Session:
     def _stage(self) -> processes.Outcome | None:
         """Give the worker the arguments, by the next way where one fails; None when it has
         them, else why the last way failed."""
+        if self._way is None:
+            self._way = next(self._ways)
         while True:
             path, layout = self._way
             staging = processes.Task(__name__, "stage", (self.token, path, layout))
@@ -279,9 +283,19 @@ class _Unstaged:
 
 class Pipeline:
     """Trial runs of kernels given one by one as they compile, in a thread of this process:
-    they run while the other kernels compile. :meth:`finish` waits for them."""
+    they run while the other kernels compile, and ``tried(name, why)`` is told of each as its
+    trial ends (``why`` None: it ran). :meth:`finish` waits for them. Each task (copying the
+    arguments, running kernels) holds the device (:data:`numbatune.tuning.bench.device_lock`):
+    it does not run while variants are timed."""
 
-    def __init__(self, args: tuple[Any, ...], stream: Any, cc: tuple[int, int] | None) -> None:
+    def __init__(
+        self,
+        args: tuple[Any, ...],
+        stream: Any,
+        cc: tuple[int, int] | None,
+        tried: Callable[[Hashable, str | None], None],
+    ) -> None:
+        self._tried = tried
         self._queue: queue.SimpleQueue[tuple[Hashable, bytes, tuple[Any, ...]] | None] = (
             queue.SimpleQueue()
         )
@@ -323,8 +337,11 @@ class Pipeline:
                         while True:
                             batch.append(self._queue.get_nowait())
                     given = [item for item in batch if item is not None]
-                    reasons = session.run([(kernel, config) for _, kernel, config in given])
-                    self._reasons.update(zip([name for name, _, _ in given], reasons, strict=True))
+                    with bench.device_lock:
+                        reasons = session.run([(kernel, config) for _, kernel, config in given])
+                    for (name, _, _), why in zip(given, reasons, strict=True):
+                        self._reasons[name] = why
+                        self._tried(name, why)
                     if batch[-1] is None:
                         return
                     batch = [self._queue.get()]

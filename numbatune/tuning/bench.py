@@ -23,7 +23,8 @@ How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says w
    median (the lowest median) is no longer measured. Its fastest run is its most favourable
    reading and the leader's median a robust one, so it cannot win.
 6. **Budget**: timed rounds go on until ``settings.budget_s`` of wall time is spent on them,
-   within ``settings.min_runs`` to ``settings.max_runs`` rounds.
+   within ``settings.min_runs`` to ``settings.max_runs`` rounds (screening while variants
+   compile, :mod:`numbatune.tuning.screen`, asks for ``settings.early_stop_rounds`` exactly).
 
 Each variant's result is the median of its runs and their interquartile range. Under the
 simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or flush,
@@ -125,6 +126,10 @@ def next_hold(held_s: float, queueing_s: float, device_s: float) -> float:
 
 _spin_lock = threading.Lock()
 
+#: Held while variants are timed, and by the other work a tuning puts on the device meanwhile
+#: (trial runs in another process), so that it does not run between the timed kernels.
+device_lock = threading.Lock()
+
 
 def _spin() -> Any:
     """The one-thread kernel that holds the device (compiled on first use, once)."""
@@ -219,13 +224,15 @@ def measure(
     stream: Any = 0,
     inputs: Iterable[Any] = (),
     restore: Run = _nothing,
+    rounds: int | None = None,
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``), as the module says.
 
     ``inputs`` are the arguments the runs work on; their size decides the L2 flush.
     ``restore`` queues what puts them back as they were, before every run (warm-up runs too),
     outside the timed region. A run that raises is recorded with its exception and not run
-    again; the others go on.
+    again; the others go on. ``rounds``: exactly this many timed rounds (on a GPU), not the
+    settings' budget.
     """
     if SIMULATOR:
         stopwatch: _WallClock | _Events = _WallClock(restore)
@@ -235,7 +242,7 @@ def measure(
         flush = flush_bytes(working_set_bytes(inputs), _l2_bytes())
         stopwatch = _Events(stream, flush, restore)
         warmup_s, budget_s = settings.warmup_s, settings.budget_s
-        fewest, most = settings.min_runs, settings.max_runs
+        fewest, most = (settings.min_runs, settings.max_runs) if rounds is None else (rounds,) * 2
     samples: dict[Hashable, list[float]] = {name: [] for name in runs}
     failed: dict[Hashable, Exception] = {}
     stopped: set[Hashable] = set()

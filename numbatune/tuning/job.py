@@ -20,12 +20,23 @@ from numbatune.variants import Variant
 #: Launches one compiled variant on the given arguments, on the given stream.
 Launcher = Callable[[tuple[Any, ...], Any], None]
 
-#: ``compile(variants, args, stream, done)``: each variant compiled for the types of ``args``
-#: (valid on numba's ``stream``), as its launcher, or :class:`~numbatune.tuning.results.Failed`
-#: with why it did not compile or failed its trial run; ``done(count)`` is called as variants
-#: finish compiling.
+
+def bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> Callable[[], None]:
+    """A function that launches ``launcher`` on ``args`` on ``stream``."""
+    return lambda: launcher(args, stream)
+
+
+#: Told, from any thread, that a variant is compiled (and through its trial run) and may run:
+#: ``arrived(variant, launcher)``.
+Arrived = Callable[[Variant, Launcher], None]
+
+#: ``compile(variants, args, stream, done, arrived)``: each variant compiled for the types of
+#: ``args`` (valid on numba's ``stream``), as its launcher, or
+#: :class:`~numbatune.tuning.results.Failed` with why it did not compile or failed its trial
+#: run; ``done(count)`` is called as variants finish compiling, and ``arrived`` as each may run
+#: (not always: kernels with several declared signatures are not told).
 Compile = Callable[
-    [Sequence[Variant], tuple[Any, ...], Any, Callable[[int], None]],
+    [Sequence[Variant], tuple[Any, ...], Any, Callable[[int], None], Arrived],
     Mapping[Variant, Launcher | Failed],
 ]
 

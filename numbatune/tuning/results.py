@@ -170,6 +170,9 @@ class TuneReport:
     compile_s: float = 0.0
     benchmark_s: float = 0.0
     trial_s: float = 0.0
+    #: Variants timed while others compiled and dropped then, as clearly slower than the best
+    #: so far (:mod:`numbatune.tuning.screen`): their results are stopped early.
+    screened_out: int = 0
     #: Kernels compiled for it (variants that differ only in what the launch function reads
     #: share one; kernels loaded from disk are not counted).
     compiles: int = 0

@@ -21,7 +21,7 @@ from numbatune.errors import TuningError
 from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench, checks, search
-from numbatune.tuning.job import Launcher, TuneJob
+from numbatune.tuning.job import Launcher, TuneJob, bound
 from numbatune.tuning.progress import Progress
 from numbatune.tuning.results import (
     Failed,
@@ -32,6 +32,7 @@ from numbatune.tuning.results import (
     TuneReport,
     VariantResult,
 )
+from numbatune.tuning.screen import Screen
 from numbatune.values import stable_text
 from numbatune.variants import Variant
 
@@ -73,15 +74,22 @@ def tune(job: TuneJob) -> TuneReport:
 
 
 class Clock:
-    """Where a tuning's time went: compiling, and checking and timing."""
+    """Where a tuning's time went: compiling, and checking and timing (after compiling); and
+    how many variants screening dropped while others compiled."""
 
     def __init__(self) -> None:
         self.compile_s = 0.0
         self.benchmark_s = 0.0
+        self.screened_out = 0
 
     def stamped(self, report: TuneReport) -> TuneReport:
         """``report`` with this clock's times."""
-        return dataclasses.replace(report, compile_s=self.compile_s, benchmark_s=self.benchmark_s)
+        return dataclasses.replace(
+            report,
+            compile_s=self.compile_s,
+            benchmark_s=self.benchmark_s,
+            screened_out=self.screened_out,
+        )
 
 
 def _runs(job: TuneJob, variant: Variant) -> bool:
@@ -90,7 +98,7 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
     A lone variant is not measured, but one that fails gives way to the next priority group.
     """
     clones = arrays.clone_arguments(job.args, job.stream)
-    launcher = job.compile([variant], clones, job.stream, lambda done: None)[variant]
+    launcher = job.compile([variant], clones, job.stream, _ignore, _ignore)[variant]
     try:
         if isinstance(launcher, Failed):
             raise TuningError(launcher.error)
@@ -238,13 +246,21 @@ def _measure(
     progress: Progress,
     earlier: Mapping[Variant, Outcome],
 ) -> dict[Variant, Outcome]:
-    """Compile ``variants`` (trial runs included), check those not checked ``earlier``, and
-    time them together; each one's outcome."""
+    """Compile ``variants`` (trial runs included; on a GPU, screening them as they arrive),
+    check those not checked ``earlier``, and time the others together; each one's outcome."""
     done = len(earlier)
     started = time.perf_counter()
-    compiled = job.compile(
-        variants, clones, job.stream, lambda count: progress.step(done + count, "compiled")
-    )
+    screen = Screen(clones, job.stream, restore) if _screening(variants) else None
+    try:
+        compiled = job.compile(
+            variants,
+            clones,
+            job.stream,
+            lambda count: progress.step(done + count, "compiled"),
+            _ignore if screen is None else screen.arrived,
+        )
+    finally:
+        dropped = {} if screen is None else screen.finish()
     clock.compile_s += time.perf_counter() - started
     started = time.perf_counter()
     outcomes: dict[Variant, Outcome] = {
@@ -253,16 +269,31 @@ def _measure(
     launchers = {v: launcher for v, launcher in compiled.items() if v not in outcomes}
     if job.check is not None:
         outcomes.update(_checked(job, {v: f for v, f in launchers.items() if v not in earlier}))
-    progress.step(done + len(variants), "compiled; measuring")
+    for variant, timing in dropped.items():
+        outcomes.setdefault(variant, timing if isinstance(timing, Timed) else Failed.of(timing))
+    clock.screened_out += len(dropped)
     runs = {
-        variant: _bound(launcher, clones, job.stream)
+        variant: bound(launcher, clones, job.stream)
         for variant, launcher in launchers.items()
         if variant not in outcomes
     }
-    for variant, timing in bench.measure(runs, job.stream, clones, restore).items():
+    progress.step(done + len(variants), f"compiled; measuring {len(runs)}")
+    with bench.device_lock:  # other tunings' trial runs and screening wait
+        timings = bench.measure(runs, job.stream, clones, restore)
+    for variant, timing in timings.items():
         outcomes[variant] = timing if isinstance(timing, Timed) else Failed.of(timing)
     clock.benchmark_s += time.perf_counter() - started
     return outcomes
+
+
+def _screening(variants: Sequence[Variant]) -> bool:
+    """Whether to screen ``variants`` while they compile (:mod:`numbatune.tuning.screen`): on a
+    GPU, where compiling takes seconds, for more than two."""
+    return not arrays.SIMULATOR and len(variants) > 2
+
+
+def _ignore(*args: Any) -> None:
+    pass
 
 
 def _why(outcome: Outcome) -> str:
@@ -326,7 +357,3 @@ def _originals(job: TuneJob) -> tuple[Any, ...]:
         else None
         for name, value in zip(names, job.args, strict=True)
     )
-
-
-def _bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> bench.Run:
-    return lambda: launcher(args, stream)

@@ -1,0 +1,102 @@
+"""Screening: timing variants as they compile, to leave the clearly slower ones out early.
+
+A tuning's variants compile for seconds, in worker processes. Meanwhile, those already compiled
+(and through their trial run) are timed here, on a thread of their own: each batch of newcomers
+together with the best so far, by :func:`numbatune.tuning.bench.measure` with its warm-up and
+``settings.early_stop_rounds`` interleaved rounds, after which its early-stop rule stops the
+variants whose fastest run is slower than ``settings.early_stop_ratio`` times the median of the
+fastest. Those are dropped: they keep this result (stopped early), and the tuning's measurement
+after compiling times only the others. A newcomer faster than the best so far becomes the best,
+and the old best can be dropped in its turn.
+
+A batch holds :data:`numbatune.tuning.bench.device_lock` while it is timed, so that trial runs
+(another process on the same device) do not run between its kernels, and puts the arguments
+back as they were before it lets go: whoever takes the lock next (a trial worker copying them)
+finds them as the caller passed them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from numbatune import devices
+from numbatune.config import settings
+from numbatune.streams.handles import synchronize
+from numbatune.tuning import bench
+from numbatune.tuning.job import Launcher, bound
+from numbatune.tuning.results import Timed
+from numbatune.variants import Variant
+
+
+class Screen:
+    """Screening of one measurement's variants, on ``args`` (the tuning's clones, put back by
+    ``restore``) on numba's ``stream``, while they compile."""
+
+    def __init__(self, args: tuple[Any, ...], stream: Any, restore: bench.Run) -> None:
+        self._args, self._stream, self._restore = args, stream, restore
+        self._arrivals: queue.SimpleQueue[tuple[Variant, Launcher] | None] = queue.SimpleQueue()
+        self._dropped: dict[Variant, Timed | Exception] = {}
+        self._best: tuple[Variant, Launcher] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._serve, args=(devices.current_index(),), name="numbatune-screen",
+            daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+
+    def arrived(self, variant: Variant, launcher: Launcher) -> None:
+        """``variant`` is compiled and may run (from any thread)."""
+        self._arrivals.put((variant, launcher))
+
+    def finish(self) -> dict[Variant, Timed | Exception]:
+        """Screen what has arrived, then stop; the variants dropped, with their result (or the
+        error their run raised)."""
+        self._arrivals.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._dropped
+
+    def screen(self, batch: Sequence[tuple[Variant, Launcher]]) -> None:
+        """Time ``batch`` with the best so far, and drop those the early-stop rule stops."""
+        launchers = dict(batch)
+        if self._best is not None:
+            launchers.setdefault(*self._best)
+        runs = {v: bound(launcher, self._args, self._stream) for v, launcher in launchers.items()}
+        with bench.device_lock:
+            timings = bench.measure(
+                runs, self._stream, self._args, self._restore, rounds=settings.early_stop_rounds
+            )
+            self._restore()
+            synchronize(self._stream)
+        kept: dict[Variant, float] = {}
+        for variant, timing in timings.items():
+            if isinstance(timing, Timed) and not timing.stopped_early:
+                kept[variant] = timing.median_s
+            else:
+                self._dropped[variant] = timing
+        if kept:
+            best = min(kept, key=kept.__getitem__)
+            self._best = (best, launchers[best])
+
+    def _serve(self, device: int) -> None:
+        from numba import cuda
+
+        try:
+            with cuda.gpus[device]:
+                while True:
+                    batch = [self._arrivals.get()]
+                    with contextlib.suppress(queue.Empty):
+                        while True:
+                            batch.append(self._arrivals.get_nowait())
+                    arrived = [item for item in batch if item is not None]
+                    if arrived:
+                        self.screen(arrived)
+                    if len(arrived) < len(batch):
+                        return
+        except BaseException as error:  # raised in the tuning's thread by finish()
+            self._error = error
