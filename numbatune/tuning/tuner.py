@@ -260,9 +260,9 @@ def _measure(
             _ignore if screen is None else screen.arrived,
         )
     finally:
+        clock.compile_s += time.perf_counter() - started
+        started = time.perf_counter()  # screening what compiled last is timing, not compiling
         dropped = {} if screen is None else screen.finish()
-    clock.compile_s += time.perf_counter() - started
-    started = time.perf_counter()
     outcomes: dict[Variant, Outcome] = {
         variant: launcher for variant, launcher in compiled.items() if isinstance(launcher, Failed)
     }
