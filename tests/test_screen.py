@@ -1,6 +1,9 @@
 """Screening: variants timed as they compile, the clearly slower ones left out of the tuning's
 measurement (fake, deterministic times; on a GPU the timing is CUDA events')."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -74,3 +77,37 @@ def test_a_tuning_times_only_what_screening_kept_and_says_how_many_it_dropped(
     slow = next(r for r in report.results if r.variant.params == {"BLOCK": 2})
     assert slow.status == "stopped early"
     assert [blocks for blocks, rounds in fake_times if rounds is None] == [[1, 4, 8]]
+
+
+def test_a_tuning_interrupted_while_compiling_stops_screening_after_the_batch_under_way(
+    fake_times, monkeypatch
+):
+    monkeypatch.setattr(tuner, "_screening", lambda variants: True)
+    screens, timing = [], threading.Event()
+    measure, make = bench.measure, screen.Screen
+
+    def held(*args, **options):  # the first batch lasts until the tuning has given up
+        timing.set()
+        deadline = time.monotonic() + 30
+        while not screens[0]._abandoned and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return measure(*args, **options)
+
+    def interrupted(variants, args, done, tally, ready):
+        first, *rest = variants
+        ready([first], True)
+        assert timing.wait(30)  # the first is being timed: the others wait in the queue
+        ready(rest, True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "measure", held)
+    monkeypatch.setattr(tuner, "Screen", lambda *args: screens.append(make(*args)) or screens[0])
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=sorted(TIMES)),
+        launch=lambda x, out, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+    )(copy)
+    monkeypatch.setattr(tuned._compiler, "compile_all", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tuned.tune(cuda.to_device(np.ones(16, np.float32)), cuda.device_array(16, np.float32))
+    assert not screens[0]._thread.is_alive()
+    assert fake_times == [([1], 5)]  # the others, arrived, were never timed

@@ -42,6 +42,7 @@ class Screen:
         self._dropped: dict[Variant, Timed | Exception] = {}
         self._best: tuple[Variant, Launcher] | None = None
         self._error: BaseException | None = None
+        self._abandoned = False
         self._thread = threading.Thread(
             target=self._serve, args=(devices.current_index(),), name="numbatune-screen",
             daemon=True,
@@ -60,6 +61,12 @@ class Screen:
         if self._error is not None:
             raise self._error
         return self._dropped
+
+    def abandon(self) -> None:
+        """Stop once the batch being timed is done (the tuning failed or was interrupted)."""
+        self._abandoned = True
+        self._arrivals.put(None)
+        self._thread.join()
 
     def screen(self, batch: Sequence[tuple[Variant, Launcher]]) -> None:
         """Time ``batch`` with the best so far, and drop those the early-stop rule stops."""
@@ -94,7 +101,7 @@ class Screen:
                         while True:
                             batch.append(self._arrivals.get_nowait())
                     arrived = [item for item in batch if item is not None]
-                    if arrived:
+                    if arrived and not self._abandoned:
                         self.screen(arrived)
                     if len(arrived) < len(batch):
                         return

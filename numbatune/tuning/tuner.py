@@ -259,10 +259,14 @@ def _measure(
             lambda count: progress.step(done + count, "compiled"),
             _ignore if screen is None else screen.arrived,
         )
+    except BaseException:
+        if screen is not None:
+            screen.abandon()
+        raise
     finally:
         clock.compile_s += time.perf_counter() - started
-        started = time.perf_counter()  # screening what compiled last is timing, not compiling
-        dropped = {} if screen is None else screen.finish()
+    started = time.perf_counter()  # screening what compiled last is timing, not compiling
+    dropped = {} if screen is None else screen.finish()
     outcomes: dict[Variant, Outcome] = {
         variant: launcher for variant, launcher in compiled.items() if isinstance(launcher, Failed)
     }
