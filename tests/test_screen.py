@@ -9,7 +9,7 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
-from numbatune.config import settings
+from numbatune.config import Isolate, settings
 from numbatune.tuning import bench, screen, tuner
 from numbatune.tuning.results import Timed
 from tests.kernels import forget_shared_state
@@ -83,6 +83,7 @@ def test_a_tuning_interrupted_while_compiling_stops_screening_after_the_batch_un
     fake_times, monkeypatch
 ):
     monkeypatch.setattr(tuner, "_screening", lambda variants: True)
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.OFF)  # nothing is compiled: no trials
     screens, timing = [], threading.Event()
     measure, make = bench.measure, screen.Screen
 
