@@ -34,9 +34,11 @@ def fake_times(monkeypatch):
     def measure(runs, stream=0, inputs=(), restore=lambda: None, rounds=None):
         calls.append((sorted(v.params["BLOCK"] for v in runs), rounds))
         count = rounds or settings.min_runs
-        samples = {v: [TIMES[v.params["BLOCK"]] * 1e-6] * count for v in runs}
+        broken = {v for v in runs if TIMES[v.params["BLOCK"]] is None}  # its launch raises
+        samples = {v: [TIMES[v.params["BLOCK"]] * 1e-6] * count for v in runs if v not in broken}
         stopped = bench.early_stopped(samples, count)
-        return {v: Timed(runs_[0], 0.0, count, v in stopped) for v, runs_ in samples.items()}
+        timed = {v: Timed(runs_[0], 0.0, count, v in stopped) for v, runs_ in samples.items()}
+        return timed | {v: RuntimeError("launch failed") for v in broken}
 
     monkeypatch.setattr(bench, "measure", measure)
     forget_shared_state(monkeypatch)
@@ -76,6 +78,20 @@ def test_a_tuning_times_only_what_screening_kept_and_says_how_many_it_dropped(
     assert report.screened_out == 1 and report.best == {"BLOCK": 1}
     slow = next(r for r in report.results if r.variant.params == {"BLOCK": 2})
     assert slow.status == "stopped early"
+    assert [blocks for blocks, rounds in fake_times if rounds is None] == [[1, 4, 8]]
+
+
+def test_a_variant_whose_screening_run_raises_is_failed_not_screened_out(fake_times, monkeypatch):
+    monkeypatch.setattr(tuner, "_screening", lambda variants: True)
+    monkeypatch.setitem(TIMES, 16, None)
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=sorted(TIMES)),
+        launch=lambda x, out, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+    )(copy)
+    report = tuned.tune(cuda.to_device(np.ones(16, np.float32)), cuda.device_array(16, np.float32))
+    assert report.screened_out == 1  # BLOCK=2, the slow one
+    broken = next(r for r in report.results if r.variant.params == {"BLOCK": 16})
+    assert broken.status == "failed" and "launch failed" in broken.error
     assert [blocks for blocks, rounds in fake_times if rounds is None] == [[1, 4, 8]]
 
 

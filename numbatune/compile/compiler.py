@@ -231,7 +231,7 @@ class Compiler:
         args: tuple[Any, ...],
         done: Callable[[int], None],
         tally: Tally,
-        ready: Callable[[list[Variant], bool], None] = lambda members, compiled: None,
+        ready: Callable[[list[Variant], bool], None] = lambda members, made: None,
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
         as variants are settled, and ``ready(members, made)`` as the kernel that ``members``

@@ -273,9 +273,9 @@ def _measure(
     launchers = {v: launcher for v, launcher in compiled.items() if v not in outcomes}
     if job.check is not None:
         outcomes.update(_checked(job, {v: f for v, f in launchers.items() if v not in earlier}))
-    for variant, timing in dropped.items():
-        outcomes.setdefault(variant, timing if isinstance(timing, Timed) else Failed.of(timing))
-    clock.screened_out += len(dropped)
+    for variant, timing in dropped.items():  # check mode's verdict stands
+        outcome = outcomes.setdefault(variant, _outcome(timing))
+        clock.screened_out += isinstance(outcome, Timed)  # not those whose run raised
     runs = {
         variant: bound(launcher, clones, job.stream)
         for variant, launcher in launchers.items()
@@ -284,10 +284,13 @@ def _measure(
     progress.step(done + len(variants), f"compiled; measuring {len(runs)}")
     with bench.device_lock:  # other tunings' trial runs and screening wait
         timings = bench.measure(runs, job.stream, clones, restore)
-    for variant, timing in timings.items():
-        outcomes[variant] = timing if isinstance(timing, Timed) else Failed.of(timing)
+    outcomes.update({variant: _outcome(timing) for variant, timing in timings.items()})
     clock.benchmark_s += time.perf_counter() - started
     return outcomes
+
+
+def _outcome(timing: Timed | Exception) -> Outcome:
+    return timing if isinstance(timing, Timed) else Failed.of(timing)
 
 
 def _screening(variants: Sequence[Variant]) -> bool:
