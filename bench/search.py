@@ -5,7 +5,8 @@ Three examples, each over a widened space (:data:`SPACES`), at the examples' ful
 - ``sgemm`` (``examples/sgemm.py``, 4096^3, 1,120 variants): block tiles of 32 to 256 rows and
   columns, K slices of 8, 16 and 32, thread tiles from 4 x 4 to 16 x 8, both thread layouts,
   and no register cap or a cap of 128, 168 or 232, filtered to what the kernel can run (64 to
-  512 threads, whole loads per thread, at most 48 KiB of shared memory).
+  512 threads, whole loads per thread, at most 48 KiB of shared memory); the shared tiles
+  aligned to 16 bytes, and A's padded by 4 words a row where that still fits in 48 KiB.
 - ``softmax`` (``examples/softmax.py``, 16384 x 16384, 630 variants): 1 to 32 warps a row, 1
   to 16 rows a block (128 to 1024 threads), 1 to 64 columns a thread keeps, fast or exact math,
   and no register cap or a cap of 64 or 128.
@@ -63,6 +64,8 @@ def sgemm_space(smoke: bool = False) -> list[Any]:
             continue
         params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "SPREAD": spread}
         params |= dict(THREADS=threads, LOADS_A=bm * bk // threads, LOADS_B=bk * bn // threads)
+        if not smoke:  # (the simulator takes no alignment) A's rows padded where they fit
+            params |= {"PAD": 4 if 2 * bk * (bm + 4 + bn) * 4 <= 48 * 1024 else 0, "ALIGN": 16}
         space.append(_capped(params, cap))
     return space
 

@@ -8,6 +8,11 @@ B. While a thread multiplies one slice, its loads of the next are in flight (int
 then into the other of two shared-memory buffers: one barrier a step). A thread's rows and
 columns are adjacent (SPREAD=False) or in groups of four spaced across the block tile
 (SPREAD=True: a quarter-warp reads 32 different banks, four words a thread at a time).
+Two knobs that this example's space leaves at their defaults, and the widened space of
+bench/search.py sets: PAD=4 pads each row of A's shared tile, so that the transposed stores
+of a warp meet 32 banks instead of 4; ALIGN=16 aligns the shared tiles to 16 bytes, so that
+NVVM reads a thread's four adjacent words with one instruction (ld.shared.v4.f32) instead of
+four. (numba's simulator takes no alignment.)
 The k loop is written out when a variant is compiled (nt.static_range): numba leaves it rolled.
 Run it: python examples/sgemm.py
 """
@@ -22,6 +27,8 @@ from numba import cuda, float32
 BM, BN, BK = 64, 64, 8  # the block's tile of C, and the depth of a step along k
 TM, TN = 4, 4  # the thread's tile of C
 SPREAD = False  # a thread's rows and columns in groups of four across the tile (else adjacent)
+PAD = 0  # words after each row of A's shared tile: 4 spreads its transposed stores over 32 banks
+ALIGN = None  # the shared tiles' alignment in bytes: 16 lets NVVM read four floats at once
 THREADS = (BM // TM) * (BN // TN)  # threads per block
 LOADS_A, LOADS_B = BM * BK // THREADS, BK * BN // THREADS  # a thread's loads per step
 
@@ -55,8 +62,9 @@ def variants():
 @cuda.jit
 def sgemm(A, B, C):
     """C = A @ B"""
-    As = cuda.shared.array((2, BK, BM), float32)  # As[_, k, i] = A[first_row + i, k0 + k]
-    Bs = cuda.shared.array((2, BK, BN), float32)
+    # As[_, k, i] = A[first_row + i, k0 + k]
+    As = cuda.shared.array((2, BK, BM + PAD), float32, alignment=ALIGN)
+    Bs = cuda.shared.array((2, BK, BN), float32, alignment=ALIGN)
     next_a = cuda.local.array(LOADS_A, float32)  # this thread's share of the next slices
     next_b = cuda.local.array(LOADS_B, float32)
     acc = cuda.local.array((TM, TN), float32)
