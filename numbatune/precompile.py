@@ -20,7 +20,7 @@ import numba
 
 from numbatune import processes
 from numbatune.compile import build
-from numbatune.compile.compiler import build_in_worker, store_key, worker_environment
+from numbatune.compile.compiler import build_in_worker, store_key, worker_pool
 from numbatune.compile.store import KernelStore
 from numbatune.config import settings
 from numbatune.dispatch import TunedKernel
@@ -59,7 +59,7 @@ def precompile(
         argtypes = tuple(numba.typeof(value) for value in args)
         kernels = tuned._template.by_kernel(tuned.variants)
         jobs += [_Job(tuned, argtypes, sharing) for sharing in kernels]
-    pool = processes.WorkerPool(max(1, workers or settings.compile_workers), worker_environment())
+    pool = worker_pool(max(1, workers or settings.compile_workers))
     # Each kernel's code is written out (static_range) and pickled as a worker takes it, so
     # the first compile while the others are prepared.
     tasks = processes.LazyTasks(len(jobs), lambda index: jobs[index].task(cc))

@@ -12,6 +12,12 @@ fresh worker. A task whose exception has ``end_worker`` set, or that returns a `
 ``ended`` set, ends its worker after the reply (a CUDA context it spoilt). Workers left idle
 for a while exit. Tasks given as :class:`LazyTasks` are made as workers take them.
 
+A pool given a ``warm`` task forks its workers from one process that ran it: a fork server,
+started as a fresh Python with the first worker, which never holds a CUDA context. Each worker
+then starts with what the warm task did (numba imported, its lazy imports done and its typing
+tables filled) rather than doing it again. Where the server cannot fork one, the worker starts
+fresh.
+
 POSIX only: elsewhere :func:`available` is False and callers do the work themselves.
 """
 
@@ -22,6 +28,7 @@ import os
 import pickle
 import queue
 import select
+import socket
 import struct
 import subprocess
 import sys
@@ -122,13 +129,116 @@ class LazyTasks(Sequence[Task]):
 START_LIMIT_S = 120.0
 
 
+class _Forked:
+    """A worker forked by a :class:`_ForkServer`, with the part of ``subprocess.Popen``'s
+    interface that :class:`_Worker` uses. Its process is the server's child: the server writes
+    its pid, then its exit status, to a pipe of its own."""
+
+    def __init__(self, stdin: IO[bytes], stdout: IO[bytes], news: int) -> None:
+        self.stdin, self.stdout, self._news = stdin, stdout, news
+        self._pid: int | None = None
+        self.returncode: int | None = None
+
+    def _read_news(self) -> None:
+        data = b""
+        while len(data) < _NEWS.size and (chunk := os.read(self._news, _NEWS.size - len(data))):
+            data += chunk
+        if len(data) < _NEWS.size:  # the server is gone: the status is unknown
+            self.returncode = -9 if self.returncode is None else self.returncode
+            return
+        (value,) = _NEWS.unpack(data)
+        if self._pid is None:
+            self._pid = value
+        else:
+            self.returncode = value
+
+    def poll(self) -> int | None:
+        while self.returncode is None and select.select([self._news], [], [], 0)[0]:
+            self._read_news()
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._read_news()
+        for stream in (self.stdin, self.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        with contextlib.suppress(OSError):
+            os.close(self._news)
+        self._news = -1
+        return self.returncode
+
+    def kill(self) -> None:
+        if self._pid is None and self.returncode is None:
+            self._read_news()
+        if self.returncode is None and self._pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, 9)
+
+
+class _ForkServer:
+    """A process that ran a pool's ``warm`` task, and forks workers on request. Requests go
+    through a socket, with the worker's pipes attached; each worker's pid and exit status come
+    back on a pipe of its own (:class:`_Forked`)."""
+
+    def __init__(self, environment: Mapping[str, str], warm: Task) -> None:
+        self._socket, theirs = socket.socketpair()
+        self._lock = threading.Lock()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _START, "fork-server", str(theirs.fileno())],
+                stdin=subprocess.PIPE,  # never written: the server ends when it closes
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
+                env=dict(environment),
+                pass_fds=[theirs.fileno()],
+            )
+        _write_frame(self._socket.makefile("wb", buffering=0), pickle.dumps(warm, protocol=5))
+
+    def fork(self, stderr: IO[bytes]) -> _Forked | None:
+        """A new worker, or None when the server cannot make one."""
+        tasks_read, tasks_write = os.pipe()
+        replies_read, replies_write = os.pipe()
+        news_read, news_write = os.pipe()
+        theirs = [tasks_read, replies_write, stderr.fileno(), news_write]
+        try:
+            with self._lock:
+                socket.send_fds(self._socket, [b"f"], theirs)
+        except OSError:
+            for fd in (tasks_write, replies_read, news_read):
+                os.close(fd)
+            return None
+        finally:
+            for fd in (tasks_read, replies_write, news_write):
+                os.close(fd)
+        return _Forked(os.fdopen(tasks_write, "wb"), os.fdopen(replies_read, "rb"), news_read)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        self._socket.close()
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self._stderr.close()
+
+
+#: What a fork server writes to a worker's news pipe: its pid, then its exit status.
+_NEWS = struct.Struct("<q")
+
+
 class _Worker:
     """One child process, and the file its standard error goes to."""
 
-    def __init__(self, environment: Mapping[str, str]) -> None:
+    def __init__(self, environment: Mapping[str, str], server: _ForkServer | None) -> None:
         self._ready = False
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
-        self.process = subprocess.Popen(
+        forked = server.fork(self._stderr) if server is not None else None
+        self.process: subprocess.Popen[bytes] | _Forked = forked or subprocess.Popen(
             [sys.executable, "-c", _START],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -177,12 +287,22 @@ class _Worker:
 
 
 class WorkerPool:
-    """Up to ``size`` workers started with ``environment``; see the module's docstring."""
+    """Up to ``size`` workers started with ``environment``, forked from a process that ran
+    ``warm`` when it is given; see the module's docstring."""
 
-    def __init__(self, size: int, environment: Mapping[str, str], idle_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        size: int,
+        environment: Mapping[str, str],
+        idle_s: float = 60.0,
+        warm: Task | None = None,
+    ) -> None:
         self.size = max(1, size)
         self._environment = dict(environment)
         self._idle_s = idle_s
+        self._warm = warm
+        self._server: _ForkServer | None = None
+        self._server_lock = threading.Lock()
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
@@ -237,22 +357,34 @@ class WorkerPool:
         self._cancel_timer()
         with self._lock:
             for _ in range(min(count, self.size) - self._idle.qsize()):
-                self._idle.put(_Worker(self._environment))
+                self._idle.put(self._new_worker())
         self._start_timer()
 
     def _worker(self) -> _Worker:
         try:
             return self._idle.get_nowait()
         except queue.Empty:
-            return _Worker(self._environment)
+            return self._new_worker()
+
+    def _new_worker(self) -> _Worker:
+        if self._warm is None:
+            return _Worker(self._environment, None)
+        with self._server_lock:
+            if self._server is None or not self._server.alive():
+                self._server = _ForkServer(self._environment, self._warm)
+            return _Worker(self._environment, self._server)
 
     def close(self) -> None:
-        """Stop every idle worker."""
+        """Stop every idle worker, and the fork server."""
         while True:
             try:
                 self._idle.get_nowait().stop()
             except queue.Empty:
-                return
+                break
+        with self._server_lock:
+            if self._server is not None:
+                self._server.stop()
+                self._server = None
 
     def _start_timer(self) -> None:
         with self._lock:
@@ -307,6 +439,63 @@ _START = (
 )
 
 
+def _fork_server(fd: int) -> None:
+    """A fork server's loop (:class:`_ForkServer`): run the warm task, then fork a worker for
+    each request, and report each one's pid and exit status; exit when the parent is gone."""
+    requests = socket.socket(fileno=fd)
+    warm = pickle.loads(_read_frame(requests.makefile("rb", buffering=0)))
+    try:
+        getattr(__import__(warm.module, fromlist=[warm.function]), warm.function)(*warm.args)
+    except Exception:  # workers then do it themselves
+        traceback.print_exc()
+    news: dict[int, int] = {}  # a live worker's pid, and the pipe its status goes to
+    while True:
+        ready = select.select([requests, sys.stdin], [], [], 0.05)[0]
+        for pid, status in _reaped(news):
+            _tell(news.pop(pid), status)
+        if sys.stdin in ready:
+            return  # the parent is gone
+        if requests not in ready:
+            continue
+        message, fds, _, _ = socket.recv_fds(requests, 1, 4)
+        if not message:
+            return
+        tasks, replies, stderr, tell = fds
+        sys.stdout.flush()  # (a child would write what the warm task printed)
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            for other in news.values():
+                os.close(other)
+            os.close(tell)
+            for target, source in enumerate((tasks, replies, stderr)):
+                os.dup2(source, target)
+                os.close(source)
+            _serve()
+            os._exit(0)
+        for used in (tasks, replies, stderr):
+            os.close(used)
+        news[pid] = tell
+        _tell(tell, pid, close=False)
+
+
+def _reaped(news: Mapping[int, int]) -> list[tuple[int, int]]:
+    """The workers among ``news`` that have ended, and their exit statuses (as Popen's)."""
+    ended = []
+    for pid in list(news):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            ended.append((pid, os.waitstatus_to_exitcode(status)))
+    return ended
+
+
+def _tell(fd: int, value: int, close: bool = True) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, _NEWS.pack(value))
+    if close:
+        os.close(fd)
+
+
 def _serve() -> None:
     """The worker's loop: read a task, run it, answer; exit when the parent closes the pipe."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
@@ -330,6 +519,9 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":  # run as numbatune.processes, so that replies name its classes
-    from numbatune.processes import _serve as serve
+    from numbatune import processes
 
-    serve()
+    if sys.argv[1:2] == ["fork-server"]:
+        processes._fork_server(int(sys.argv[2]))
+    else:
+        processes._serve()

@@ -13,10 +13,12 @@ from numbatune.processes import Done, Lost, Raised, Task, WorkerPool
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
 
 
-@pytest.fixture
-def pool():
+@pytest.fixture(params=["fresh", "forked"])
+def pool(request):
+    """A pool of fresh workers, or of workers forked from a server that ran a warm task."""
     environment = processes.environment(simulator=SIMULATOR)
-    pool = WorkerPool(2, environment)
+    warm = Task("tests.workers", "warm", ()) if request.param == "forked" else None
+    pool = WorkerPool(2, environment, warm=warm)
     yield pool
     pool.close()
 
@@ -103,3 +105,36 @@ def test_compile_workers_run_at_a_lower_cpu_priority_than_their_parent():
     finally:
         pool.close()
     assert outcome == Done(min(19, os.nice(0) + 10))
+
+
+def test_a_warm_pools_workers_are_forked_from_the_process_that_ran_the_warm_task(pool):
+    outcomes = pool.run([task("warmed_in") for _ in range(4)], limit_s=60)
+    for outcome in outcomes:
+        warmed_in, parent = outcome.value
+        if pool._warm is None:
+            assert warmed_in is None
+        else:
+            assert warmed_in is not None and warmed_in == parent
+
+
+def test_compile_workers_start_with_numba_imported():
+    from numbatune.compile.compiler import worker_pool
+
+    pool = worker_pool(1)
+    try:
+        assert pool.run([task("numba_imported")], limit_s=120) == [Done(True)]
+    finally:
+        pool.close()
+
+
+def test_a_warm_task_that_fails_or_a_fork_server_that_dies_leaves_the_pool_working():
+    environment = processes.environment(simulator=SIMULATOR)
+    pool = WorkerPool(1, environment, warm=Task("tests.workers", "fail", ("warm failed",)))
+    try:
+        assert pool.run([task("square", 3)], limit_s=60) == [Done(9)]
+        pool._server.process.kill()
+        pool._server.process.wait()
+        pool.close()  # its worker, forked from the dead server, and the server
+        assert pool.run([task("square", 4)], limit_s=60) == [Done(16)]
+    finally:
+        pool.close()

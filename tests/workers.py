@@ -3,6 +3,26 @@
 import os
 import time
 
+#: The pid of the process that ran :func:`warm` (a fork server), in the workers forked from it.
+WARMED_IN = None
+
+
+def warm():
+    global WARMED_IN
+    WARMED_IN = os.getpid()
+
+
+def warmed_in():
+    """Which process ran warm() before this worker was forked from it (None: none did), and
+    this worker's parent."""
+    return WARMED_IN, os.getppid()
+
+
+def numba_imported():
+    import sys
+
+    return "numba.cuda" in sys.modules
+
 
 def square(x):
     return x * x

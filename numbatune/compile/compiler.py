@@ -70,6 +70,13 @@ def worker_environment() -> dict[str, str]:
     )
 
 
+def worker_pool(size: int) -> processes.WorkerPool:
+    """A pool of ``size`` compile workers, forked from a process that warmed numba up
+    (:func:`numbatune.compile.build.warm`)."""
+    warm = processes.Task(build.__name__, build.warm.__name__, ())
+    return processes.WorkerPool(size, worker_environment(), warm=warm)
+
+
 def compile_pool() -> processes.WorkerPool | None:
     """This process's pool of compile workers, or None where the setting or platform allow
     none."""
@@ -79,7 +86,7 @@ def compile_pool() -> processes.WorkerPool | None:
     with _pools_lock:
         pool = _pools.get(size)
         if pool is None:
-            pool = _pools[size] = processes.WorkerPool(size, worker_environment())
+            pool = _pools[size] = worker_pool(size)
         return pool
 
 
