@@ -28,6 +28,7 @@ import os
 import pickle
 import queue
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -169,11 +170,13 @@ class _Forked:
         return self.returncode
 
     def kill(self) -> None:
-        if self._pid is None and self.returncode is None:
-            self._read_news()
-        if self.returncode is None and self._pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._pid, 9)
+        if self.poll() is not None:
+            return
+        if self._pid is None:  # not forked yet (the server is warming): once forked, it finds
+            self.returncode = -9  # its pipes closed and ends
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._pid, signal.SIGKILL)
 
 
 class _ForkServer:
@@ -471,7 +474,11 @@ def _fork_server(fd: int) -> None:
             for target, source in enumerate((tasks, replies, stderr)):
                 os.dup2(source, target)
                 os.close(source)
-            _serve()
+            try:  # and never back into the server's loop
+                _serve()
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
             os._exit(0)
         for used in (tasks, replies, stderr):
             os.close(used)

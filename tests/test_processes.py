@@ -138,3 +138,19 @@ def test_a_warm_task_that_fails_or_a_fork_server_that_dies_leaves_the_pool_worki
         assert pool.run([task("square", 4)], limit_s=60) == [Done(16)]
     finally:
         pool.close()
+
+
+def test_a_worker_not_yet_forked_when_its_start_limit_passes_fails_its_task_alone(monkeypatch):
+    environment = processes.environment(simulator=SIMULATOR)
+    pool = WorkerPool(1, environment, warm=Task("tests.workers", "sleep", (3600,)))
+    monkeypatch.setattr(processes, "START_LIMIT_S", 0.5)  # the server is still warming then
+    outcomes = []
+    running = threading.Thread(target=lambda: outcomes.extend(pool.run([task("square", 3)], 60)))
+    running.start()
+    running.join(timeout=60)  # (it waited for the server to fork the worker: an hour)
+    still_waiting = running.is_alive()
+    pool.close()
+    running.join()
+    assert not still_waiting
+    (late,) = outcomes
+    assert isinstance(late, Lost) and "time limit of 0.5 s" in late.reason
