@@ -46,6 +46,12 @@ BUDGET_S = 60.0
 STRATEGIES = ("pattern", "random", "model")
 
 
+def _sgemm_tiles_fit(bm: int, bn: int, bk: int, pad: int) -> bool:
+    """Whether sgemm's shared tiles (two buffers of A's, padded by ``pad`` words a row, and of
+    B's) fit in the 48 KiB a block may declare."""
+    return 2 * bk * (bm + pad + bn) * 4 <= 48 * 1024
+
+
 def sgemm_space(smoke: bool = False) -> list[Any]:
     """The widened sgemm space (see the module's docstring)."""
     blocks = [32, 64] if smoke else [32, 64, 128, 256]
@@ -58,14 +64,14 @@ def sgemm_space(smoke: bool = False) -> list[Any]:
         threads = (bm // tm) * (bn // tn)
         if tm > bm or tn > bn or not 64 <= threads <= 512 or threads % bn:
             continue
-        if (bm * bk) % threads or (bk * bn) % threads or 2 * bk * (bm + bn) * 4 > 48 * 1024:
+        if (bm * bk) % threads or (bk * bn) % threads or not _sgemm_tiles_fit(bm, bn, bk, 0):
             continue
         if smoke and bm * bn > 32 * 32:
             continue
         params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "SPREAD": spread}
         params |= dict(THREADS=threads, LOADS_A=bm * bk // threads, LOADS_B=bk * bn // threads)
         if not smoke:  # (the simulator takes no alignment) A's rows padded where they fit
-            params |= {"PAD": 4 if 2 * bk * (bm + 4 + bn) * 4 <= 48 * 1024 else 0, "ALIGN": 16}
+            params |= {"PAD": 4 if _sgemm_tiles_fit(bm, bn, bk, 4) else 0, "ALIGN": 16}
         space.append(_capped(params, cap))
     return space
 
