@@ -23,12 +23,14 @@ typedef int (*launch_cooperative_t)(void *function, unsigned grid_x, unsigned gr
 typedef int (*get_current_context_t)(void **context);
 typedef int (*event_record_t)(void *event, void *stream);
 typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
+typedef int (*event_query_t)(void *event);
 
 static launch_kernel_t launch_kernel = NULL;
 static launch_cooperative_t launch_cooperative = NULL;
 static get_current_context_t get_current_context = NULL;
 static event_record_t event_record = NULL;
 static stream_wait_event_t stream_wait_event = NULL;
+static event_query_t event_query = NULL;
 
 /* Returned instead of a CUresult (which are never negative). */
 #define WRONG_CONTEXT -1 /* the thread's current context is not the function's */
@@ -152,10 +154,22 @@ static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromLong(stream_wait_event(stream, event, 0));
 }
 
+/* query(event) -> CUresult: cuEventQuery (0 once the device passed it, 600 before). */
+static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "query(event)");
+        return NULL;
+    }
+    void *event = PyLong_AsVoidPtr(args[0]);
+    if (event == NULL && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(event_query(event));
+}
+
 static PyMethodDef methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
      "record(event, stream) -> CUresult"},
     {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL, "wait(stream, event) -> CUresult"},
+    {"query", (PyCFunction)(void (*)(void))query, METH_FASTCALL, "query(event) -> CUresult"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(function, (grid, block[, shared]), stream, parameters, offsets, context, "
      "cooperative) -> CUresult"},
@@ -180,11 +194,12 @@ PyMODINIT_FUNC PyInit__numbatune_launch(void) {
     get_current_context = (get_current_context_t)dlsym(driver, "cuCtxGetCurrent");
     event_record = (event_record_t)dlsym(driver, "cuEventRecord");
     stream_wait_event = (stream_wait_event_t)dlsym(driver, "cuStreamWaitEvent");
+    event_query = (event_query_t)dlsym(driver, "cuEventQuery");
     if (launch_cooperative == NULL || get_current_context == NULL || event_record == NULL ||
-        stream_wait_event == NULL) {
+        stream_wait_event == NULL || event_query == NULL) {
         PyErr_SetString(PyExc_ImportError,
                         "libcuda.so.1 lacks cuLaunchCooperativeKernel, cuCtxGetCurrent, "
-                        "cuEventRecord or cuStreamWaitEvent");
+                        "cuEventRecord, cuStreamWaitEvent or cuEventQuery");
         return NULL;
     }
     return PyModule_Create(&module);

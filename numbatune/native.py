@@ -1,8 +1,8 @@
 """Driver calls from Python through a small C extension compiled on first use:
-``cuLaunchKernel``, ``cuEventRecord`` and ``cuStreamWaitEvent``.
+``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and ``cuEventQuery``.
 
 cuda-bindings' ``cuLaunchKernel`` costs about 5 us per call on the H100 machine, half of it in
-converting arguments; the C extension in ``_cuda_launch.c`` makes the same call for about half
+converting arguments; the C extension in ``_native.c`` makes the same call for about half
 of that. Like Triton's launchers it is compiled on the machine that runs it, with the C compiler
 Python was built with (``cc`` otherwise), and kept in the user's cache directory. Where it cannot
 be built (no compiler, no ``Python.h``) the launch goes through cuda-bindings, with the same
@@ -152,13 +152,20 @@ def _wait_with_bindings(stream: int, event: int) -> int:
     return int(driver.cuStreamWaitEvent(driver.CUstream(stream), driver.CUevent(event), 0)[0])
 
 
+def _query_with_bindings(event: int) -> int:
+    from cuda.bindings import driver
+
+    return int(driver.cuEventQuery(driver.CUevent(event))[0])
+
+
 class Native(NamedTuple):
-    """The driver calls: ``launch``, ``record(event, stream)`` and ``wait(stream, event)``,
-    each returning the ``CUresult`` as an int."""
+    """The driver calls: ``launch``, ``record(event, stream)``, ``wait(stream, event)`` and
+    ``query(event)``, each returning the ``CUresult`` as an int."""
 
     launch: Launcher
     record: Callable[[int, int], int]
     wait: Callable[[int, int], int]
+    query: Callable[[int], int]
 
 
 _native: Native | None = None
@@ -171,12 +178,15 @@ def native() -> Native:
     if _native is None:
         try:
             module = _load_extension()
-            _native = Native(module.launch, module.record, module.wait)
+            _native = Native(module.launch, module.record, module.wait, module.query)
             BUILD_ERROR = None
         except (OSError, ImportError) as error:
             BUILD_ERROR = str(error)
             logger.info("driver calls through cuda-bindings (the C extension: %s)", error)
-            _native = Native(_launch_with_bindings, _record_with_bindings, _wait_with_bindings)
+            _native = Native(
+                _launch_with_bindings, _record_with_bindings, _wait_with_bindings,
+                _query_with_bindings,
+            )  # fmt: skip
     return _native
 
 

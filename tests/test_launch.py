@@ -291,7 +291,13 @@ def test_the_c_launcher_is_built_and_the_bindings_launch_gives_the_same(monkeypa
         cudalaunch._launch_with_bindings,
         cudalaunch._record_with_bindings,
         cudalaunch._wait_with_bindings,
+        cudalaunch._query_with_bindings,
     )
+    event = cuda.event(timing=False)
+    event.record()
+    event.synchronize()
+    c_query = cudalaunch.native().query
+    assert c_query(int(event.handle)) == bindings.query(int(event.handle)) == 0  # passed
     monkeypatch.setattr(cudalaunch, "_native", bindings)
     tuned = nt.autotune(variants=[{}], launch=_grid)(copy_2d)
     bindings_out = cuda.device_array(x.shape, np.float32)
@@ -319,6 +325,37 @@ def test_torch_work_queued_before_a_tuned_call_is_seen_by_it(explicit):
         else:
             COPIES[1](x, out, seen)
     torch.cuda.synchronize()
+    assert bool((out == 3.0).all())
+
+
+def _stream_of_kind(kind, torch):
+    if kind == "numba's own (blocking)":
+        return cuda.stream()
+    if kind == "torch's own (non-blocking)":
+        return torch.cuda.Stream()
+    return kernels.non_blocking_stream()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "kind", ["numba's own (blocking)", "torch's own (non-blocking)", "a raw non-blocking handle"]
+)
+def test_torch_work_on_the_default_stream_is_seen_by_a_tuned_call_on_another_stream(kind):
+    """On a blocking stream the driver orders the call after the legacy default stream, and
+    numbatune queues no wait of its own; on the others it must."""
+    torch = pytest.importorskip("torch")
+    x = torch.zeros(1 << 16, device="cuda")
+    out = torch.empty_like(x)
+    seen = torch.zeros(8, dtype=torch.int64, device="cuda")
+    stream = _stream_of_kind(kind, torch)
+    COPIES[1](x, out, seen, stream=stream)  # tuned: what follows is a cache hit
+    torch.cuda.synchronize()
+    assert torch.cuda.current_stream().cuda_stream == 0  # torch's default: the legacy stream
+    torch.cuda._sleep(20_000_000)  # keeps the default stream busy for milliseconds
+    x.fill_(3.0)
+    COPIES[1](x, out, seen, stream=stream)
+    torch.cuda.synchronize()
+    cuda.synchronize()
     assert bool((out == 3.0).all())
 
 

@@ -11,20 +11,22 @@ import weakref
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from numba import cuda
 
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
-from numbatune.streams.monitor import Monitor, _Launch
-from numbatune.streams.order import StreamOrder
+from numbatune.streams.monitor import Monitor
+from numbatune.streams.order import StreamOrder, quick_check
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
 
 
-def _order():
-    waits = []
-    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), lambda s: 0)
-    return order, waits
+def _order(limit=1 << 16):
+    """An order whose events note each wait as (waiting, producer) and each record."""
+    events = CountingEvents()
+    return StreamOrder(events, limit), events.waits
 
 
 def test_arrays_used_on_their_own_stream_add_no_waits():
@@ -61,21 +63,65 @@ def test_a_wait_covers_every_earlier_use_on_the_producer():
 def test_a_producer_stream_is_touched_only_right_after_a_launch_on_it():
     """Its event is recorded when its launch is queued; a later waiter uses that event, so a
     stream destroyed meanwhile is never handed to the driver again."""
-    records, waits = [], []
-    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), records.append)
-    order.launched(1, order.use(1, ["x"]))
+    order, waits = _order()
+    order.use(1, ["x"])
+    order.launched(1)
     order.use(2, ["x"])
-    assert records == [1] and waits == [(2, 1)]
+    assert order.events.records == [1] and waits == [(2, 1)]
 
 
 def test_forgetting_buffers_past_the_limit_keeps_the_ordering():
-    waits = []
-    order = StreamOrder(lambda waiting, producer: waits.append((waiting, producer)), id, 4)
+    order, waits = _order(limit=4)
     for buffer in range(6):
         order.use(1, [buffer])
-    assert len(order._last_use) <= 4
+    assert len(order.last_use) <= 4
     order.use(2, ["new"])  # buffers were forgotten: stream 2 waits for all of stream 1
     assert waits == [(2, 1)]
+
+
+def _quick(order, stream, buffers):
+    """The generated launch code's check (:func:`quick_check`) on ``order``."""
+    names = [f"b{index}" for index in range(len(buffers))]
+    namespace = {"_quick": order.quick, "_last_use": order.last_use}
+    exec(f"def check(stream, {', '.join(names)}):\n    return {quick_check(names)}", namespace)
+    return namespace["check"](stream, *buffers)
+
+
+def test_a_launch_whose_buffers_stay_on_its_stream_needs_no_bookkeeping_until_one_moves():
+    order, waits = _order()
+    order.use(1, ["x"])
+    order.use(2, ["y"])
+    assert not _quick(order, 1, ["x"])  # not asked for: its launches go through use()
+    order.use(1, ["x"], quick=True)
+    order.use(2, ["y"], quick=True)
+    assert _quick(order, 1, ["x"]) and _quick(order, 2, ["y"])
+    assert _quick(order, 1, ["x", "new"])  # a buffer never used: noted as used here
+    assert not _quick(order, 2, ["new"])  # last used on stream 1
+    order.use(2, ["new"])
+    assert waits == [(2, 1)]
+    # The wait ended stream 1's epoch: x's last use is in an epoch stream 2 waited for, so
+    # the next use of x on 1 must be noted again (else 2 would skip waiting for it).
+    assert not _quick(order, 1, ["x"])
+    order.use(1, ["x"])
+    assert _quick(order, 1, ["x"])
+    order.barrier()
+    assert not _quick(order, 1, ["x"])
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 3), st.lists(st.sampled_from("abcde"), max_size=3)),
+        max_size=40,
+    )
+)
+def test_skipping_use_where_the_quick_check_passes_waits_exactly_as_using_every_launch(launches):
+    always, always_waits = _order()
+    quick, quick_waits = _order()
+    for stream, buffers in launches:
+        always.use(stream, buffers)
+        if not _quick(quick, stream, buffers):
+            quick.use(stream, buffers, quick=True)
+    assert quick_waits == always_waits
 
 
 class RecordingEvents:
@@ -101,6 +147,9 @@ class RecordingEvents:
 
     def synchronize(self, event):
         self.released.wait(timeout=30)
+
+    def passed(self, event):
+        return self.released.is_set()
 
     def check(self, stream):
         pass
@@ -175,7 +224,7 @@ def test_kept_arrays_live_until_the_device_passes_their_launch():
     monitor = Monitor(events)
     array = Array()
     alive = weakref.ref(array)
-    monitor.after(_Launch(stream=3, name="k", kept=(array,)))
+    monitor.hold(3, (array,))
     del array
     assert alive() is not None and monitor.kept_arrays() == 1
     events.released.set()  # the device passes the launch
@@ -183,7 +232,7 @@ def test_kept_arrays_live_until_the_device_passes_their_launch():
     while monitor.kept_arrays() and time.monotonic() < deadline:
         time.sleep(0.01)  # the keeper thread releases them
     assert alive() is None and monitor.kept_arrays() == 0
-    monitor.after(_Launch(stream=3, name="k", kept=(Array(),)))
+    monitor.hold(3, (Array(),))
     assert events.created == 1  # the next launch that keeps arrays reuses the event
 
 
@@ -197,10 +246,11 @@ def test_launches_on_a_held_stream_that_keep_arrays_share_the_events_the_keeper_
     x = cuda.device_array(4, np.float32)
     arrays = [Array() for _ in range(10)]
     alive = [weakref.ref(array) for array in arrays]
+    stream = cuda.stream()
     for array in arrays:  # each keeps an array on stream 7, whose object numbatune holds
-        launch = monitor.before(7, (id(x),), (array,), "k", given=cuda.stream())
-        monitor.after(launch)
-    del arrays, array, launch
+        assert monitor.before(7, (id(x),), "k", given=stream) is None
+        monitor.hold(7, (array,))
+    del arrays, array
     assert monitor.kept_arrays() == 10 and all(ref() is not None for ref in alive)
     # The keeper recorded one event for what it found, and waits for the device to pass it.
     assert events.records.count(7) <= 2

@@ -22,6 +22,7 @@ from typing import Any
 
 from numbatune.arrays import library_of
 from numbatune.launch.layout import ArgumentPlan
+from numbatune.streams.order import quick_check
 
 
 def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
@@ -53,7 +54,7 @@ def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str
         if number == 0:
             lines.append(f"    stream = {producer} if stream is None else {handle}")
         if sync:
-            lines += [f"    if stream != {producer}:", f"        _wait(stream, {producer})"]
+            lines += [f"    if stream != {producer}:", f"        _wait(stream, {producer}, given)"]
     return lines, list(producers)
 
 
@@ -71,6 +72,35 @@ def _kept(plan: ArgumentPlan, libraries: list[str]) -> str:
             else f"*_keep(stream, {listed})"
         )
     return f"({''.join(f'{part}, ' for part in parts)})"
+
+
+def _ordering(plan: ArgumentPlan, libraries: list[str]) -> tuple[list[str], list[str]]:
+    """Code before and after the launch that orders it after other streams' uses of its
+    buffers and keeps torch and CuPy arrays alive past it, once a second stream (or a
+    profile) is in use; with one stream so far it compares two handles and goes on."""
+    names = [f"b{index}" for index in range(len(plan.buffers))]
+    listed = "".join(f"{name}, " for name in names)
+    kept = ["        kept = " + _kept(plan, libraries)] if plan.library_arrays else []
+    before = [
+        "    if stream == _monitor.stream:",
+        f"        watched{' = kept' * bool(kept)} = None",
+        "    else:",
+        *([f"        {listed}= {', '.join(plan.buffers)},"] * bool(names)),
+        *kept,
+        f"        watched = not ({quick_check(names)}) and "
+        f"_monitor.before(stream, ({listed}), _name, given)",
+    ]
+    after = ["    if watched:", "        _monitor.after(watched)"]
+    if kept:
+        after += [
+            "    if kept:  # into the stream's list for the keeper, or handed to the monitor",
+            "        pending = _pending.get(stream)",
+            "        if pending is None:",
+            "            _monitor.hold(stream, kept)",
+            "        else:",
+            "            pending[1].extend(kept)",
+        ]
+    return before, after
 
 
 def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> list[str]:
@@ -108,8 +138,8 @@ def _tail(
     whether the general path may be asked again."""
     arguments = "".join(f"a{i}, " for i in range(arity))
     values = ", ".join(plan.values)
-    buffers = "".join(f"{b}, " for b in plan.buffers)
     stream_code, libraries = stream
+    ordering, finishing = _ordering(plan, libraries)
     return [
         "    try:",
         "        function = _functions[winner.index]",
@@ -125,16 +155,13 @@ def _tail(
         f"        parameters = _pack({values})",
         "    except struct.error:  # a value numba types otherwise, e.g. an int over 2**63",
         "        return _numba(args, winner, config, given)",
-        # Only once a second stream (or a profile) is in use: order after other streams.
-        "    watched = stream != _monitor.stream and "
-        f"_monitor.before(stream, ({buffers}), {_kept(plan, libraries)}, _name, given)",
+        *ordering,
         "    error = _launch(",
         "        function, config, stream, parameters, _offsets, _context, _cooperative",
         "    )",
         "    if error:",
         f"        return _failed(error, args, winner, config, given, stream, {in_call})",
-        "    if watched:",
-        "        _monitor.after(watched)",
+        *finishing,
     ]
 
 

@@ -184,6 +184,9 @@ def _generate(
         "_context": int(cuda.current_context().handle),
         "_cooperative": cooperative,
         "_monitor": monitor,
+        "_quick": monitor.order.quick,
+        "_last_use": monitor.order.last_use,
+        "_pending": monitor.pending,
         "_keep": keep,
         "_name": hooks.name,
     }

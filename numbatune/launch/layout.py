@@ -213,7 +213,7 @@ class _ArrayRead:
 
 
 #: How torch tensors and CuPy arrays give their fields ({a}: the argument; {d}: a dimension;
-#: {itemsize}: the bytes of an element).
+#: {itemsize}: the bytes of an element; {p}: the pointer, read once).
 _LIBRARY_FIELDS = {
     "torch": {
         "c_contiguous": "{a}.is_contiguous()",
@@ -223,7 +223,7 @@ _LIBRARY_FIELDS = {
         "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
         # The allocation's start (as buffer_of finds it), not untyped_storage(): that makes an
         # object on every call.
-        "buffer": "{a}.data_ptr() - {a}.storage_offset() * {itemsize}",
+        "buffer": "{p} - {a}.storage_offset() * {itemsize}",
     },
     "cupy": {
         "c_contiguous": "{a}._c_contiguous",
@@ -239,17 +239,21 @@ _LIBRARY_FIELDS = {
 def _read_library(
     plan: ArgumentPlan, argument: str, name: str, library: str, ndim: int, itemsize: int
 ) -> _ArrayRead:
-    plan.steps.append(("read", f"{name}s = {argument}.shape"))
     form = _LIBRARY_FIELDS[library]
+    pointer = f"{name}p"
+    plan.steps += [
+        ("read", f"{name}s = {argument}.shape"),
+        ("read", f"{pointer} = {form['pointer'].format(a=argument)}"),
+    ]
     return _ArrayRead(
         dtype=f"{argument}.dtype",
         c_contiguous=form["c_contiguous"].format(a=argument),
         f_contiguous=form["f_contiguous"].format(a=argument),
         a_layout=form["a_layout"].format(a=argument),
         size=" * ".join(f"{name}s[{d}]" for d in range(ndim)) or "1",
-        pointer=form["pointer"].format(a=argument),
+        pointer=pointer,
         strides=[form["stride"].format(a=argument, d=d, itemsize=itemsize) for d in range(ndim)],
-        buffer=form["buffer"].format(a=argument, itemsize=itemsize),
+        buffer=form["buffer"].format(a=argument, itemsize=itemsize, p=pointer),
     )
 
 

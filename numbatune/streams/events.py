@@ -9,6 +9,8 @@ from typing import Any
 from numbatune.native import native
 from numbatune.streams.handles import check_stream
 
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY
+
 
 class _DriverEvents:
     """CUDA events through cuda-bindings, on raw stream handles."""
@@ -27,12 +29,13 @@ class _DriverEvents:
             raise CudaAPIError(int(result[0]), f"CUDA driver call failed: {result[0]!r}")
         return result[1] if len(result) > 1 else None
 
-    def create(self, timing: bool = True) -> Any:
+    def create(self, timing: bool = True) -> int:
+        """A new event, as its raw handle."""
         flags = 0 if timing else self._driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        return self._checked(self._driver.cuEventCreate(flags))
+        return int(self._checked(self._driver.cuEventCreate(flags)))
 
-    def record(self, event: Any, stream: int) -> None:
-        if error := self._native.record(int(event), stream):
+    def record(self, event: int, stream: int) -> None:
+        if error := self._native.record(event, stream):
             self._raise(error, "cuEventRecord")
 
     def wait(self, waiting: int, producer: int) -> None:
@@ -40,9 +43,9 @@ class _DriverEvents:
         self.record(self._wait_event, producer)
         self.wait_event(waiting, self._wait_event)
 
-    def wait_event(self, waiting: int, event: Any) -> None:
+    def wait_event(self, waiting: int, event: int) -> None:
         """``waiting`` waits for the work before ``event``'s latest record."""
-        if error := self._native.wait(waiting, int(event)):
+        if error := self._native.wait(waiting, event):
             self._raise(error, "cuStreamWaitEvent")
 
     def _raise(self, error: int, call: str) -> None:
@@ -50,17 +53,29 @@ class _DriverEvents:
 
         raise CudaAPIError(error, f"{call} failed")
 
-    def synchronize(self, event: Any) -> None:
-        self._checked(self._driver.cuEventSynchronize(event))
+    def synchronize(self, event: int) -> None:
+        self._checked(self._driver.cuEventSynchronize(self._driver.CUevent(event)))
+
+    def passed(self, event: int) -> bool:
+        """Whether the device passed ``event``'s latest record, without waiting. An error (the
+        context destroyed, a device fault) counts as passed: nothing queued will run."""
+        return self._native.query(event) != _NOT_READY
 
     def check(self, stream: int) -> None:
         check_stream(stream)
 
-    def elapsed_s(self, start: Any, end: Any) -> float:
-        return self._checked(self._driver.cuEventElapsedTime(start, end)) / 1e3
+    def blocking(self, stream: int) -> bool:
+        """Whether ``stream`` waits for the legacy default stream (created without
+        ``CU_STREAM_NON_BLOCKING``)."""
+        flags = self._checked(self._driver.cuStreamGetFlags(self._driver.CUstream(stream)))
+        return not int(flags) & int(self._driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
 
-    def destroy(self, event: Any) -> None:
-        self._driver.cuEventDestroy(event)
+    def elapsed_s(self, start: int, end: int) -> float:
+        cu_event = self._driver.CUevent
+        return self._checked(self._driver.cuEventElapsedTime(cu_event(start), cu_event(end))) / 1e3
+
+    def destroy(self, event: int) -> None:
+        self._driver.cuEventDestroy(self._driver.CUevent(event))
 
 
 class _SimulatorEvents:
@@ -81,8 +96,14 @@ class _SimulatorEvents:
     def synchronize(self, event: Any) -> None:
         pass
 
+    def passed(self, event: Any) -> bool:
+        return True
+
     def check(self, stream: int) -> None:
         pass
+
+    def blocking(self, stream: int) -> bool:
+        return False
 
     def elapsed_s(self, start: list[float], end: list[float]) -> float:
         return end[0] - start[0]

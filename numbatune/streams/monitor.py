@@ -2,14 +2,16 @@
 
 While a process has launched on one stream only, none of this runs: a launch compares its
 stream with that one and goes on. From the second stream on, every launch is ordered after the
-last uses of its buffers (:mod:`numbatune.streams.order`). Torch and CuPy arrays launched on a
-stream other than their library's current stream are kept alive until that stream has passed
-the launch (an event, waited for by a background thread), so dropping them cannot hand their
-memory to the caching allocator while the kernel may still read it (cubecl's deferred
-release). On a stream numbatune holds, the launches that kept arrays since the thread last
-looked share one event, which the thread records: a launch only adds its arrays to a list.
-numba's own arrays need not be kept: numba frees them with ``cuMemFree``, which waits for the
-device. While a profile is open, every tuned launch is bracketed by two events.
+last uses of its buffers (:mod:`numbatune.streams.order`); a launch whose buffers stay on its
+stream passes a lock-free check in the generated code and changes nothing. Torch and CuPy
+arrays launched on a stream other than their library's current stream are kept alive until that
+stream has passed the launch, so dropping them cannot hand their memory to the caching
+allocator while the kernel may still read it (cubecl's deferred release). A launch adds them to
+its stream's list; a background thread (the keeper) looks every :data:`KEEPER_PERIOD_S`, records
+one event per stream for the new ones, and lets go of those whose events the device passed,
+asking without waiting. numba's own arrays need not be kept: numba frees them with
+``cuMemFree``, which waits for the device. While a profile is open, every tuned launch is
+bracketed by two events.
 
 Only what numbatune launches is seen here: work queued by other code on a stream is ordered
 only by the ``__cuda_array_interface__`` rule (see :mod:`numbatune.launch.fastpath`) or by the
@@ -18,12 +20,12 @@ caller.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Hashable, Iterator
+import time
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +45,6 @@ class _Launch:
 
     stream: int
     name: str | None
-    cursor: int = 0
     start: Any = None
     end: Any = None
     kept: tuple[Any, ...] = ()
@@ -51,28 +52,40 @@ class _Launch:
 
 
 _ANY = object()  # never equal to a stream: every launch is watched
+_LEGACY = (0, 1)  # the legacy default stream's handles (0, CU_STREAM_LEGACY)
+
+#: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
+#: the device, so the launching thread keeps the interpreter to itself meanwhile.
+KEEPER_PERIOD_S = 0.001
 
 
 class Monitor:
     """What every tuned launch reports to, when more than one stream or a profile is in use.
 
     A launch compares its raw stream handle with :attr:`stream`; only when they differ does it
-    call :meth:`before` and, with what that returns, :meth:`after` once it is queued.
+    look further: the generated launch code first checks, without a lock, whether the order
+    needs to hear of it (:func:`numbatune.streams.order.quick_check` on :attr:`order`), and
+    only then calls :meth:`before` and, with what that returns, :meth:`after` once it is
+    queued. Arrays to keep alive past a launch go to :meth:`hold`, or straight into the list
+    :attr:`pending` has for the stream.
     """
 
     def __init__(self, events: Any = None) -> None:
         self._events = events
+        #: Which streams a launch must wait for (see :mod:`numbatune.streams.order`).
+        self.order = StreamOrder(events)
         #: The one stream launched on so far; ``_ANY`` once there are several or a profile.
         self.stream: Any = None
-        self._order: StreamOrder | None = None
         self._profiles: dict[ProfileToken, list[_Launch]] = {}
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
-        self._kept: collections.deque[tuple[Any, tuple[Any, ...]]] = collections.deque()
-        # Arrays kept by launches on a stream numbatune holds, not yet behind an event, and the
-        # event the keeper will record for them (made here: the keeper's thread has no CUDA
-        # context to make one in).
-        self._unfenced: dict[int, tuple[Any, list[Any]]] = {}
+        # Kept arrays behind their events. A pending list stays a list: a launch that found it
+        # before the keeper took it may still add to it (its event covers that launch).
+        self._kept: list[tuple[Any, Sequence[Any]]] = []
+        #: Arrays kept by launches on a stream numbatune holds, not yet behind an event, and
+        #: the event the keeper will record for them (made here: the keeper's thread has no
+        #: CUDA context to make one in). A launch may add to a stream's list without the lock.
+        self.pending: dict[int, tuple[Any, list[Any]]] = {}
         self._kept_ready = threading.Condition(self._lock)
         self._keeper_waiting = False
         # Events the keeper is done with, for the next launches that keep arrays.
@@ -86,13 +99,14 @@ class Monitor:
         # them, so that a later wait never touches the stream itself. On the others it is
         # recorded when another stream first needs to wait for them.
         self._eager: set[int] = set()
-        # Each tracked stream's event.
-        self._latest: dict[int, Any] = {}
+        # Whether each held stream is a blocking one (ordered after the legacy default stream
+        # by the driver), as far as asked.
+        self._blocking: dict[int, bool] = {}
 
     @property
     def events(self) -> Any:
         if self._events is None:
-            self._events = _events.backend()
+            self._events = self.order.events = _events.backend()
         return self._events
 
     # -- launches -----------------------------------------------------------------------------
@@ -100,41 +114,39 @@ class Monitor:
     def watch(
         self, stream: int, arrays: tuple[Any, ...], name: str | None, given: Any = None
     ) -> _Launch | None:
-        """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows)."""
+        """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows), keeping
+        the torch and CuPy arrays that need it when ``name`` is given."""
         arrays = tuple(a for a in arrays if a is not None)
-        buffers = tuple(buffer_of(a) for a in arrays)
+        launch = self.before(stream, tuple(buffer_of(a) for a in arrays), name, given)
         kept = keep(stream, arrays) if name else ()
-        return self.before(stream, buffers, kept, name, given)
+        if kept:
+            launch = launch or _Launch(stream, name)
+            launch.kept = kept
+        return launch
 
     def before(
-        self,
-        stream: int,
-        buffers: tuple[Hashable, ...],
-        kept: tuple[Any, ...],
-        name: str | None,
-        given: Any = None,
+        self, stream: int, buffers: tuple[Hashable, ...], name: str | None, given: Any = None
     ) -> _Launch | None:
         """Order a launch of ``name`` on ``stream`` that uses ``buffers`` (allocations) after
         their last uses; returns what :meth:`after` needs, or None when it needs nothing
-        (the common case: no profile open, nothing to keep, a stream numbatune keeps alive).
-        ``kept`` are arrays to keep alive until the stream passes the launch; ``given`` is
-        the stream object the caller passed, kept so that ``stream`` stays valid."""
+        (the common case: no profile open, a stream numbatune keeps alive). ``given`` is the
+        stream object the caller passed, kept so that ``stream`` stays valid."""
         with self._lock:
             if stream not in self._streams:
                 self._see(stream, given)
             if self.stream is None:
                 self.stream = stream
                 return None
-            order = self._order or self._start_ordering()
-            cursor = order.use(stream, buffers)
-            if name is None or not (self._profiles or kept or stream in self._eager):
-                return None
-            launch = _Launch(stream, name, cursor, kept=kept)
-            if self._profiles:
-                launch.start = self.events.create()
+            if self.stream is not _ANY:
+                self._start_ordering()
+            quick = not self._profiles and stream not in self._eager
+            self.order.use(stream, buffers, quick)
+            if name is not None and self._profiles:
+                launch = _Launch(stream, name, start=self.events.create())
                 self.events.record(launch.start, stream)
                 launch.profiles = list(self._profiles.values())
-            return launch
+                return launch
+            return _Launch(stream, name) if stream in self._eager else None
 
     def _see(self, stream: int, given: Any) -> None:
         """A stream met for the first time: checked, and kept (or recorded eagerly)."""
@@ -146,26 +158,32 @@ class Monitor:
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued."""
         with self._lock:
-            if self._order is not None and launch.stream in self._eager:
-                self._order.launched(launch.stream, launch.cursor)
+            if self.stream is _ANY and launch.stream in self._eager:
+                self.order.launched(launch.stream)
             if launch.profiles:
                 launch.end = self.events.create()
                 self.events.record(launch.end, launch.stream)
                 for records in launch.profiles:
                     records.append(launch)
-            if launch.kept:
-                if self._held(launch.stream):  # the keeper records its event later
-                    unfenced = self._unfenced.get(launch.stream)
-                    if unfenced is None:
-                        unfenced = self._unfenced[launch.stream] = (self._spare_event(), [])
-                    unfenced[1].extend(launch.kept)
-                else:
-                    self._fence(launch.stream, self._spare_event(), launch.kept)
-                launch.kept = ()
-                if self._keeper is None:
-                    self._start_keeper()
-                elif self._keeper_waiting:
-                    self._kept_ready.notify()
+        if launch.kept:
+            self.hold(launch.stream, launch.kept)
+            launch.kept = ()
+
+    def hold(self, stream: int, arrays: tuple[Any, ...]) -> None:
+        """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now."""
+        with self._lock:
+            if self._held(stream):  # the keeper records its event when it next looks
+                pending = self.pending.get(stream)
+                if pending is None:
+                    pending = self.pending[stream] = (self._spare_event(), [])
+                pending[1].extend(arrays)
+            else:
+                self.events.record(event := self._spare_event(), stream)
+                self._kept.append((event, arrays))
+            if self._keeper is None:
+                self._start_keeper()
+            elif self._keeper_waiting:
+                self._kept_ready.notify()
 
     def _held(self, stream: int) -> bool:
         """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
@@ -174,47 +192,38 @@ class Monitor:
             stream in (0, 1, 2) or self._streams.get(stream) is not None
         )
 
-    def _fence_unfenced(self) -> None:
-        """One event on each stream whose launches kept arrays since the last call (a method:
-        no name of the keeper's loop holds the arrays while it waits)."""
-        while self._unfenced:
-            stream, (event, arrays) = self._unfenced.popitem()
-            self._fence(stream, event, tuple(arrays))
-
     def _spare_event(self) -> Any:
         spare = self._spare_events
         return spare.pop() if spare else self.events.create(timing=False)
 
-    def _fence(self, stream: int, event: Any, arrays: tuple[Any, ...]) -> None:
-        """Keep ``arrays`` until ``stream`` passes what is queued on it now (``event``)."""
-        self.events.record(event, stream)
-        self._kept.append((event, arrays))
+    def wait(self, waiting: int, producer: int, given: Any = None) -> None:
+        """Make stream ``waiting`` wait, on the device, for all queued so far on ``producer``.
 
-    def wait(self, waiting: int, producer: int) -> None:
-        """Make stream ``waiting`` wait, on the device, for all queued so far on ``producer``."""
+        Nothing is queued where the driver orders the two already: ``producer`` the legacy
+        default stream and ``waiting`` a blocking stream numbatune holds (``given``, the
+        stream object, keeps it alive)."""
+        if producer in _LEGACY and self._blocking.get(waiting):
+            return
         with self._lock:
+            if waiting not in self._streams:
+                self._see(waiting, given)
+            if producer in _LEGACY and self._held(waiting):
+                blocking = self._blocking.get(waiting)
+                if blocking is None:
+                    blocking = self._blocking[waiting] = self.events.blocking(waiting)
+                if blocking:
+                    return
             self.events.wait(waiting, producer)
 
-    def _record_event(self, stream: int) -> None:
-        event = self._latest.get(stream)
-        if event is None:
-            event = self._latest[stream] = self.events.create(timing=False)
-        self.events.record(event, stream)
-
-    def _wait_for_event(self, waiting: int, producer: int) -> None:
-        self.events.wait_event(waiting, self._latest[producer])
-
-    def _start_ordering(self) -> StreamOrder:
+    def _start_ordering(self) -> None:
         """A second stream or a profile: from now on every launch is watched and every buffer
         tracked; what the first stream queued before is waited for by each other stream's
         first launch."""
         first = self.stream
         self.stream = _ANY
-        order = self._order = StreamOrder(self._wait_for_event, self._record_event)
         if first is not None:
-            order.use(first, ())
-            order.barrier()
-        return order
+            self.order.use(first, ())
+            self.order.barrier()
 
     # -- deferred release ---------------------------------------------------------------------
 
@@ -225,24 +234,39 @@ class Monitor:
         self._keeper.start()
 
     def _release_kept(self) -> None:
+        """The keeper's loop: every :data:`KEEPER_PERIOD_S` while arrays are kept, record the
+        pending streams' events and let go of the arrays whose events the device passed."""
         while True:
             with self._lock:
-                while not self._kept and not self._unfenced:
+                while not self._kept and not self.pending:
                     self._keeper_waiting = True
                     self._kept_ready.wait()
                 self._keeper_waiting = False
-                self._fence_unfenced()
-                event = self._kept[0][0]
-            self.events.synchronize(event)  # without the lock: launches go on meanwhile
-            with self._lock:
-                self._kept.popleft()
+                released = self._look()
+            del released  # the arrays go, outside the lock
+            time.sleep(KEEPER_PERIOD_S)
+
+    def _look(self) -> list[Sequence[Any]]:
+        """One look of the keeper (under the lock): the arrays it lets go."""
+        while self.pending:
+            stream, (event, arrays) = self.pending.popitem()
+            self.events.record(event, stream)
+            self._kept.append((event, arrays))
+        released, still = [], []
+        for event, arrays in self._kept:
+            if self.events.passed(event):
+                released.append(arrays)
                 self._spare_events.append(event)
+            else:
+                still.append((event, arrays))
+        self._kept = still
+        return released
 
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""
         with self._lock:
-            unfenced = sum(len(objects) for _, objects in self._unfenced.values())
-            return unfenced + sum(len(objects) for _, objects in self._kept)
+            pending = sum(len(objects) for _, objects in self.pending.values())
+            return pending + sum(len(objects) for _, objects in self._kept)
 
     # -- profiles -----------------------------------------------------------------------------
 
@@ -250,8 +274,9 @@ class Monitor:
         with self._lock:
             token = ProfileToken(next(self._numbers))
             self._profiles[token] = []
-            if self._order is None and self.stream is not _ANY:
+            if self.stream is not _ANY:
                 self._start_ordering()
+            self.order.quick.clear()  # every launch is watched while a profile is open
             return token
 
     def end_profile(self, token: ProfileToken) -> Profile:

@@ -1,80 +1,121 @@
 """Which streams a tuned launch must wait for, from where each buffer was last used.
 
-Modelled on cubecl-runtime's multi-stream layer. Each stream has a *cursor*, the number of tuned
-launches queued on it; each buffer (an allocation: a torch storage, a CuPy memory block, a numba
-allocation) remembers the stream and cursor of its last use. A launch on stream B that uses a
-buffer last used on stream A at a cursor B has not yet waited for makes B wait for A on the
-device (an event recorded on A, ``cuStreamWaitEvent`` on B); the host never waits. Buffers used
-on one stream only add no waits.
+Modelled on cubecl-runtime's multi-stream layer. Each stream's launches fall into *epochs*: an
+epoch ends when the stream's event is recorded (for another stream to wait for it), and the
+next launch opens the next one. Each buffer (an allocation: a torch storage, a CuPy memory
+block, a numba allocation) remembers the epoch of its last use, as the stream's ``(stream,
+epoch)`` entry. A launch on stream B that uses a buffer last used in an epoch of stream A that B
+has not yet waited for makes B wait for A on the device (an event recorded on A,
+``cuStreamWaitEvent`` on B); the host never waits.
+
+A launch whose buffers were all last used in its stream's open epoch changes nothing, so the
+generated launch code checks that itself, reading :attr:`StreamOrder.quick` and
+:attr:`StreamOrder.last_use` (:func:`quick_check`), and calls :meth:`StreamOrder.use` only when
+the check fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+Entry = tuple[int, int]  # (stream, epoch)
+
+#: How many buffers an order remembers before it forgets them all (a barrier).
+LIMIT = 1 << 16
 
 
 class StreamOrder:
     """Which streams a launch must wait for, from where each buffer was last used.
 
-    ``record(stream)`` records the stream's event after its latest launch (:meth:`launched`
-    calls it, so a stream is touched only right after numbatune launched on it);
-    ``wait(waiting, producer)`` makes stream ``waiting`` wait, on the device, for the producer's
-    event. After ``limit`` buffers are remembered they are all forgotten at once, and each
-    stream's next launch waits for what the others queued before (a barrier), so memory stays
-    bounded and no ordering is lost.
+    ``events`` (set before the first use) makes, records and waits for the streams' events:
+    ``create(timing)``, ``record(event, stream)``, ``wait_event(waiting, event)``. After
+    ``limit`` buffers are remembered they are all forgotten at once, and each stream's next
+    launch waits for what the others queued before (a barrier), so memory stays bounded and no
+    ordering is lost.
     """
 
-    def __init__(
-        self,
-        wait: Callable[[int, int], None],
-        record: Callable[[int], None],
-        limit: int = 1 << 16,
-    ) -> None:
-        self._wait = wait
-        self._record = record
+    def __init__(self, events: Any = None, limit: int = LIMIT) -> None:
+        self.events = events
         self._limit = limit
-        self._cursors: dict[int, int] = {}
-        self._recorded: dict[int, int] = {}
-        self._last_use: dict[Hashable, tuple[int, int]] = {}
+        #: Each stream's open epoch, as the entry its buffers' last uses hold.
+        self._open: dict[int, Entry] = {}
+        #: Each stream's event, recorded when one of its epochs ends.
+        self._event: dict[int, Any] = {}
+        #: Each buffer's last use.
+        self.last_use: dict[Hashable, Entry] = {}
+        #: The open epochs of the streams whose launches may skip :meth:`use` while their
+        #: buffers' last uses are that epoch; emptied by a barrier.
+        self.quick: dict[int, Entry] = {}
         self._waited: dict[tuple[int, int], int] = {}
         self._barrier: dict[int, int] = {}
         self._past_barrier: set[int] = set()
 
-    def use(self, stream: int, buffers: Iterable[Hashable]) -> int:
-        """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use;
-        returns the launch's cursor, for :meth:`launched`."""
+    def use(self, stream: int, buffers: Iterable[Hashable], quick: bool = False) -> None:
+        """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use.
+        ``quick``: later launches on ``stream`` may skip this while their buffers stay in its
+        open epoch (:func:`quick_check`)."""
         if stream not in self._past_barrier:
-            for producer, cursor in self._barrier.items():
-                self._wait_for(stream, producer, cursor)
+            for producer, epoch in self._barrier.items():
+                self._wait_for(stream, producer, epoch)
             self._past_barrier.add(stream)
-        cursor = self._cursors.get(stream, 0) + 1
-        last_use = self._last_use
+        entry = self._open.get(stream)
+        if entry is None:
+            entry = self._open[stream] = (stream, 1)
+        last_use, waited = self.last_use, self._waited
         for buffer in buffers:
             last = last_use.get(buffer)
-            if last is not None and last[0] != stream:
-                self._wait_for(stream, *last)
-            last_use[buffer] = (stream, cursor)
-        self._cursors[stream] = cursor
-        if len(self._last_use) > self._limit:
+            if last is not entry:
+                if (
+                    last is not None
+                    and last[0] != stream
+                    and waited.get((stream, last[0]), 0) < last[1]
+                ):
+                    self._wait_for(stream, *last)
+                last_use[buffer] = entry
+        if len(last_use) > self._limit:
             self.barrier()
-        return cursor
+        elif quick:
+            self.quick[stream] = entry
 
-    def launched(self, stream: int, cursor: int) -> None:
-        """The launch :meth:`use` gave ``cursor`` is queued: record the stream's event."""
-        self._record(stream)
-        self._recorded[stream] = max(self._recorded.get(stream, 0), cursor)
+    def launched(self, stream: int) -> None:
+        """A launch on ``stream`` is queued: record the stream's event now, ending its epoch
+        (for streams that may be destroyed, which are touched only right after a launch)."""
+        self._end_epoch(stream)
 
     def barrier(self) -> None:
         """Forget every buffer; each stream's next launch waits for all queued on the others."""
-        self._barrier = dict(self._cursors)
+        self._barrier = {stream: epoch for stream, (_, epoch) in self._open.items()}
         self._past_barrier = set()
-        self._last_use.clear()
+        self.last_use.clear()
+        self.quick.clear()
 
-    def _wait_for(self, stream: int, producer: int, cursor: int) -> None:
-        if producer == stream or self._waited.get((stream, producer), 0) >= cursor:
+    def _end_epoch(self, stream: int) -> None:
+        """Record ``stream``'s event after all queued on it so far, ending its open epoch."""
+        event = self._event.get(stream)
+        if event is None:
+            event = self._event[stream] = self.events.create(timing=False)
+        self.events.record(event, stream)
+        _, epoch = self._open.get(stream, (stream, 0))
+        entry = self._open[stream] = (stream, epoch + 1)
+        if stream in self.quick:
+            self.quick[stream] = entry
+
+    def _wait_for(self, stream: int, producer: int, epoch: int) -> None:
+        """``stream`` waits for ``producer``'s launches up to the end of ``epoch``."""
+        if producer == stream or self._waited.get((stream, producer), 0) >= epoch:
             return
-        if self._recorded.get(producer, 0) < cursor:  # the first stream, or a launch in flight
-            self._record(producer)
-            self._recorded[producer] = self._cursors.get(producer, 0)
-        self._wait(stream, producer)
-        self._waited[(stream, producer)] = self._recorded[producer]
+        if self._open.get(producer, (producer, 0))[1] <= epoch:  # not recorded since
+            self._end_epoch(producer)
+        self.events.wait_event(stream, self._event[producer])
+        self._waited[(stream, producer)] = self._open[producer][1] - 1
+
+
+def quick_check(buffers: list[str]) -> str:
+    """The condition, in the generated launch code, under which a launch on ``stream`` needs
+    no :meth:`StreamOrder.use`: its stream is quick and each of ``buffers`` (expressions) was
+    last used in the stream's open epoch, or never (it is noted so now), and the order is
+    below its :data:`LIMIT`. ``_quick`` and ``_last_use`` are the order's
+    :attr:`~StreamOrder.quick` and :attr:`~StreamOrder.last_use`."""
+    each = "".join(f" and _last_use.setdefault({buffer}, entry) is entry" for buffer in buffers)
+    return f"len(_last_use) < {LIMIT} and (entry := _quick.get(stream)) is not None{each}"
