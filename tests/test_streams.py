@@ -124,6 +124,27 @@ def test_skipping_use_where_the_quick_check_passes_waits_exactly_as_using_every_
     assert quick_waits == always_waits
 
 
+def _stream_class(module):
+    class Stream:
+        reads = 0
+
+        def __cuda_stream__(self):
+            Stream.reads += 1
+            return (0, 1234)
+
+    Stream.__module__ = module
+    return Stream
+
+
+def test_a_library_streams_handle_is_read_once_and_a_closable_ones_every_time():
+    from numbatune.streams.handles import stream_handle
+
+    for module, reads in [("torch.cuda.streams", 1), ("cuda.core.experimental._stream", 3)]:
+        stream = _stream_class(module)()
+        assert [stream_handle(stream) for _ in range(3)] == [1234] * 3
+        assert type(stream).reads == reads, module
+
+
 class RecordingEvents:
     """Events that record what is asked of them; ``synchronize`` blocks until released."""
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from numbatune.arrays import library_of
 from numbatune.launch.layout import ArgumentPlan
+from numbatune.streams.handles import HANDLE_MEMO
 from numbatune.streams.order import quick_check
 
 
@@ -38,7 +39,10 @@ def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str
     """Code that turns ``stream`` into a raw handle, ordered after torch's and CuPy's streams
     (the same reads as :func:`numbatune.streams.handles.current_stream`; the current stream of
     library ``L`` is left in ``producer_L``), and the libraries whose streams it reads."""
-    handle = "stream if type(stream) is int else _stream_handle(stream)"
+    handle = (
+        "stream if type(stream) is int else "
+        f"getattr(stream, '{HANDLE_MEMO}', None) or _stream_handle(stream)"
+    )
     producers: dict[str, str] = {}
     for index, value in enumerate(args):
         library = library_of(type(value))
@@ -54,7 +58,12 @@ def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str
         if number == 0:
             lines.append(f"    stream = {producer} if stream is None else {handle}")
         if sync:
-            lines += [f"    if stream != {producer}:", f"        _wait(stream, {producer}, given)"]
+            # (no call where the driver orders the two: see Monitor.wait)
+            legacy = f"{producer} in _LEGACY and _blocking.get(stream)"
+            lines += [
+                f"    if stream != {producer} and not ({legacy}):",
+                f"        _wait(stream, {producer}, given)",
+            ]
     return lines, list(producers)
 
 

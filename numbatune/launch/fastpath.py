@@ -36,7 +36,7 @@ from numbatune.launch.layout import (
     supported,
 )
 from numbatune.streams.handles import check_stream, stream_getter, stream_handle
-from numbatune.streams.monitor import keep, monitor
+from numbatune.streams.monitor import LEGACY, keep, monitor
 
 logger = logging.getLogger("numbatune")
 
@@ -178,6 +178,8 @@ def _generate(
         "_stream_handle": stream_handle,
         **{f"_{library}_stream": stream_getter(library) for library in stream[1]},
         "_wait": monitor.wait,
+        "_blocking": monitor.blocking,
+        "_LEGACY": LEGACY,
         "_half_bits": half_bits,
         "_memo": numba_array_memo,
         "_launch": native.launcher(),

@@ -6,6 +6,7 @@ With ``stream=None`` a launch goes to the current stream of the arguments' array
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -14,12 +15,27 @@ from numba import cuda
 from numbatune.arrays import SIMULATOR, library_of
 from numbatune.errors import StreamError
 
+#: The attribute under which a numba, torch or CuPy stream object keeps its handle, once read
+#: (their handles are fixed for their lives; cuda.core's may be closed, so are read each time).
+HANDLE_MEMO = "_numbatune_handle"
+_FIXED_HANDLES = ("numba", "numba_cuda", "torch", "cupy")  # the stream classes' top modules
+
 
 def stream_handle(stream: Any) -> int:
     """The raw ``CUstream`` of a numba, torch or CuPy stream, a ``__cuda_stream__`` object or an
     integer handle (0 is the legacy default stream)."""
     if isinstance(stream, int):
         return stream
+    handle = getattr(stream, HANDLE_MEMO, None)
+    if handle is None:
+        handle = _read_handle(stream)
+        if type(stream).__module__.partition(".")[0] in _FIXED_HANDLES:
+            with contextlib.suppress(AttributeError, TypeError):  # a class without __dict__
+                setattr(stream, HANDLE_MEMO, handle)
+    return handle
+
+
+def _read_handle(stream: Any) -> int:
     protocol = getattr(stream, "__cuda_stream__", None)
     if protocol is not None:
         try:

@@ -52,7 +52,7 @@ class _Launch:
 
 
 _ANY = object()  # never equal to a stream: every launch is watched
-_LEGACY = (0, 1)  # the legacy default stream's handles (0, CU_STREAM_LEGACY)
+LEGACY = (0, 1)  # the legacy default stream's handles (0, CU_STREAM_LEGACY)
 
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
@@ -99,9 +99,9 @@ class Monitor:
         # them, so that a later wait never touches the stream itself. On the others it is
         # recorded when another stream first needs to wait for them.
         self._eager: set[int] = set()
-        # Whether each held stream is a blocking one (ordered after the legacy default stream
-        # by the driver), as far as asked.
-        self._blocking: dict[int, bool] = {}
+        #: Whether each held stream is a blocking one (ordered after the legacy default stream
+        #: by the driver), as far as asked; read by the generated code.
+        self.blocking: dict[int, bool] = {}
 
     @property
     def events(self) -> Any:
@@ -202,15 +202,15 @@ class Monitor:
         Nothing is queued where the driver orders the two already: ``producer`` the legacy
         default stream and ``waiting`` a blocking stream numbatune holds (``given``, the
         stream object, keeps it alive)."""
-        if producer in _LEGACY and self._blocking.get(waiting):
+        if producer in LEGACY and self.blocking.get(waiting):
             return
         with self._lock:
             if waiting not in self._streams:
                 self._see(waiting, given)
-            if producer in _LEGACY and self._held(waiting):
-                blocking = self._blocking.get(waiting)
+            if producer in LEGACY and self._held(waiting):
+                blocking = self.blocking.get(waiting)
                 if blocking is None:
-                    blocking = self._blocking[waiting] = self.events.blocking(waiting)
+                    blocking = self.blocking[waiting] = self.events.blocking(waiting)
                 if blocking:
                     return
             self.events.wait(waiting, producer)
