@@ -76,11 +76,11 @@ def _kept(plan: ArgumentPlan, libraries: list[str]) -> str:
         listed = f"({''.join(f'{a}, ' for a in arrays)})"
         producer = f"producer_{library}"
         parts.append(
-            f"*({listed} if stream != {producer} else ())"
+            f"({listed} if stream != {producer} else ())"
             if library in libraries
-            else f"*_keep(stream, {listed})"
+            else f"_keep(stream, {listed})"
         )
-    return f"({''.join(f'{part}, ' for part in parts)})"
+    return parts[0] if len(parts) == 1 else f"({''.join(f'*{part}, ' for part in parts)})"
 
 
 def _ordering(plan: ArgumentPlan, libraries: list[str]) -> tuple[list[str], list[str]]:
