@@ -153,7 +153,7 @@ class RecordingEvents:
         self.released = threading.Event()
         self.created = 0
 
-    def create(self, timing=True):
+    def create(self, timing=True, stream=None):
         self.created += 1
         return {"time": 0.0}
 
@@ -442,6 +442,38 @@ def test_a_reader_on_another_stream_sees_the_writers_result():
     copier(x, out, stream=b)  # without a wait on the device it would copy before the fill
     cuda.synchronize()
     np.testing.assert_array_equal(out.copy_to_host(), 9.0)
+
+
+@pytest.mark.gpu
+def test_a_reader_thread_on_its_own_stream_sees_what_a_writer_thread_launched_before():
+    """Launches from two threads, each on its own stream and most of them past the lock-free
+    check: a read launched after the host saw the write launched is ordered after it."""
+    spin, copier = _spin_then_fill(), _copy()
+    writing, reading = cuda.stream(), cuda.stream()
+    x, out = cuda.device_array(1 << 16, np.float32), cuda.device_array(1 << 16, np.float32)
+    private = cuda.device_array(1 << 16, np.float32)
+    copier(x, out, stream=reading)  # tuned, and both streams in use
+    spin(x, 0.0, 1, stream=writing)
+    cuda.synchronize()
+    for value in range(1, 21):
+        launched = threading.Event()
+
+        def write(value=value, launched=launched):
+            spin(private, 0.0, 1, stream=writing)  # its own array: no bookkeeping
+            spin(x, float(value), 2000, stream=writing)  # x is written after a 2 ms sleep
+            launched.set()
+
+        def read(launched=launched):
+            launched.wait(timeout=30)
+            copier(x, out, stream=reading)  # without a wait on the device: copies before
+
+        threads = [threading.Thread(target=write), threading.Thread(target=read)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        cuda.synchronize()
+        np.testing.assert_array_equal(out.copy_to_host(), float(value))
 
 
 @pytest.mark.gpu

@@ -29,10 +29,23 @@ class _DriverEvents:
             raise CudaAPIError(int(result[0]), f"CUDA driver call failed: {result[0]!r}")
         return result[1] if len(result) > 1 else None
 
-    def create(self, timing: bool = True) -> int:
-        """A new event, as its raw handle."""
+    def create(self, timing: bool = True, stream: int | None = None) -> int:
+        """A new event, as its raw handle, in the context of ``stream`` (a thread that launches
+        may have no current context: numba's launch makes one current only for itself)."""
         flags = 0 if timing else self._driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        return int(self._checked(self._driver.cuEventCreate(flags)))
+        driver = self._driver
+        if stream is not None and stream not in (0, 1, 2):
+            context = self._checked(driver.cuStreamGetCtx(driver.CUstream(stream)))
+            self._checked(driver.cuCtxPushCurrent(context))
+            try:
+                return int(self._checked(driver.cuEventCreate(flags)))
+            finally:
+                driver.cuCtxPopCurrent()
+        if not int(self._checked(driver.cuCtxGetCurrent())):
+            from numba import cuda
+
+            cuda.current_context()  # a thread that never used CUDA: numba's context
+        return int(self._checked(driver.cuEventCreate(flags)))
 
     def record(self, event: int, stream: int) -> None:
         if error := self._native.record(event, stream):
@@ -66,7 +79,9 @@ class _DriverEvents:
 
     def blocking(self, stream: int) -> bool:
         """Whether ``stream`` waits for the legacy default stream (created without
-        ``CU_STREAM_NON_BLOCKING``)."""
+        ``CU_STREAM_NON_BLOCKING``); the default streams do."""
+        if stream in (0, 1, 2):
+            return True
         flags = self._checked(self._driver.cuStreamGetFlags(self._driver.CUstream(stream)))
         return not int(flags) & int(self._driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
 
@@ -81,7 +96,7 @@ class _DriverEvents:
 class _SimulatorEvents:
     """The simulator runs each launch to its end before returning: an event is a wall time."""
 
-    def create(self, timing: bool = True) -> list[float]:
+    def create(self, timing: bool = True, stream: int | None = None) -> list[float]:
         return [0.0]
 
     def record(self, event: list[float], stream: int) -> None:

@@ -142,7 +142,7 @@ class Monitor:
             quick = not self._profiles and stream not in self._eager
             self.order.use(stream, buffers, quick)
             if name is not None and self._profiles:
-                launch = _Launch(stream, name, start=self.events.create())
+                launch = _Launch(stream, name, start=self.events.create(stream=stream))
                 self.events.record(launch.start, stream)
                 launch.profiles = list(self._profiles.values())
                 return launch
@@ -161,7 +161,7 @@ class Monitor:
             if self.stream is _ANY and launch.stream in self._eager:
                 self.order.launched(launch.stream)
             if launch.profiles:
-                launch.end = self.events.create()
+                launch.end = self.events.create(stream=launch.stream)
                 self.events.record(launch.end, launch.stream)
                 for records in launch.profiles:
                     records.append(launch)
@@ -175,10 +175,10 @@ class Monitor:
             if self._held(stream):  # the keeper records its event when it next looks
                 pending = self.pending.get(stream)
                 if pending is None:
-                    pending = self.pending[stream] = (self._spare_event(), [])
+                    pending = self.pending[stream] = (self._spare_event(stream), [])
                 pending[1].extend(arrays)
             else:
-                self.events.record(event := self._spare_event(), stream)
+                self.events.record(event := self._spare_event(stream), stream)
                 self._kept.append((event, arrays))
             if self._keeper is None:
                 self._start_keeper()
@@ -192,9 +192,9 @@ class Monitor:
             stream in (0, 1, 2) or self._streams.get(stream) is not None
         )
 
-    def _spare_event(self) -> Any:
+    def _spare_event(self, stream: int) -> Any:
         spare = self._spare_events
-        return spare.pop() if spare else self.events.create(timing=False)
+        return spare.pop() if spare else self.events.create(timing=False, stream=stream)
 
     def wait(self, waiting: int, producer: int, given: Any = None) -> None:
         """Make stream ``waiting`` wait, on the device, for all queued so far on ``producer``.

@@ -29,7 +29,7 @@ class StreamOrder:
     """Which streams a launch must wait for, from where each buffer was last used.
 
     ``events`` (set before the first use) makes, records and waits for the streams' events:
-    ``create(timing)``, ``record(event, stream)``, ``wait_event(waiting, event)``. After
+    ``create(timing, stream)``, ``record(event, stream)``, ``wait_event(waiting, event)``. After
     ``limit`` buffers are remembered they are all forgotten at once, and each stream's next
     launch waits for what the others queued before (a barrier), so memory stays bounded and no
     ordering is lost.
@@ -94,7 +94,7 @@ class StreamOrder:
         """Record ``stream``'s event after all queued on it so far, ending its open epoch."""
         event = self._event.get(stream)
         if event is None:
-            event = self._event[stream] = self.events.create(timing=False)
+            event = self._event[stream] = self.events.create(timing=False, stream=stream)
         self.events.record(event, stream)
         _, epoch = self._open.get(stream, (stream, 0))
         entry = self._open[stream] = (stream, epoch + 1)
