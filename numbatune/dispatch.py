@@ -552,12 +552,17 @@ class TunedKernel:
                     f"{expected} (numba, CuPy or torch); got {type(value).__name__} {value!r:.60}"
                 )
 
+    @functools.cached_property
+    def _element_uses(self) -> dict[str, references.ElementUse]:
+        """How the kernel's own code uses each parameter's elements (its source read once)."""
+        return references.element_uses(self._template.function)
+
     def _unrestored(self, args: tuple[Any, ...]) -> frozenset[str]:
         """The arguments tuning need not copy back before each run: those named ``read_only``,
         and the arrays whose elements the kernel only reads or only writes."""
-        unchanged, uses = set(self._read_only), references.element_uses(self._template.function)
+        unchanged = set(self._read_only)
         for name, value in zip(self._parameters, args, strict=True):
-            use = uses.get(name)
+            use = self._element_uses.get(name)
             if use is None or not arrays.is_array(value):
                 continue
             view = arrays.device_view(value)

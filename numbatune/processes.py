@@ -135,19 +135,17 @@ class _Forked:
     interface that :class:`_Worker` uses. Its process is the server's child: the server writes
     its pid, then its exit status, to a pipe of its own."""
 
-    def __init__(self, stdin: IO[bytes], stdout: IO[bytes], news: int) -> None:
+    def __init__(self, stdin: IO[bytes], stdout: IO[bytes], news: IO[bytes]) -> None:
         self.stdin, self.stdout, self._news = stdin, stdout, news
         self._pid: int | None = None
         self.returncode: int | None = None
 
     def _read_news(self) -> None:
-        data = b""
-        while len(data) < _NEWS.size and (chunk := os.read(self._news, _NEWS.size - len(data))):
-            data += chunk
-        if len(data) < _NEWS.size:  # the server is gone: the status is unknown
-            self.returncode = -9 if self.returncode is None else self.returncode
+        try:
+            (value,) = _NEWS.unpack(_read_exactly(self._news, _NEWS.size, None))
+        except EOFError:  # the server is gone: the status is unknown
+            self.returncode = -9
             return
-        (value,) = _NEWS.unpack(data)
         if self._pid is None:
             self._pid = value
         else:
@@ -161,12 +159,9 @@ class _Forked:
     def wait(self) -> int:
         while self.returncode is None:
             self._read_news()
-        for stream in (self.stdin, self.stdout):
+        for stream in (self.stdin, self.stdout, self._news):
             with contextlib.suppress(OSError):
                 stream.close()
-        with contextlib.suppress(OSError):
-            os.close(self._news)
-        self._news = -1
         return self.returncode
 
     def kill(self) -> None:
@@ -215,7 +210,11 @@ class _ForkServer:
         finally:
             for fd in (tasks_read, replies_write, news_write):
                 os.close(fd)
-        return _Forked(os.fdopen(tasks_write, "wb"), os.fdopen(replies_read, "rb"), news_read)
+        return _Forked(
+            os.fdopen(tasks_write, "wb"),
+            os.fdopen(replies_read, "rb"),
+            os.fdopen(news_read, "rb", buffering=0),
+        )
 
     def alive(self) -> bool:
         return self.process.poll() is None

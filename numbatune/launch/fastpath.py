@@ -35,8 +35,8 @@ from numbatune.launch.layout import (
     parameter_layout,
     supported,
 )
-from numbatune.streams.handles import check_stream, stream_getter, stream_handle
-from numbatune.streams.monitor import LEGACY, keep, monitor
+from numbatune.streams.handles import LEGACY, check_stream, stream_getter, stream_handle
+from numbatune.streams.monitor import keep, monitor
 
 logger = logging.getLogger("numbatune")
 

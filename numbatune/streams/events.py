@@ -3,11 +3,13 @@ simulator (which runs each launch to its end before returning)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from numbatune.native import native
-from numbatune.streams.handles import check_stream
+from numbatune.streams.handles import DEFAULT_STREAMS, check_stream
 
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY
 
@@ -33,19 +35,27 @@ class _DriverEvents:
         """A new event, as its raw handle, in the context of ``stream`` (a thread that launches
         may have no current context: numba's launch makes one current only for itself)."""
         flags = 0 if timing else self._driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        driver = self._driver
-        if stream is not None and stream not in (0, 1, 2):
-            context = self._checked(driver.cuStreamGetCtx(driver.CUstream(stream)))
-            self._checked(driver.cuCtxPushCurrent(context))
-            try:
-                return int(self._checked(driver.cuEventCreate(flags)))
-            finally:
-                driver.cuCtxPopCurrent()
-        if not int(self._checked(driver.cuCtxGetCurrent())):
-            from numba import cuda
+        with self._context_of(stream):
+            return int(self._checked(self._driver.cuEventCreate(flags)))
 
-            cuda.current_context()  # a thread that never used CUDA: numba's context
-        return int(self._checked(driver.cuEventCreate(flags)))
+    @contextlib.contextmanager
+    def _context_of(self, stream: int | None) -> Iterator[None]:
+        """``stream``'s context current for the block; for a default stream (or none), the
+        thread's own, numba's where the thread has none."""
+        driver = self._driver
+        if stream is None or stream in DEFAULT_STREAMS:
+            if not int(self._checked(driver.cuCtxGetCurrent())):
+                from numba import cuda
+
+                cuda.current_context()  # a thread that never used CUDA: numba's context
+            yield
+            return
+        context = self._checked(driver.cuStreamGetCtx(driver.CUstream(stream)))
+        self._checked(driver.cuCtxPushCurrent(context))
+        try:
+            yield
+        finally:
+            driver.cuCtxPopCurrent()
 
     def record(self, event: int, stream: int) -> None:
         if error := self._native.record(event, stream):
@@ -80,7 +90,7 @@ class _DriverEvents:
     def blocking(self, stream: int) -> bool:
         """Whether ``stream`` waits for the legacy default stream (created without
         ``CU_STREAM_NON_BLOCKING``); the default streams do."""
-        if stream in (0, 1, 2):
+        if stream in DEFAULT_STREAMS:
             return True
         flags = self._checked(self._driver.cuStreamGetFlags(self._driver.CUstream(stream)))
         return not int(flags) & int(self._driver.CUstream_flags.CU_STREAM_NON_BLOCKING)

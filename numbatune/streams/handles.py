@@ -15,6 +15,12 @@ from numba import cuda
 from numbatune.arrays import SIMULATOR, library_of
 from numbatune.errors import StreamError
 
+#: The default streams' handles: the legacy default stream (0, ``CU_STREAM_LEGACY``) and the
+#: per-thread one (``CU_STREAM_PER_THREAD``). They belong to every context and never close.
+DEFAULT_STREAMS = (0, 1, 2)
+#: The legacy default stream's handles.
+LEGACY = (0, 1)
+
 #: The attribute under which a numba, torch or CuPy stream object keeps its handle, once read
 #: (their handles are fixed for their lives; cuda.core's may be closed, so are read each time).
 HANDLE_MEMO = "_numbatune_handle"
@@ -112,7 +118,7 @@ def wait_for(stream: Any) -> None:
 def check_stream(stream: int) -> None:
     """Raise :class:`StreamError` unless ``stream`` is a live stream of the current context
     (0, 1 and 2, the default streams, always are)."""
-    if SIMULATOR or stream in (0, 1, 2):
+    if SIMULATOR or stream in DEFAULT_STREAMS:
         return
     from cuda.bindings import driver
 

@@ -34,7 +34,7 @@ from numba import cuda
 from numbatune.arrays import SIMULATOR, library_of
 from numbatune.errors import ProfileError
 from numbatune.streams import events as _events
-from numbatune.streams.handles import current_stream
+from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, current_stream
 from numbatune.streams.order import StreamOrder
 from numbatune.streams.profiles import Profile, ProfileToken
 
@@ -52,7 +52,6 @@ class _Launch:
 
 
 _ANY = object()  # never equal to a stream: every launch is watched
-LEGACY = (0, 1)  # the legacy default stream's handles (0, CU_STREAM_LEGACY)
 
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
@@ -152,7 +151,7 @@ class Monitor:
         """A stream met for the first time: checked, and kept (or recorded eagerly)."""
         self.events.check(stream)
         self._streams[stream] = None if isinstance(given, int) else given
-        if stream not in (0, 1, 2) and _may_close(given):
+        if stream not in DEFAULT_STREAMS and _may_close(given):
             self._eager.add(stream)
 
     def after(self, launch: _Launch) -> None:
@@ -189,7 +188,7 @@ class Monitor:
         """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
         holds), so that the keeper may record an event on it later."""
         return stream not in self._eager and (
-            stream in (0, 1, 2) or self._streams.get(stream) is not None
+            stream in DEFAULT_STREAMS or self._streams.get(stream) is not None
         )
 
     def _spare_event(self, stream: int) -> Any:
@@ -201,9 +200,8 @@ class Monitor:
 
         Nothing is queued where the driver orders the two already: ``producer`` the legacy
         default stream and ``waiting`` a blocking stream numbatune holds (``given``, the
-        stream object, keeps it alive)."""
-        if producer in LEGACY and self.blocking.get(waiting):
-            return
+        stream object, keeps it alive); the generated code makes no call where
+        :attr:`blocking` says so already."""
         with self._lock:
             if waiting not in self._streams:
                 self._see(waiting, given)
