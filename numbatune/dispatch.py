@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import multiprocessing
 import os
 import threading
 import time
@@ -24,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, background, identity, keys, record, references
+from numbatune import arrays, background, identity, keys, processes, record, references
 from numbatune.arrays import SIMULATOR, is_array
 from numbatune.cache import ranks
-from numbatune.cache.tunecache import TuneCache, Winner
+from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
@@ -282,8 +283,7 @@ class TunedKernel:
             key=key, level=level, prune=prune, check=check, name=name, search=search, budget=budget
         )
         self._compiler = self._shared.compiler
-        self._tally = Tally()
-        self._benchmarks = 0
+        self._tally, self._benchmarks = Tally(), 0
         self._binder = _Binder(len(self._parameters), self._dispatch)
         self._hooks = fastpath.Hooks(
             self.name,
@@ -293,6 +293,7 @@ class TunedKernel:
             self._binder.by_classes,
             self._numba_launch,
         )
+        _prepare_workers(self._compiler, self._variants, self.function_id)
 
     def _share(self, **settings: Any) -> _Shared:
         """The state this kernel shares with tuned kernels of the same code and settings."""
@@ -761,6 +762,18 @@ def _known(state: _DeviceState, key: Hashable, name: str) -> Winner | None:
     except TypeError:
         keys.check_hashable(key, name)
         raise
+
+
+def _prepare_workers(compiler: Compiler, variants: Sequence[Variant], function_id: str) -> None:
+    """Start the compile workers' fork server for a kernel just defined, if it is likely to be
+    tuned in this process: the cache directory has nothing of it, and this is the user's
+    process (not a ``multiprocessing`` child nor a numbatune worker, which import the user's
+    modules again)."""
+    if processes.in_worker() or multiprocessing.parent_process() is not None:
+        return
+    directory = settings.cache_dir
+    if directory is None or not stored_anywhere(directory, function_id):
+        compiler.prepare(variants)
 
 
 def _search_options(

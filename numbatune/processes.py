@@ -49,6 +49,14 @@ def available() -> bool:
     return os.name == "posix"
 
 
+_in_worker = False
+
+
+def in_worker() -> bool:
+    """Whether this process is a worker (or fork server) of a pool."""
+    return _in_worker
+
+
 def environment(simulator: bool, paths: Sequence[str] = (), **variables: str) -> dict[str, str]:
     """This process's environment for its workers: numba's simulator on or off, modules
     imported from ``paths`` and then from where this process imports them, and ``variables``."""
@@ -368,13 +376,25 @@ class WorkerPool:
         except queue.Empty:
             return self._new_worker()
 
-    def _new_worker(self) -> _Worker:
+    def prepare(self) -> None:
+        """Start the fork server now (a pool with a ``warm`` task), so that it has warmed up
+        by the time the first workers are asked for."""
         if self._warm is None:
-            return _Worker(self._environment, None)
+            return
+        self._cancel_timer()
+        self._ready_server()
+        self._start_timer()
+
+    def _new_worker(self) -> _Worker:
+        return _Worker(self._environment, None if self._warm is None else self._ready_server())
+
+    def _ready_server(self) -> _ForkServer:
+        """The fork server, started anew if there is none or it died."""
+        assert self._warm is not None
         with self._server_lock:
             if self._server is None or not self._server.alive():
                 self._server = _ForkServer(self._environment, self._warm)
-            return _Worker(self._environment, self._server)
+            return self._server
 
     def close(self) -> None:
         """Stop every idle worker, and the fork server."""
@@ -444,6 +464,8 @@ _START = (
 def _fork_server(fd: int) -> None:
     """A fork server's loop (:class:`_ForkServer`): run the warm task, then fork a worker for
     each request, and report each one's pid and exit status; exit when the parent is gone."""
+    global _in_worker
+    _in_worker = True
     requests = socket.socket(fileno=fd)
     warm = pickle.loads(_read_frame(requests.makefile("rb", buffering=0)))
     try:
@@ -504,6 +526,8 @@ def _tell(fd: int, value: int, close: bool = True) -> None:
 
 def _serve() -> None:
     """The worker's loop: read a task, run it, answer; exit when the parent closes the pipe."""
+    global _in_worker
+    _in_worker = True
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # what tasks print must not corrupt the replies
     _write_frame(replies, b"ready")

@@ -40,6 +40,9 @@ import numbatune
 import numpy as np
 from numba import cuda
 import tunedscale
+from numbatune.compile.compiler import compile_pool
+
+prepared = compile_pool()._server is not None  # the fork server, started by the definition
 
 if sys.argv[1] == "precompile":
     from numbatune.precompile import precompile
@@ -55,7 +58,8 @@ else:
     cuda.synchronize()
     seconds = time.perf_counter() - started
     factor = float(out.copy_to_host()[1])
-    print(json.dumps({"seconds": seconds, "stats": tunedscale.scale.stats, "factor": factor}))
+    stats = tunedscale.scale.stats
+    print(json.dumps({"seconds": seconds, "stats": stats, "factor": factor, "prepared": prepared}))
 """
 
 
@@ -113,6 +117,7 @@ def test_a_fresh_process_with_the_key_stored_compiles_nothing(tmp_path):
     assert first["stats"]["compiles"] == 3 and first["stats"]["benchmarks"] == 1
     assert second["stats"] == {"compiles": 0, "loaded": 1, "benchmarks": 0}
     assert second["factor"] == first["factor"]
+    assert first["prepared"] and not second["prepared"]  # workers got ready only to tune
 
 
 def test_kernels_compiled_with_no_gpu_are_the_ones_a_gpu_process_launches(tmp_path):

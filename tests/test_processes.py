@@ -117,6 +117,22 @@ def test_a_warm_pools_workers_are_forked_from_the_process_that_ran_the_warm_task
             assert warmed_in is not None and warmed_in == parent
 
 
+def test_a_prepared_pool_warms_its_fork_server_before_any_worker_is_asked_for(tmp_path):
+    told = tmp_path / "warmed"
+    environment = processes.environment(simulator=SIMULATOR)
+    pool = WorkerPool(1, environment, warm=Task("tests.workers", "warm_and_tell", (str(told),)))
+    try:
+        pool.prepare()
+        deadline = time.monotonic() + 60
+        while not told.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server = int(told.read_text())  # warmed, with no task given
+        ((warmed_in, parent),) = [outcome.value for outcome in pool.run([task("warmed_in")], 60)]
+        assert warmed_in == parent == server
+    finally:
+        pool.close()
+
+
 def test_compile_workers_start_with_numba_imported():
     from numbatune.compile.compiler import worker_pool
 

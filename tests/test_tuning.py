@@ -217,3 +217,22 @@ def test_importing_numbatune_leaves_the_environment_of_child_processes_alone():
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["None", "True"]
+
+
+def test_a_kernel_defined_with_nothing_stored_gets_its_compile_workers_ready(
+    monkeypatch, numbatune_cache, tmp_path
+):
+    from numbatune import processes
+    from numbatune.compile.compiler import Compiler
+
+    prepared = []
+    monkeypatch.setattr(Compiler, "prepare", lambda self, variants: prepared.append(len(variants)))
+    tuned = tuned_accumulate()  # nothing of it in the cache: its first call will tune
+    assert prepared == [len(tuned.variants)]
+    tuned(device(np.ones(8, np.float32)), device(np.zeros(8, np.float32)))
+    tuned_accumulate()  # stored now: a process that defines it again is likely to hit
+    assert prepared == [len(tuned.variants)]
+    nt.configure(cache_dir=tmp_path / "empty")
+    monkeypatch.setattr(processes, "_in_worker", True)  # a worker imports the user's modules
+    tuned_accumulate()
+    assert prepared == [len(tuned.variants)]

@@ -12,6 +12,13 @@ def warm():
     WARMED_IN = os.getpid()
 
 
+def warm_and_tell(path):
+    """:func:`warm`, then write this process's pid to ``path``."""
+    warm()
+    with open(path, "w") as file:
+        file.write(str(os.getpid()))
+
+
 def warmed_in():
     """Which process ran warm() before this worker was forked from it (None: none did), and
     this worker's parent."""

@@ -46,6 +46,15 @@ def function_folder(device_folder: Path, function_id: str) -> Path:
     return device_folder / folder_name(function_id)
 
 
+def stored_anywhere(cache_dir: Path, function_id: str) -> bool:
+    """Whether some device's folder under ``cache_dir`` has a folder of the function's entries."""
+    try:
+        devices = [folder for folder in cache_dir.iterdir() if folder.is_dir()]
+    except OSError:  # no cache yet, or none readable
+        return False
+    return any(function_folder(device, function_id).is_dir() for device in devices)
+
+
 @dataclass(frozen=True)
 class Winner:
     """A key's answer, as the hot path reads it."""

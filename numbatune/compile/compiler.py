@@ -162,17 +162,30 @@ class Compiler:
         self._lock = threading.RLock()
         _compilers.add(self)
 
+    def prepare(self, variants: Sequence[Variant]) -> None:
+        """Start the fork server of the compile workers ``variants`` would need (none for one
+        kernel), long before any is asked for: it warms up while the caller makes its
+        arguments."""
+        pool = self._pool_for(variants)
+        if pool is not None:
+            pool.prepare()
+
     def warm_up(self, variants: Sequence[Variant]) -> None:
         """Start the compile workers ``variants`` may need, before compiling them, so that they
         start while this process does its own part (cloning, planning, reading the store)."""
-        if SIMULATOR:
-            return
-        # The first variants suffice to know whether to start the workers (a pool has at most
-        # as many as the machine has cores), and a large space's would take long to read.
-        count = len({self._template.code_key(variant) for variant in variants[:256]})
-        pool = compile_pool() if count > 1 else None
+        pool = self._pool_for(variants)
         if pool is not None:
-            pool.start(count)
+            pool.start(self._kernels_among(variants))
+
+    def _pool_for(self, variants: Sequence[Variant]) -> processes.WorkerPool | None:
+        """The compile pool, where compiling ``variants`` would use one."""
+        return None if SIMULATOR or self._kernels_among(variants) < 2 else compile_pool()
+
+    def _kernels_among(self, variants: Sequence[Variant]) -> int:
+        """How many distinct kernels ``variants`` compile to, counted over the first 256: they
+        suffice to know whether to start workers (a pool has at most as many as the machine
+        has cores), and a large space's would take long to read."""
+        return len({self._template.code_key(variant) for variant in variants[:256]})
 
     def dispatcher(self, variant: Variant) -> Any:
         """The numba dispatcher of the variant's kernel, shared by variants of the same code."""
