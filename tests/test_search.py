@@ -151,6 +151,21 @@ def test_a_pattern_search_walks_from_its_start_to_the_minimum():
     assert best == nt.Variant({"A": 6, "B": 1, "C": 3, "D": 32})
 
 
+def test_a_pattern_search_fills_its_batches_with_the_runners_ups_neighbours():
+    variants = space()
+    grid = Grid(variants)
+    start = nt.Variant({"A": 3, "B": 5, "C": 2, "D": 64})
+    proposer = search.proposer(nt.Strategy.PATTERN, variants, [start], random.Random(0), batch=24)
+    times = {v: cost(v) for v in proposer.propose({}, None)}
+    for _ in range(3):
+        best = min(times, key=times.get)
+        batch = proposer.propose(times, best)
+        assert len(batch) == 24  # more than the best's 8 neighbours
+        near = {n for v in times for n in grid.neighbours(v)}  # none drawn at random
+        assert set(batch) <= near | {n for step in (2, 4, 8) for n in grid.neighbours(best, step)}
+        times.update({v: cost(v) for v in batch})
+
+
 # -- searches in a tuning -----------------------------------------------------------------------
 
 

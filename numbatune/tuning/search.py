@@ -18,7 +18,9 @@ proposal becomes the new best. Strategies:
   random variants; then it measures the untried neighbours of the best variant: the variants
   that differ from it in one parameter, by one step along that axis (the nearest value that the
   space holds, where a ``where=`` filter removed the next). When the best has no untried
-  neighbours, the step doubles; when no step is left, a random batch restarts the search.
+  neighbours, the step doubles; when no step is left, a random batch restarts the search. A
+  batch that the best's neighbours leave room in is filled with the untried neighbours of the
+  next best variants, then at random.
 - ``model``: a random forest fitted to the times measured so far proposes the variants it
   predicts fastest (:mod:`numbatune.tuning.surrogate`; needs scikit-learn).
 - ``auto`` (the default): ``exhaustive`` for spaces of up to
@@ -129,17 +131,28 @@ class _Pattern:
         if not self._proposed:  # the starting points, filled up at random
             first = self._taken(self._starts[: self._batch])
             return first + self._taken(self._random(self._batch - len(first)))
+        near: list[Variant] = []
         if best is not None:
             if best != self._centre:
                 self._centre, self._step = best, 1
             while self._step <= self._grid.longest_axis:
-                near = [
-                    v for v in self._grid.neighbours(best, self._step) if v not in self._proposed
-                ]
+                near = self._untried_near(best, self._step)
                 if near:
-                    return self._taken(near[: self._batch])
+                    break
                 self._step *= 2
-        return self._taken(self._random(self._batch))  # a restart
+        # A batch the best's neighbours leave room in takes the runners-up's neighbours, so
+        # that every compile worker has a kernel to build.
+        runners_up = sorted((v for v, t in times.items() if t is not None and v != best),
+                            key=lambda v: times[v])  # fmt: skip
+        for variant in runners_up:
+            if len(near) >= self._batch:
+                break
+            near = list(dict.fromkeys(near + self._untried_near(variant, 1)))
+        proposal = self._taken(near[: self._batch])
+        return proposal + self._taken(self._random(self._batch - len(proposal)))  # or a restart
+
+    def _untried_near(self, variant: Variant, step: int) -> list[Variant]:
+        return [v for v in self._grid.neighbours(variant, step) if v not in self._proposed]
 
     def _random(self, count: int) -> list[Variant]:
         """Up to ``count`` variants not proposed yet, at random."""

@@ -162,7 +162,7 @@ def _search(
         variants,
         job.starts,
         search.randomness_for(job.search.seed, stable_text(job.key)),
-        max(_BATCH, settings.compile_workers),
+        max(_BATCH, _KERNELS_PER_WORKER * settings.compile_workers),
     )
     outcomes = _resumed(job, variants)
     times = {v: _median(outcome) for v, outcome in outcomes.items()}
@@ -197,6 +197,9 @@ def _search(
 
 #: The fewest variants a search proposes at a time (more when more compile workers wait).
 _BATCH = 8
+#: Kernels a search's batch gives each compile worker: a batch compiles for as long as its
+#: longest kernel, which goes first, and the others fill the workers meanwhile.
+_KERNELS_PER_WORKER = 2
 
 
 def _resumed(job: TuneJob, variants: Sequence[Variant]) -> dict[Variant, Outcome]:
