@@ -21,7 +21,9 @@ given, in the same process (sgemm: against cuBLAS float32, TF32 off, too). The e
 of a space (``python -m bench.search exhaustive EXAMPLE OUT.json``) takes far longer and is run
 once, offline, with ``NUMBATUNE_CACHE_DIR`` kept between runs: a run cut short goes on where it
 stopped (numbatune.cache.journal). Its result file (every variant's tuned median and the best
-variant) is what the searches are held against (``--exhaustive DIR``: DIR/EXAMPLE.json).
+variant) is what the searches are held against (``--exhaustive DIR``: DIR/EXAMPLE.json), and
+what ``python -m bench.search replay EXAMPLE EXHAUSTIVE.json TRIES BATCH SEEDS`` replays each
+strategy against, once per seed, with no GPU (:func:`replay`).
 
 ``--smoke`` (CI, under numba's simulator): tiny arguments and a few variants of each space;
 the times mean nothing.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import sys
 import tempfile
 import time
@@ -208,6 +211,43 @@ def run(
     return result
 
 
+def replay(
+    example: str, exhaustive: dict[str, Any], tries: int, batch: int, seeds: int
+) -> dict[str, Any]:
+    """Each strategy's search of ``example``'s space run again ``seeds`` times, each with its
+    own seed, with the exhaustive run's medians as the times it measures (no GPU, no noise:
+    Kernel Tuner's simulation mode): how often ``tries`` variants, proposed ``batch`` at a time
+    as a tuning would, find one within 2% of the exhaustive run's best."""
+    import random
+    import statistics
+
+    from numbatune.strategies import Strategy
+    from numbatune.tuning import search
+
+    space = SPACES[example](False)
+    medians = exhaustive["medians"]
+    times = {v: medians.get(v.label) for v in space}
+    fastest = min(t for t in times.values() if t is not None)
+    result: dict[str, Any] = {"tries": tries, "batch": batch, "seeds": seeds}
+    for strategy in STRATEGIES:
+        ratios = []
+        for seed in range(seeds):
+            proposer = search.proposer(Strategy(strategy), space, [], random.Random(seed), batch)
+            measured: dict[Any, float | None] = {}
+            best = None
+            while len(measured) < tries and (proposed := proposer.propose(measured, best)):
+                measured.update({v: times[v] for v in proposed[: tries - len(measured)]})
+                best = min((v for v, t in measured.items() if t is not None),
+                           key=lambda v: measured[v], default=None)  # fmt: skip
+            ratios.append(math.inf if best is None else measured[best] / fastest)
+        result[strategy] = {
+            "within_2_percent": sum(r <= 1.02 for r in ratios),
+            "median": statistics.median(ratios),
+            "worst": max(ratios),
+        }
+    return result
+
+
 def table(result: dict[str, Any]) -> str:
     """One row per search of each example (and the exhaustive run, if given)."""
     from numbatune.demo import format_table
@@ -240,6 +280,10 @@ if __name__ == "__main__":
         logging.basicConfig(level=logging.INFO)  # where a long run is: compiles, the tuning
         logging.getLogger("numbatune").setLevel(logging.DEBUG)  # each measured chunk, too
         Path(rest[0]).write_text(json.dumps(_case(example, "exhaustive", False, None), indent=1))
+    elif kind == "replay":  # ... replay EXAMPLE EXHAUSTIVE.json TRIES BATCH SEEDS: no GPU
+        tries, batch, seeds = (int(n) for n in rest[1:4])
+        replayed = replay(example, json.loads(Path(rest[0]).read_text()), tries, batch, seeds)
+        print(json.dumps(replayed, indent=1))
     elif kind == "searches":  # python -m bench.search searches EXAMPLE EXHAUSTIVE_DIR OUT.json
         searched = run(False, Path(rest[0]), [example])
         Path(rest[1]).write_text(json.dumps(searched, indent=1))

@@ -260,3 +260,16 @@ def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
             "model": "model",
         }
     assert "times say nothing about speed" in capsys.readouterr().out
+
+
+def test_a_replay_holds_each_search_against_an_exhaustive_runs_times():
+    from bench import search as bench_search
+
+    space = bench_search.SPACES["softmax"](False)
+    fastest = space[len(space) // 2]
+    medians = {v.label: 2.0 for v in space} | {fastest.label: 1.0, space[0].label: None}
+    whole = bench_search.replay("softmax", {"medians": medians}, len(space), 128, 2)
+    few = bench_search.replay("softmax", {"medians": medians}, 3, 128, 4)
+    for strategy in bench_search.STRATEGIES:  # trying every variant finds the fastest
+        assert whole[strategy] == {"within_2_percent": 2, "median": 1.0, "worst": 1.0}
+        assert few[strategy]["worst"] == 2.0  # three variants at random: the fastest is rare
