@@ -108,6 +108,20 @@ def test_a_grid_steps_along_parameters_that_others_do_not_determine():
     assert near == {(32, 2, False), (128, 2, False), (64, 4, False), (64, 2, True)}
 
 
+def test_a_grid_spreads_a_batch_over_the_whole_space():
+    variants = space()
+    grid = Grid(variants)
+    picked = grid.spread(variants, 16, random.Random(0))
+    assert len(set(picked)) == 16
+    for name in "ABCD":  # each axis's ends, where a random batch leaves them to chance
+        values = [v.params[name] for v in picked]
+        assert min(values) == min(v.params[name] for v in variants)
+        assert max(values) == max(v.params[name] for v in variants)
+    assert not {n for v in picked for n in grid.neighbours(v)} & set(picked)
+    start = picked[0]  # away from what was chosen before, too
+    assert start not in grid.spread(variants, 15, random.Random(0), [start])
+
+
 def test_random_search_draws_the_same_variants_for_the_same_seed_and_key():
     variants = space()
 
@@ -149,6 +163,19 @@ def test_a_pattern_search_walks_from_its_start_to_the_minimum():
         times.update({v: cost(v) for v in batch})
         best = min(times, key=times.get)
     assert best == nt.Variant({"A": 6, "B": 1, "C": 3, "D": 32})
+
+
+def test_a_model_search_steps_to_the_bests_neighbours_and_lets_the_model_pick_the_rest():
+    variants = space()
+    grid = Grid(variants)
+    proposer = search.proposer(nt.Strategy.MODEL, variants, [], random.Random(0), batch=24)
+    times = {v: cost(v) for v in proposer.propose({}, None)}
+    for _ in range(3):
+        best = min(times, key=times.get)
+        batch = proposer.propose(times, best)
+        near = [v for v in grid.neighbours(best) if v not in times]
+        assert len(batch) == 24 and batch[: len(near)] == near
+        times.update({v: cost(v) for v in batch})
 
 
 def test_a_pattern_search_fills_its_batches_with_the_runners_ups_neighbours():

@@ -4,8 +4,11 @@ neighbours (:mod:`numbatune.tuning.search`) or model the times over its position
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from numbatune.variants import Variant
 
@@ -44,6 +47,33 @@ class Grid:
         """Where ``variant`` lies: its index along each axis."""
         return self._point[variant]
 
+    def spread(
+        self,
+        variants: Sequence[Variant],
+        count: int,
+        randomness: random.Random,
+        chosen: Sequence[Variant] = (),
+    ) -> list[Variant]:
+        """Up to ``count`` of ``variants`` spread over the grid, away from ``chosen`` too: each
+        the one farthest from those picked before (greedy maximin over the positions, each axis
+        scaled to one), the first at random when nothing is chosen. A search's first batch so
+        sees every region of the space, which a random one leaves to chance."""
+        count = min(count, len(variants))
+        if count <= 0:
+            return []
+        scale = np.array([max(1, len(p) - 1) for p in self._positions], dtype=np.float64)
+        points = np.array([self._point[v] for v in variants], dtype=np.float64) / scale
+        distance = np.full(len(variants), np.inf)
+        for variant in chosen:
+            distance = np.minimum(distance, _distances(points, self._point[variant] / scale))
+        picked: list[int] = []
+        while len(picked) < count:
+            first = not chosen and not picked
+            index = randomness.randrange(len(variants)) if first else int(np.argmax(distance))
+            picked.append(index)
+            distance = np.minimum(distance, _distances(points, points[index]))
+        return [variants[i] for i in picked]
+
     def neighbours(self, variant: Variant, step: int = 1) -> list[Variant]:
         """The variants that differ from ``variant`` along one axis, ``step`` positions away in
         either direction (or, where the space lacks that point, the nearest point beyond it)."""
@@ -62,6 +92,10 @@ class Grid:
 
 
 _MISSING = object()
+
+
+def _distances(points: np.ndarray, point: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(points - point, axis=1)
 
 
 def _free_axes(points: Sequence[tuple[int, ...]], count: int) -> list[int]:

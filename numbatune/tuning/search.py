@@ -21,8 +21,10 @@ proposal becomes the new best. Strategies:
   neighbours, the step doubles; when no step is left, a random batch restarts the search. A
   batch that the best's neighbours leave room in is filled with the untried neighbours of the
   next best variants, then at random.
-- ``model``: a random forest fitted to the times measured so far proposes the variants it
-  predicts fastest (:mod:`numbatune.tuning.surrogate`; needs scikit-learn).
+- ``model``: the starting points, half the rest of the first batch spread over the grid;
+  then the best variant's untried neighbours, and the variants that a random forest fitted to
+  the times measured so far predicts fastest (:mod:`numbatune.tuning.surrogate`; needs
+  scikit-learn).
 - ``auto`` (the default): ``exhaustive`` for spaces of up to
   :data:`~numbatune.strategies.EXHAUSTIVE_UP_TO` variants, ``pattern`` above.
 

@@ -1,13 +1,16 @@
 """The ``model`` search: a surrogate model of the times chooses which variants to measure next.
 
-It starts as the pattern search does (the starting points, filled up at random). Then, for each
-proposal, it fits a random forest (scikit-learn's ``RandomForestRegressor``, the surrogate of
-SMAC and of Helion's LFBO search) to the logarithm of the times measured so far, over the
-variants' positions on the space's grid (:class:`~numbatune.tuning.grid.Grid`); a variant
-that failed counts as three times slower than the slowest measured. It proposes the untried
-variants whose optimistic prediction is lowest (the trees' mean less their spread, so variants
-the model knows little about get their turn), and one in four of each proposal at random, so
-that a model that fits badly cannot hold the search in one region. The forest's seed comes from
+It starts from the starting points, then half the rest of its first batch spread over the
+space's grid (:meth:`~numbatune.tuning.grid.Grid.spread`: each the variant farthest from those
+chosen) and half at random. Then each proposal is the
+best variant's untried neighbours (as Helion's LFBO pattern search steps from its best), then
+the untried variants a random forest predicts fastest (scikit-learn's
+``RandomForestRegressor``, the surrogate of SMAC and of Helion's LFBO search), fitted to the
+logarithm of the times measured so far over the variants' positions on the grid (a variant
+that failed counts as three times slower than the slowest measured): those whose optimistic
+prediction is lowest (the trees' mean less their spread, so variants the model knows little
+about get their turn). One in eight of each proposal is drawn at random, so that a model that
+fits badly cannot hold the search in one region. The forest's seed comes from
 the search's random generator: the same key and seed measure the same variants, given the same
 times. scikit-learn is an optional dependency: ``pip install 'numbatune[model]'``.
 """
@@ -28,6 +31,8 @@ from numbatune.variants import Variant
 TREES = 48
 #: The most untried variants a proposal scores (a random sample of them, in larger spaces).
 SCORED = 20_000
+#: One in this many variants of each proposal is drawn at random.
+EXPLORE_ONE_IN = 8
 
 
 class ModelSearch:
@@ -41,23 +46,28 @@ class ModelSearch:
         except ImportError as error:
             raise ImportError(MODEL_NEEDS_SKLEARN) from error
         self._forest = RandomForestRegressor
-        grid = Grid(space)
+        self._grid = Grid(space)
         self._space = list(space)
-        self._where = {v: grid.position(v) for v in self._space}
+        self._where = {v: self._grid.position(v) for v in self._space}
         self._starts = starts
         self._randomness = randomness
         self._batch = batch
         self._left = set(self._space)
 
     def propose(self, times: Mapping[Variant, float | None], best: Variant | None) -> list[Variant]:
-        if len(self._left) == len(self._space):  # first: the starting points, then at random
+        if len(self._left) == len(self._space):  # first: the starting points, then half spread
             first = self._taken(self._starts[: self._batch])
+            count = (self._batch - len(first)) // 2
+            first += self._taken(self._grid.spread(self._space, count, self._randomness, first))
             return first + self._taken(self._random(self._batch - len(first)))
         if not self._left:
             return []
-        explore = self._batch // 4
-        chosen = self._taken(self._predicted_best(times, self._batch - explore))
-        return chosen + self._taken(self._random(explore))
+        room = self._batch - self._batch // EXPLORE_ONE_IN
+        near = [] if best is None else [v for v in self._grid.neighbours(best) if v in self._left]
+        chosen = self._taken(near[:room])
+        if len(chosen) < room:
+            chosen += self._taken(self._predicted_best(times, room - len(chosen)))
+        return chosen + self._taken(self._random(self._batch - len(chosen)))
 
     def _predicted_best(self, times: Mapping[Variant, float | None], count: int) -> list[Variant]:
         measured = [v for v in times if v in self._where]
