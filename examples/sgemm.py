@@ -14,6 +14,8 @@ of a warp meet 32 banks instead of 4; ALIGN=16 aligns the shared tiles to 16 byt
 NVVM reads a thread's four adjacent words with one instruction (ld.shared.v4.f32) instead of
 four. (numba's simulator takes no alignment.)
 The k loop is written out when a variant is compiled (nt.static_range): numba leaves it rolled.
+A block whose tile lies within C loads each slice that lies within A and B with no bounds
+guards (on the H100 the best variant ran 7.7% faster than with a guard on every load).
 Run it: python examples/sgemm.py
 """
 
@@ -84,15 +86,22 @@ def sgemm(A, B, C):
     for i in range(TM):
         for j in range(TN):
             acc[i, j] = 0
+    inside = first_row + BM <= M and first_col + BN <= N  # the block's tile lies within C
     for k0 in range(0, K + BK, BK):  # load slice k0 while multiplying slice k0 - BK
         k0 = nt.nonnegative(k0)  # (loop counters are signed too)
         now = k0 // BK % 2  # the buffer slice k0 goes to; slice k0 - BK is in the other
-        for s in range(LOADS_A):
-            row = first_row + a_i + s * (THREADS // BK)
-            next_a[s] = A[row, k0 + a_k] if row < M and k0 + a_k < K else float32(0)
-        for s in range(LOADS_B):
-            k = k0 + b_k + s * (THREADS // BN)
-            next_b[s] = B[k, first_col + b_j] if k < K and first_col + b_j < N else float32(0)
+        if inside and k0 + BK <= K:  # every load of the slice in bounds: no guards
+            for s in range(LOADS_A):
+                next_a[s] = A[first_row + a_i + s * (THREADS // BK), k0 + a_k]
+            for s in range(LOADS_B):
+                next_b[s] = B[k0 + b_k + s * (THREADS // BN), first_col + b_j]
+        else:
+            for s in range(LOADS_A):
+                row = first_row + a_i + s * (THREADS // BK)
+                next_a[s] = A[row, k0 + a_k] if row < M and k0 + a_k < K else float32(0)
+            for s in range(LOADS_B):
+                k = k0 + b_k + s * (THREADS // BN)
+                next_b[s] = B[k, first_col + b_j] if k < K and first_col + b_j < N else float32(0)
         if k0 > 0:
             for k in nt.static_range(BK):  # written out: its indices become constants
                 for i in range(TM):
@@ -125,7 +134,7 @@ def sgemm(A, B, C):
 
 def example(small: bool = False):
     """The tuned kernel and arguments to tune it on (small: sizes for the simulator)."""
-    m, k, n = (19, 11, 23) if small else (4096, 4096, 4096)
+    m, k, n = (64, 20, 64) if small else (4096, 4096, 4096)  # small: 64 x 64 tiles fit, 128 not
     rng = np.random.default_rng(0)
     a = cuda.to_device(rng.random((m, k), dtype=np.float32))
     b = cuda.to_device(rng.random((k, n), dtype=np.float32))
