@@ -23,9 +23,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: (label, example file, example function) for each case.
+#: (label, example file, example function, or ``function:size`` for ``function(size=size)``)
+#: for each case.
 CASES = [
     ("sgemm 4096^3", "sgemm", "example"),
+    ("sgemm 1024^3", "sgemm", "example:1024"),  # the size of issue 18's first measurement
     ("softmax 16384x1024", "softmax", "example"),
     ("stencil", "stencil", "example"),
     ("row sums", "reduction", "example_rows"),
@@ -42,7 +44,8 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
 
     log = _compile_log()
     module = load_module(ROOT / "examples" / f"{file}.py")
-    tuned, args = getattr(module, function)(small)
+    name, _, size = function.partition(":")  # FUNCTION:SIZE passes size=SIZE
+    tuned, args = getattr(module, name)(small, **({"size": int(size)} if size else {}))
     if small:  # the simulator: a few variants that take every value
         tuned = tuned.with_variants(covering_variants(tuned))
     measuring.synchronize()

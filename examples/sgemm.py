@@ -132,9 +132,10 @@ def sgemm(A, B, C):
                 C[row, col] = acc[i, j]
 
 
-def example(small: bool = False):
-    """The tuned kernel and arguments to tune it on (small: sizes for the simulator)."""
-    m, k, n = (64, 20, 64) if small else (4096, 4096, 4096)  # small: 64 x 64 tiles fit, 128 not
+def example(small: bool = False, size: int = 4096):
+    """The tuned kernel and arguments to tune it on: ``size`` x ``size`` matrices (small: sizes
+    for the simulator)."""
+    m, k, n = (64, 20, 64) if small else (size, size, size)  # small: 64 x 64 tiles fit, 128 not
     rng = np.random.default_rng(0)
     a = cuda.to_device(rng.random((m, k), dtype=np.float32))
     b = cuda.to_device(rng.random((k, n), dtype=np.float32))
