@@ -316,6 +316,7 @@ class WorkerPool:
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self._running = 0  # runs under way: the idle timer waits for the last to end
 
     def run(
         self,
@@ -325,7 +326,19 @@ class WorkerPool:
     ) -> list[Outcome]:
         """Run ``tasks`` on up to ``size`` workers at once; their outcomes, in order.
         ``done(index, outcome)`` is called as each task finishes."""
+        with self._lock:
+            self._running += 1
         self._cancel_timer()
+        try:
+            return self._run(tasks, limit_s, done)
+        finally:
+            with self._lock:
+                self._running -= 1
+            self._start_timer()
+
+    def _run(
+        self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, Outcome], None]
+    ) -> list[Outcome]:
         outcomes: list[Outcome | None] = [None] * len(tasks)
         pending = queue.SimpleQueue()
         for index in range(len(tasks)):
@@ -358,7 +371,6 @@ class WorkerPool:
             thread.start()
         for thread in threads:
             thread.join()
-        self._start_timer()
         return [outcome for outcome in outcomes if outcome is not None]
 
     def start(self, count: int) -> None:
@@ -409,10 +421,16 @@ class WorkerPool:
                 self._server = None
 
     def _start_timer(self) -> None:
+        """Close the pool ``idle_s`` from now, unless a run is under way (the last run to end
+        starts the timer again)."""
         with self._lock:
-            self._timer = threading.Timer(self._idle_s, self.close)
-            self._timer.daemon = True
-            self._timer.start()
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None
+            if not self._running:
+                self._timer = threading.Timer(self._idle_s, self.close)
+                self._timer.daemon = True
+                self._timer.start()
 
     def _cancel_timer(self) -> None:
         with self._lock:

@@ -133,6 +133,24 @@ def test_a_prepared_pool_warms_its_fork_server_before_any_worker_is_asked_for(tm
         pool.close()
 
 
+def test_a_pool_is_not_closed_as_idle_while_a_run_is_under_way():
+    environment = processes.environment(simulator=SIMULATOR)
+    pool = WorkerPool(1, environment, idle_s=0.5, warm=Task("tests.workers", "warm", ()))
+    outcomes = []
+    running = threading.Thread(target=lambda: outcomes.extend(pool.run([task("sleep", 3)], 60)))
+    try:
+        running.start()
+        while not pool._running:  # the run has begun
+            time.sleep(0.01)
+        pool.prepare()  # as a kernel defined meanwhile does: its idle timer must wait
+        server = pool._server
+        running.join()
+        assert outcomes == [Done(3)]
+        assert pool._server is server and server.alive()  # not closed under the run
+    finally:
+        pool.close()
+
+
 def test_compile_workers_start_with_numba_imported():
     from numbatune.compile.compiler import worker_pool
 
