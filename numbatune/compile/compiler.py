@@ -166,26 +166,27 @@ class Compiler:
         """Start the fork server of the compile workers ``variants`` would need (none for one
         kernel), long before any is asked for: it warms up while the caller makes its
         arguments."""
-        pool = self._pool_for(variants)
-        if pool is not None:
+        if (found := self._pool_for(variants)) is not None:
+            pool, _ = found
             pool.prepare()
 
     def warm_up(self, variants: Sequence[Variant]) -> None:
         """Start the compile workers ``variants`` may need, before compiling them, so that they
         start while this process does its own part (cloning, planning, reading the store)."""
-        pool = self._pool_for(variants)
-        if pool is not None:
-            pool.start(self._kernels_among(variants))
+        if (found := self._pool_for(variants)) is not None:
+            pool, kernels = found
+            pool.start(kernels)
 
-    def _pool_for(self, variants: Sequence[Variant]) -> processes.WorkerPool | None:
-        """The compile pool, where compiling ``variants`` would use one."""
-        return None if SIMULATOR or self._kernels_among(variants) < 2 else compile_pool()
-
-    def _kernels_among(self, variants: Sequence[Variant]) -> int:
-        """How many distinct kernels ``variants`` compile to, counted over the first 256: they
-        suffice to know whether to start workers (a pool has at most as many as the machine
-        has cores), and a large space's would take long to read."""
-        return len({self._template.code_key(variant) for variant in variants[:256]})
+    def _pool_for(self, variants: Sequence[Variant]) -> tuple[processes.WorkerPool, int] | None:
+        """The compile pool, and how many distinct kernels ``variants`` compile to, where
+        compiling them would use a pool. The kernels are counted over the first 256 variants:
+        they suffice to know whether to start workers (a pool has at most as many as the
+        machine has cores), and a large space's would take long to read."""
+        if SIMULATOR:
+            return None
+        kernels = len({self._template.code_key(variant) for variant in variants[:256]})
+        pool = compile_pool() if kernels > 1 else None
+        return None if pool is None else (pool, kernels)
 
     def dispatcher(self, variant: Variant) -> Any:
         """The numba dispatcher of the variant's kernel, shared by variants of the same code."""
