@@ -20,7 +20,7 @@ import numba
 
 from numbatune import processes
 from numbatune.compile import build
-from numbatune.compile.compiler import build_in_worker, store_key, worker_pool
+from numbatune.compile.compiler import RebuildError, build_task, store_key, worker_pool
 from numbatune.compile.store import KernelStore
 from numbatune.config import settings
 from numbatune.dispatch import TunedKernel
@@ -57,8 +57,8 @@ def precompile(
     jobs: list[_Job] = []
     for tuned, args in cases:
         argtypes = tuple(numba.typeof(value) for value in args)
-        kernels = tuned._template.by_kernel(tuned.variants)
-        jobs += [_Job(tuned, argtypes, sharing) for sharing in kernels]
+        builds = tuned._template.by_build(tuned.variants)
+        jobs += [_Job(tuned, argtypes, kernels) for kernels in builds]
     pool = worker_pool(max(1, workers or settings.compile_workers))
     # Each kernel's code is written out (static_range) and pickled as a worker takes it, so
     # the first compile while the others are prepared.
@@ -78,36 +78,51 @@ def precompile(
 
 
 class _Job:
-    """One distinct kernel of a tuned kernel (compiled as its first variant), and the variants
-    that share it."""
+    """The kernels of a tuned kernel that one worker builds (one build key: one compile, a
+    link for each), each as the variants that share it (compiled as the first)."""
 
     def __init__(
-        self, tuned: TunedKernel, argtypes: tuple[Any, ...], sharing: list[Variant]
+        self, tuned: TunedKernel, argtypes: tuple[Any, ...], kernels: list[list[Variant]]
     ) -> None:
-        self.tuned, self.argtypes, self.sharing = tuned, argtypes, sharing
-        self.variant = sharing[0]
+        self.tuned, self.argtypes, self.kernels = tuned, argtypes, kernels
 
     def task(self, cc: tuple[int, int]) -> processes.Task:
-        template = self.tuned._template
-        function = build.dumps_function(template.specialised_function(self.variant))
-        options = template.jit_options_of(self.variant)
-        arguments = (function, options, self.argtypes, cc)
-        return processes.Task(build_in_worker.__module__, build_in_worker.__name__, arguments)
+        return build_task(self.tuned._template, self.kernels, self.argtypes, cc)
 
     def record(
         self, outcome: processes.Outcome, cc: tuple[int, int], cache_dir: Path
     ) -> Sequence[Compiled]:
+        built = outcome.value if isinstance(outcome, processes.Done) else [None] * len(self.kernels)
+        failure = str(outcome)
+        if isinstance(outcome, processes.Raised) and outcome.kind == RebuildError.__name__:
+            failure = outcome.message  # the function's own error, as the parent would raise it
+        return [
+            compiled
+            for sharing, kernel in zip(self.kernels, built, strict=True)
+            for compiled in self._recorded(sharing, kernel, failure, cc, cache_dir)
+        ]
+
+    def _recorded(
+        self,
+        sharing: list[Variant],
+        kernel: build.Built | build.LinkFailed | None,
+        failure: str,
+        cc: tuple[int, int],
+        cache_dir: Path,
+    ) -> list[Compiled]:
+        """One kernel's variants: ``kernel`` as built, or None where the build failed
+        (``failure``)."""
         signature = ", ".join(str(t) for t in self.argtypes)
-        name = self.tuned.function_id
-        if isinstance(outcome, processes.Done):
-            built = outcome.value
-            key = store_key(self.tuned._template, self.variant, self.argtypes, cc, built.toolchain)
-            KernelStore(cache_dir, cc, name).save(key, built.payload)
-            resources, error, seconds = built.resources, None, built.seconds
+        name, first = self.tuned.function_id, sharing[0]
+        if isinstance(kernel, build.Built):
+            key = store_key(self.tuned._template, first, self.argtypes, cc, kernel.toolchain)
+            KernelStore(cache_dir, cc, name).save(key, kernel.payload)
+            resources, error, seconds = kernel.resources, None, kernel.seconds
         else:
-            resources, error, seconds = None, str(outcome), 0.0
+            error = kernel.error if isinstance(kernel, build.LinkFailed) else failure
+            resources, seconds = None, 0.0
         return [
             Compiled(name, v.label, signature, resources, error, seconds,
-                     None if v == self.variant else self.variant.label)
-            for v in self.sharing
+                     None if v == first else first.label)
+            for v in sharing
         ]  # fmt: skip

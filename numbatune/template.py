@@ -24,7 +24,7 @@ from numbatune._version import __version__
 from numbatune.arrays import SIMULATOR
 from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
-from numbatune.variants import JIT_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
+from numbatune.variants import JIT_OPTIONS, LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
 
 #: numba settings that change the code it generates (numba.cuda.core.config names).
 CODEGEN_SETTINGS = (
@@ -117,8 +117,7 @@ class KernelTemplate:
         device function it calls) reads and the jit options. Variants with the same code key
         compile to the same kernel (those that differ only in what the launch function reads
         share one compile)."""
-        read = {name: value for name, value in variant.params.items() if name in self.names_read}
-        return stable_text(read), stable_text(self.jit_options_of(variant))
+        return self._key(variant, self.jit_options_of(variant))
 
     def by_kernel(self, variants: Sequence[Variant]) -> list[list[Variant]]:
         """``variants`` grouped by the kernel they compile to (the same :meth:`code_key`), the
@@ -127,6 +126,26 @@ class KernelTemplate:
         for variant in variants:
             groups.setdefault(self.code_key(variant), []).append(variant)
         return list(groups.values())
+
+    def build_key(self, variant: Variant) -> tuple[str, str]:
+        """What of ``variant`` decides numba's compile of its kernel to PTX: its
+        :meth:`code_key` less the jit options only linking reads (:data:`LINK_OPTIONS`).
+        Kernels with the same build key are built together, for little more than one: one
+        numba compile, then a link to a cubin for each."""
+        options = self.jit_options_of(variant)
+        return self._key(variant, {k: v for k, v in options.items() if k not in LINK_OPTIONS})
+
+    def _key(self, variant: Variant, options: Mapping[str, Any]) -> tuple[str, str]:
+        read = {name: value for name, value in variant.params.items() if name in self.names_read}
+        return stable_text(read), stable_text(options)
+
+    def by_build(self, variants: Sequence[Variant]) -> list[list[list[Variant]]]:
+        """``variants`` grouped by kernel (:meth:`by_kernel`), the kernels grouped by their
+        :meth:`build_key`, in the order met."""
+        builds: dict[tuple[str, str], list[list[Variant]]] = {}
+        for members in self.by_kernel(variants):
+            builds.setdefault(self.build_key(members[0]), []).append(members)
+        return list(builds.values())
 
     def jit_options_of(self, variant: Variant) -> dict[str, Any]:
         """The ``numba.cuda.jit`` options the variant's kernel is compiled with on a GPU."""

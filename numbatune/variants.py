@@ -27,6 +27,9 @@ JIT_OPTIONS = SIMULATOR_JIT_OPTIONS | frozenset(
         "shared_memory_carveout",
     }
 )
+#: The jit options that only linking PTX to a cubin reads: variants that differ in nothing
+#: else share numba's compile and its PTX.
+LINK_OPTIONS = frozenset({"max_registers"})
 
 
 #: A variant's priority: an integer, or a function of the tuning key that returns one.

@@ -133,9 +133,9 @@ def test_kernels_written_out_in_workers_are_compiled_largest_first_and_compute_r
     orders = []
     compile_in_workers = Compiler._compile_in_workers
 
-    def noted(self, pool, waiting, *rest):
-        orders.append([members[0].params["STEPS"] for members, _ in waiting])
-        return compile_in_workers(self, pool, waiting, *rest)
+    def noted(self, pool, builds, *rest):
+        orders.append([kernels[0][0][0].params["STEPS"] for kernels in builds])
+        return compile_in_workers(self, pool, builds, *rest)
 
     monkeypatch.setattr(Compiler, "_compile_in_workers", noted)
     host = np.arange(1, 9, dtype=np.float32)

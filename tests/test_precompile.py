@@ -12,6 +12,7 @@ import numbatune as nt
 from numbatune import processes
 from numbatune.cli import main
 from numbatune.compile import build
+from numbatune.compile.compiler import build_task
 from numbatune.compile.store import KernelStore
 from numbatune.demo import load_module
 from numbatune.precompile import precompile
@@ -145,22 +146,51 @@ def test_a_compile_past_the_time_limit_fails_with_the_limit_named(module, tmp_pa
     assert "time limit of 0.001 s" in compiled.error
 
 
-def _payload(module, tmp_path):
-    """A kernel built in a worker, serialised."""
-    pool = processes.WorkerPool(1, _environment())
-    function = build.dumps_function(module.scale._template.specialised_function(
-        nt.Variant({"FACTOR": 2, "BLOCK": 32})))  # fmt: skip
-    argtypes = (cuda.to_device(np.zeros(4, np.float32)),)
+def test_variants_that_differ_only_in_their_register_cap_share_one_compile(module):
     import numba
 
-    task = processes.Task(
-        "numbatune.compile.compiler",
-        "build_in_worker",
-        (function, {}, tuple(numba.typeof(a) for a in argtypes), (9, 0)),
-    )
+    argtypes = (numba.typeof(cuda.to_device(np.zeros(4, np.float32))),)
+    kernels = [[nt.Variant({"FACTOR": 2}, **cap)]
+               for cap in ({}, {"max_registers": 32}, {"max_registers": 64})]  # fmt: skip
+    template = module.scale._template
+    assert len({template.build_key(members[0]) for members in kernels}) == 1
+    assert len({template.code_key(members[0]) for members in kernels}) == 3
+    task = build_task(template, kernels, argtypes, (9, 0))
+    pool = processes.WorkerPool(1, _environment())
+    try:
+        (outcome,) = pool.run([processes.Task("tests.workers", "built_counting_compiles",
+                                              task.args)], 300)  # fmt: skip
+    finally:
+        pool.close()
+    caps, resources, compiles = outcome.value
+    assert caps == [None, 32, 64]  # each kernel linked with its own cap
+    assert all(r.registers > 0 for r in resources)
+    assert compiles == 1
+
+
+def test_a_kernel_that_does_not_link_fails_with_the_linkers_error_for_each_register_cap():
+    pool = processes.WorkerPool(1, _environment())
+    try:
+        (outcome,) = pool.run([processes.Task("tests.workers", "built_unlinked", ((None, 32),))],
+                              300)  # fmt: skip
+    finally:
+        pool.close()
+    assert [type(b) for b in outcome.value] == [build.LinkFailed] * 2
+    assert all("Unresolved extern function 'numbatune_missing'" in b.error for b in outcome.value)
+
+
+def _payload(module, tmp_path):
+    """A kernel built in a worker, serialised."""
+    import numba
+
+    pool = processes.WorkerPool(1, _environment())
+    argtypes = (numba.typeof(cuda.to_device(np.zeros(4, np.float32))),)
+    task = build_task(module.scale._template, [[nt.Variant({"FACTOR": 2, "BLOCK": 32})]],
+                      argtypes, (9, 0))  # fmt: skip
     try:
         (outcome,) = pool.run([task], limit_s=300)
-        return outcome.value.payload, pool
+        (built,) = outcome.value
+        return built.payload, pool
     except Exception:
         pool.close()
         raise
@@ -172,12 +202,7 @@ def test_a_worker_compiles_a_device_function_once_for_all_the_kernels_it_builds(
     argtypes = (numba.typeof(cuda.to_device(np.zeros(4, np.float32))),)
     template = module.helped._template
     tasks = [
-        processes.Task(
-            "numbatune.compile.compiler",
-            "build_in_worker",
-            (build.dumps_function(template.specialised_function(variant)), {}, argtypes, (9, 0)),
-        )
-        for variant in module.helped.variants
+        build_task(template, [[variant]], argtypes, (9, 0)) for variant in module.helped.variants
     ]
     pool = processes.WorkerPool(1, _environment())
     try:
@@ -189,7 +214,7 @@ def test_a_worker_compiles_a_device_function_once_for_all_the_kernels_it_builds(
         )
     finally:
         pool.close()
-    assert all(isinstance(b, build.Built) for b in built) and len(built) == 2
+    assert [[type(b) for b in kernels] for kernels in built] == [[build.Built]] * 2
     assert compiled == [("twice", 1)]  # one dispatcher, compiled for one signature
 
 

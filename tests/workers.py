@@ -99,3 +99,43 @@ class UnopenableHandle:
 
     def __exit__(self, *details):
         return False
+
+
+def built_counting_compiles(function_bytes, options, argtypes, cc, max_registers):
+    """numbatune's worker task (``build_in_worker``), and how many numba compiles it made:
+    each kernel's register cap and resources, and the count."""
+    from numba.cuda import dispatcher
+
+    from numbatune.compile import build, compiler
+
+    compile_cuda, calls = dispatcher.compile_cuda, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return compile_cuda(*args, **kwargs)
+
+    dispatcher.compile_cuda = counted
+    try:
+        built = compiler.build_in_worker(function_bytes, options, argtypes, cc, max_registers)
+    finally:
+        dispatcher.compile_cuda = compile_cuda
+    caps = [build.load(b.payload, cc)._codelibrary._max_registers for b in built]
+    return caps, [b.resources for b in built], len(calls)
+
+
+def built_unlinked(max_registers):
+    """numbatune's build of a kernel that calls a device function declared but never linked,
+    once for each register cap."""
+    import numba
+    import numpy as np
+    from numba import cuda
+
+    from numbatune.compile import build
+
+    missing = cuda.declare_device("numbatune_missing", "float32(float32)")
+
+    def unlinked(a):
+        a[0] = missing(a[0])
+
+    argtypes = (numba.typeof(np.zeros(4, np.float32)),)
+    return build.build(unlinked, {}, argtypes, (9, 0), max_registers)

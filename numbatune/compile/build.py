@@ -24,6 +24,7 @@ import re
 import time
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,28 +181,67 @@ def warm() -> None:
         compile_cuda(kernel, numba.types.void, argtypes, cc=full_cc((9, 0)))
 
 
+@dataclass(frozen=True)
+class LinkFailed:
+    """A kernel whose PTX compiled but whose link to a cubin (with its register cap) failed."""
+
+    error: str
+
+
 def build(
-    function: Any, options: dict[str, Any], argtypes: tuple[Any, ...], cc: tuple[int, int]
-) -> Built:
-    """Compile the kernel function for ``argtypes`` and ``cc`` (in a worker)."""
+    function: Any,
+    options: dict[str, Any],
+    argtypes: tuple[Any, ...],
+    cc: tuple[int, int],
+    max_registers: tuple[int | None, ...] = (None,),
+) -> list[Built | LinkFailed]:
+    """Compile the kernel function for ``argtypes`` and ``cc`` (in a worker) once, to PTX, and
+    link it to a cubin for each of the ``max_registers`` caps (None: no cap), which only
+    linking reads: a kernel each, in their order, linked at once on threads of their own
+    (nvJitLink lets go of the GIL). A compile error raises; a link error fails that kernel."""
     from numba import cuda
     from numba.cuda.dispatcher import _Kernel
 
     started = time.perf_counter()
+    target = full_cc(cc)
     with _target(cc):
         dispatcher = cuda.jit(**options)(function)
         kernel = _Kernel(dispatcher.py_func, argtypes, **dispatcher.targetoptions)
-        kernel._codelibrary.get_cubin(cc=full_cc(cc))
-    seconds = time.perf_counter() - started
-    info = kernel._codelibrary.get_linkerinfo(full_cc(cc))
-    return Built(dumps_kernel(kernel), resources_of(info), toolchain(), seconds)
+        library = kernel._codelibrary
+        library.get_ltoir(cc=target) if library._lto else library.get_asm_str(cc=target)
+        compiled_s = time.perf_counter() - started
+        with ThreadPoolExecutor(len(max_registers)) as links:
+            return list(links.map(lambda cap: _linked(kernel, cap, target, compiled_s),
+                                  max_registers))  # fmt: skip
 
 
-def dumps_kernel(kernel: Any) -> bytes:
-    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed."""
+def _linked(kernel: Any, cap: int | None, target: Any, compiled_s: float) -> Built | LinkFailed:
+    """``kernel``, compiled, linked with a register cap of ``cap``; ``compiled_s``: what its
+    compile took."""
+    from numba.cuda.cudadrv import driver
+
+    started = time.perf_counter()
+    library = kernel._codelibrary
+    try:
+        linker = driver._Linker(max_registers=cap, cc=target, lto=library._lto)
+        library._link_all(linker, target)
+        cubin = linker.complete()
+    except Exception as error:
+        return LinkFailed(f"{type(error).__name__}: {error}")
+    info = linker.info_log
+    linked = {"cubin_cache": {target: cubin}, "linkerinfo_cache": {target: info},
+              "max_registers": cap}  # fmt: skip
+    seconds = compiled_s + time.perf_counter() - started
+    return Built(dumps_kernel(kernel, linked), resources_of(info), toolchain(), seconds)
+
+
+def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
+    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed;
+    ``linked``: its code library's cubin, linker log and register cap, where they were linked
+    apart from the library."""
     library = kernel._codelibrary
     states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
-    library_states = {**library._reduce_states(), "llvm_strs": []}
+    library_states = {**library._reduce_states(), "llvm_strs": [], **(linked or {})}
     payload = {"version": PAYLOAD_VERSION, "kernel": states, "library": library_states}
     return zlib.compress(pickle.dumps(payload, protocol=5))
 

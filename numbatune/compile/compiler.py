@@ -31,11 +31,13 @@ from numbatune.config import settings
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
 from numbatune.values import stable_text
-from numbatune.variants import Variant
+from numbatune.variants import LINK_OPTIONS, Variant
 
 logger = logging.getLogger("numbatune")
 
 CodeKey = tuple[str, str]
+#: A kernel to compile: the variants that share it, and the argument types to compile it for.
+_Waiting = tuple[list[Variant], tuple[Any, ...]]
 
 _pools: dict[int, processes.WorkerPool] = {}
 _pools_lock = threading.Lock()
@@ -95,8 +97,12 @@ class RebuildError(Exception):
 
 
 def build_in_worker(
-    function_bytes: bytes, options: dict[str, Any], argtypes: tuple[Any, ...], cc: tuple[int, int]
-) -> build.Built:
+    function_bytes: bytes,
+    options: dict[str, Any],
+    argtypes: tuple[Any, ...],
+    cc: tuple[int, int],
+    max_registers: tuple[int | None, ...],
+) -> list[build.Built | build.LinkFailed]:
     """The worker's task: :func:`numbatune.compile.build.build` of the function, its
     ``static_range`` loops written out here (in parallel, not one after another in the
     parent), telling a function that cannot be rebuilt or written out here
@@ -108,7 +114,29 @@ def build_in_worker(
         function = unroll.written_out(cloudpickle.loads(function_bytes))
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
-    return build.build(function, options, argtypes, cc)
+    return build.build(function, options, argtypes, cc, max_registers)
+
+
+def build_task(
+    template: KernelTemplate,
+    kernels: Sequence[Sequence[Variant]],
+    argtypes: tuple[Any, ...],
+    cc: tuple[int, int],
+) -> processes.Task:
+    """The worker's task that builds ``kernels`` (each the variants sharing one kernel, all
+    of the same :meth:`~numbatune.template.KernelTemplate.build_key`) for ``argtypes`` and
+    ``cc``: one compile, a link for each; :class:`RebuildError` where the function does not
+    pickle."""
+    first = kernels[0][0]
+    try:  # written out in the worker: the parent is one, the workers are many
+        specialised = template.specialised_function(first, write_out=False)
+        function = build.dumps_function(specialised)
+    except Exception as error:
+        raise RebuildError(f"{type(error).__name__}: {error}") from None
+    options = {k: v for k, v in template.jit_options_of(first).items() if k not in LINK_OPTIONS}
+    caps = tuple(template.jit_options_of(members[0]).get("max_registers") for members in kernels)
+    arguments = (function, options, argtypes, cc, caps)
+    return processes.Task(__name__, build_in_worker.__name__, arguments)
 
 
 @dataclass
@@ -260,7 +288,7 @@ class Compiler:
         others may still be compiling; ``made``: by this call (else it was compiled or loaded
         before, or is loaded from the kernel store)."""
         results: dict[Variant, Any] = {}
-        waiting: list[tuple[list[Variant], tuple[Any, ...]]] = []
+        waiting: list[_Waiting] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
         for members in self._template.by_kernel(variants):
             try:
@@ -284,8 +312,6 @@ class Compiler:
         done(len(results))
         if waiting:
             assert signatures is not None
-            # The largest kernels first: the last to finish should not be a long one.
-            waiting.sort(key=lambda item: -self._template.written_out_size(item[0][0]))
             settled = _Settled(results, done, ready, signatures[0])
             self._compile_waiting(waiting, args, settled, tally)
         return results
@@ -304,16 +330,12 @@ class Compiler:
         ]
 
     def _compile_waiting(
-        self,
-        waiting: list[tuple[list[Variant], tuple[Any, ...]]],
-        args: tuple[Any, ...],
-        settled: _Settled,
-        tally: Tally,
+        self, waiting: list[_Waiting], args: tuple[Any, ...], settled: _Settled, tally: Tally
     ) -> None:
         pool = compile_pool() if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
-            here = self._compile_in_workers(pool, waiting, settled, tally)
+            here = self._compile_in_workers(pool, self._builds(waiting), settled, tally)
         for members, argtypes in here:  # compiled() makes every signature at once
             if isinstance(settled.results.get(members[0]), Failed):
                 continue
@@ -324,54 +346,66 @@ class Compiler:
             else:
                 settled.compiled(members, dispatcher, argtypes)
 
+    def _builds(self, waiting: list[_Waiting]) -> list[list[_Waiting]]:
+        """``waiting`` grouped into what one worker builds: the kernels of one build key
+        for one signature; the largest first, so that the last to finish is not a long one."""
+        builds: dict[tuple[Any, ...], list[_Waiting]] = {}
+        for members, argtypes in waiting:
+            key = (self._template.build_key(members[0]), argtypes)
+            builds.setdefault(key, []).append((members, argtypes))
+        size = self._template.written_out_size
+        return sorted(builds.values(), key=lambda kernels: -size(kernels[0][0][0]))
+
     def _compile_in_workers(
         self,
         pool: processes.WorkerPool,
-        waiting: list[tuple[list[Variant], tuple[Any, ...]]],
+        builds: list[list[_Waiting]],
         settled: _Settled,
         tally: Tally,
-    ) -> list[tuple[list[Variant], tuple[Any, ...]]]:
-        """Compile ``waiting`` in ``pool``; returns what to compile here instead."""
+    ) -> list[_Waiting]:
+        """Compile ``builds`` in ``pool``; returns what to compile here instead."""
         from numba import cuda
 
         device = cuda.get_current_device()
         cc = tuple(device.compute_capability)
-        here: list[tuple[list[Variant], tuple[Any, ...]]] = []
-        seconds: list[float] = []
-        started = time.perf_counter()
+        here: list[_Waiting] = []
+        seconds: list[float] = []  # each build's
+        started, compiled_before = time.perf_counter(), tally.compiles
 
         def task(index: int) -> processes.Task:  # made when a worker takes it
-            members, argtypes = waiting[index]
-            try:
-                # Written out in the worker: the parent is the one, others are many.
-                specialised = self._template.specialised_function(members[0], write_out=False)
-                function = build.dumps_function(specialised)
-            except Exception as error:  # compiled in this process instead (below)
-                raise RebuildError(f"{type(error).__name__}: {error}") from None
-            options = self._template.jit_options_of(members[0])
-            return processes.Task(__name__, "build_in_worker", (function, options, argtypes, cc))
+            kernels = builds[index]
+            return build_task(self._template, [members for members, _ in kernels],
+                              kernels[0][1], cc)  # fmt: skip
 
         def finished(index: int, outcome: processes.Outcome) -> None:
-            members, argtypes = waiting[index]
+            kernels = builds[index]
             if isinstance(outcome, processes.Done):
-                with cuda.gpus[device.id]:  # loaded now, while other kernels compile
-                    dispatcher = self._take(members[0], argtypes, outcome.value, cc, tally)
-                seconds.append(outcome.value.seconds)
-                settled.compiled(members, dispatcher, argtypes)
+                for (members, argtypes), built in zip(kernels, outcome.value, strict=True):
+                    if isinstance(built, build.LinkFailed):
+                        settled.failed(members, Failed(built.error))
+                        continue
+                    with cuda.gpus[device.id]:  # loaded now, while other kernels compile
+                        dispatcher = self._take(members[0], argtypes, built, cc, tally)
+                    settled.compiled(members, dispatcher, argtypes)
+                # The build's time: its kernels' compile is one, their links run together.
+                times = [b.seconds for b in outcome.value if isinstance(b, build.Built)]
+                seconds.append(max(times, default=0.0))
             elif isinstance(outcome, processes.Raised) and outcome.kind == "RebuildError":
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
-                here.append((members, argtypes))
+                here.extend(kernels)
             else:
-                settled.failed(members, Failed(str(outcome)))
+                for members, _ in kernels:
+                    settled.failed(members, Failed(str(outcome)))
 
-        tasks = processes.LazyTasks(len(waiting), task)
+        tasks = processes.LazyTasks(len(builds), task)
         pool.run(tasks, settings.compile_timeout_s, finished)
         logger.info(
-            "numbatune: %s: %d kernels compiled in %d worker processes in %.2f s (%.2f s of "
-            "compiling in all, the longest %.2f s)",
+            "numbatune: %s: %d kernels compiled (%d builds) in %d worker processes in %.2f s "
+            "(%.2f s of building in all, the longest %.2f s)",
             self._function_id,
+            tally.compiles - compiled_before,
             len(seconds),
-            min(pool.size, len(waiting)),
+            min(pool.size, len(builds)),
             time.perf_counter() - started,
             sum(seconds),
             max(seconds, default=0.0),
