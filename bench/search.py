@@ -216,34 +216,48 @@ def replay(
 ) -> dict[str, Any]:
     """Each strategy's search of ``example``'s space run again ``seeds`` times, each with its
     own seed, with the exhaustive run's medians as the times it measures (no GPU, no noise:
-    Kernel Tuner's simulation mode): how often ``tries`` variants, proposed ``batch`` at a time
-    as a tuning would, find one within 2% of the exhaustive run's best."""
+    Kernel Tuner's simulation mode): how often ``tries`` builds (variants built together
+    count once: they cost about one compile), proposed ``batch`` at a time and measured with
+    their siblings as a tuning would, find one within 2% of the exhaustive run's best."""
     import random
     import statistics
 
+    from numbatune.demo import load_module
     from numbatune.strategies import Strategy
     from numbatune.tuning import search
 
     space = SPACES[example](False)
+    tuned, _ = load_module(ROOT / "examples" / f"{example}.py").example(True)
+    build_key = tuned._template.build_key
+    together = search.siblings(space, build_key)
     medians = exhaustive["medians"]
     times = {v: medians.get(v.label) for v in space}
     fastest = min(t for t in times.values() if t is not None)
     result: dict[str, Any] = {"tries": tries, "batch": batch, "seeds": seeds}
     for strategy in STRATEGIES:
-        ratios = []
+        ratios, measured_counts = [], []
         for seed in range(seeds):
             proposer = search.proposer(Strategy(strategy), space, [], random.Random(seed), batch)
             measured: dict[Any, float | None] = {}
+            built: set[Any] = set()
             best = None
-            while len(measured) < tries and (proposed := proposer.propose(measured, best)):
-                measured.update({v: times[v] for v in proposed[: tries - len(measured)]})
+            while len(built) < tries:
+                count = min(batch, tries - len(built))
+                proposal, _ = search.next_batch(proposer, measured, best, count, together,
+                                                build_key)  # fmt: skip
+                if not proposal:
+                    break
+                measured.update({v: times[v] for v in proposal})
+                built.update(build_key(v) for v in proposal)
                 best = min((v for v, t in measured.items() if t is not None),
                            key=lambda v: measured[v], default=None)  # fmt: skip
             ratios.append(math.inf if best is None else measured[best] / fastest)
+            measured_counts.append(len(measured))
         result[strategy] = {
             "within_2_percent": sum(r <= 1.02 for r in ratios),
             "median": statistics.median(ratios),
             "worst": max(ratios),
+            "variants_measured": statistics.mean(measured_counts),
         }
     return result
 
@@ -274,6 +288,8 @@ def table(result: dict[str, Any]) -> str:
 if __name__ == "__main__":
     kind, example, *rest = sys.argv[1:]
     if kind == "case":  # python -m bench.search case EXAMPLE STRATEGY [--smoke] [--best LABEL]
+        logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(message)s")
+        logging.getLogger("numbatune").setLevel(logging.DEBUG)  # each batch, on stderr
         best_known = rest[rest.index("--best") + 1] if "--best" in rest else None
         print(json.dumps(_case(example, rest[0], "--smoke" in rest, best_known)))
     elif kind == "exhaustive":  # python -m bench.search exhaustive EXAMPLE OUT.json: offline

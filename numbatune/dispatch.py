@@ -451,6 +451,7 @@ class TunedKernel:
                 self._compile_variants, check, self.reference_variant, self._unrestored(args),
                 search,
                 self._starts(state, key, plan) if searched else (), journal,
+                self._template.build_key,
             )  # fmt: skip
 
         def whole() -> TuneReport:

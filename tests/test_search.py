@@ -129,7 +129,7 @@ def test_random_search_draws_the_same_variants_for_the_same_seed_and_key():
         proposer = search.proposer(
             nt.Strategy.RANDOM, variants, [], search.randomness_for(seed, key), batch=16
         )
-        return proposer.propose({}, None) + proposer.propose({}, None)
+        return proposer.propose({}, None, 16) + proposer.propose({}, None, 16)
 
     assert drawn(0, "(1024,)") == drawn(0, "(1024,)")
     assert drawn(0, "(1024,)") != drawn(1, "(1024,)")
@@ -146,7 +146,7 @@ def test_a_search_proposes_every_variant_once_and_starts_where_it_is_told(strate
     start = nt.Variant({"A": 7, "B": 0, "C": 1, "D": 16})
     proposer = search.proposer(strategy, variants, [start], random.Random(0), batch=24)
     proposed, times, best = [], {}, None
-    while batch := proposer.propose(times, best):
+    while batch := proposer.propose(times, best, 24):
         proposed += batch
         times.update({v: cost(v) for v in batch})
         best = min(times, key=times.get)
@@ -159,7 +159,7 @@ def test_a_pattern_search_walks_from_its_start_to_the_minimum():
     start = nt.Variant({"A": 3, "B": 5, "C": 2, "D": 64})
     proposer = search.proposer(nt.Strategy.PATTERN, variants, [start], random.Random(0), batch=8)
     times, best = {}, None
-    while len(times) < 80 and (batch := proposer.propose(times, best)):
+    while len(times) < 80 and (batch := proposer.propose(times, best, 8)):
         times.update({v: cost(v) for v in batch})
         best = min(times, key=times.get)
     assert best == nt.Variant({"A": 6, "B": 1, "C": 3, "D": 32})
@@ -169,10 +169,10 @@ def test_a_model_search_steps_to_the_bests_neighbours_and_lets_the_model_pick_th
     variants = space()
     grid = Grid(variants)
     proposer = search.proposer(nt.Strategy.MODEL, variants, [], random.Random(0), batch=24)
-    times = {v: cost(v) for v in proposer.propose({}, None)}
+    times = {v: cost(v) for v in proposer.propose({}, None, 24)}
     for _ in range(3):
         best = min(times, key=times.get)
-        batch = proposer.propose(times, best)
+        batch = proposer.propose(times, best, 24)
         near = [v for v in grid.neighbours(best) if v not in times]
         assert len(batch) == 24 and batch[: len(near)] == near
         times.update({v: cost(v) for v in batch})
@@ -183,10 +183,10 @@ def test_a_pattern_search_fills_its_batches_with_the_runners_ups_neighbours():
     grid = Grid(variants)
     start = nt.Variant({"A": 3, "B": 5, "C": 2, "D": 64})
     proposer = search.proposer(nt.Strategy.PATTERN, variants, [start], random.Random(0), batch=24)
-    times = {v: cost(v) for v in proposer.propose({}, None)}
+    times = {v: cost(v) for v in proposer.propose({}, None, 24)}
     for _ in range(3):
         best = min(times, key=times.get)
-        batch = proposer.propose(times, best)
+        batch = proposer.propose(times, best, 24)
         assert len(batch) == 24  # more than the best's 8 neighbours
         near = {n for v in times for n in grid.neighbours(v)}  # none drawn at random
         assert set(batch) <= near | {n for step in (2, 4, 8) for n in grid.neighbours(best, step)}
@@ -211,6 +211,23 @@ def test_a_large_space_is_searched_within_the_budget_and_finds_the_best(fake_tim
     for number, batch in enumerate(fake_times[1:], start=1):
         best_so_far = fastest(v for earlier in fake_times[:number] for v in earlier)
         assert best_so_far in batch
+
+
+@pytest.mark.parametrize("strategy", SEARCHES)
+def test_a_search_measures_the_variants_built_with_those_it_proposes(fake_times, strategy):
+    # Variants that differ only in a register cap share one numba compile (a link each): a
+    # search measures them together, and proposes none of them again.
+    caps = [None, 32, 64]
+    variants = nt.product(A=range(8), B=range(8), C=[2], D=[64], jit={"max_registers": caps})
+    report = tuned(variants, search=strategy, budget=90).tune(*arguments())
+    assert report.tried == 90
+    batches = [[v for v in batch if v != batch[-1] or number == 0]  # less the best so far
+               for number, batch in enumerate(fake_times)]  # fmt: skip
+    for batch in batches[:-1]:  # (the last may stop at the budget)
+        built = {(v.params["A"], v.params["B"]) for v in batch}
+        assert len(batch) == len(caps) * len(built)  # each with its siblings
+    measured = [v for batch in batches for v in batch]
+    assert len(measured) == len(set(measured)) == 90
 
 
 def test_auto_measures_small_spaces_whole_and_searches_large_ones_within_its_budget(fake_times):
@@ -241,27 +258,30 @@ def test_a_budget_in_seconds_stops_the_search_after_a_batch(fake_times):
     assert report.tried == len(fake_times[0]) >= 8 and len(fake_times) == 1
 
 
-def test_a_search_starts_no_batch_that_would_end_past_its_budget_in_seconds(
+def test_a_search_fits_its_last_batch_to_what_is_left_of_its_budget_in_seconds(
     fake_times, monkeypatch
 ):
     import types
 
     from numbatune.tuning import tuner
 
-    clock = [0.0]  # each batch takes 10 s of this clock
+    clock = [0.0]  # each variant measured, but the best so far, takes 1.25 s of this clock
     measure = bench.measure
 
-    def ten_seconds(runs, *rest, **options):
-        clock[0] += 10.0
+    def timed(runs, *rest, **options):
+        clock[0] += 1.25 * (len(runs) - (len(fake_times) > 0))
         return measure(runs, *rest, **options)
 
-    monkeypatch.setattr(bench, "measure", ten_seconds)
+    monkeypatch.setattr(bench, "measure", timed)
     monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(nt.settings, "compile_workers", 1)  # batches of 8 variants
     budget = nt.Budget(variants=None, seconds=35)
     report = tuned(search="random", budget=budget).tune(*arguments())
-    # After three batches (30 s) a fourth would end at 40 s: it is not started.
-    assert len(fake_times) == 3 and clock[0] == 30.0
-    assert report.tried == len({v for batch in fake_times for v in batch})
+    # Three batches of 8 take 30 s; the 5 s left take a batch of 4 at that pace, and then
+    # nothing is left.
+    assert [len(batch) for batch in fake_times] == [8, 9, 9, 5]  # (the best so far, too)
+    assert clock[0] == 35.0
+    assert report.tried == len({v for batch in fake_times for v in batch}) == 28
 
 
 def test_a_search_starts_from_the_winners_of_the_nearest_keys(fake_times):

@@ -41,6 +41,11 @@ Compile = Callable[
 ]
 
 
+def alone(variant: Variant) -> Hashable:
+    """A build key under which ``variant`` is built alone."""
+    return variant
+
+
 class Journal(Protocol):
     """Where a tuning keeps its variants' outcomes as they are measured, so that a tuning cut
     short goes on where it stopped (:mod:`numbatune.cache.journal`)."""
@@ -100,3 +105,7 @@ class TuneJob:
     starts: tuple[Variant, ...] = ()
     #: Where the outcomes are kept as they are measured.
     journal: Journal = field(default_factory=NoJournal)
+    #: What of a variant decides numba's compile of it (:meth:`~numbatune.template.
+    #: KernelTemplate.build_key`): variants with the same are built for about the cost of one,
+    #: so a search measures them together.
+    build_key: Callable[[Variant], Hashable] = alone

@@ -38,7 +38,8 @@ process (a pattern search then follows what it measures).
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Protocol
 
 from numbatune.strategies import Strategy
@@ -52,12 +53,16 @@ CHUNK = 64
 
 
 class Proposer(Protocol):
-    """A strategy at work: ``propose(times, best)`` returns the next variants to measure
-    (none it proposed before), or an empty list when it has nothing more to try. ``times``
-    holds each measured variant's median (None: it failed), ``best`` the best so far."""
+    """A strategy at work: ``propose(times, best, count)`` returns the next variants to
+    measure, at most ``count`` and at most ``batch`` (none it proposed before, none in
+    ``times``), or an empty list when it has nothing more to try. ``times`` holds each
+    measured variant's median (None: it failed), ``best`` the best so far."""
+
+    #: The most variants it proposes at a time.
+    batch: int
 
     def propose(
-        self, times: Mapping[Variant, float | None], best: Variant | None
+        self, times: Mapping[Variant, float | None], best: Variant | None, count: int
     ) -> list[Variant]: ...
 
 
@@ -89,6 +94,52 @@ def proposer(
     raise ValueError(f"no proposer for {strategy}")
 
 
+def siblings(
+    space: Sequence[Variant], build_key: Callable[[Variant], Hashable]
+) -> dict[Variant, tuple[Variant, ...]]:
+    """Each variant of ``space`` with those built with it (the same ``build_key``: they differ
+    only in a register cap, say), itself among them, in the space's order."""
+    builds: dict[Hashable, list[Variant]] = {}
+    for variant in space:
+        builds.setdefault(build_key(variant), []).append(variant)
+    return {variant: tuple(members) for members in builds.values() for variant in members}
+
+
+def with_siblings(
+    proposal: Sequence[Variant],
+    siblings: Mapping[Variant, Sequence[Variant]],
+    measured: Mapping[Variant, object],
+) -> list[Variant]:
+    """``proposal`` with each variant's ``siblings`` beside it (those not ``measured``): a
+    batch's compiles cost about as much with them as without, and a search learns more."""
+    together = (sibling for v in proposal for sibling in siblings.get(v, (v,)))
+    return [v for v in dict.fromkeys(together) if v not in measured]
+
+
+def next_batch(
+    proposer: Proposer,
+    times: Mapping[Variant, float | None],
+    best: Variant | None,
+    count: int,
+    siblings: Mapping[Variant, Sequence[Variant]],
+    build_key: Callable[[Variant], Hashable],
+) -> tuple[list[Variant], int]:
+    """The next variants to measure, each with its ``siblings`` (:func:`with_siblings`), and
+    how many builds they take: the proposer is asked for ``count`` variants, and again for the
+    builds missing while what it gives (all it was asked for) comes to fewer than ``count``
+    builds: two of its variants may be built together."""
+    batch: list[Variant] = []
+    asked = count
+    while asked > 0:
+        proposed = proposer.propose(times, best, asked)
+        batch += [v for v in with_siblings(proposed, siblings, times) if v not in batch]
+        builds = len({build_key(v) for v in batch})
+        if len(proposed) < asked:
+            break
+        asked = count - builds
+    return batch, len({build_key(v) for v in batch})
+
+
 def randomness_for(seed: int, key_text: str) -> random.Random:
     """The random generator of one key's search: the same in every process for the same seed
     and key (``random.Random`` hashes text seeds with SHA-512, not Python's salted hash)."""
@@ -96,14 +147,22 @@ def randomness_for(seed: int, key_text: str) -> random.Random:
 
 
 class _InOrder:
-    """Proposes the given variants in order, ``batch`` at a time, whatever was measured."""
+    """Proposes the given variants in order, ``batch`` at a time (less those measured),
+    whatever was measured."""
 
     def __init__(self, order: list[Variant], batch: int) -> None:
-        self._left = order
-        self._batch = batch
+        self._left = deque(order)
+        self.batch = batch
 
-    def propose(self, times: Mapping[Variant, float | None], best: Variant | None) -> list[Variant]:
-        proposal, self._left = self._left[: self._batch], self._left[self._batch :]
+    def propose(
+        self, times: Mapping[Variant, float | None], best: Variant | None, count: int
+    ) -> list[Variant]:
+        size = min(self.batch, count)
+        proposal: list[Variant] = []
+        while self._left and len(proposal) < size:
+            variant = self._left.popleft()
+            if variant not in times:
+                proposal.append(variant)
         return proposal
 
 
@@ -123,16 +182,21 @@ class _Pattern:
         self._grid = Grid(space)
         self._space = space
         self._randomness = randomness
-        self._batch = batch
+        self.batch = batch
         self._proposed: set[Variant] = set()
         self._starts = starts
         self._centre: Variant | None = None
         self._step = 1
 
-    def propose(self, times: Mapping[Variant, float | None], best: Variant | None) -> list[Variant]:
-        if not self._proposed:  # the starting points, filled up at random
-            first = self._taken(self._starts[: self._batch])
-            return first + self._taken(self._random(self._batch - len(first)))
+    def propose(
+        self, times: Mapping[Variant, float | None], best: Variant | None, count: int
+    ) -> list[Variant]:
+        size = min(self.batch, count)
+        starting = not self._proposed
+        self._proposed.update(times)  # measured: proposed here, beside another, or before
+        if starting:  # the starting points, filled up at random
+            first = self._taken(self._starts[:size])
+            return first + self._taken(self._random(size - len(first)))
         near: list[Variant] = []
         if best is not None:
             if best != self._centre:
@@ -147,11 +211,11 @@ class _Pattern:
         runners_up = sorted((v for v, t in times.items() if t is not None and v != best),
                             key=lambda v: times[v])  # fmt: skip
         for variant in runners_up:
-            if len(near) >= self._batch:
+            if len(near) >= size:
                 break
             near = list(dict.fromkeys(near + self._untried_near(variant, 1)))
-        proposal = self._taken(near[: self._batch])
-        return proposal + self._taken(self._random(self._batch - len(proposal)))  # or a restart
+        proposal = self._taken(near[:size])
+        return proposal + self._taken(self._random(size - len(proposal)))  # or a restart
 
     def _untried_near(self, variant: Variant, step: int) -> list[Variant]:
         return [v for v in self._grid.neighbours(variant, step) if v not in self._proposed]

@@ -50,23 +50,28 @@ class ModelSearch:
         self._where = {v: self._grid.position(v) for v in self._space}
         self._starts = starts
         self._randomness = randomness
-        self._batch = batch
+        self.batch = batch
         self._left = set(self._space)
 
-    def propose(self, times: Mapping[Variant, float | None], best: Variant | None) -> list[Variant]:
-        if len(self._left) == len(self._space):  # first: the starting points, then half spread
-            first = self._taken(self._starts[: self._batch])
-            count = (self._batch - len(first)) // 2
-            first += self._taken(self._grid.spread(self._space, count, self._randomness, first))
-            return first + self._taken(self._random(self._batch - len(first)))
+    def propose(
+        self, times: Mapping[Variant, float | None], best: Variant | None, count: int
+    ) -> list[Variant]:
+        size = min(self.batch, count)
+        starting = len(self._left) == len(self._space)
+        self._left.difference_update(times)  # measured: proposed here, beside another, or before
+        if starting:  # the starting points, then half the rest spread
+            first = self._taken(self._starts[:size])
+            spread = (size - len(first)) // 2
+            first += self._taken(self._grid.spread(self._space, spread, self._randomness, first))
+            return first + self._taken(self._random(size - len(first)))
         if not self._left:
             return []
-        room = self._batch - self._batch // EXPLORE_ONE_IN
+        room = size - size // EXPLORE_ONE_IN
         near = [] if best is None else [v for v in self._grid.neighbours(best) if v in self._left]
         chosen = self._taken(near[:room])
         if len(chosen) < room:
             chosen += self._taken(self._predicted_best(times, room - len(chosen)))
-        return chosen + self._taken(self._random(self._batch - len(chosen)))
+        return chosen + self._taken(self._random(size - len(chosen)))
 
     def _predicted_best(self, times: Mapping[Variant, float | None], count: int) -> list[Variant]:
         measured = [v for v in times if v in self._where]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -21,7 +22,7 @@ from numbatune.errors import TuningError
 from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench, checks, search
-from numbatune.tuning.job import Launcher, TuneJob, bound
+from numbatune.tuning.job import Launcher, TuneJob, alone, bound
 from numbatune.tuning.progress import Progress
 from numbatune.tuning.results import (
     Failed,
@@ -162,28 +163,31 @@ def _search(
         variants,
         job.starts,
         search.randomness_for(job.search.seed, stable_text(job.key)),
-        max(_BATCH, _KERNELS_PER_WORKER * settings.compile_workers),
+        max(_BATCH, settings.compile_workers),
     )
+    # Variants built together (one compile) are measured together, except by an exhaustive
+    # search, which measures each anyway.
+    exhaustive = strategy is Strategy.EXHAUSTIVE
+    build_key = alone if exhaustive else job.build_key
+    together = search.siblings(variants, build_key)
     outcomes = _resumed(job, variants)
     times = {v: _median(outcome) for v, outcome in outcomes.items()}
     best = _fastest(job, times, times, None)
-    started = batch_started = time.perf_counter()
-    while len(outcomes) < limit and not (
-        outcomes and _out_of_time(budget, strategy, started, batch_started)
-    ):
+    room = math.inf  # how many builds the next batch may take
+    started = time.perf_counter()
+    while (count := int(min(limit - len(outcomes), room, proposals.batch))) > 0:
         batch_started = time.perf_counter()
-        proposed = proposals.propose(times, best)
-        if not proposed:
+        proposal, builds = search.next_batch(proposals, times, best, count, together, build_key)
+        if not proposal:
             break
-        proposal = [v for v in proposed if v not in outcomes][: limit - len(outcomes)]
-        if not proposal:  # measured before this tuning was resumed
-            continue
+        proposal = proposal[: limit - len(outcomes)]
         measured = [*proposal, best] if best is not None else proposal
         outcomes.update(_measure(job, measured, clones, restore, clock, progress, outcomes))
         if len(outcomes) < limit:  # more batches may follow (the last one's result is stored)
             job.journal.record(outcomes)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
+        room = _room(budget, strategy, started, batch_started, builds)
         logger.debug(
             "numbatune: %s: %d of %d variants measured; the best so far: %s",
             job.kernel_name,
@@ -195,11 +199,11 @@ def _search(
     return outcomes, best
 
 
-#: The fewest variants a search proposes at a time (more when more compile workers wait).
+#: The fewest variants a search proposes at a time (one for each compile worker, where more
+#: wait). Each comes with the variants built with it (:func:`numbatune.tuning.search.siblings`),
+#: so that a batch is one build for each worker: smaller batches, more of them, let a search
+#: step from what it measured more often in its budget.
 _BATCH = 8
-#: Kernels a search's batch gives each compile worker: a batch compiles for as long as its
-#: longest kernel, which goes first, and the others fill the workers meanwhile.
-_KERNELS_PER_WORKER = 2
 
 
 def _resumed(job: TuneJob, variants: Sequence[Variant]) -> dict[Variant, Outcome]:
@@ -228,12 +232,19 @@ def _fastest(
     return min(timed, key=lambda v: (times[v], job.variants.index(v)), default=best)
 
 
-def _out_of_time(budget: Budget, strategy: Strategy, started: float, batch_started: float) -> bool:
-    """Whether another batch, as long as the last one, would run past the budget's seconds."""
+def _room(
+    budget: Budget, strategy: Strategy, started: float, batch_started: float, builds: int
+) -> float:
+    """How many builds the next batch may take: with a budget in seconds, as many as fit in
+    the seconds left at the pace of the last batch, which took ``builds``, counted in rounds
+    of one build for each compile worker (a round lasts as long as its longest build, however
+    few it holds); else any number."""
     if strategy is Strategy.EXHAUSTIVE or budget.seconds is None:
-        return False
+        return math.inf
+    workers = max(1, settings.compile_workers)
     now = time.perf_counter()
-    return now - started + (now - batch_started) > budget.seconds
+    per_round = (now - batch_started) / math.ceil(builds / workers)
+    return workers * ((budget.seconds - (now - started)) // max(per_round, 1e-9))
 
 
 def _median(outcome: Outcome) -> float | None:
