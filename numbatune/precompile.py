@@ -37,7 +37,8 @@ class Compiled:
     signature: str
     resources: build.Resources | None
     error: str | None
-    #: Seconds its kernel took to compile (variants that share a kernel show the same).
+    #: Seconds its kernel took to build: the compile (shared by the kernels of one build key)
+    #: and its own link (variants that share a kernel show the same).
     seconds: float
     #: The variant whose kernel it shares (same code), or None when it was compiled itself.
     shares: str | None = None
