@@ -449,8 +449,7 @@ class TunedKernel:
             return TuneJob(
                 self.name, key, self._variants, args, self._parameters, stream, plan,
                 self._compile_variants, check, self.reference_variant, self._unrestored(args),
-                search,
-                self._starts(state, key, plan) if searched else (), journal,
+                search, self._starts(state, key, plan) if searched else (), journal,
                 self._template.build_key,
             )  # fmt: skip
 
