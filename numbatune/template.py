@@ -132,8 +132,11 @@ class KernelTemplate:
         :meth:`code_key` less the jit options only linking reads (:data:`LINK_OPTIONS`).
         Kernels with the same build key are built together, for little more than one: one
         numba compile, then a link to a cubin for each."""
-        options = self.jit_options_of(variant)
-        return self._key(variant, {k: v for k, v in options.items() if k not in LINK_OPTIONS})
+        return self._key(variant, self.build_options(variant))
+
+    def build_options(self, variant: Variant) -> dict[str, Any]:
+        """The variant's jit options (:meth:`jit_options_of`) less those only linking reads."""
+        return {k: v for k, v in self.jit_options_of(variant).items() if k not in LINK_OPTIONS}
 
     def _key(self, variant: Variant, options: Mapping[str, Any]) -> tuple[str, str]:
         read = {name: value for name, value in variant.params.items() if name in self.names_read}

@@ -31,7 +31,7 @@ from numbatune.config import settings
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
 from numbatune.values import stable_text
-from numbatune.variants import LINK_OPTIONS, Variant
+from numbatune.variants import Variant
 
 logger = logging.getLogger("numbatune")
 
@@ -133,7 +133,7 @@ def build_task(
         function = build.dumps_function(specialised)
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
-    options = {k: v for k, v in template.jit_options_of(first).items() if k not in LINK_OPTIONS}
+    options = template.build_options(first)
     caps = tuple(template.jit_options_of(members[0]).get("max_registers") for members in kernels)
     arguments = (function, options, argtypes, cc, caps)
     return processes.Task(__name__, build_in_worker.__name__, arguments)
@@ -390,7 +390,7 @@ class Compiler:
                 # The build's time: its kernels' compile is one, their links run together.
                 times = [b.seconds for b in outcome.value if isinstance(b, build.Built)]
                 seconds.append(max(times, default=0.0))
-            elif isinstance(outcome, processes.Raised) and outcome.kind == "RebuildError":
+            elif isinstance(outcome, processes.Raised) and outcome.kind == RebuildError.__name__:
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
                 here.extend(kernels)
             else:

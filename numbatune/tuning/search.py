@@ -128,16 +128,18 @@ def next_batch(
     how many builds they take: the proposer is asked for ``count`` variants, and again for the
     builds missing while what it gives (all it was asked for) comes to fewer than ``count``
     builds: two of its variants may be built together."""
-    batch: list[Variant] = []
+    batch: dict[Variant, None] = {}
+    builds: set[Hashable] = set()
     asked = count
     while asked > 0:
         proposed = proposer.propose(times, best, asked)
-        batch += [v for v in with_siblings(proposed, siblings, times) if v not in batch]
-        builds = len({build_key(v) for v in batch})
+        for variant in with_siblings(proposed, siblings, times):
+            batch[variant] = None
+            builds.add(build_key(variant))
         if len(proposed) < asked:
             break
-        asked = count - builds
-    return batch, len({build_key(v) for v in batch})
+        asked = count - len(builds)
+    return list(batch), len(builds)
 
 
 def randomness_for(seed: int, key_text: str) -> random.Random:
@@ -147,8 +149,8 @@ def randomness_for(seed: int, key_text: str) -> random.Random:
 
 
 class _InOrder:
-    """Proposes the given variants in order, ``batch`` at a time (less those measured),
-    whatever was measured."""
+    """Proposes the given variants in order, ``batch`` at a time, skipping those measured
+    already, whatever the times."""
 
     def __init__(self, order: list[Variant], batch: int) -> None:
         self._left = deque(order)

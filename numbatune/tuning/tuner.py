@@ -169,7 +169,7 @@ def _search(
     # search, which measures each anyway.
     exhaustive = strategy is Strategy.EXHAUSTIVE
     build_key = alone if exhaustive else job.build_key
-    together = search.siblings(variants, build_key)
+    together = {} if exhaustive else search.siblings(variants, build_key)
     outcomes = _resumed(job, variants)
     times = {v: _median(outcome) for v, outcome in outcomes.items()}
     best = _fastest(job, times, times, None)
