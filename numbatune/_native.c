@@ -1,9 +1,11 @@
-/* cuLaunchKernel called from Python with as little in between as possible.
+/* cuLaunchKernel called from Python with as little in between as possible, and array
+ * arguments read through the DLPack C exchange API.
  *
  * Compiled on first use by numbatune/native.py (as Triton compiles its launchers). The
  * kernel's parameters arrive packed in one bytes object, with the byte offset of each parameter
  * in another; the driver copies them during the call, so nothing is shared between calls or
- * threads. The driver is found at run time, so no CUDA header or library is needed to build.
+ * threads. The driver is found at run time, so no CUDA header or library is needed to build;
+ * where it cannot be loaded, DRIVER_ERROR says why and only the DLPack reads work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -165,7 +167,222 @@ static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return PyLong_FromLong(event_query(event));
 }
 
+/* The DLPack C exchange API (dlpack.h 1.3), as far as it is used here. */
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+} dl_device_t;
+
+typedef struct {
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+} dl_data_type_t;
+
+typedef struct {
+    void *data;
+    dl_device_t device;
+    int32_t ndim;
+    dl_data_type_t dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements; NULL for a compact row-major tensor */
+    uint64_t byte_offset;
+} dl_tensor_t;
+
+typedef struct {
+    struct {
+        uint32_t major;
+        uint32_t minor;
+    } version;
+    void *previous;
+    void *managed_tensor_allocator;
+    void *managed_tensor_from_py_object_no_sync;
+    void *managed_tensor_to_py_object_no_sync;
+    int (*dltensor_from_py_object_no_sync)(void *py_object, dl_tensor_t *out);
+    int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out);
+} dl_exchange_api_t;
+
+#define MAX_DIMENSIONS 64
+
+/* What a fast path expects of one array: where it lies, its element type, rank and layout. */
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+    uint8_t ndim;
+    uint8_t code;
+    uint8_t bits;
+    uint8_t layout; /* 'C', 'F' or 'A', as numba types the array */
+} dl_expected_t;
+
+/* dlpack_api(cls) -> int: the address of the class's DLPack C exchange API, 0 where it has
+ * none of a version and completeness this file reads. */
+static PyObject *dlpack_api(PyObject *self, PyObject *cls) {
+    PyObject *capsule = PyObject_GetAttrString(cls, "__dlpack_c_exchange_api__");
+    if (capsule == NULL) {
+        PyErr_Clear();
+        return PyLong_FromLong(0);
+    }
+    dl_exchange_api_t *api = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+    Py_DECREF(capsule);
+    if (api == NULL) {
+        PyErr_Clear();
+        return PyLong_FromLong(0);
+    }
+    if (api->version.major != 1 || api->dltensor_from_py_object_no_sync == NULL ||
+        api->current_work_stream == NULL) {
+        return PyLong_FromLong(0);
+    }
+    return PyLong_FromVoidPtr(api);
+}
+
+static dl_exchange_api_t *api_of(PyObject *value) {
+    dl_exchange_api_t *api = PyLong_AsVoidPtr(value);
+    if (api == NULL && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "no DLPack C exchange API (address 0)");
+    }
+    return api;
+}
+
+/* Whether the byte strides are those of a dense array, last dimension fastest (C order) or
+ * first fastest; dimensions of size 1 may have any stride (as numba's layout test). */
+static int dense(const dl_tensor_t *t, const int64_t *strides, int c_order) {
+    int64_t expected = t->dtype.bits / 8;
+    for (int32_t k = 0; k < t->ndim; k++) {
+        int32_t d = c_order ? t->ndim - 1 - k : k;
+        if (t->shape[d] != 1 && strides[d] != expected) return 0;
+        expected *= t->shape[d];
+    }
+    return 1;
+}
+
+/* numba's kernel parameters of an array (meminfo, parent, size, itemsize, data, shape...,
+ * byte strides..., each 8 bytes in the host's order), or NULL without an exception where the
+ * array is not as expected; its shape as a tuple in *shape. */
+static PyObject *fields_of(const dl_tensor_t *t, const dl_expected_t *e, PyObject **shape) {
+    if (t->device.device_type != e->device_type || t->device.device_id != e->device_id ||
+        t->ndim != e->ndim || t->dtype.code != e->code || t->dtype.bits != e->bits ||
+        t->dtype.lanes != 1 || t->ndim > MAX_DIMENSIONS) {
+        return NULL;
+    }
+    int64_t itemsize = t->dtype.bits / 8, strides[MAX_DIMENSIONS], size = 1;
+    for (int32_t d = t->ndim - 1; d >= 0; d--) {
+        strides[d] = t->strides ? t->strides[d] * itemsize : itemsize * size;
+        size *= t->shape[d];
+    }
+    int c_dense = size == 0 || dense(t, strides, 1); /* empty: C, as torch and CuPy say */
+    if (e->layout == 'C') {
+        if (!c_dense) return NULL;
+        for (int32_t d = t->ndim - 1, step = 1; d >= 0; d--) { /* numba's, from the shape */
+            strides[d] = itemsize * step;
+            step *= t->shape[d];
+        }
+    } else if (c_dense || dense(t, strides, 0) != (e->layout == 'F')) {
+        return NULL;
+    }
+    *shape = PyTuple_New(t->ndim);
+    if (*shape == NULL) return NULL;
+    for (int32_t d = 0; d < t->ndim; d++) {
+        PyObject *extent = PyLong_FromLongLong(t->shape[d]);
+        if (extent == NULL) {
+            Py_CLEAR(*shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(*shape, d, extent);
+    }
+    PyObject *fields = PyBytes_FromStringAndSize(NULL, (5 + 2 * (Py_ssize_t)t->ndim) * 8);
+    if (fields == NULL) {
+        Py_CLEAR(*shape);
+        return NULL;
+    }
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(fields);
+    out[0] = out[1] = 0;
+    out[2] = size;
+    out[3] = itemsize;
+    out[4] = (int64_t)(intptr_t)((char *)t->data + t->byte_offset);
+    for (int32_t d = 0; d < t->ndim; d++) {
+        out[5 + d] = t->shape[d];
+        out[5 + t->ndim + d] = strides[d];
+    }
+    return fields;
+}
+
+/* read(api, arrays, expected) -> (current stream, shape, fields, shape, fields, ...) or None.
+ *
+ * Reads each of the tuple ``arrays`` (objects of the class whose DLPack C exchange API lies at
+ * ``api``) against what ``expected`` (a dl_expected_t per array, packed) says, and returns
+ * each array's shape and numba's kernel parameters of it as bytes (fields_of), after the library's
+ * current stream on the first array's device. None where an array is not as expected or its
+ * library cannot describe it. */
+static PyObject *read_arrays(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "read(api, arrays: tuple, expected: bytes)");
+        return NULL;
+    }
+    dl_exchange_api_t *api = api_of(args[0]);
+    if (api == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
+    if (count == 0 || PyBytes_GET_SIZE(args[2]) != count * (Py_ssize_t)sizeof(dl_expected_t)) {
+        PyErr_SetString(PyExc_ValueError, "read: one expectation per array, at least one array");
+        return NULL;
+    }
+    const dl_expected_t *expected = (const dl_expected_t *)PyBytes_AS_STRING(args[2]);
+    PyObject *result = PyTuple_New(1 + 2 * count);
+    if (result == NULL) return NULL;
+    void *stream = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        dl_tensor_t tensor;
+        PyObject *shape = NULL, *fields = NULL;
+        if (api->dltensor_from_py_object_no_sync(PyTuple_GET_ITEM(args[1], i), &tensor) == 0) {
+            fields = fields_of(&tensor, &expected[i], &shape);
+        }
+        if (fields != NULL && i == 0 &&
+            api->current_work_stream(tensor.device.device_type, tensor.device.device_id,
+                                     &stream) != 0) {
+            Py_CLEAR(fields);
+            Py_CLEAR(shape);
+        }
+        if (fields == NULL) {
+            Py_DECREF(result);
+            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+            PyErr_Clear(); /* the library cannot describe it: not this signature */
+            Py_RETURN_NONE;
+        }
+        PyTuple_SET_ITEM(result, 1 + 2 * i, shape);
+        PyTuple_SET_ITEM(result, 2 + 2 * i, fields);
+    }
+    PyObject *current = PyLong_FromVoidPtr(stream);
+    if (current == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, current);
+    return result;
+}
+
+/* describe(api, array) -> (device type, device id, ndim, type code, bits, lanes), or None
+ * where the library cannot describe the array. */
+static PyObject *describe(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "describe(api, array)");
+        return NULL;
+    }
+    dl_exchange_api_t *api = api_of(args[0]);
+    if (api == NULL) return NULL;
+    dl_tensor_t t;
+    if (api->dltensor_from_py_object_no_sync(args[1], &t) != 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(iiiiii)", t.device.device_type, t.device.device_id, t.ndim,
+                         t.dtype.code, t.dtype.bits, t.dtype.lanes);
+}
+
 static PyMethodDef methods[] = {
+    {"dlpack_api", dlpack_api, METH_O, "dlpack_api(cls) -> address of its DLPack C API, or 0"},
+    {"read", (PyCFunction)(void (*)(void))read_arrays, METH_FASTCALL,
+     "read(api, arrays, expected) -> (stream, shape, fields, ...) or None"},
+    {"describe", (PyCFunction)(void (*)(void))describe, METH_FASTCALL,
+     "describe(api, array) -> (device type, device id, ndim, code, bits, lanes) or None"},
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
      "record(event, stream) -> CUresult"},
     {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL, "wait(stream, event) -> CUresult"},
@@ -179,28 +396,33 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_numbatune_launch", NULL, -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit__numbatune_launch(void) {
+/* Why the driver calls cannot be made (NULL when they can). */
+static const char *load_driver(void) {
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (driver == NULL) {
-        PyErr_Format(PyExc_ImportError, "cannot load libcuda.so.1: %s", dlerror());
-        return NULL;
-    }
+    if (driver == NULL) return "cannot load libcuda.so.1";
     launch_kernel = (launch_kernel_t)dlsym(driver, "cuLaunchKernel");
-    if (launch_kernel == NULL) {
-        PyErr_SetString(PyExc_ImportError, "libcuda.so.1 has no cuLaunchKernel");
-        return NULL;
-    }
     launch_cooperative = (launch_cooperative_t)dlsym(driver, "cuLaunchCooperativeKernel");
     get_current_context = (get_current_context_t)dlsym(driver, "cuCtxGetCurrent");
     event_record = (event_record_t)dlsym(driver, "cuEventRecord");
     stream_wait_event = (stream_wait_event_t)dlsym(driver, "cuStreamWaitEvent");
     event_query = (event_query_t)dlsym(driver, "cuEventQuery");
-    if (launch_cooperative == NULL || get_current_context == NULL || event_record == NULL ||
-        stream_wait_event == NULL || event_query == NULL) {
-        PyErr_SetString(PyExc_ImportError,
-                        "libcuda.so.1 lacks cuLaunchCooperativeKernel, cuCtxGetCurrent, "
-                        "cuEventRecord, cuStreamWaitEvent or cuEventQuery");
+    if (launch_kernel == NULL || launch_cooperative == NULL || get_current_context == NULL ||
+        event_record == NULL || stream_wait_event == NULL || event_query == NULL) {
+        return "libcuda.so.1 lacks cuLaunchKernel, cuLaunchCooperativeKernel, cuCtxGetCurrent, "
+               "cuEventRecord, cuStreamWaitEvent or cuEventQuery";
+    }
+    return NULL;
+}
+
+PyMODINIT_FUNC PyInit__numbatune_launch(void) {
+    PyObject *result = PyModule_Create(&module);
+    if (result == NULL) return NULL;
+    const char *driver_error = load_driver();
+    PyObject *reason = driver_error ? PyUnicode_FromString(driver_error) : Py_NewRef(Py_None);
+    if (reason == NULL || PyModule_AddObject(result, "DRIVER_ERROR", reason) < 0) {
+        Py_XDECREF(reason);
+        Py_DECREF(result);
         return NULL;
     }
-    return PyModule_Create(&module);
+    return result;
 }

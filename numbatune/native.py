@@ -1,22 +1,28 @@
-"""Driver calls from Python through a small C extension compiled on first use:
-``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and ``cuEventQuery``.
+"""What the launch does in C, through a small extension compiled on first use: the driver calls
+``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and ``cuEventQuery``, and array
+arguments read through the DLPack C exchange API.
 
 cuda-bindings' ``cuLaunchKernel`` costs about 5 us per call on the H100 machine, half of it in
 converting arguments; the C extension in ``_native.c`` makes the same call for about half
 of that. Like Triton's launchers it is compiled on the machine that runs it, with the C compiler
 Python was built with (``cc`` otherwise), and kept in the user's cache directory. Where it cannot
-be built (no compiler, no ``Python.h``) the launch goes through cuda-bindings, with the same
-signature and results, and :data:`BUILD_ERROR` says why.
+be built (no compiler, no ``Python.h``) or the driver cannot be loaded, the driver calls go
+through cuda-bindings, with the same signature and results, and :data:`BUILD_ERROR` says why.
 
-Both take ``(function, config, stream, parameters, offsets, context, cooperative)``: the
+The launch takes ``(function, config, stream, parameters, offsets, context, cooperative)``: the
 function, stream and context as integer handles; ``config`` as ``(grid, block)`` or ``(grid,
 block, shared_bytes)``, grid and block each an int or a tuple of up to 3 ints; the kernel's
 parameters packed in ``parameters`` (bytes) at the offsets listed in ``offsets`` (bytes of
 int64); ``cooperative`` true for a kernel that synchronises its grid
-(``cuLaunchCooperativeKernel``). Both return the ``CUresult`` as an int, or, launching nothing,
-:data:`WRONG_CONTEXT` when the calling thread's current context is not ``context`` (the
-function's: another device, or a thread that has none yet) and :data:`EMPTY_LAUNCH` when a grid
-or block dimension is 0.
+(``cuLaunchCooperativeKernel``). Driver calls return the ``CUresult`` as an int; the launch
+returns, launching nothing, :data:`WRONG_CONTEXT` when the calling thread's current context is
+not ``context`` (the function's: another device, or a thread that has none yet) and
+:data:`EMPTY_LAUNCH` when a grid or block dimension is 0.
+
+Array libraries that publish the DLPack C exchange API (``__dlpack_c_exchange_api__`` on their
+array class: torch from 2.10) let C read an array's pointer, shape, strides, dtype and device,
+and the library's current stream, in one call for all the arrays of a launch (:func:`dlpack`):
+reading them through torch's Python API costs about 0.4 us a tensor on the H100 machine.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ Launcher = Callable[[int, tuple, int, bytes, bytes, int, bool], int]
 WRONG_CONTEXT = -1
 EMPTY_LAUNCH = -2
 
-#: Why the C launcher could not be built or loaded (None once it is loaded).
+#: Why the driver calls do not go through the C extension (None once they do).
 BUILD_ERROR: str | None = None
 
 
@@ -168,26 +174,66 @@ class Native(NamedTuple):
     query: Callable[[int], int]
 
 
+class DLPack(NamedTuple):
+    """Array reads through the DLPack C exchange API.
+
+    ``api(cls)``: the address of the API of an array class (0 where it has none this extension
+    reads). ``describe(api, array)``: ``(device type, device id, ndim, type code, bits, lanes)``,
+    or None where the library cannot describe the array. ``read(api, arrays, expected)``: for a
+    tuple of arrays of that class and one packed :data:`EXPECTED` per array (device type and
+    id, ndim, type code, bits, numba's layout letter), ``(current stream, shape, fields, shape,
+    fields, ...)`` with numba's kernel parameters of each array in ``fields`` (bytes, 8 for each
+    parameter, in the host's order), or None where an array is not as expected.
+    """
+
+    api: Callable[[type], int]
+    describe: Callable[[int, Any], tuple[int, ...] | None]
+    read: Callable[[int, tuple[Any, ...], bytes], tuple[Any, ...] | None]
+
+
+#: How :class:`DLPack`'s ``read`` takes what it expects of an array.
+EXPECTED = struct.Struct("=iiBBBB")
+
+_extension: Any = None  # the loaded extension, or why it could not be built or loaded
 _native: Native | None = None
 
 
+def _extension_or_error() -> Any:
+    global _extension
+    if _extension is None:
+        try:
+            _extension = _load_extension()
+        except (OSError, ImportError) as error:
+            _extension = str(error)
+    return _extension
+
+
 def native() -> Native:
-    """The C extension's calls, built and loaded once per process; cuda-bindings' where it
-    cannot be (:data:`BUILD_ERROR` says why)."""
+    """The C extension's driver calls, built and loaded once per process; cuda-bindings' where
+    they cannot be (:data:`BUILD_ERROR` says why)."""
     global _native, BUILD_ERROR
     if _native is None:
-        try:
-            module = _load_extension()
+        module = _extension_or_error()
+        reason = module if isinstance(module, str) else module.DRIVER_ERROR
+        if reason is None:
             _native = Native(module.launch, module.record, module.wait, module.query)
             BUILD_ERROR = None
-        except (OSError, ImportError) as error:
-            BUILD_ERROR = str(error)
-            logger.info("driver calls through cuda-bindings (the C extension: %s)", error)
+        else:
+            BUILD_ERROR = reason
+            logger.info("driver calls through cuda-bindings (the C extension: %s)", reason)
             _native = Native(
                 _launch_with_bindings, _record_with_bindings, _wait_with_bindings,
                 _query_with_bindings,
             )  # fmt: skip
     return _native
+
+
+def dlpack() -> DLPack | None:
+    """The C extension's DLPack reads, or None where it cannot be built."""
+    module = _extension_or_error()
+    if isinstance(module, str):
+        return None
+    return DLPack(module.dlpack_api, module.describe, module.read)
 
 
 def launcher() -> Launcher:

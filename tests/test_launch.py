@@ -274,6 +274,7 @@ def test_a_c_launcher_that_cannot_be_built_leaves_the_cuda_bindings_launch(monke
         raise OSError("cc: not found")
 
     monkeypatch.setattr(cudalaunch, "_native", None)
+    monkeypatch.setattr(cudalaunch, "_extension", None)
     monkeypatch.setattr(cudalaunch, "BUILD_ERROR", None)
     monkeypatch.setattr(cudalaunch, "_compiled_module", no_compiler)
     assert cudalaunch.launcher() is cudalaunch._launch_with_bindings
@@ -326,6 +327,27 @@ def test_torch_work_queued_before_a_tuned_call_is_seen_by_it(explicit):
             COPIES[1](x, out, seen)
     torch.cuda.synchronize()
     assert bool((out == 3.0).all())
+
+
+@pytest.mark.gpu
+def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
+    from numbatune import native
+
+    torch = pytest.importorskip("torch")
+    reader = native.dlpack()
+    api = reader.api(torch.Tensor)
+    assert api, f"torch {torch.__version__} publishes no DLPack C exchange API"
+    x = torch.zeros(1 << 10, device="cuda")
+    expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        assert reader.read(api, (x,), expected)[0] == stream.cuda_stream
+    assert reader.read(api, (x,), expected)[0] == torch.cuda.current_stream().cuda_stream
+    out, seen = torch.empty_like(x), torch.zeros(8, dtype=torch.int64, device="cuda")
+    COPIES[1](x, out, seen)
+    signatures = COPIES[1]._device_state().signatures
+    paths = [path for key, path in signatures.items() if key[0] is torch.Tensor and path]
+    assert paths and all("_torch_read" in path.code for path in paths)
 
 
 def _stream_of_kind(kind, torch):

@@ -27,18 +27,26 @@ from numbatune.streams.order import quick_check
 
 
 def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
-    """The ``struct`` format that packs the plan's fields at the driver's offsets."""
-    fmt, position = "<", 0
-    for (offset, size), letter in zip(layout, plan.fields, strict=True):
-        fmt += f"{offset - position}x" * (offset > position) + letter
-        position = offset + size
+    """The ``struct`` format that packs the plan's fields at the driver's offsets (the fields
+    given as one bytes value are 8-byte parameters, which the driver lays out with no gap)."""
+    fmt, position, index = "<", 0, 0
+    while index < len(plan.fields):
+        count = plan.packed.get(index, 0)
+        offset = layout[index][0]
+        fmt += f"{offset - position}x" * (offset > position)
+        fmt += f"{8 * count}s" if count else plan.fields[index]
+        index += count or 1
+        position = sum(layout[index - 1])
     return fmt
 
 
-def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str]]:
+def stream_lines(
+    args: tuple[Any, ...], sync: bool, currents: dict[str, str]
+) -> tuple[list[str], list[str]]:
     """Code that turns ``stream`` into a raw handle, ordered after torch's and CuPy's streams
-    (the same reads as :func:`numbatune.streams.handles.current_stream`; the current stream of
-    library ``L`` is left in ``producer_L``), and the libraries whose streams it reads."""
+    (the same reads as :func:`numbatune.streams.handles.current_stream`, or the expressions in
+    ``currents`` where the arguments' reads gave them; the current stream of library ``L`` is
+    left in ``producer_L``), and the libraries whose streams it reads."""
     handle = (
         "stream if type(stream) is int else "
         f"getattr(stream, '{HANDLE_MEMO}', None) or _stream_handle(stream)"
@@ -47,8 +55,9 @@ def stream_lines(args: tuple[Any, ...], sync: bool) -> tuple[list[str], list[str
     for index, value in enumerate(args):
         library = library_of(type(value))
         if library in ("torch", "cupy"):
-            current = f"_torch_stream(a{index}.get_device())"
-            producers.setdefault(library, current if library == "torch" else "_cupy_stream().ptr")
+            read = f"_torch_stream(a{index}.get_device())" if library == "torch" else None
+            current = currents.get(library) or read or "_cupy_stream().ptr"
+            producers.setdefault(library, current)
     if not producers:
         return [f"    stream = 0 if stream is None else {handle}"], []
     lines = []

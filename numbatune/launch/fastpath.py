@@ -130,6 +130,7 @@ def build(
         if not plan.add(f"a{index}", numba_type, value):
             logger.debug("%s: launched through numba: no plan for %s", hooks.name, numba_type)
             return None
+    plan.close()
     layout = parameter_layout(kernel._codelibrary.get_cufunc())
     if layout is None:
         logger.debug("%s: launched through numba: the driver gives no parameter layout", hooks.name)
@@ -158,7 +159,8 @@ def _generate(
 ) -> FastPath:
     from numba.cuda.core import config as numba_config
 
-    stream = codegen.stream_lines(args, bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC))
+    sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
+    stream = codegen.stream_lines(args, sync, plan.current_streams)
     code = codegen.source(plan, len(args), hooks.key is not None, stream)
     functions: dict[int, int] = {}
     namespace = {
@@ -176,7 +178,11 @@ def _generate(
         "_failed": _failure_handler(hooks),
         "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
-        **{f"_{library}_stream": stream_getter(library) for library in stream[1]},
+        **{
+            f"_{library}_stream": stream_getter(library)
+            for library in stream[1]
+            if library not in plan.current_streams
+        },
         "_wait": monitor.wait,
         "_blocking": monitor.blocking,
         "_LEGACY": LEGACY,

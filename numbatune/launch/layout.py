@@ -16,11 +16,12 @@ debug or cooperative kernels) is left to numba's launch.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from numbatune import arrays
+from numbatune import arrays, native
 from numbatune.arrays import SIMULATOR, library_of
 from numbatune.keys import KeyParts, default_key_part
 from numbatune.streams.monitor import buffer_of
@@ -49,8 +50,8 @@ class ArgumentPlan:
     layout). ``key_parts`` are the default key's parts of the top-level arrays (anchored
     shape, dtype name and layout, as :func:`numbatune.keys.default_key` makes them).
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
-    that give them (``*x`` for several), ``buffers`` the expressions of the arrays'
-    allocations (for ordering across streams).
+    that give them (``*x`` for several; one bytes value for the fields listed in ``packed``),
+    ``buffers`` the expressions of the arrays' allocations (for ordering across streams).
     """
 
     def __init__(self) -> None:
@@ -64,13 +65,35 @@ class ArgumentPlan:
         #: The torch and CuPy arrays among them by library (kept alive when launched on another
         #: stream than their library's current one).
         self.library_arrays: dict[str, list[str]] = {}
+        #: Fields given as one bytes value, of so many consecutive 8-byte parameters, by the
+        #: index of the first.
+        self.packed: dict[int, int] = {}
+        #: Expressions of each library's current stream, where its arrays are read through
+        #: DLPack (read in the same call).
+        self.current_streams: dict[str, str] = {}
         self.constants: dict[str, Any] = {}
+        self._dlpack: dict[str, _DLPackReads] = {}
 
     def constant(self, value: Any) -> str:
         """A name under which the generated code sees ``value``."""
         name = f"_k{len(self.constants)}"
         self.constants[name] = value
         return name
+
+    def close(self) -> None:
+        """Add the reads that come after every argument's checks: those through DLPack, one
+        call for all the arrays of a library."""
+        for library, reads in self._dlpack.items():
+            result, current = f"_{library}_read", f"_{library}_current"
+            arrays = "".join(f"{argument}, " for argument in reads.arguments)
+            read = f"{self.constant(reads.read)}({self.constant(reads.api)}, ({arrays}), "
+            names = "".join(f", {name}s, {name}f" for name in reads.names)
+            self.steps += [
+                ("read", f"{result} = {read}{self.constant(b''.join(reads.expected))})"),
+                ("check", f"{result} is not None"),
+                ("read", f"{current}{names} = {result}"),
+            ]
+            self.current_streams[library] = current
 
     def _field(self, letter: str, value: str) -> None:
         self.fields.append(letter)
@@ -157,8 +180,13 @@ class ArgumentPlan:
 
         ndim, layout = numba_type.ndim, numba_type.layout
         itemsize = as_dtype(numba_type.dtype).itemsize
-        fields = _read_library(self, argument, name, library, ndim, itemsize)
         self.library_arrays.setdefault(library, []).append(argument)
+        if self._add_dlpack_array(argument, name, value, library, layout, top):
+            form = _LIBRARY_FIELDS[library]
+            pointer = form["pointer"].format(a=argument)
+            self.buffers.append(form["buffer"].format(a=argument, itemsize=itemsize, p=pointer))
+            return
+        fields = _read_library(self, argument, name, library, ndim, itemsize)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
         strides = fields.strides
         if layout == "C":
@@ -175,13 +203,41 @@ class ArgumentPlan:
             ("check", f"len({name}s) == {ndim}"),
             ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
         ]
-        if top:  # a top-level array: a part of the default key
-            _, dtype_name, layout_letter = arrays.read(value)
-            known = KeyParts(dtype_name, layout_letter)
-            parts, make = self.constant(known.parts), self.constant(known.make)
-            self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
+        if top:
+            self._add_key_part(name, value)
         self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
         self.buffers.append(fields.buffer)
+
+    def _add_key_part(self, name: str, value: Any) -> None:
+        """A top-level array's part of the default key, from its shape ``{name}s``."""
+        _, dtype_name, layout_letter = arrays.read(value)
+        known = KeyParts(dtype_name, layout_letter)
+        parts, make = self.constant(known.parts), self.constant(known.make)
+        self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
+
+    def _add_dlpack_array(
+        self, argument: str, name: str, value: Any, library: str, layout: str, top: bool
+    ) -> bool:
+        """Read the array through its library's DLPack C exchange API, where the C extension
+        and the library have one: its shape in ``{name}s`` and numba's kernel parameters of it
+        in ``{name}f`` (:meth:`close` adds the read). False where it cannot be."""
+        reader = native.dlpack()
+        api = reader.api(type(value)) if reader is not None else 0
+        described = reader.describe(api, value) if api else None
+        if described is None or described[5] != 1:  # (vector types: lanes)
+            return False
+        device_type, device_id, ndim, code, bits, _ = described
+        expected = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord(layout))
+        reads = self._dlpack.setdefault(library, _DLPackReads(reader.read, api))
+        reads.arguments.append(argument)
+        reads.names.append(name)
+        reads.expected.append(expected)
+        if top:
+            self._add_key_part(name, value)
+        count = 5 + 2 * ndim
+        self.packed[len(self.fields) - count] = count
+        self.values.append(f"{name}f")
+        return True
 
 
 def numba_array_memo(array: Any) -> tuple[str, Any, tuple[int, ...], int]:
@@ -200,6 +256,17 @@ def numba_array_memo(array: Any) -> tuple[str, Any, tuple[int, ...], int]:
                   *layout.strides_in_bytes)  # fmt: skip
         memo = array.__dict__["_numbatune"] = (token, key_part, fields, buffer_of(array))
     return memo
+
+
+@dataclass
+class _DLPackReads:
+    """The arrays of one library that a fast path reads through DLPack, in one call."""
+
+    read: Any
+    api: int
+    arguments: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    expected: list[bytes] = field(default_factory=list)
 
 
 class _ArrayRead:

@@ -1,0 +1,152 @@
+"""Arrays read through the DLPack C exchange API give the kernel exactly the parameters that
+reading them through their library's Python API gives, and arrays of another signature are
+refused.
+
+These run with no GPU: torch's CPU tensors publish the same exchange API as its CUDA tensors,
+and the fast path's code is generated and called with the driver launch replaced by a capture.
+"""
+
+import struct
+import types
+
+import numpy as np
+import pytest
+from numba.core import types as numba_types
+from numba.np import numpy_support
+
+from numbatune import arrays, native
+from numbatune.launch import fastpath
+from numbatune.launch.layout import ArgumentPlan
+from numbatune.streams.monitor import Monitor
+
+torch = pytest.importorskip("torch")
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+          "complex64", "complex128"]  # fmt: skip
+
+
+def _views(dtype):
+    """Tensors of each rank and layout numba types: C, Fortran order, strided, 0-d, empty."""
+    base = torch.arange(6 * 10 * 3).reshape(6, 10, 3).to(getattr(torch, dtype))
+    return {
+        "1d": base[:, 0, 0].contiguous(),
+        "1d strided": base[:, 0, 0].contiguous()[::2],
+        "2d C": base[:, :, 0].contiguous(),
+        "2d F": base[:, :, 0].contiguous().t(),
+        "2d strided": base[:, :, 0].contiguous()[1::2, ::3],
+        "3d C": base.contiguous(),
+        "3d strided": base[:, ::2, 1:],
+        "0d": base[0, 0, 0].clone(),
+        "empty": base[:0, :, 0],
+    }
+
+
+def _numba_type(value):
+    """How numba types a device array like ``value`` (numba's own typing needs a GPU)."""
+    if isinstance(value, tuple):
+        return numba_types.Tuple([_numba_type(item) for item in value])
+    if not isinstance(value, torch.Tensor):
+        return numba_types.float64
+    dtype = numpy_support.from_dtype(torch.empty(0, dtype=value.dtype).numpy().dtype)
+    return numba_types.Array(dtype, value.dim(), arrays.read(value)[2])
+
+
+def _natural_layout(fields):
+    """(offset, size) of each parameter, each at its natural alignment, as the driver lays
+    them out."""
+    layout, position = [], 0
+    for letter in fields:
+        size = struct.calcsize(letter)
+        position = -(-position // size) * size
+        layout.append((position, size))
+        position += size
+    return layout
+
+
+def _fast_path(example, monkeypatch, dlpack=True):
+    """The fast path generated for arguments like ``example``, with the launch capturing the
+    packed parameters (into the returned list) instead of calling the driver."""
+    with monkeypatch.context() as patch:
+        if not dlpack:
+            patch.setattr(native, "dlpack", lambda: None)
+        plan = ArgumentPlan()
+        for index, value in enumerate(example):
+            assert plan.add(f"a{index}", _numba_type(value), value)
+        plan.close()
+    launched = []
+    monkeypatch.setattr(native, "launcher", lambda: lambda *call: launched.append(call[3]) or 0)
+    monkeypatch.setattr(fastpath, "monitor", Monitor())
+    monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
+    monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
+        current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
+    hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, None, None, None)
+    path = fastpath._generate(plan, _natural_layout(plan.fields), example, {}, hooks, None, False)
+    path._functions[0] = 1
+    return path, launched
+
+
+def _parameters(path, launched, args):
+    """The parameters the fast path packs for ``args``, or None when it refuses them."""
+    winner = types.SimpleNamespace(index=0, params={})
+    return launched.pop() if path.launch_winner(args, winner, None) else None
+
+
+def test_the_extension_reads_dlpack_with_no_driver():
+    reader = native.dlpack()
+    assert reader is not None, native._extension
+    assert reader.api(torch.Tensor) != 0
+    assert reader.api(np.ndarray) == 0  # (no C exchange API in NumPy)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dlpack_reads_pack_the_parameters_of_the_python_reads(dtype, monkeypatch):
+    for view_name, view in _views(dtype).items():
+        example = (view, torch.zeros(3, dtype=torch.float32), 2.5)
+        through_dlpack, launched = _fast_path(example, monkeypatch)
+        assert "_torch_read" in through_dlpack.code
+        through_python, python_launched = _fast_path(example, monkeypatch, dlpack=False)
+        assert "_torch_read" not in through_python.code
+        packed = _parameters(through_dlpack, launched, example)
+        assert packed == _parameters(through_python, python_launched, example), view_name
+
+
+def test_arrays_in_tuples_are_read_after_their_classes_are_checked(monkeypatch):
+    pair = (torch.zeros(4), torch.ones(2, 3))
+    example = (pair, torch.zeros(5), 1.0)
+    through_dlpack, launched = _fast_path(example, monkeypatch)
+    through_python, python_launched = _fast_path(example, monkeypatch, dlpack=False)
+    packed = _parameters(through_dlpack, launched, example)
+    assert packed == _parameters(through_python, python_launched, example)
+    not_a_tensor = ((np.zeros(4), pair[1]), torch.zeros(5), 1.0)
+    assert _parameters(through_dlpack, launched, not_a_tensor) is None
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        torch.zeros(8, dtype=torch.float64),  # another dtype
+        torch.zeros(8, 2, dtype=torch.float32),  # another rank
+        torch.zeros(16, dtype=torch.float32)[::2],  # strided, where the signature is C
+        torch.zeros(4, 2, dtype=torch.float32).t()[0],  # the same, from a transpose
+    ],
+    ids=["dtype", "rank", "strided", "transposed"],
+)
+def test_arrays_of_another_signature_are_refused(other, monkeypatch):
+    example = (torch.zeros(8, dtype=torch.float32), torch.zeros(3), 2.5)
+    path, launched = _fast_path(example, monkeypatch)
+    assert _parameters(path, launched, example) is not None
+    assert _parameters(path, launched, (other, *example[1:])) is None
+
+
+def test_arrays_on_another_device_are_refused():
+    reader = native.dlpack()
+    api, tensor = reader.api(torch.Tensor), torch.zeros(4)
+    device_type, device_id, ndim, code, bits, _ = reader.describe(api, tensor)
+    assert (device_type, ndim, code, bits) == (1, 1, 2, 32)  # CPU, float32
+    here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"))
+    on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"))
+    current, shape, fields = reader.read(api, (tensor,), here)
+    assert current == 0  # (torch has no stream for the CPU)
+    assert shape == (4,)
+    assert struct.unpack("=7q", fields)[2:] == (4, 4, tensor.data_ptr(), 4, 4)
+    assert reader.read(api, (tensor,), on_a_gpu) is None
