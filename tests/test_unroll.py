@@ -109,6 +109,20 @@ def test_a_kernel_whose_source_cannot_be_read_is_refused_by_name():
         tuned(cuda.to_device(np.zeros(2, np.int64)))
 
 
+@pytest.mark.parametrize(
+    "function",
+    [prefix_sums.py_func, make_shifted_copy(1).py_func, make_shifted_copy],
+    ids=["decorated kernel", "kernel in a closure", "plain function"],
+)
+def test_a_kernels_source_is_read_as_inspect_reads_it(function):
+    """(Through linecache, not inspect's search of every loaded module.)"""
+    import inspect
+
+    from numbatune.unroll import _source_lines
+
+    assert _source_lines(function.__code__) == inspect.getsourcelines(function.__code__)
+
+
 WIDTH, SPREAD, HUGE = 4, False, 1 << 62
 
 
