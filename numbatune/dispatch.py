@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from numbatune import arrays, background, identity, keys, processes, record, references
-from numbatune.arrays import SIMULATOR, is_array
+from numbatune.arrays import SIMULATOR, is_array, library_of
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile import trials
@@ -539,10 +539,12 @@ class TunedKernel:
                 f"({', '.join(self._parameters)}), got {len(args)}"
             )
         for name, value in zip(self._parameters, args, strict=True):
-            if isinstance(value, np.ndarray) and value.ndim > 0:
+            host = isinstance(value, np.ndarray) and value.ndim > 0
+            if host or (library_of(type(value)) == "torch" and not value.is_cuda):
+                kind = "a host (NumPy) array" if host else f"a torch tensor on {value.device}"
                 raise TypeError(
-                    f"{self.name}: argument {name!r} is a host (NumPy) array; pass a device "
-                    "array (numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
+                    f"{self.name}: argument {name!r} is {kind}; pass a device array "
+                    "(numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
                 )
             use = self._array_parameters.get(name)
             if use is not None and not _can_be(use, value):

@@ -99,6 +99,12 @@ def test_host_numpy_arrays_are_refused_by_name():
         tuned_accumulate()(cuda.to_device(np.ones(4, np.float32)), np.zeros(4, np.float32))
 
 
+def test_torch_tensors_in_host_memory_are_refused_by_name():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="argument 'a' is a torch tensor on cpu"):
+        tuned_accumulate()(torch.ones(4), cuda.to_device(np.zeros(4, np.float32)))
+
+
 def test_a_wrong_number_of_arguments_is_refused():
     with pytest.raises(TypeError, match=r"takes 2 arguments \(a, out\), got 1"):
         tuned_accumulate()(cuda.to_device(np.ones(4, np.float32)))

@@ -350,6 +350,25 @@ def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
     assert paths and all("_torch_read" in path.code for path in paths)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dlpack", [True, False], ids=["read through DLPack", "read in Python"])
+def test_a_host_tensor_after_device_tensors_is_refused_not_launched(dlpack, monkeypatch):
+    from numbatune import native
+
+    torch = pytest.importorskip("torch")
+    if not dlpack:
+        monkeypatch.setattr(native, "dlpack", lambda: None)
+    copy = nt.autotune(variants=[{}], launch=_grid, name=f"copy_host_{dlpack}")(copy_1d)
+    x = torch.arange(64, dtype=torch.float32, device="cuda")
+    out, seen = torch.empty_like(x), torch.zeros(8, dtype=torch.int64, device="cuda")
+    copy(x, out, seen)  # tuned: the fast path of (tensor, tensor, tensor) exists
+    with pytest.raises(TypeError, match="argument 'x' is a torch tensor on cpu"):
+        copy(x.cpu(), out, seen)
+    copy(x * 2, out, seen)
+    torch.cuda.synchronize()  # the context is alive: nothing ran on a host pointer
+    assert bool((out == x * 2).all())
+
+
 def _stream_of_kind(kind, torch):
     if kind == "numba's own (blocking)":
         return cuda.stream()

@@ -203,6 +203,8 @@ class ArgumentPlan:
             ("check", f"len({name}s) == {ndim}"),
             ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
         ]
+        if library == "torch":  # (a tensor in host memory, or on another device, is refused)
+            self.steps.append(("check", f"{argument}.get_device() == {value.get_device()}"))
         if top:
             self._add_key_part(name, value)
         self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
