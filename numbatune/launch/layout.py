@@ -4,7 +4,10 @@ numba's own launch types and wraps every argument again on every call. A plan re
 argument signature (the classes of the arguments, and for arrays their dtype, rank and layout),
 how each argument becomes kernel parameters: the reads that fetch an array's fields, the checks
 that hold for arguments of this signature, the parts of the default key, and a ``struct`` field
-per parameter. :mod:`numbatune.launch.codegen` turns a plan into code.
+per parameter. :mod:`numbatune.launch.codegen` turns a plan into code. The arrays of a library
+that publishes the DLPack C exchange API (torch) are read, checked and packed in one call of the
+C extension for all of them (:func:`numbatune.native.dlpack`); the others through their
+library's Python API.
 
 numba's parameter layout is not public API, so it is checked twice: numba-cuda must be a version
 this module was written against (:data:`SUPPORTED_NUMBA_CUDA`), and the layout planned here must
