@@ -91,11 +91,11 @@ def _parameters(path, launched, args):
     return launched.pop() if path.launch_winner(args, winner, None) else None
 
 
-def test_the_extension_reads_dlpack_with_no_driver():
-    reader = native.dlpack()
+def test_the_c_extension_reads_torch_tensors_through_dlpack():
+    reader = native.dlpack()  # (it loads where no CUDA driver does, as in CI)
     assert reader is not None, native._extension
     assert reader.api(torch.Tensor) != 0
-    assert reader.api(np.ndarray) == 0  # (no C exchange API in NumPy)
+    assert reader.api(int) == 0  # a class with no C exchange API
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
