@@ -55,9 +55,9 @@ def stream_lines(
     for index, value in enumerate(args):
         library = library_of(type(value))
         if library in ("torch", "cupy"):
-            read = f"_torch_stream(a{index}.get_device())" if library == "torch" else None
-            current = currents.get(library) or read or "_cupy_stream().ptr"
-            producers.setdefault(library, current)
+            torch = library == "torch"
+            read = f"_torch_stream(a{index}.get_device())" if torch else "_cupy_stream().ptr"
+            producers.setdefault(library, currents.get(library, read))
     if not producers:
         return [f"    stream = 0 if stream is None else {handle}"], []
     lines = []
