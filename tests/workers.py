@@ -139,3 +139,35 @@ def built_unlinked(max_registers):
 
     argtypes = (numba.typeof(np.zeros(4, np.float32)),)
     return build.build(unlinked, {}, argtypes, (9, 0), max_registers)
+
+
+def live_maps_compared(function_bytes, options, argtypes, cc, max_registers):
+    """numbatune's worker task, with numba's live-variable analysis and numbatune's
+    (:mod:`numbatune.compile.liveness`) run side by side wherever numba asks for one: how many
+    times it asked, the most blocks one graph had, and how many maps differed."""
+    from numba.cuda.core import analysis, ir_utils
+
+    from numbatune.compile import compiler, liveness
+
+    numbas = analysis.compute_live_map
+    assert numbas.__module__ == analysis.__name__  # numba's own, not replaced in this worker
+    blocks_seen, differing = [], []
+
+    def compared(cfg, blocks, var_use_map, var_def_map):
+        expected = numbas(cfg, blocks, var_use_map, var_def_map)
+        blocks_seen.append(len(blocks))
+        if liveness.compute_live_map(cfg, blocks, var_use_map, var_def_map) != expected:
+            differing.append(len(blocks))
+        return expected
+
+    liveness.install = lambda: True  # (the build would put numbatune's in numba's place)
+    analysis.compute_live_map = ir_utils.compute_live_map = compared
+    compiler.build_in_worker(function_bytes, options, argtypes, cc, max_registers)
+    return len(blocks_seen), max(blocks_seen), len(differing)
+
+
+def live_map_function():
+    """Where numba-cuda's live-variable analysis comes from in this worker."""
+    from numba.cuda.core import analysis, ir_utils
+
+    return analysis.compute_live_map.__module__, ir_utils.compute_live_map.__module__

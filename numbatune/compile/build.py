@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from numbatune.compile import liveness
 from numbatune.template import device_options
 
 #: Bump when the payload's layout changes: entries of another version are not loaded.
@@ -176,6 +177,7 @@ def warm() -> None:
         if i < b.shape[0]:
             b[i, 0] = max(x, float32(0)) + min(mine[1], 1.0) + math.sqrt(abs(mine[2]))
 
+    liveness.install()
     argtypes = (numba.typeof(np.zeros((2, 2), np.float32)),) * 2
     with _target((9, 0)):
         compile_cuda(kernel, numba.types.void, argtypes, cc=full_cc((9, 0)))
@@ -198,11 +200,13 @@ def build(
     """Compile the kernel function for ``argtypes`` and ``cc`` (in a worker) once, to PTX, and
     link it to a cubin for each of the ``max_registers`` caps (None: no cap), which only
     linking reads: a kernel each, in their order, linked at once on threads of their own
-    (nvJitLink lets go of the GIL). A compile error raises; a link error fails that kernel."""
+    (nvJitLink lets go of the GIL). A compile error raises; a link error fails that kernel.
+    numba's live-variable analysis runs as :mod:`numbatune.compile.liveness` computes it."""
     from numba import cuda
     from numba.cuda.dispatcher import _Kernel
 
     started = time.perf_counter()
+    liveness.install()
     target = full_cc(cc)
     with _target(cc):
         dispatcher = cuda.jit(**options)(function)
