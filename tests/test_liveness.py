@@ -41,6 +41,18 @@ def test_the_live_map_is_numbas_on_any_control_flow_graph(program):
     assert liveness.compute_live_map(*program) == analysis.compute_live_map(*program)
 
 
+def test_numba_is_left_as_it_is_where_its_function_takes_other_parameters(monkeypatch):
+    from numba.cuda.core import ir_utils
+
+    def other(cfg, blocks, usemap, defmap, extra):
+        return {}
+
+    monkeypatch.setattr(analysis, "compute_live_map", other)
+    monkeypatch.setattr(ir_utils, "compute_live_map", other)
+    assert liveness.install() is False
+    assert analysis.compute_live_map is other and ir_utils.compute_live_map is other
+
+
 needs_workers = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
 
 

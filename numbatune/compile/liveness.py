@@ -8,7 +8,8 @@ variables) takes one pass per block it spans: 0.64 of 2.9 s of sgemm's largest b
 development machine went there. :func:`compute_live_map` computes the same map, the least
 fixed point of the same equations, with each set a Python integer (one bit per variable) and
 liveness visited in reverse program order: a few passes. Its result equals numba's (the tests
-compare the two on every example kernel).
+compare the two on random control-flow graphs and on every map numba asks for while it compiles
+example kernels).
 
 :func:`install` puts it in numba's place in the process that calls it. Compile workers do
 (:func:`numbatune.compile.build.warm`, :func:`numbatune.compile.build.build`); the user's
@@ -18,7 +19,7 @@ process keeps numba as it is.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 #: The parameters of numba's ``compute_live_map`` that this one replaces.
@@ -71,7 +72,7 @@ def _fixed_point(
     order: list[Hashable],
     edges: Mapping[Hashable, list[Hashable]],
     start: dict[Hashable, int],
-    carried: Any,
+    carried: Callable[[Hashable, int], int],
 ) -> dict[Hashable, int]:
     """The least values, from ``start`` up, such that each block's value holds what
     ``carried(target, value)`` carries from each block to the targets of its ``edges``; the
@@ -103,13 +104,16 @@ def _variables(value: int, names: list[str]) -> set[str]:
 
 def install() -> bool:
     """Use :func:`compute_live_map` in numba-cuda's analysis in this process; False (numba
-    left as it is) where numba-cuda's function takes other parameters than the one it
-    replaces."""
-    from numba.cuda.core import analysis, ir_utils
-
-    current = analysis.compute_live_map
+    left as it is) where numba-cuda has no such function, or one that takes other parameters."""
+    try:
+        from numba.cuda.core import analysis, ir_utils
+    except ImportError:
+        return False
+    current = getattr(analysis, "compute_live_map", None)
     if current is compute_live_map:
         return True
+    if current is None or not hasattr(ir_utils, "compute_live_map"):
+        return False
     if tuple(inspect.signature(current).parameters) != _PARAMETERS:
         return False
     analysis.compute_live_map = ir_utils.compute_live_map = compute_live_map
