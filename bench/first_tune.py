@@ -82,7 +82,7 @@ def _compile_log() -> list[str]:
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if "kernels compiled in" in record.getMessage():
+            if "worker processes in" in record.getMessage():
                 lines.append(record.getMessage())
 
     logger = logging.getLogger("numbatune")
