@@ -117,6 +117,14 @@ def test_a_warm_pools_workers_are_forked_from_the_process_that_ran_the_warm_task
             assert warmed_in is not None and warmed_in == parent
 
 
+def test_a_warm_pools_workers_garbage_collections_skip_what_the_server_made(pool):
+    (outcome,) = pool.run([task("frozen_objects")], limit_s=60)
+    if pool._warm is None:
+        assert outcome.value == 0
+    else:
+        assert outcome.value > 1000  # numbatune and what it imports, at least
+
+
 def test_a_prepared_pool_warms_its_fork_server_before_any_worker_is_asked_for(tmp_path):
     told = tmp_path / "warmed"
     environment = processes.environment(simulator=SIMULATOR)

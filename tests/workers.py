@@ -25,6 +25,13 @@ def warmed_in():
     return WARMED_IN, os.getppid()
 
 
+def frozen_objects():
+    """How many objects this worker's garbage collector leaves alone (gc.freeze)."""
+    import gc
+
+    return gc.get_freeze_count()
+
+
 def numba_imported():
     import sys
 
