@@ -229,7 +229,8 @@ def _phase_one(kinds, host, a, results):
 
 def _phase_two(kinds, host, a, tuned_kernels):
     """After tuned launches on two streams: hits on the arrays' own stream, and hits that
-    must wait for another stream (alternating streams, so each call waits)."""
+    must wait for another stream (alternating streams, so each call waits); on a GPU, both
+    with the launch stubbed out too, and the driver's event record and wait alone."""
     calls: dict[tuple[str, str], Callable[[], Any]] = {}
     checks = []
     for kind, make in kinds.items():
@@ -239,15 +240,51 @@ def _phase_two(kinds, host, a, tuned_kernels):
         streams = [cuda.stream(), cuda.stream()]
         tuned(other_x, other_out, a, stream=streams[1])  # a second stream: ordering is on
         calls[kind, "hit, 2 streams used, own stream"] = lambda t=tuned, x=x, o=out: t(x, o, a)
-        flip = [0]
-
-        def alternate(t=tuned, x=x, o=out, s=streams, flip=flip):
-            flip[0] ^= 1
-            t(x, o, a, stream=s[flip[0]])
-
-        calls[kind, "hit that waits for another stream"] = alternate
+        calls[kind, "hit that waits for another stream"] = _alternating(tuned, (x, out, a), streams)
+        if not SIMULATOR:
+            stubbed = launch_stubbed(_fast_path_parts(tuned, (x, out, a))["call"])
+            calls[kind, "own stream: generated code, launch stubbed"] = (
+                lambda c=stubbed, x=x, o=out: c((x, o, a), None)
+            )
+            calls[kind, "waiting: generated code, launch stubbed"] = _alternating(
+                lambda *args, stream, c=stubbed: c(args, stream), (x, out, a), streams
+            )
         checks.append((kind, x, out))
+    if not SIMULATOR:
+        calls["numba", "driver event record and stream wait alone"] = _event_pair()
     return calls, checks
+
+
+def _alternating(
+    launch: Callable[..., Any], args: tuple[Any, ...], streams: list[Any]
+) -> Callable[[], None]:
+    """``launch(*args, stream=...)`` on the two streams in turn."""
+    flip = [0]
+
+    def call() -> None:
+        flip[0] ^= 1
+        launch(*args, stream=streams[flip[0]])
+
+    return call
+
+
+def _event_pair() -> Callable[[], None]:
+    """An event recorded on one stream and waited for on another, the two in turn, through the
+    calls the stream order makes."""
+    from numbatune.streams.handles import stream_handle
+    from numbatune.streams.monitor import monitor
+
+    events = monitor.events
+    streams = [cuda.stream(), cuda.stream()]
+    handles = [stream_handle(s) for s in streams]
+    event, flip = events.create(timing=False), [0]
+
+    def call() -> None:
+        flip[0] ^= 1
+        events.record(event, handles[flip[0]])
+        events.wait_event(handles[1 - flip[0]], event)
+
+    return call
 
 
 def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 /* cuLaunchKernel called from Python with as little in between as possible, and array
- * arguments read through the DLPack C exchange API.
+ * arguments read through the DLPack C exchange API (and, in _order.c, the stream order).
  *
  * Compiled on first use by numbatune/native.py (as Triton compiles its launchers). The
  * kernel's parameters arrive packed in one bytes object, with the byte offset of each parameter
@@ -393,6 +393,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+int add_order_type(PyObject *module); /* _order.c */
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_numbatune_launch", NULL, -1,
                                     methods};
 
@@ -421,6 +423,10 @@ PyMODINIT_FUNC PyInit__numbatune_launch(void) {
     PyObject *reason = driver_error ? PyUnicode_FromString(driver_error) : Py_NewRef(Py_None);
     if (reason == NULL || PyModule_AddObject(result, "DRIVER_ERROR", reason) < 0) {
         Py_XDECREF(reason);
+        Py_DECREF(result);
+        return NULL;
+    }
+    if (add_order_type(result) < 0) {
         Py_DECREF(result);
         return NULL;
     }

@@ -1,6 +1,7 @@
 """What the launch does in C, through a small extension compiled on first use: the driver calls
-``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and ``cuEventQuery``, and array
-arguments read through the DLPack C exchange API.
+``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and ``cuEventQuery``, array
+arguments read through the DLPack C exchange API, and the bookkeeping of the order across
+streams (:func:`order_type`).
 
 cuda-bindings' ``cuLaunchKernel`` costs about 5 us per call on the H100 machine, half of it in
 converting arguments; the C extension in ``_native.c`` makes the same call for about half
@@ -47,7 +48,7 @@ from typing import Any, NamedTuple
 
 logger = logging.getLogger("numbatune")
 
-_SOURCE = Path(__file__).with_name("_native.c")
+_SOURCES = (Path(__file__).with_name("_native.c"), Path(__file__).with_name("_order.c"))
 
 Launcher = Callable[[int, tuple, int, bytes, bytes, int, bool], int]
 
@@ -67,7 +68,7 @@ def _build_directory() -> Path:
 
 def _compiled_module() -> Path:
     """The built extension for this source and this Python, built now if missing."""
-    source = _SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in _SOURCES)
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     tag = hashlib.sha256(source + sys.version.encode()).hexdigest()[:16]
     target = _build_directory() / f"_numbatune_launch-{tag}{suffix}"
@@ -82,7 +83,7 @@ def _compiled_module() -> Path:
         "-shared",
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
-        str(_SOURCE),
+        *map(str, _SOURCES),
         "-o",
         str(partial),
         "-ldl",
@@ -236,6 +237,14 @@ def dlpack() -> DLPack | None:
     if isinstance(module, str):
         return None
     return DLPack(module.dlpack_api, module.describe, module.read)
+
+
+def order_type() -> type | None:
+    """The C extension's stream order, which does what
+    :class:`numbatune.streams.order.StreamOrder` does (``_order.c``), or None where it cannot
+    be built."""
+    module = _extension_or_error()
+    return None if isinstance(module, str) else module.Order
 
 
 def launcher() -> Launcher:

@@ -16,29 +16,43 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import numbatune as nt
+from numbatune import native
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
 from numbatune.streams.monitor import Monitor
-from numbatune.streams.order import StreamOrder, quick_check
+from numbatune.streams.order import StreamOrder, new_order, quick_check
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
 
 
-def _order(limit=1 << 16):
+def _order_type(implementation):
+    """The Python reference or the C extension's order (which builds wherever tests run)."""
+    if implementation == "python":
+        return StreamOrder
+    assert native.order_type() is not None, native._extension
+    return native.order_type()
+
+
+@pytest.fixture(params=["python", "c"])
+def order_type(request):
+    return _order_type(request.param)
+
+
+def _order(order_type, limit=1 << 16):
     """An order whose events note each wait as (waiting, producer) and each record."""
     events = CountingEvents()
-    return StreamOrder(events, limit), events.waits
+    return order_type(events, limit), events.waits
 
 
-def test_arrays_used_on_their_own_stream_add_no_waits():
-    order, waits = _order()
+def test_arrays_used_on_their_own_stream_add_no_waits(order_type):
+    order, waits = _order(order_type)
     for _ in range(3):
         order.use(1, ["x"])
         order.use(2, ["y"])
     assert waits == []
 
 
-def test_a_launch_waits_once_for_the_stream_that_last_used_its_array():
-    order, waits = _order()
+def test_a_launch_waits_once_for_the_stream_that_last_used_its_array(order_type):
+    order, waits = _order(order_type)
     order.use(1, ["x"])
     order.use(2, ["x", "y"])
     assert waits == [(2, 1)]
@@ -48,8 +62,8 @@ def test_a_launch_waits_once_for_the_stream_that_last_used_its_array():
     assert waits == [(2, 1)]
 
 
-def test_a_wait_covers_every_earlier_use_on_the_producer():
-    order, waits = _order()
+def test_a_wait_covers_every_earlier_use_on_the_producer(order_type):
+    order, waits = _order(order_type)
     order.use(1, ["x"])
     order.use(1, ["y"])
     order.use(2, ["y"])  # waits for all queued on 1 so far, x's use included
@@ -60,18 +74,18 @@ def test_a_wait_covers_every_earlier_use_on_the_producer():
     assert waits == [(2, 1), (1, 2), (2, 1)]
 
 
-def test_a_producer_stream_is_touched_only_right_after_a_launch_on_it():
+def test_a_producer_stream_is_touched_only_right_after_a_launch_on_it(order_type):
     """Its event is recorded when its launch is queued; a later waiter uses that event, so a
     stream destroyed meanwhile is never handed to the driver again."""
-    order, waits = _order()
+    order, waits = _order(order_type)
     order.use(1, ["x"])
     order.launched(1)
     order.use(2, ["x"])
     assert order.events.records == [1] and waits == [(2, 1)]
 
 
-def test_forgetting_buffers_past_the_limit_keeps_the_ordering():
-    order, waits = _order(limit=4)
+def test_forgetting_buffers_past_the_limit_keeps_the_ordering(order_type):
+    order, waits = _order(order_type, limit=4)
     for buffer in range(6):
         order.use(1, [buffer])
     assert len(order.last_use) <= 4
@@ -82,13 +96,14 @@ def test_forgetting_buffers_past_the_limit_keeps_the_ordering():
 def _quick(order, stream, buffers):
     """The generated launch code's check (:func:`quick_check`) on ``order``."""
     names = [f"b{index}" for index in range(len(buffers))]
-    namespace = {"_quick": order.quick, "_last_use": order.last_use}
-    exec(f"def check(stream, {', '.join(names)}):\n    return {quick_check(names)}", namespace)
-    return namespace["check"](stream, *buffers)
+    namespace = {"_last_use": order.last_use}
+    exec(f"def check(entry, {', '.join(names)}):\n    return {quick_check(names)}", namespace)
+    entry = order.quick.get(stream)
+    return entry is not None and namespace["check"](entry, *buffers)
 
 
-def test_a_launch_whose_buffers_stay_on_its_stream_needs_no_bookkeeping_until_one_moves():
-    order, waits = _order()
+def test_a_launch_whose_buffers_stay_on_its_stream_needs_no_bookkeeping_until_one_moves(order_type):
+    order, waits = _order(order_type)
     order.use(1, ["x"])
     order.use(2, ["y"])
     assert not _quick(order, 1, ["x"])  # not asked for: its launches go through use()
@@ -115,13 +130,56 @@ def test_a_launch_whose_buffers_stay_on_its_stream_needs_no_bookkeeping_until_on
     )
 )
 def test_skipping_use_where_the_quick_check_passes_waits_exactly_as_using_every_launch(launches):
-    always, always_waits = _order()
-    quick, quick_waits = _order()
-    for stream, buffers in launches:
-        always.use(stream, buffers)
-        if not _quick(quick, stream, buffers):
-            quick.use(stream, buffers, quick=True)
-    assert quick_waits == always_waits
+    for implementation in ("python", "c"):
+        always, always_waits = _order(_order_type(implementation))
+        quick, quick_waits = _order(_order_type(implementation))
+        for stream, buffers in launches:
+            always.use(stream, buffers)
+            if not _quick(quick, stream, buffers):
+                quick.use(stream, buffers, quick=True)
+        assert quick_waits == always_waits
+
+
+_STEPS = st.one_of(
+    st.tuples(
+        st.just("use"),
+        st.integers(1, 3),
+        st.lists(st.sampled_from("abcdef"), max_size=3),
+        st.booleans(),
+    ),
+    st.tuples(st.just("launched"), st.integers(1, 3)),
+    st.tuples(st.just("barrier")),
+)
+
+
+@given(st.lists(_STEPS, max_size=60), st.integers(2, 8))
+def test_the_c_extensions_order_does_what_the_python_reference_does(steps, limit):
+    """The same calls to the events in the same order, and the same state after each step."""
+    orders = [_order(_order_type(implementation), limit)[0] for implementation in ("python", "c")]
+    for step in steps:
+        for order in orders:
+            getattr(order, step[0])(*step[1:])
+        reference, made = orders
+        assert made.events.waits == reference.events.waits
+        assert made.events.records == reference.events.records
+        assert made.last_use == reference.last_use and made.quick == reference.quick
+
+
+def test_the_c_extensions_order_passes_on_what_its_events_raise():
+    class Failing(CountingEvents):
+        def wait_event(self, waiting, event):
+            raise RuntimeError("cuStreamWaitEvent failed")
+
+    order = _order_type("c")(Failing())
+    order.use(1, ["x"])
+    with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
+        order.use(2, ["x"])
+    with pytest.raises(RuntimeError, match="never set"):
+        _order_type("c")().launched(1)
+
+
+def test_a_new_order_is_the_c_extensions_where_it_builds():
+    assert type(new_order()) is _order_type("c")
 
 
 def _stream_class(module):

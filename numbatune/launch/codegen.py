@@ -95,7 +95,10 @@ def _kept(plan: ArgumentPlan, libraries: list[str]) -> str:
 def _ordering(plan: ArgumentPlan, libraries: list[str]) -> tuple[list[str], list[str]]:
     """Code before and after the launch that orders it after other streams' uses of its
     buffers and keeps torch and CuPy arrays alive past it, once a second stream (or a
-    profile) is in use; with one stream so far it compares two handles and goes on."""
+    profile) is in use; with one stream so far it compares two handles and goes on. On a
+    stream the monitor made quick, a launch whose buffers stay in the stream's open epoch
+    changes nothing, and one whose buffers moved asks the order itself, under the monitor's
+    lock; on others it goes through :meth:`Monitor.before`."""
     names = [f"b{index}" for index in range(len(plan.buffers))]
     listed = "".join(f"{name}, " for name in names)
     kept = ["        kept = " + _kept(plan, libraries)] if plan.library_arrays else []
@@ -105,8 +108,13 @@ def _ordering(plan: ArgumentPlan, libraries: list[str]) -> tuple[list[str], list
         "    else:",
         *([f"        {listed}= {', '.join(plan.buffers)},"] * bool(names)),
         *kept,
-        f"        watched = not ({quick_check(names)}) and "
-        f"_monitor.before(stream, ({listed}), _name, given)",
+        "        if (entry := _quick.get(stream)) is None:",
+        f"            watched = _monitor.before(stream, ({listed}), _name, given)",
+        "        else:",
+        "            watched = None",
+        f"            if not ({quick_check(names)}):",
+        "                with _lock:",
+        f"                    _use(stream, ({listed}))",
     ]
     after = ["    if watched:", "        _monitor.after(watched)"]
     if kept:

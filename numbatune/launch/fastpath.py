@@ -194,6 +194,8 @@ def _generate(
         "_monitor": monitor,
         "_quick": monitor.order.quick,
         "_last_use": monitor.order.last_use,
+        "_use": monitor.order.use,
+        "_lock": monitor.lock,
         "_pending": monitor.pending,
         "_keep": keep,
         "_name": hooks.name,

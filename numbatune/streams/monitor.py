@@ -35,7 +35,7 @@ from numbatune.arrays import SIMULATOR, library_of
 from numbatune.errors import ProfileError
 from numbatune.streams import events as _events
 from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, current_stream
-from numbatune.streams.order import StreamOrder
+from numbatune.streams.order import new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
 
@@ -62,22 +62,23 @@ class Monitor:
     """What every tuned launch reports to, when more than one stream or a profile is in use.
 
     A launch compares its raw stream handle with :attr:`stream`; only when they differ does it
-    look further: the generated launch code first checks, without a lock, whether the order
-    needs to hear of it (:func:`numbatune.streams.order.quick_check` on :attr:`order`), and
-    only then calls :meth:`before` and, with what that returns, :meth:`after` once it is
-    queued. Arrays to keep alive past a launch go to :meth:`hold`, or straight into the list
-    :attr:`pending` has for the stream.
+    look further. On a stream :meth:`before` made quick (in :attr:`order`'s ``quick``), the
+    generated launch code checks, without a lock, whether the order needs to hear of it
+    (:func:`numbatune.streams.order.quick_check`), and if so calls the order's ``use`` under
+    :attr:`lock`; on other streams it calls :meth:`before` and, with what that returns,
+    :meth:`after` once it is queued. Arrays to keep alive past a launch go to :meth:`hold`,
+    or straight into the list :attr:`pending` has for the stream.
     """
 
     def __init__(self, events: Any = None) -> None:
         self._events = events
-        #: Which streams a launch must wait for (see :mod:`numbatune.streams.order`).
-        self.order = StreamOrder(events)
+        self._order: Any = None
         #: The one stream launched on so far; ``_ANY`` once there are several or a profile.
         self.stream: Any = None
         self._profiles: dict[ProfileToken, list[_Launch]] = {}
         self._numbers = itertools.count(1)
-        self._lock = threading.Lock()
+        #: Held while the monitor or its order changes.
+        self.lock = threading.Lock()
         # Kept arrays behind their events. A pending list stays a list: a launch that found it
         # before the keeper took it may still add to it (its event covers that launch).
         self._kept: list[tuple[Any, Sequence[Any]]] = []
@@ -85,7 +86,7 @@ class Monitor:
         #: the event the keeper will record for them (made here: the keeper's thread has no
         #: CUDA context to make one in). A launch may add to a stream's list without the lock.
         self.pending: dict[int, tuple[Any, list[Any]]] = {}
-        self._kept_ready = threading.Condition(self._lock)
+        self._kept_ready = threading.Condition(self.lock)
         self._keeper_waiting = False
         # Events the keeper is done with, for the next launches that keep arrays.
         self._spare_events: list[Any] = []
@@ -101,6 +102,14 @@ class Monitor:
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = {}
+
+    @property
+    def order(self) -> Any:
+        """Which streams a launch must wait for (:mod:`numbatune.streams.order`), made on first
+        use (it may build the C extension)."""
+        if self._order is None:
+            self._order = new_order(self._events)
+        return self._order
 
     @property
     def events(self) -> Any:
@@ -130,7 +139,7 @@ class Monitor:
         their last uses; returns what :meth:`after` needs, or None when it needs nothing
         (the common case: no profile open, a stream numbatune keeps alive). ``given`` is the
         stream object the caller passed, kept so that ``stream`` stays valid."""
-        with self._lock:
+        with self.lock:
             if stream not in self._streams:
                 self._see(stream, given)
             if self.stream is None:
@@ -156,7 +165,7 @@ class Monitor:
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued."""
-        with self._lock:
+        with self.lock:
             if self.stream is _ANY and launch.stream in self._eager:
                 self.order.launched(launch.stream)
             if launch.profiles:
@@ -170,7 +179,7 @@ class Monitor:
 
     def hold(self, stream: int, arrays: tuple[Any, ...]) -> None:
         """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now."""
-        with self._lock:
+        with self.lock:
             if self._held(stream):  # the keeper records its event when it next looks
                 pending = self.pending.get(stream)
                 if pending is None:
@@ -202,7 +211,7 @@ class Monitor:
         default stream and ``waiting`` a blocking stream numbatune holds (``given``, the
         stream object, keeps it alive); the generated code makes no call where
         :attr:`blocking` says so already."""
-        with self._lock:
+        with self.lock:
             if waiting not in self._streams:
                 self._see(waiting, given)
             if producer in LEGACY and self._held(waiting):
@@ -235,7 +244,7 @@ class Monitor:
         """The keeper's loop: every :data:`KEEPER_PERIOD_S` while arrays are kept, record the
         pending streams' events and let go of the arrays whose events the device passed."""
         while True:
-            with self._lock:
+            with self.lock:
                 while not self._kept and not self.pending:
                     self._keeper_waiting = True
                     self._kept_ready.wait()
@@ -262,14 +271,14 @@ class Monitor:
 
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""
-        with self._lock:
+        with self.lock:
             pending = sum(len(objects) for _, objects in self.pending.values())
             return pending + sum(len(objects) for _, objects in self._kept)
 
     # -- profiles -----------------------------------------------------------------------------
 
     def start_profile(self) -> ProfileToken:
-        with self._lock:
+        with self.lock:
             token = ProfileToken(next(self._numbers))
             self._profiles[token] = []
             if self.stream is not _ANY:
@@ -282,7 +291,7 @@ class Monitor:
             raise ProfileError(
                 f"end_profile: token must be what numbatune.start_profile() returned, got {token!r}"
             )
-        with self._lock:
+        with self.lock:
             records = self._profiles.pop(token, None)
         if records is None:
             raise ProfileError(f"end_profile: {token!r} is not open (ended already?)")
@@ -294,7 +303,7 @@ class Monitor:
             profile.launches += 1
             name = launch.name or "?"
             profile.by_kernel[name] = profile.by_kernel.get(name, 0.0) + seconds
-            with self._lock:
+            with self.lock:
                 launch.profiles = [held for held in launch.profiles if held is not records]
                 if not launch.profiles:  # no open profile holds its events any more
                     self.events.destroy(launch.start)
