@@ -142,18 +142,31 @@ static int two_pointers(PyObject *const *args, Py_ssize_t nargs, void **a, void 
     return 0;
 }
 
-/* record(event, stream) -> CUresult: cuEventRecord. */
+/* None for CUDA_SUCCESS; else numba's CudaAPIError(error, "<call> failed") raised. */
+static PyObject *checked(int error, const char *call) {
+    if (error == 0) Py_RETURN_NONE;
+    PyObject *driver = PyImport_ImportModule("numba.cuda.cudadrv.driver");
+    PyObject *type = driver ? PyObject_GetAttrString(driver, "CudaAPIError") : NULL;
+    PyObject *raised = type ? PyObject_CallFunction(type, "is", error, call) : NULL;
+    if (raised != NULL) PyErr_SetObject(type, raised);
+    Py_XDECREF(raised);
+    Py_XDECREF(type);
+    Py_XDECREF(driver);
+    return NULL;
+}
+
+/* record(event, stream) -> None: cuEventRecord, raising numba's CudaAPIError on a failure. */
 static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *event, *stream;
     if (two_pointers(args, nargs, &event, &stream) < 0) return NULL;
-    return PyLong_FromLong(event_record(event, stream));
+    return checked(event_record(event, stream), "cuEventRecord failed");
 }
 
-/* wait(stream, event) -> CUresult: cuStreamWaitEvent with no flags. */
+/* wait(stream, event) -> None: cuStreamWaitEvent with no flags, raising as record does. */
 static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *stream, *event;
     if (two_pointers(args, nargs, &stream, &event) < 0) return NULL;
-    return PyLong_FromLong(stream_wait_event(stream, event, 0));
+    return checked(stream_wait_event(stream, event, 0), "cuStreamWaitEvent failed");
 }
 
 /* query(event) -> CUresult: cuEventQuery (0 once the device passed it, 600 before). */
@@ -384,8 +397,9 @@ static PyMethodDef methods[] = {
     {"describe", (PyCFunction)(void (*)(void))describe, METH_FASTCALL,
      "describe(api, array) -> (device type, device id, ndim, code, bits, lanes) or None"},
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
-     "record(event, stream) -> CUresult"},
-    {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL, "wait(stream, event) -> CUresult"},
+     "record(event, stream): cuEventRecord, raising CudaAPIError on a failure"},
+    {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL,
+     "wait(stream, event): cuStreamWaitEvent, raising CudaAPIError on a failure"},
     {"query", (PyCFunction)(void (*)(void))query, METH_FASTCALL, "query(event) -> CUresult"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(function, (grid, block[, shared]), stream, parameters, offsets, context, "

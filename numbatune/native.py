@@ -149,16 +149,29 @@ def _dim3(value: object) -> tuple[int, int, int]:
     return tuple(int(v) for v in (*values, 1, 1)[:3])
 
 
-def _record_with_bindings(event: int, stream: int) -> int:
+def _record_with_bindings(event: int, stream: int) -> None:
     from cuda.bindings import driver
 
-    return int(driver.cuEventRecord(driver.CUevent(event), driver.CUstream(stream))[0])
+    _raise_for(
+        driver.cuEventRecord(driver.CUevent(event), driver.CUstream(stream))[0], "cuEventRecord"
+    )
 
 
-def _wait_with_bindings(stream: int, event: int) -> int:
+def _wait_with_bindings(stream: int, event: int) -> None:
     from cuda.bindings import driver
 
-    return int(driver.cuStreamWaitEvent(driver.CUstream(stream), driver.CUevent(event), 0)[0])
+    _raise_for(
+        driver.cuStreamWaitEvent(driver.CUstream(stream), driver.CUevent(event), 0)[0],
+        "cuStreamWaitEvent",
+    )
+
+
+def _raise_for(error: Any, call: str) -> None:
+    """numba's CudaAPIError for a failed driver call, as the C extension raises it."""
+    if int(error):
+        from numba.cuda.cudadrv.driver import CudaAPIError
+
+        raise CudaAPIError(int(error), f"{call} failed")
 
 
 def _query_with_bindings(event: int) -> int:
@@ -168,12 +181,13 @@ def _query_with_bindings(event: int) -> int:
 
 
 class Native(NamedTuple):
-    """The driver calls: ``launch``, ``record(event, stream)``, ``wait(stream, event)`` and
-    ``query(event)``, each returning the ``CUresult`` as an int."""
+    """The driver calls: ``launch`` and ``query(event)``, returning the ``CUresult`` as an int,
+    and ``record(event, stream)`` and ``wait(stream, event)``, raising numba's
+    ``CudaAPIError`` where the driver fails."""
 
     launch: Launcher
-    record: Callable[[int, int], int]
-    wait: Callable[[int, int], int]
+    record: Callable[[int, int], None]
+    wait: Callable[[int, int], None]
     query: Callable[[int], int]
 
 

@@ -299,6 +299,15 @@ def test_the_c_launcher_is_built_and_the_bindings_launch_gives_the_same(monkeypa
     event.synchronize()
     c_query = cudalaunch.native().query
     assert c_query(int(event.handle)) == bindings.query(int(event.handle)) == 0  # passed
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    for calls in (cudalaunch.native(), bindings):  # the driver's failures raise, both ways
+        assert calls.record(int(event.handle), 0) is None
+        assert calls.wait(0, int(event.handle)) is None
+        with pytest.raises(CudaAPIError, match="cuEventRecord"):
+            calls.record(0, 0)  # no event
+        with pytest.raises(CudaAPIError, match="cuStreamWaitEvent"):
+            calls.wait(0, 0)
     monkeypatch.setattr(cudalaunch, "_native", bindings)
     tuned = nt.autotune(variants=[{}], launch=_grid)(copy_2d)
     bindings_out = cuda.device_array(x.shape, np.float32)

@@ -22,6 +22,11 @@ class _DriverEvents:
 
         self._driver = driver
         self._native = native()
+        #: ``record(event, stream)``: record ``event`` on ``stream``; ``wait_event(waiting,
+        #: event)``: ``waiting`` waits for the work before ``event``'s latest record. Both
+        #: the C extension's where it builds (no Python frame), raising numba's CudaAPIError.
+        self.record = self._native.record
+        self.wait_event = self._native.wait
         self._wait_event = self.create(timing=False)
 
     def _checked(self, result: Any) -> Any:
@@ -57,24 +62,10 @@ class _DriverEvents:
         finally:
             driver.cuCtxPopCurrent()
 
-    def record(self, event: int, stream: int) -> None:
-        if error := self._native.record(event, stream):
-            self._raise(error, "cuEventRecord")
-
     def wait(self, waiting: int, producer: int) -> None:
         """``waiting`` waits for what is queued on ``producer`` (callers hold the monitor lock)."""
         self.record(self._wait_event, producer)
         self.wait_event(waiting, self._wait_event)
-
-    def wait_event(self, waiting: int, event: int) -> None:
-        """``waiting`` waits for the work before ``event``'s latest record."""
-        if error := self._native.wait(waiting, event):
-            self._raise(error, "cuStreamWaitEvent")
-
-    def _raise(self, error: int, call: str) -> None:
-        from numba.cuda.cudadrv.driver import CudaAPIError
-
-        raise CudaAPIError(error, f"{call} failed")
 
     def synchronize(self, event: int) -> None:
         self._checked(self._driver.cuEventSynchronize(self._driver.CUevent(event)))
