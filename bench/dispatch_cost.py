@@ -230,7 +230,8 @@ def _phase_one(kinds, host, a, results):
 def _phase_two(kinds, host, a, tuned_kernels):
     """After tuned launches on two streams: hits on the arrays' own stream, and hits that
     must wait for another stream (alternating streams, so each call waits); on a GPU, both
-    with the launch stubbed out too, and the driver's event record and wait alone."""
+    with the launch stubbed out too, and the driver's event record and wait alone; numba's
+    pre-configured launch again, as this phase's measure of the host's speed."""
     calls: dict[tuple[str, str], Callable[[], Any]] = {}
     checks = []
     for kind, make in kinds.items():
@@ -252,6 +253,10 @@ def _phase_two(kinds, host, a, tuned_kernels):
         checks.append((kind, x, out))
     if not SIMULATOR:
         calls["numba", "driver event record and stream wait alone"] = _event_pair()
+    # The host's speed in this phase (the same launch as phase one's), for comparing the phases.
+    x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
+    configured = scale[nt.cdiv(SIZE, BLOCK), BLOCK]
+    calls["numba", "numba cfg(...), after two streams"] = lambda: configured(x, out, a)
     return calls, checks
 
 
