@@ -178,8 +178,10 @@ def test_the_c_extensions_order_passes_on_what_its_events_raise():
         _order_type("c")().launched(1)
 
 
-def test_a_new_order_is_the_c_extensions_where_it_builds():
+def test_a_new_order_is_the_c_extensions_where_it_builds_else_the_python_one(monkeypatch):
     assert type(new_order()) is _order_type("c")
+    monkeypatch.setattr(native, "_extension", "cc: not found")  # the extension cannot be built
+    assert type(new_order()) is StreamOrder
 
 
 def _stream_class(module):
