@@ -297,6 +297,80 @@ def test_a_raw_stream_handle_gets_its_event_recorded_right_after_each_launch():
     assert events.records[-1] == 1234
 
 
+def test_a_launch_whose_streams_epoch_another_thread_ended_before_it_was_queued_is_waited_for():
+    """Thread A notes x on stream 1234 (a raw handle: watched, finished by after()); before A's
+    launch is queued, thread B's launch on 7 uses x and so ends 1234's epoch, with an event that
+    cannot cover A's launch. A later launch on 7 that uses x must still wait for 1234."""
+    events = CountingEvents()
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    monitor.watch(7, (cuda.device_array(4, np.float32),), "k", given=cuda.stream())
+    launch = monitor.watch(1234, (x,), "k", given=1234)  # thread A, up to its launch
+    monitor.watch(7, (x,), "k")  # thread B, meanwhile
+    monitor.after(launch)  # thread A's launch is queued
+    waits = len(events.waits)
+    monitor.watch(7, (x,), "k")  # after thread A's call returned
+    assert events.waits[waits:] == [(7, 1234)]
+
+
+class _Interrupted:
+    """A monitor whose :meth:`before` runs ``then`` (once) right after the bookkeeping."""
+
+    def __init__(self, monitor):
+        self.monitor, self.then = monitor, None
+
+    def __getattr__(self, name):
+        return getattr(self.monitor, name)
+
+    def before(self, *args):
+        launch = self.monitor.before(*args)
+        then, self.then = self.then, None
+        if then:
+            then()
+        return launch
+
+
+def _ordered_launch(monitor):
+    """The generated code's ordering around ``launch(stream)``, for one buffer ``x``."""
+    from types import SimpleNamespace
+
+    from numbatune.launch import codegen
+
+    before, after = codegen._ordering(SimpleNamespace(buffers=["x"], library_arrays={}), [])
+    body = "\n".join([*before, "    launch(stream)", *after])
+    namespace = {
+        "_monitor": monitor, "_quick": monitor.order.quick, "_last_use": monitor.order.last_use,
+        "_use": monitor.order.use, "_lock": monitor.lock, "_name": "k", "_STALE": codegen.STALE,
+    }  # fmt: skip
+    exec(f"def ordered(stream, x, given, launch):\n{body}", namespace)
+    return namespace["ordered"]
+
+
+@pytest.mark.parametrize("path", ["quick stream", "first launch", "right after the bookkeeping"])
+def test_generated_code_notes_buffers_again_when_their_epoch_ended_before_the_launch(path):
+    events = CountingEvents()
+    monitor = _Interrupted(Monitor(events))
+    ordered = _ordered_launch(monitor)
+    held = cuda.stream()
+    x, y = "x", "y"
+    nothing = lambda stream: None  # noqa: E731
+    ordered(7, y, held, nothing)
+    ordered(8, y, held, nothing)  # two streams: ordering is on
+    if path == "quick stream":
+        ordered(9, "z", held, nothing)  # 9 is quick from now on
+    # Thread A launches x on 9; before its launch is queued, thread B's launch on 7 uses x and
+    # ends 9's epoch (its event cannot cover A's launch).
+    other_thread = lambda *_: ordered(7, x, held, nothing)  # noqa: E731
+    if path == "right after the bookkeeping":
+        monitor.then = other_thread
+        ordered(9, x, held, nothing)
+    else:
+        ordered(9, x, held, other_thread)
+    waits = len(events.waits)
+    ordered(7, x, held, nothing)  # after thread A's call returned: must wait for A's launch
+    assert events.waits[waits:] == [(7, 9)]
+
+
 def test_kept_arrays_live_until_the_device_passes_their_launch():
     class Array:
         pass

@@ -40,6 +40,11 @@ def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
     return fmt
 
 
+#: Never a stream's open epoch: the generated code's ``entry`` when its buffers must be noted
+#: again after the launch.
+STALE = object()
+
+
 def stream_lines(
     args: tuple[Any, ...], sync: bool, currents: dict[str, str]
 ) -> tuple[list[str], list[str]]:
@@ -98,25 +103,37 @@ def _ordering(plan: ArgumentPlan, libraries: list[str]) -> tuple[list[str], list
     profile) is in use; with one stream so far it compares two handles and goes on. On a
     stream the monitor made quick, a launch whose buffers stay in the stream's open epoch
     changes nothing, and one whose buffers moved asks the order itself, under the monitor's
-    lock; on others it goes through :meth:`Monitor.before`."""
+    lock; on others it goes through :meth:`Monitor.before`. ``entry`` is the open epoch its
+    buffers were noted in: if another thread ended it before the launch was queued (the event
+    that ended it does not cover the launch), they are noted again after it."""
     names = [f"b{index}" for index in range(len(plan.buffers))]
     listed = "".join(f"{name}, " for name in names)
+    noted = " and ".join(f"_last_use.get({name}) is entry" for name in names) or "True"
     kept = ["        kept = " + _kept(plan, libraries)] if plan.library_arrays else []
     before = [
         "    if stream == _monitor.stream:",
-        f"        watched{' = kept' * bool(kept)} = None",
+        f"        watched{' = kept' * bool(kept)} = entry = None",
         "    else:",
         *([f"        {listed}= {', '.join(plan.buffers)},"] * bool(names)),
         *kept,
         "        if (entry := _quick.get(stream)) is None:",
         f"            watched = _monitor.before(stream, ({listed}), _name, given)",
+        "            entry = _quick.get(stream)",
+        f"            if entry is not None and not ({noted}):",
+        "                entry = _STALE",
         "        else:",
         "            watched = None",
         f"            if not ({quick_check(names)}):",
         "                with _lock:",
         f"                    _use(stream, ({listed}))",
     ]
-    after = ["    if watched:", "        _monitor.after(watched)"]
+    after = [
+        "    if entry is not None and _quick.get(stream) is not entry:",
+        "        with _lock:",
+        f"            _use(stream, ({listed}))",
+        "    if watched:",
+        "        _monitor.after(watched)",
+    ]
     if kept:
         after += [
             "    if kept:  # into the stream's list for the keeper, or handed to the monitor",

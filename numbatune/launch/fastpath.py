@@ -196,6 +196,7 @@ def _generate(
         "_last_use": monitor.order.last_use,
         "_use": monitor.order.use,
         "_lock": monitor.lock,
+        "_STALE": codegen.STALE,
         "_pending": monitor.pending,
         "_keep": keep,
         "_name": hooks.name,

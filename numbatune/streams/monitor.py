@@ -45,6 +45,8 @@ class _Launch:
 
     stream: int
     name: str | None
+    #: The allocations it uses, noted again once it is queued (see :meth:`Monitor.after`).
+    buffers: tuple[Hashable, ...] = ()
     start: Any = None
     end: Any = None
     kept: tuple[Any, ...] = ()
@@ -125,10 +127,11 @@ class Monitor:
         """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows), keeping
         the torch and CuPy arrays that need it when ``name`` is given."""
         arrays = tuple(a for a in arrays if a is not None)
-        launch = self.before(stream, tuple(buffer_of(a) for a in arrays), name, given)
+        buffers = tuple(buffer_of(a) for a in arrays)
+        launch = self.before(stream, buffers, name, given)
         kept = keep(stream, arrays) if name else ()
         if kept:
-            launch = launch or _Launch(stream, name)
+            launch = launch or _Launch(stream, name, buffers)
             launch.kept = kept
         return launch
 
@@ -150,11 +153,11 @@ class Monitor:
             quick = not self._profiles and stream not in self._eager
             self.order.use(stream, buffers, quick)
             if name is not None and self._profiles:
-                launch = _Launch(stream, name, start=self.events.create(stream=stream))
+                launch = _Launch(stream, name, buffers, self.events.create(stream=stream))
                 self.events.record(launch.start, stream)
                 launch.profiles = list(self._profiles.values())
                 return launch
-            return _Launch(stream, name) if stream in self._eager else None
+            return _Launch(stream, name, buffers) if stream in self._eager else None
 
     def _see(self, stream: int, given: Any) -> None:
         """A stream met for the first time: checked, and kept (or recorded eagerly)."""
@@ -164,8 +167,12 @@ class Monitor:
             self._eager.add(stream)
 
     def after(self, launch: _Launch) -> None:
-        """Finish a launch :meth:`before` returned, once it is queued."""
+        """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted
+        again (another thread may have ended its stream's epoch between :meth:`before` and the
+        launch, and the event that ended it does not cover the launch)."""
         with self.lock:
+            if self.stream is _ANY:
+                self.order.use(launch.stream, launch.buffers)
             if self.stream is _ANY and launch.stream in self._eager:
                 self.order.launched(launch.stream)
             if launch.profiles:
