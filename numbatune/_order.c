@@ -249,9 +249,9 @@ static int set_events(Order *self, PyObject *value, void *unused) {
 
 static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"events", "limit", NULL};
-    PyObject *events = Py_None;
-    Py_ssize_t limit = 1 << 16;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|On:Order", names, &events, &limit)) {
+    PyObject *events;
+    Py_ssize_t limit; /* streams.order.LIMIT, which new_order passes */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On:Order", names, &events, &limit)) {
         return NULL;
     }
     Order *self = (Order *)type->tp_alloc(type, 0);

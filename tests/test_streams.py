@@ -20,7 +20,7 @@ from numbatune import native
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
 from numbatune.streams.monitor import Monitor
-from numbatune.streams.order import StreamOrder, new_order, quick_check
+from numbatune.streams.order import LIMIT, StreamOrder, new_order, quick_check
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
 
 
@@ -37,7 +37,7 @@ def order_type(request):
     return _order_type(request.param)
 
 
-def _order(order_type, limit=1 << 16):
+def _order(order_type, limit=LIMIT):
     """An order whose events note each wait as (waiting, producer) and each record."""
     events = CountingEvents()
     return order_type(events, limit), events.waits
@@ -170,12 +170,12 @@ def test_the_c_extensions_order_passes_on_what_its_events_raise():
         def wait_event(self, waiting, event):
             raise RuntimeError("cuStreamWaitEvent failed")
 
-    order = _order_type("c")(Failing())
+    order = _order_type("c")(Failing(), LIMIT)
     order.use(1, ["x"])
     with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
         order.use(2, ["x"])
     with pytest.raises(RuntimeError, match="never set"):
-        _order_type("c")().launched(1)
+        _order_type("c")(None, LIMIT).launched(1)
 
 
 def test_a_new_order_is_the_c_extensions_where_it_builds_else_the_python_one(monkeypatch):

@@ -173,8 +173,8 @@ class Monitor:
         with self.lock:
             if self.stream is _ANY:
                 self.order.use(launch.stream, launch.buffers)
-            if self.stream is _ANY and launch.stream in self._eager:
-                self.order.launched(launch.stream)
+                if launch.stream in self._eager:
+                    self.order.launched(launch.stream)
             if launch.profiles:
                 launch.end = self.events.create(stream=launch.stream)
                 self.events.record(launch.end, launch.stream)
