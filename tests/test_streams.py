@@ -271,6 +271,13 @@ class CountingEvents(RecordingEvents):
         self.records.append(stream)
 
 
+def _numba_path_launch(monitor, stream, array, given=None):
+    """What numba's launch path (``launch.numbalaunch``) tells the monitor of a launch."""
+    launch = monitor.watch(stream, (array,), "k", given=given)
+    if launch:
+        monitor.after(launch)
+
+
 def test_with_two_streams_in_use_a_launch_on_its_arrays_own_stream_records_nothing():
     events = CountingEvents()
     monitor = Monitor(events)
@@ -278,9 +285,9 @@ def test_with_two_streams_in_use_a_launch_on_its_arrays_own_stream_records_nothi
     monitor.watch(7, (x,), "k", given=cuda.stream())
     monitor.watch(9, (y,), "k", given=cuda.stream())  # two streams: ordering is on
     recorded = len(events.records)
-    for _ in range(5):  # x stays on 7, y on 9: no event, nothing to finish after the launch
-        assert monitor.watch(7, (x,), "k", given=None) is None
-        assert monitor.watch(9, (y,), "k", given=None) is None
+    for _ in range(5):  # x stays on 7, y on 9: no event before or after the launch
+        _numba_path_launch(monitor, 7, x)
+        _numba_path_launch(monitor, 9, y)
     assert len(events.records) == recorded and events.waits == [(9, 7)]
     monitor.watch(9, (x,), "k")  # x moves to 9: 7's event is recorded now, for this wait
     assert events.records[-1] == 7 and events.waits[-1] == (9, 7)
@@ -297,17 +304,23 @@ def test_a_raw_stream_handle_gets_its_event_recorded_right_after_each_launch():
     assert events.records[-1] == 1234
 
 
-def test_a_launch_whose_streams_epoch_another_thread_ended_before_it_was_queued_is_waited_for():
-    """Thread A notes x on stream 1234 (a raw handle: watched, finished by after()); before A's
-    launch is queued, thread B's launch on 7 uses x and so ends 1234's epoch, with an event that
-    cannot cover A's launch. A later launch on 7 that uses x must still wait for 1234."""
+@pytest.mark.parametrize("given", [1234, "held"], ids=["raw handle", "held stream"])
+def test_a_launch_whose_streams_epoch_another_thread_ended_before_it_was_queued_is_waited_for(
+    given,
+):
+    """Thread A notes x on stream 1234 (a raw handle, recorded after each launch, or a stream
+    numbatune holds); before A's launch is queued, thread B's launch on 7 uses x and so ends
+    1234's epoch, with an event that cannot cover A's launch. A later launch on 7 that uses x
+    must still wait for 1234. (Numba's launch path: watch, launch, after.)"""
     events = CountingEvents()
     monitor = Monitor(events)
     x = cuda.device_array(4, np.float32)
     monitor.watch(7, (cuda.device_array(4, np.float32),), "k", given=cuda.stream())
-    launch = monitor.watch(1234, (x,), "k", given=1234)  # thread A, up to its launch
+    given = cuda.stream() if given == "held" else given
+    launch = monitor.watch(1234, (x,), "k", given=given)  # thread A, up to its launch
     monitor.watch(7, (x,), "k")  # thread B, meanwhile
-    monitor.after(launch)  # thread A's launch is queued
+    if launch:  # thread A's launch is queued
+        monitor.after(launch)
     waits = len(events.waits)
     monitor.watch(7, (x,), "k")  # after thread A's call returned
     assert events.waits[waits:] == [(7, 1234)]
@@ -434,10 +447,9 @@ def test_numbas_own_streams_are_held_and_its_external_ones_recorded_after_each_l
     monitor = Monitor(events)
     x, y = cuda.device_array(4, np.float32), cuda.device_array(4, np.float32)
     monitor.watch(5, (y,), "k", given=NumbaStream(external=False))
-    assert monitor.watch(7, (x,), "k", given=NumbaStream(external=False)) is None
-    assert monitor.watch(7, (x,), "k", given=NumbaStream(external=False)) is None
-    launch = monitor.watch(8, (y,), "k", given=NumbaStream(external=True))
-    monitor.after(launch)
+    for _ in range(2):
+        _numba_path_launch(monitor, 7, x, given=NumbaStream(external=False))
+    _numba_path_launch(monitor, 8, y, given=NumbaStream(external=True))
     assert events.records[-1] == 8 and 7 not in events.records
 
 

@@ -124,13 +124,17 @@ class Monitor:
     def watch(
         self, stream: int, arrays: tuple[Any, ...], name: str | None, given: Any = None
     ) -> _Launch | None:
-        """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows), keeping
-        the torch and CuPy arrays that need it when ``name`` is given."""
+        """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows). With a
+        ``name`` (a tuned kernel's launch) it keeps the torch and CuPy arrays that need it, and
+        once ordering is on it always returns what :meth:`after` needs, which notes the buffers
+        again once the launch is queued."""
         arrays = tuple(a for a in arrays if a is not None)
         buffers = tuple(buffer_of(a) for a in arrays)
         launch = self.before(stream, buffers, name, given)
-        kept = keep(stream, arrays) if name else ()
-        if kept:
+        if name is None:
+            return launch
+        kept = keep(stream, arrays)
+        if kept or self.stream is _ANY:
             launch = launch or _Launch(stream, name, buffers)
             launch.kept = kept
         return launch
