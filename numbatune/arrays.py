@@ -9,7 +9,7 @@ on every launch, the benchmarking launches included.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -270,3 +270,26 @@ def laid_out(host: np.ndarray, strides: tuple[int, ...]) -> Any:
         return _NumbaDeviceArray(view)
     base = cuda.to_device(flat)
     return _NumbaDeviceArray(host.shape, strides, host.dtype, gpu_data=base.gpu_data)
+
+
+def buffer_of(array: Any) -> Hashable:
+    """The allocation an array's data lies in: views of one allocation share it."""
+    library = library_of(type(array))
+    if library == "torch":
+        return array.data_ptr() - array.storage_offset() * array.element_size()
+    if library == "cupy":
+        return array.data.mem.ptr
+    if library == "numba" and not SIMULATOR:
+        owner = array.gpu_data.owner
+        base = getattr(owner, "device_pointer_value", None)
+        if base is not None:
+            return base
+        if library_of(type(owner)) is not None:
+            return buffer_of(owner)
+        return array.device_ctypes_pointer.value
+    if library == "numba":  # the simulator's: a NumPy array, maybe a view
+        data = array._ary
+        while data.base is not None:
+            data = data.base
+        return id(data)
+    return array.__cuda_array_interface__["data"][0]

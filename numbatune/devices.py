@@ -1,16 +1,23 @@
-"""The GPU numbatune works on: what tells one kind of device from another.
+"""The GPU numbatune works on: what tells one kind of device from another, and which one an
+array lives on.
 
 Tuning results and compiled kernels are kept per kind of device: its name, compute capability
 and number of multiprocessors (two identical GPUs share them). Under numba's simulator the
-device is ``simulator``.
+device is ``simulator``. A kernel launches on numba's current device; in a process that sees
+several GPUs, arrays on another one are refused with an error that names them
+(:func:`array_device`), as numba would otherwise hand the kernel addresses of another GPU.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from numbatune.arrays import SIMULATOR
+import numpy as np
+
+from numbatune.arrays import SIMULATOR, library_of
 
 
 @dataclass(frozen=True)
@@ -63,3 +70,29 @@ def current_index() -> int:
     from numba import cuda
 
     return int(cuda.get_current_device().id)
+
+
+@functools.cache
+def several() -> bool:
+    """Whether this process sees more than one GPU (never under the simulator)."""
+    if SIMULATOR:
+        return False
+    from numba import cuda
+
+    return len(cuda.gpus) > 1
+
+
+def array_device(array: Any) -> int | None:
+    """The index of the GPU whose memory holds ``array``'s data, as its library says; None
+    where every device can read it (numba's mapped and managed arrays), where the library
+    does not say (other ``__cuda_array_interface__`` objects), and under the simulator."""
+    library = library_of(type(array))
+    if SIMULATOR or library is None:
+        return None
+    if library == "torch":
+        return array.get_device() if array.is_cuda else None
+    if library == "cupy":
+        return int(array.data.device_id)
+    if isinstance(array, np.ndarray):  # numba's mapped and managed arrays
+        return None
+    return int(array.gpu_data.context.device.id)

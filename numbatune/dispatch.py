@@ -25,14 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, background, identity, keys, processes, record, references
+from numbatune import arrays, background, devices, identity, keys, processes, record, references
 from numbatune.arrays import SIMULATOR, is_array, library_of
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
-from numbatune.devices import current_kind
 from numbatune.launch import fastpath
 from numbatune.launch.config import LaunchConfig, launch_config, launch_params
 from numbatune.launch.numbalaunch import numba_launch
@@ -187,7 +186,7 @@ class _Trying:
         self._failed: dict[Variant, Failed] = {}
         self._pipeline = None
         if settings.isolate is not Isolate.OFF:
-            cc = None if SIMULATOR else current_kind().compute_capability
+            cc = None if SIMULATOR else devices.current_kind().compute_capability
             self._pipeline = trials.Pipeline(args, stream, cc, self._tried)
 
     def add(self, members: Sequence[Variant], made: bool) -> None:
@@ -384,13 +383,13 @@ class TunedKernel:
 
             device = int(cuda.current_context().handle)
         place = (device, settings.cache_dir)
-        devices = self._shared.devices
-        state = devices.get(place)
+        states = self._shared.devices
+        state = states.get(place)
         if state is None:
             with self._lock:
-                state = devices.get(place)
+                state = states.get(place)
                 if state is None:
-                    state = devices[place] = _DeviceState(self._new_cache())
+                    state = states[place] = _DeviceState(self._new_cache())
         self._binder.point(state.paths)
         return state
 
@@ -400,7 +399,7 @@ class TunedKernel:
             self.function_id,
             self._variants,
             self._launch_params,
-            None if directory is None else directory / current_kind().partition,
+            None if directory is None else directory / devices.current_kind().partition,
             self.checksum,
         )
 
@@ -553,6 +552,20 @@ class TunedKernel:
                 raise TypeError(
                     f"{self.name}: argument {name!r} is {how} in the kernel, so it must be "
                     f"{expected} (numba, CuPy or torch); got {type(value).__name__} {value!r:.60}"
+                )
+        if devices.several():
+            self._check_devices(args)
+
+    def _check_devices(self, args: tuple[Any, ...]) -> None:
+        """Refuse arrays on another GPU than the one the kernel launches on."""
+        here = devices.current_index()
+        for name, value in zip(self._parameters, args, strict=True):
+            there = devices.array_device(value) if is_array(value) else None
+            if there not in (None, here):
+                raise ValueError(
+                    f"{self.name}: argument {name!r} is on GPU {there}, but the kernel "
+                    f"launches on GPU {here} (numba's current device); call it inside "
+                    f"`with numba.cuda.gpus[{there}]:`, or move the array"
                 )
 
     @functools.cached_property

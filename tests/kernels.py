@@ -102,3 +102,12 @@ def non_blocking_stream() -> int:
     error, stream = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
     assert not error
     return int(stream)
+
+
+def to_host(array):
+    """A numba, CuPy or torch device array's contents as a NumPy array."""
+    if hasattr(array, "copy_to_host"):
+        return array.copy_to_host()
+    if hasattr(array, "get"):
+        return array.get()
+    return array.cpu().numpy()

@@ -105,6 +105,22 @@ def test_torch_tensors_in_host_memory_are_refused_by_name():
         tuned_accumulate()(torch.ones(4), cuda.to_device(np.zeros(4, np.float32)))
 
 
+def test_an_array_on_another_gpu_than_the_current_one_is_refused_by_name(monkeypatch):
+    """(As a process with two GPUs sees it; tests/test_devices.py runs it on two.)"""
+    from numbatune import devices
+
+    a, out = arrays()
+    monkeypatch.setattr(devices, "several", lambda: True)
+    monkeypatch.setattr(devices, "current_index", lambda: 0)
+    monkeypatch.setattr(devices, "array_device", lambda array: 1 if array is out else 0)
+    tuned = tuned_accumulate()
+    expected = r"argument 'out' is on GPU 1, but the kernel launches on GPU 0 .*gpus\[1\]"
+    with pytest.raises(ValueError, match=expected):
+        tuned(a, out)
+    assert tuned.stats["benchmarks"] == 0
+    np.testing.assert_array_equal(out.copy_to_host(), 0.0)
+
+
 def test_a_wrong_number_of_arguments_is_refused():
     with pytest.raises(TypeError, match=r"takes 2 arguments \(a, out\), got 1"):
         tuned_accumulate()(cuda.to_device(np.ones(4, np.float32)))

@@ -114,14 +114,6 @@ def _device_makers():
     return makers
 
 
-def _to_host(array):
-    if hasattr(array, "copy_to_host"):
-        return array.copy_to_host()
-    if hasattr(array, "get"):
-        return array.get()
-    return array.cpu().numpy()
-
-
 @contextlib.contextmanager
 def _only_the_fast_path(tuned):
     """A context in which a call of ``tuned`` that leaves its fast paths fails the test (on a
@@ -164,7 +156,7 @@ def test_arrays_of_every_dtype_rank_and_layout_match_numba(library, dtype, caplo
     for view_name, x in _views(host, make):
         (out, seen), (expected_out, expected_seen) = _run_both(x, dtype)
         np.testing.assert_array_equal(out, expected_out, err_msg=view_name)
-        np.testing.assert_array_equal(out, _to_host(x), err_msg=view_name)
+        np.testing.assert_array_equal(out, kernels.to_host(x), err_msg=view_name)
         assert list(seen) == list(expected_seen), view_name
     if not SIMULATOR:
         assert "launched through numba" not in caplog.text

@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, native
-from numbatune.arrays import SIMULATOR, library_of
+from numbatune import arrays, devices, native
+from numbatune.arrays import SIMULATOR, buffer_of, library_of
 from numbatune.keys import KeyParts, default_key_part
-from numbatune.streams.monitor import buffer_of
 
 #: numba-cuda versions whose kernel parameter layout this module was checked against.
 SUPPORTED_NUMBA_CUDA = ("0.30.",)
@@ -208,6 +207,8 @@ class ArgumentPlan:
         ]
         if library == "torch":  # (a tensor in host memory, or on another device, is refused)
             self.steps.append(("check", f"{argument}.get_device() == {value.get_device()}"))
+        elif devices.several():  # (a CuPy array on another device is refused)
+            self.steps.append(("check", f"{argument}.data.device_id == {value.data.device_id}"))
         if top:
             self._add_key_part(name, value)
         self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
@@ -247,15 +248,16 @@ class ArgumentPlan:
 
 def numba_array_memo(array: Any) -> tuple[str, Any, tuple[int, ...], int]:
     """What a launch needs of a numba device array, kept on it: a token of how numba types it
-    (dtype, layout, rank), its part of the default key, its kernel parameters, and the
-    allocation its data lies in."""
+    (dtype, layout, rank) and, where the process sees several GPUs, of the GPU it is on, its
+    part of the default key, its kernel parameters, and the allocation its data lies in."""
     memo = array.__dict__.get("_numbatune")
     if memo is None:
         shim = array._strided_memory_view_shim
         layout = shim._layout
         letter = "C" if layout.is_contiguous_c else "F" if layout.is_contiguous_f else "A"
         dtype = array.dtype
-        token = sys.intern(f"{dtype!r}|{letter}|{len(shim.shape)}")
+        device = devices.array_device(array) if devices.several() else None
+        token = sys.intern(f"{dtype!r}|{letter}|{len(shim.shape)}|{device}")
         key_part = default_key_part((shim.shape, arrays.dtype_name(dtype), letter))
         fields = (0, 0, shim.size, dtype.itemsize, shim.ptr or 0, *shim.shape,
                   *layout.strides_in_bytes)  # fmt: skip

@@ -31,7 +31,7 @@ from typing import Any
 
 from numba import cuda
 
-from numbatune.arrays import SIMULATOR, library_of
+from numbatune.arrays import SIMULATOR, buffer_of, library_of
 from numbatune.errors import ProfileError
 from numbatune.streams import events as _events
 from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, current_stream
@@ -346,29 +346,6 @@ def _needs_keeping(array: Any, stream: int) -> bool:
     one: its caching allocator would hand its memory out again on that one when it is freed."""
     library = library_of(type(array))
     return library in ("torch", "cupy") and current_stream(library, array) != stream
-
-
-def buffer_of(array: Any) -> Hashable:
-    """The allocation an array's data lies in: views of one allocation share it."""
-    library = library_of(type(array))
-    if library == "torch":
-        return array.data_ptr() - array.storage_offset() * array.element_size()
-    if library == "cupy":
-        return array.data.mem.ptr
-    if library == "numba" and not SIMULATOR:
-        owner = array.gpu_data.owner
-        base = getattr(owner, "device_pointer_value", None)
-        if base is not None:
-            return base
-        if library_of(type(owner)) is not None:
-            return buffer_of(owner)
-        return array.device_ctypes_pointer.value
-    if library == "numba":  # the simulator's: a NumPy array, maybe a view
-        data = array._ary
-        while data.base is not None:
-            data = data.base
-        return id(data)
-    return array.__cuda_array_interface__["data"][0]
 
 
 monitor = Monitor()
