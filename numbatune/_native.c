@@ -142,12 +142,12 @@ static int two_pointers(PyObject *const *args, Py_ssize_t nargs, void **a, void 
     return 0;
 }
 
-/* None for CUDA_SUCCESS; else numba's CudaAPIError(error, "<call> failed") raised. */
-static PyObject *checked(int error, const char *call) {
+/* None for CUDA_SUCCESS; else numba's CudaAPIError(error, message) raised. */
+static PyObject *checked(int error, const char *message) {
     if (error == 0) Py_RETURN_NONE;
     PyObject *driver = PyImport_ImportModule("numba.cuda.cudadrv.driver");
     PyObject *type = driver ? PyObject_GetAttrString(driver, "CudaAPIError") : NULL;
-    PyObject *raised = type ? PyObject_CallFunction(type, "is", error, call) : NULL;
+    PyObject *raised = type ? PyObject_CallFunction(type, "is", error, message) : NULL;
     if (raised != NULL) PyErr_SetObject(type, raised);
     Py_XDECREF(raised);
     Py_XDECREF(type);

@@ -560,7 +560,7 @@ class TunedKernel:
         """Refuse arrays on another GPU than the one the kernel launches on."""
         here = devices.current_index()
         for name, value in zip(self._parameters, args, strict=True):
-            there = devices.array_device(value) if is_array(value) else None
+            there = devices.array_device(value)
             if there not in (None, here):
                 raise ValueError(
                     f"{self.name}: argument {name!r} is on GPU {there}, but the kernel "
