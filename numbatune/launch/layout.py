@@ -18,6 +18,7 @@ debug or cooperative kernels) is left to numba's launch.
 
 from __future__ import annotations
 
+import struct
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,7 @@ class ArgumentPlan:
     layout). ``key_parts`` are the default key's parts of the top-level arrays (anchored
     shape, dtype name and layout, as :func:`numbatune.keys.default_key` makes them).
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
-    that give them (``*x`` for several; one bytes value for the fields listed in ``packed``),
+    that give them (one bytes value for the fields listed in ``packed``),
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams).
     """
 
@@ -172,7 +173,7 @@ class ArgumentPlan:
         ]
         if top:
             self.key_parts.append(f"{name}[1]")
-        self.values.append(f"*{name}[2]")
+        self._add_packed(len(value.shape), f"{name}[2]")
         self.buffers.append(f"{name}[3]")
 
     def _add_library_array(
@@ -185,8 +186,9 @@ class ArgumentPlan:
         self.library_arrays.setdefault(library, []).append(argument)
         if self._add_dlpack_array(argument, name, value, library, layout, top):
             form = _LIBRARY_FIELDS[library]
-            pointer = form["pointer"].format(a=argument)
-            self.buffers.append(form["buffer"].format(a=argument, itemsize=itemsize, p=pointer))
+            memory = form["memory"].format(a=argument)
+            pointer = form["pointer"].format(m=memory)
+            self.buffers.append(form["buffer"].format(m=memory, itemsize=itemsize, p=pointer))
             return
         fields = _read_library(self, argument, name, library, ndim, itemsize)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
@@ -240,16 +242,21 @@ class ArgumentPlan:
         reads.expected.append(expected)
         if top:
             self._add_key_part(name, value)
-        count = 5 + 2 * ndim
-        self.packed[len(self.fields) - count] = count
-        self.values.append(f"{name}f")
+        self._add_packed(ndim, f"{name}f")
         return True
 
+    def _add_packed(self, ndim: int, value: str) -> None:
+        """The fields of the array just added are given as one bytes value, ``value``."""
+        count = 5 + 2 * ndim
+        self.packed[len(self.fields) - count] = count
+        self.values.append(value)
 
-def numba_array_memo(array: Any) -> tuple[str, Any, tuple[int, ...], int]:
+
+def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
     """What a launch needs of a numba device array, kept on it: a token of how numba types it
     (dtype, layout, rank) and, where the process sees several GPUs, of the GPU it is on, its
-    part of the default key, its kernel parameters, and the allocation its data lies in."""
+    part of the default key, its kernel parameters packed (8 bytes each, as the DLPack reads
+    pack them), and the allocation its data lies in."""
     memo = array.__dict__.get("_numbatune")
     if memo is None:
         shim = array._strided_memory_view_shim
@@ -259,8 +266,9 @@ def numba_array_memo(array: Any) -> tuple[str, Any, tuple[int, ...], int]:
         device = devices.array_device(array) if devices.several() else None
         token = sys.intern(f"{dtype!r}|{letter}|{len(shim.shape)}|{device}")
         key_part = default_key_part((shim.shape, arrays.dtype_name(dtype), letter))
-        fields = (0, 0, shim.size, dtype.itemsize, shim.ptr or 0, *shim.shape,
-                  *layout.strides_in_bytes)  # fmt: skip
+        ndim = len(shim.shape)
+        fields = struct.pack(f"<QQqqQ{2 * ndim}q", 0, 0, shim.size, dtype.itemsize,
+                             shim.ptr or 0, *shim.shape, *layout.strides_in_bytes)  # fmt: skip
         memo = array.__dict__["_numbatune"] = (token, key_part, fields, buffer_of(array))
     return memo
 
@@ -286,26 +294,29 @@ class _ArrayRead:
         self.buffer = buffer
 
 
-#: How torch tensors and CuPy arrays give their fields ({a}: the argument; {d}: a dimension;
-#: {itemsize}: the bytes of an element; {p}: the pointer, read once).
+#: How torch tensors and CuPy arrays give their fields ({a}: the argument; {m}: the object the
+#: pointer and the allocation are read from, read once; {d}: a dimension; {itemsize}: the bytes
+#: of an element; {p}: the pointer, read once).
 _LIBRARY_FIELDS = {
     "torch": {
         "c_contiguous": "{a}.is_contiguous()",
         "f_contiguous": "_layout_of({a}) == 'F'",
         "a_layout": "_layout_of({a}) == 'A'",
-        "pointer": "{a}.data_ptr()",
+        "memory": "{a}",
+        "pointer": "{m}.data_ptr()",
         "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
         # The allocation's start (as buffer_of finds it), not untyped_storage(): that makes an
         # object on every call.
-        "buffer": "{p} - {a}.storage_offset() * {itemsize}",
+        "buffer": "{p} - {m}.storage_offset() * {itemsize}",
     },
     "cupy": {
         "c_contiguous": "{a}._c_contiguous",
         "f_contiguous": "{a}._f_contiguous",
         "a_layout": "not {a}._f_contiguous",
-        "pointer": "{a}.data.ptr",
+        "memory": "{a}.data",
+        "pointer": "{m}.ptr",
         "stride": "{a}.strides[{d}]",
-        "buffer": "{a}.data.mem.ptr",
+        "buffer": "{m}.mem.ptr",
     },
 }
 
@@ -314,11 +325,12 @@ def _read_library(
     plan: ArgumentPlan, argument: str, name: str, library: str, ndim: int, itemsize: int
 ) -> _ArrayRead:
     form = _LIBRARY_FIELDS[library]
-    pointer = f"{name}p"
-    plan.steps += [
-        ("read", f"{name}s = {argument}.shape"),
-        ("read", f"{pointer} = {form['pointer'].format(a=argument)}"),
-    ]
+    pointer, memory = f"{name}p", form["memory"].format(a=argument)
+    plan.steps.append(("read", f"{name}s = {argument}.shape"))
+    if memory != argument:
+        plan.steps.append(("read", f"{name}m = {memory}"))
+        memory = f"{name}m"
+    plan.steps.append(("read", f"{pointer} = {form['pointer'].format(m=memory)}"))
     return _ArrayRead(
         dtype=f"{argument}.dtype",
         c_contiguous=form["c_contiguous"].format(a=argument),
@@ -327,7 +339,7 @@ def _read_library(
         size=" * ".join(f"{name}s[{d}]" for d in range(ndim)) or "1",
         pointer=pointer,
         strides=[form["stride"].format(a=argument, d=d, itemsize=itemsize) for d in range(ndim)],
-        buffer=form["buffer"].format(a=argument, itemsize=itemsize, p=pointer),
+        buffer=form["buffer"].format(m=memory, itemsize=itemsize, p=pointer),
     )
 
 
