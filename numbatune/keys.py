@@ -45,13 +45,22 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     return power
 
 
+#: Each default-key part made so far, as itself: equal parts are one object, so that a key
+#: lookup compares them by identity. Emptied at :data:`_PARTS_LIMIT` parts.
+_PARTS: dict[tuple[tuple[int, ...], str, str], tuple[tuple[int, ...], str, str]] = {}
+_PARTS_LIMIT = 4096
+
+
 def default_key_part(
     found: tuple[tuple[int, ...], str, str],
 ) -> tuple[tuple[int, ...], str, str]:
     """An array's part of the default key: its shape anchored to powers of two, its dtype and
     layout (``found`` is what :func:`numbatune.arrays.read` gives)."""
     shape, dtype, layout = found
-    return tuple([next_power_of_two(n) for n in shape]), dtype, layout
+    part = tuple([next_power_of_two(n) for n in shape]), dtype, layout
+    if len(_PARTS) >= _PARTS_LIMIT:
+        _PARTS.clear()
+    return _PARTS.setdefault(part, part)
 
 
 class KeyParts:
