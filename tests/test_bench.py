@@ -262,6 +262,14 @@ def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
     assert "times say nothing about speed" in capsys.readouterr().out
 
 
+def test_dispatch_medians_at_the_issues_host_speed_take_the_rounds_where_numba_was_as_fast():
+    from bench.dispatch_cost import at_host_speed
+
+    samples = {"numba cfg": [27.0, 45.0, 28.0, 50.0], "hit": [5.0, 9.0, 6.0, 9.5]}
+    assert at_host_speed(samples, "numba cfg", 28.0) == (2, {"numba cfg": 27.5, "hit": 5.5})
+    assert at_host_speed(samples, "numba cfg", 20.0) == (0, {})
+
+
 def test_a_replay_holds_each_search_against_an_exhaustive_runs_times():
     from bench import search as bench_search
 
