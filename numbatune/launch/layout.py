@@ -208,9 +208,9 @@ class ArgumentPlan:
             ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
         ]
         if library == "torch":  # (a tensor in host memory, or on another device, is refused)
-            self.steps.append(("check", f"{argument}.get_device() == {value.get_device()}"))
+            self.steps.append(("check", f"{fields.device} == {value.get_device()}"))
         elif devices.several():  # (a CuPy array on another device is refused)
-            self.steps.append(("check", f"{argument}.data.device_id == {value.data.device_id}"))
+            self.steps.append(("check", f"{fields.device} == {value.data.device_id}"))
         if top:
             self._add_key_part(name, value)
         self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
@@ -288,10 +288,11 @@ class _ArrayRead:
     """Expressions for an array's fields, as its library exposes them."""
 
     def __init__(self, dtype: str, c_contiguous: str, f_contiguous: str, a_layout: str,
-                 size: str, pointer: str, strides: list[str], buffer: str) -> None:  # fmt: skip
+                 size: str, pointer: str, strides: list[str], buffer: str,
+                 device: str) -> None:  # fmt: skip
         self.dtype, self.c_contiguous, self.f_contiguous = dtype, c_contiguous, f_contiguous
         self.a_layout, self.size, self.pointer, self.strides = a_layout, size, pointer, strides
-        self.buffer = buffer
+        self.buffer, self.device = buffer, device
 
 
 #: How torch tensors and CuPy arrays give their fields ({a}: the argument; {m}: the object the
@@ -304,6 +305,7 @@ _LIBRARY_FIELDS = {
         "a_layout": "_layout_of({a}) == 'A'",
         "memory": "{a}",
         "pointer": "{m}.data_ptr()",
+        "device": "{m}.get_device()",
         "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
         # The allocation's start (as buffer_of finds it), not untyped_storage(): that makes an
         # object on every call.
@@ -315,6 +317,7 @@ _LIBRARY_FIELDS = {
         "a_layout": "not {a}._f_contiguous",
         "memory": "{a}.data",
         "pointer": "{m}.ptr",
+        "device": "{m}.device_id",
         "stride": "{a}.strides[{d}]",
         "buffer": "{m}.mem.ptr",
     },
@@ -340,6 +343,7 @@ def _read_library(
         pointer=pointer,
         strides=[form["stride"].format(a=argument, d=d, itemsize=itemsize) for d in range(ndim)],
         buffer=form["buffer"].format(m=memory, itemsize=itemsize, p=pointer),
+        device=form["device"].format(m=memory),
     )
 
 
