@@ -167,6 +167,23 @@ def tuned_wide(kind: str) -> nt.TunedKernel:
     )(wide_kernel)
 
 
+@cuda.jit("void(i8, f8[:], f8[:], b1)")
+def declared_scale(n, x, out, negate):
+    """Declared as libraries declare kernels (STUMPY, numba's own benchmarks): layout 'A'
+    arrays, Python ints and bools converted to i8 and b1."""
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = -2 * x[i] if negate else 2 * x[i]
+
+
+def tuned_declared(kind: str) -> nt.TunedKernel:
+    return nt.autotune(
+        variants=nt.product(BLOCK=[128, 256]),
+        launch=lambda n, x, out, negate, *, BLOCK: (nt.cdiv(n, BLOCK), BLOCK),
+        name=f"bench_dispatch_declared_{kind}",
+    )(declared_scale)
+
+
 def _fast_path_parts(tuned: nt.TunedKernel, args: tuple[Any, ...]) -> dict[str, Any]:
     """The namespace of the fast path ``args`` take (its packing, function, launch)."""
     for state in tuned._shared.devices.values():
@@ -249,6 +266,15 @@ def _phase_one(kinds, host, a, results):
             )
             if not SIMULATOR:
                 calls.update(_profile_calls(wide, wide_args, f"{kind} 26 arguments"))
+            declared_args = (SIZE, make(host.astype(np.float64)), make(np.zeros(SIZE)), False)
+            declared = tuned_declared(kind)
+            declared(*declared_args)
+            calls[kind, "declared signature: numbatune hit"] = lambda d=declared, g=declared_args: (
+                d(*g)
+            )
+            calls[kind, "declared signature: numba cfg(...)"] = (
+                lambda g=declared_args, c=declared_scale[grid, BLOCK]: c(*g)
+            )
     triton = "not run: simulator" if SIMULATOR else _triton_hit()
     if callable(triton):
         calls["torch", "triton autotune hit"] = triton
@@ -312,6 +338,11 @@ def _event_pair() -> Callable[[], None]:
     events = monitor.events
     streams = [cuda.stream(), cuda.stream()]
     handles = [stream_handle(s) for s in streams]
+    # The driver's calls below need a current context in this thread (numba's launches make
+    # theirs current only while they launch): the streams' one, once.
+    from cuda.bindings import driver
+
+    driver.cuCtxSetCurrent(driver.CUcontext(int(cuda.current_context().handle)))
     event, flip = events.create(timing=False), [0]
 
     def call() -> None:

@@ -32,8 +32,9 @@ from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
+from numbatune.errors import LaunchFunctionError
 from numbatune.launch import fastpath
-from numbatune.launch.config import LaunchConfig, launch_config, launch_params
+from numbatune.launch.config import LaunchConfig, is_empty, launch_config, launch_params
 from numbatune.launch.numbalaunch import numba_launch
 from numbatune.strategies import Budget, Search, Strategy, as_budget, as_strategy
 from numbatune.streams.handles import numba_stream, raw_stream
@@ -50,6 +51,11 @@ logger = logging.getLogger("numbatune")
 #: Where a report of a key served without tuning (the ``on_miss`` setting) comes from.
 _SERVED = (Source.NEAREST, Source.UNTUNED)
 
+#: A launch function slower than this a call (a hit costs about 5 us on an H100) is warned
+#: about, timed over so many calls once a key is tuned.
+_SLOW_LAUNCH_FUNCTION_S = 20e-6
+_LAUNCH_FUNCTION_CALLS = 5
+
 
 def autotune(
     kernel: Any = None,
@@ -64,6 +70,7 @@ def autotune(
     read_only: Sequence[str] = (),
     search: str | None = None,
     budget: Budget | int | str | None = None,
+    valid: Callable[..., bool] | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -100,13 +107,19 @@ def autotune(
     search stops; by default the settings ``search`` and ``search_budget``. ``auto`` measures
     every variant of spaces of up to 100 and searches larger ones (numbatune.tuning.search).
 
+    ``valid`` (optional) is called like ``launch``, as ``valid(*args, **params)``, and says
+    whether a variant may run on these arguments (a tile that must divide the size, say): a
+    key's tuning tries only the variants valid for the arguments it is tuned with, and a call
+    for which the key's winner is not valid launches the fastest variant measured for that
+    key that is, or raises ``ValueError`` when none is.
+
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
     """
 
     options = dict(
         variants=variants, launch=launch, key=key, name=name, level=level, prune=prune,
-        check=check, read_only=read_only, search=search, budget=budget,
+        check=check, read_only=read_only, search=search, budget=budget, valid=valid,
     )  # fmt: skip
     if kernel is None:
         return lambda kernel: TunedKernel(kernel, **options)
@@ -247,11 +260,12 @@ class TunedKernel:
         read_only: Sequence[str] = (),
         search: str | None = None,
         budget: Budget | int | str | None = None,
+        valid: Callable[..., bool] | None = None,
     ) -> None:
         #: What this kernel was made from, for :meth:`with_variants`.
         self._made_from = dict(
             kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune,
-            check=check, read_only=read_only, search=search, budget=budget,
+            check=check, read_only=read_only, search=search, budget=budget, valid=valid,
         )  # fmt: skip
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
@@ -264,6 +278,8 @@ class TunedKernel:
             )
         self._launch = launch
         self._launch_params = launch_params(launch, self._variants)
+        self._valid = valid
+        self._valid_params = _valid_params(valid, self._variants, self.name)
         launch_reads = {name for params in self._launch_params.values() for name in params}
         self._template.check_params(self._variants, launch_reads)
         self._parameters = tuple(self._template.signature.parameters)
@@ -279,20 +295,28 @@ class TunedKernel:
         self.__doc__ = self._template.function.__doc__
         self.function_id = identity.function_id(self._template.function)
         self._shared = self._share(
-            key=key, level=level, prune=prune, check=check, name=name, search=search, budget=budget
-        )
+            key=key, level=level, prune=prune, check=check, name=name, search=search,
+            budget=budget, valid=valid,
+        )  # fmt: skip
         self._compiler = self._shared.compiler
         self._tally, self._benchmarks = Tally(), 0
+        self._warned_slow_launch = False
         self._binder = _Binder(len(self._parameters), self._dispatch)
-        self._hooks = fastpath.Hooks(
+        self._hooks = self._fast_path_hooks()
+        _prepare_workers(self._compiler, self._variants, self.function_id)
+
+    def _fast_path_hooks(self) -> fastpath.Hooks:
+        """What this kernel's fast paths call back into it."""
+        return fastpath.Hooks(
             self.name,
-            launch,
+            self._launch,
             None if self._key is keys.default_key else self._key,
             self._dispatch,
             self._binder.by_classes,
             self._numba_launch,
+            self._valid,
+            tuple(self._valid_params),
         )
-        _prepare_workers(self._compiler, self._variants, self.function_id)
 
     def _share(self, **settings: Any) -> _Shared:
         """The state this kernel shares with tuned kernels of the same code and settings."""
@@ -331,7 +355,11 @@ class TunedKernel:
         key = self._key(args)
         winner = _known(state, key, self.name)
         if winner is None:
+            if is_empty(self._launch_config(args, self.reference_variant)):
+                return  # nothing to do, and nothing to tune (empty inputs, say)
             winner, _ = self._answer(state, key, args, stream, force=False, serve=True)
+        if self._valid is not None and not self.is_valid(winner.variant, *args):
+            winner = self._valid_winner(winner, args)
         self._launch_winner(state, winner, args, stream)
 
     def _launch_winner(
@@ -339,8 +367,10 @@ class TunedKernel:
     ) -> None:
         """Launch ``winner`` through the fast path for the signature of ``args`` (made if
         needed), or through numba where no fast path serves them."""
-        kernel = self._compiled(winner.variant, args)
         config = launch_config(self._launch, args, winner.params, self.name)
+        if is_empty(config):
+            return
+        kernel = self._compiled(winner.variant, args)
         if settings.fast_launch and not SIMULATOR:
             path = self._fast_path(state, kernel, args)
             if (
@@ -431,9 +461,7 @@ class TunedKernel:
         handle = raw_stream(stream)
         if handle != monitor.stream:
             monitor.watch(handle, tuple(a for a in args if is_array(a)), None, stream)
-        plan = levels.plan(
-            self.name, key, self._variants, self._level or settings.level, self._prune
-        )
+        plan = self._plan(key, args)
         check = self._check or (checks.Check() if settings.check else None)
         search = Search(
             self._strategy or settings.search,
@@ -481,6 +509,7 @@ class TunedKernel:
             trials.trials().start()
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
+        self._time_launch_function(job.args, report.best_variant)
         if report.source is Source.BENCHMARK:
             with self._lock:
                 self._benchmarks += 1
@@ -491,6 +520,36 @@ class TunedKernel:
             compile_s=report.compile_s - trial_s,
             trial_s=trial_s,
         )
+
+    def _plan(self, key: Hashable, args: tuple[Any, ...]) -> levels.Plan:
+        """The variants a tuning of ``key`` tries: pruned, valid for ``args``, by level."""
+        level = self._level or settings.level
+        plan = levels.plan(self.name, key, self._variants, level, self._prune)
+        if self._valid is None:
+            return plan
+        return plan.keeping(lambda variant: self.is_valid(variant, *args), self.name)
+
+    def _time_launch_function(self, args: tuple[Any, ...], variant: Variant) -> None:
+        """Time the launch function for the tuned winner (it runs on every launch); warn once,
+        naming it, when it is slow (a copy from the device in it, say)."""
+        params = self._launch_params[variant]
+        times = []
+        for _ in range(_LAUNCH_FUNCTION_CALLS):
+            started = time.perf_counter()
+            self._launch(*args, **params)
+            times.append(time.perf_counter() - started)
+        cost = sorted(times)[len(times) // 2]
+        if cost > _SLOW_LAUNCH_FUNCTION_S and not self._warned_slow_launch:
+            self._warned_slow_launch = True
+            logger.warning(
+                "numbatune: %s: its launch function %s takes %.0f us a call (median of %d "
+                "while tuning), paid on every launch; compute values it reads from the device "
+                "once and pass them as scalar arguments instead (see the porting guide)",
+                self.name,
+                getattr(self._launch, "__qualname__", repr(self._launch)),
+                cost * 1e6,
+                _LAUNCH_FUNCTION_CALLS,
+            )
 
     def _served(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> TuneReport:
         """A key the ``on_miss`` setting says not to tune now: the winner of the nearest tuned
@@ -594,10 +653,21 @@ class TunedKernel:
         """The launch configuration the launch function gives ``variant`` for ``args``."""
         return launch_config(self._launch, args, self._launch_params[variant], self.name)
 
+    def _runnable_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
+        """The launch configuration of ``variant`` for ``args``, for tuning to run: an empty
+        one is refused (an empty launch has nothing to measure)."""
+        config = self._launch_config(args, variant)
+        if is_empty(config):
+            raise ValueError(
+                f"{self.name}: the launch function gives {variant.params} an empty grid "
+                f"{config[0]} for these arguments: nothing to run"
+            )
+        return config
+
     def _launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
         """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
         configuration its launch function gives for ``args``."""
-        config = self._launch_config(args, variant)
+        config = self._runnable_config(args, variant)
         launch = numba_launch(kernel)
         return lambda args, stream: launch(args, config, stream)
 
@@ -619,7 +689,7 @@ class TunedKernel:
                 dispatcher = self._compiler.dispatcher(variant)
                 arrived(variant, self._launcher(variant, dispatcher, args))
 
-        config = functools.partial(self._launch_config, args)
+        config = functools.partial(self._runnable_config, args)
         trying = _Trying(self._compiler, self._tally, config, args, stream, may_run)
         try:
             compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
@@ -663,6 +733,38 @@ class TunedKernel:
         the kernel's module gives them), else the first."""
         return self._template.default_variant(self._variants) or self._variants[0]
 
+    def is_valid(self, variant: Variant, *args: Any) -> bool:
+        """Whether ``variant`` may run on ``args``, as the ``valid`` function says (every
+        variant may where the kernel has none)."""
+        if self._valid is None:
+            return True
+        params = self._valid_params[self._index[variant]]
+        try:
+            return bool(self._valid(*args, **params))
+        except Exception as error:
+            raise LaunchFunctionError(
+                f"{self.name}: the valid function raised {type(error).__name__}: {error} "
+                f"(called with the arguments and {params})"
+            ) from error
+
+    def _valid_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
+        """For a call the key's ``winner`` is not valid for: the fastest variant measured for
+        the key that is."""
+        timed = sorted(
+            (result.median_s, self._index[result.variant])
+            for result in winner.report.results
+            if result.median_s is not None and self.is_valid(result.variant, *args)
+        )
+        if not timed:
+            raise ValueError(
+                f"{self.name}: the winner for key {key_text(winner.report.key)} "
+                f"({winner.variant.label}) is not valid for these arguments, and no other "
+                "variant measured for that key is; give a key that tells these arguments apart "
+                "(key=...), so that they are tuned on their own"
+            )
+        variant = self._variants[timed[0][1]]
+        return Winner(timed[0][1], variant, self._launch_params[variant], winner.report)
+
     @property
     def variants(self) -> list[Variant]:
         """The variants, in the order given."""
@@ -692,7 +794,10 @@ class TunedKernel:
         if variant not in self._index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
         self._check_arguments(args)
-        self._launcher(variant, self._compiled(variant, args), args)(args, stream)
+        if not self.is_valid(variant, *args):
+            raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
+        if not is_empty(self._launch_config(args, variant)):
+            self._launcher(variant, self._compiled(variant, args), args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed (always with ``force``) without launching on them.
@@ -705,6 +810,9 @@ class TunedKernel:
         known = _known(state, key, self.name)
         served = known is not None and known.report.source in _SERVED
         winner, report = self._answer(state, key, args, stream, force=force or served)
+        if self._valid is not None and not self.is_valid(winner.variant, *args):
+            winner = self._valid_winner(winner, args)
+            report = dataclasses.replace(report, best_index=winner.index)
         launch_config(self._launch, args, winner.params, self.name)
         return report
 
@@ -746,6 +854,20 @@ def _check_parameter_names(
             f"kernel ({', '.join(parameters)}); the launch function gets both, so rename the "
             "parameters (and the globals the kernel reads)"
         )
+
+
+def _valid_params(
+    valid: Callable[..., bool] | None, variants: Sequence[Variant], name: str
+) -> list[dict[str, Any]]:
+    """Validate ``valid=``; the parameters it takes, by variant index."""
+    if valid is None:
+        return []
+    if not callable(valid):
+        raise TypeError(
+            f"autotune({name}): valid must be a function (*args, **params) -> bool saying "
+            f"whether a variant may run on the arguments, got {valid!r}"
+        )
+    return list(launch_params(valid, variants).values())
 
 
 def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> frozenset[str]:

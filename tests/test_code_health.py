@@ -96,6 +96,9 @@ def test_functions_fit_on_a_screen_unless_their_docstring_says_why():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = node.end_lineno - node.lineno + 1
+                body = node.body
+                if ast.get_docstring(node) is not None:  # the docstring is not code
+                    lines -= body[0].end_lineno - body[0].lineno + 1
                 if lines > 60 and "one piece" not in (ast.get_docstring(node) or ""):
                     long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} {lines}")
     assert long == []
