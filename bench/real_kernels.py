@@ -161,11 +161,11 @@ def _check(module: ModuleType, theirs: Any, ours: Any, calls: int) -> tuple[bool
             launch(inputs, module.arguments(inputs, call))
     measuring.synchronize()
     expected, got = module.outputs(theirs), module.outputs(ours)
-    try:
-        for name, value in expected.items():
-            np.testing.assert_allclose(got[name], value, err_msg=name, **module.TOLERANCE)
-    except AssertionError as error:
-        return False, str(error)[:2000]
+    for name, value in expected.items():
+        try:
+            np.testing.assert_allclose(got[name], value, **module.TOLERANCE)
+        except AssertionError as error:
+            return False, f"{name}: {str(error).strip()}"[:2000]
     return True, None
 
 
