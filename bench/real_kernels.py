@@ -306,9 +306,11 @@ def table(result: dict[str, Any]) -> str:
 
     rows = []
     for name, row in result["kernels"].items():
-        if "error" in row or "skipped" in row:
-            why = "FAILED: " + row["error"].strip().splitlines()[-1] if "error" in row else ""
-            rows.append([name, why or "skipped: " + row["skipped"], "", "", "", "", ""])
+        if "error" in row:
+            rows.append([name, *"-----", "FAILED: " + row["error"].strip().splitlines()[-1]])
+            continue
+        if "skipped" in row:
+            rows.append([name, *"-----", "skipped: " + row["skipped"]])
             continue
         wall, device = row["wall_us"], row["device_us"]
         rows.append(
