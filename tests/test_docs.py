@@ -2,11 +2,14 @@
 anchor, page left out of the navigation, or docstring the API reference cannot read."""
 
 import ast
+import doctest
+import inspect
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +136,119 @@ def test_relative_links_of_the_top_level_pages_lead_to_files():
         for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", _strip_code(page.read_text())):
             if "://" not in target:
                 assert (page.parent / target).exists(), f"{page.name}: {target}"
+
+
+def _docstring_sections(docstring: str) -> dict[str, list[str]]:
+    """A numpy-style docstring's sections, title -> lines (the text before them under "")."""
+    lines = inspect.cleandoc(docstring).splitlines()
+    sections: dict[str, list[str]] = {"": []}
+    title, index = "", 0
+    while index < len(lines):
+        underline = lines[index + 1].strip() if index + 1 < len(lines) else ""
+        if lines[index].strip() and len(underline) >= 3 and set(underline) == {"-"}:
+            title, index = lines[index].strip(), index + 2
+            sections[title] = []
+            continue
+        sections[title].append(lines[index])
+        index += 1
+    return sections
+
+
+def _parameter_entries(docstring: str) -> dict[str, str]:
+    """Each parameter a docstring's Parameters section documents -> its description."""
+    entries: dict[str, str] = {}
+    names: list[str] = []
+    for line in _docstring_sections(docstring).get("Parameters", []):
+        if line and not line.startswith(" "):
+            names = [part.strip().lstrip("*") for part in line.split(" : ")[0].split(",")]
+            entries.update(dict.fromkeys(names, ""))
+        else:
+            for name in names:
+                entries[name] += line.strip() + " "
+    return entries
+
+
+def _public_api() -> list[tuple[str, Any]]:
+    """The functions, classes and methods of the public API whose parameters users pass."""
+    import numbatune
+    import numbatune.testing
+
+    exported = {name: getattr(numbatune, name) for name in numbatune.__all__}
+    device_functions = {  # numba device functions, such as nonnegative
+        name
+        for name, value in exported.items()
+        if not isinstance(value, type) and hasattr(value, "py_func")
+    }
+    functions = [
+        (f"numbatune.{name}", value)
+        for name, value in exported.items()
+        if inspect.isfunction(value) or name in device_functions
+    ]
+    members = [
+        "Variant",
+        "Variant.priority_for",
+        "Budget",
+        "Budget.parse",
+        "Strategy.for_space",
+        "Check",
+        "Check.tolerance",
+        "TuneReport.fastest",
+        "TunedKernel.__call__",
+        "TunedKernel.tune",
+        "TunedKernel.best",
+        "TunedKernel.run_variant",
+        "TunedKernel.with_variants",
+    ]
+    for path in members:
+        found: Any = numbatune
+        for part in path.split("."):
+            found = getattr(found, part)
+        functions.append((f"numbatune.{path}", found))
+    functions += [
+        (f"numbatune.testing.{name}", getattr(numbatune.testing, name))
+        for name in dir(numbatune.testing)
+        if not name.startswith("_")
+        and inspect.isfunction(getattr(numbatune.testing, name))
+        and getattr(numbatune.testing, name).__module__ == "numbatune.testing"
+    ]
+    return functions
+
+
+@pytest.mark.parametrize(
+    "path, api", _public_api(), ids=lambda value: value if isinstance(value, str) else ""
+)
+def test_every_parameter_of_the_public_api_is_documented(path, api):
+    function = getattr(api, "py_func", api)
+    parameters = [
+        name for name in inspect.signature(function).parameters if name not in ("self", "cls")
+    ]
+    documented = _parameter_entries(api.__doc__ or "")
+    assert set(parameters) <= set(documented), (
+        f"{path}: parameters {sorted(set(parameters) - set(documented))} are not in its "
+        "docstring's Parameters section"
+    )
+    assert set(documented) <= set(parameters), f"{path}: documents {sorted(documented)}"
+    assert all(documented.values()), f"{path}: a parameter without a description"
+
+
+def test_autotune_documents_every_search_strategy():
+    import numbatune
+
+    search = _parameter_entries(numbatune.autotune.__doc__)["search"]
+    assert all(f'``"{strategy.value}"``' in search for strategy in numbatune.Strategy)
+
+
+def test_the_api_examples_give_what_they_show():
+    import numbatune
+
+    finder, runner = doctest.DocTestFinder(recurse=False), doctest.DocTestRunner()
+    examples = [
+        test
+        for path, api in _public_api()
+        for test in finder.find(getattr(api, "py_func", api), path, globs=dict(vars(numbatune)))
+        if test.examples
+    ]
+    assert len(examples) >= 4  # Variant, product, Budget, anchor
+    for test in examples:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
