@@ -39,8 +39,17 @@ def test_the_documentation_site_builds_strictly(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    site = tmp_path / "site"
+    api = (site / "api" / "index.html").read_text()
     assert "Make a numba CUDA kernel tune its compile-time parameters" in api  # a docstring
+    assert "Parameters:" in api and not re.search(r":(class|func|meth|attr|mod):`", api)
+    # The home page includes README.md's quickstart itself, not the include line.
+    home = (site / "index.html").read_text()
+    assert "fastest" in home and "--8&lt;--" not in home
+    # Raw data stays out of the site: its only JSON is the search index mkdocs makes.
+    assert [path.relative_to(site) for path in site.rglob("*.json")] == [
+        Path("search/search_index.json")
+    ]
 
 
 def _readme_quickstart() -> str:
