@@ -77,8 +77,8 @@ def per_round_us(
 
 
 #: The host's speed in issue 21's run: numba's ``cfg(...)`` took 27.8 us per call. The host of
-#: a loan changes speed by up to 1.9x from one round to the next (docs/benchmarks.md, section
-#: 7), moving numba's launch and numbatune's hit alike.
+#: a loan changes speed by up to 1.9x from one round to the next (docs/benchmarks.md, "The
+#: machine"), moving numba's launch and numbatune's hit alike.
 ISSUE_HOST_US = 28.0
 
 

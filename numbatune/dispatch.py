@@ -74,38 +74,9 @@ def autotune(
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
-    ``kernel`` is a ``numba.cuda.jit`` kernel or a plain Python kernel function. Each variant
-    (a dict of the global names the kernel reads, or a :class:`Variant` with jit options) is
-    compiled as a kernel of its own in which those names are constants. ``launch`` is called as
-    ``launch(*args, **params)`` with the call's arguments and the parameters of a variant that
-    it names (all of them if it takes ``**kwargs``), and returns ``(grid, block)`` or
-    ``(grid, block, dynamic_shared_memory_bytes)``.
-
-    ``key`` chooses which calls share a result. By default: calls whose array arguments have
-    the same shapes rounded up to powers of two (:func:`anchor`), dtypes and layouts. A name or
-    a list of names: for each named array its anchored shape, dtype and layout, for each named
-    scalar its value. A function: called with the kernel's arguments, its (hashable) result.
-    The dtype, layout and number of dimensions of every array argument are always part of it.
-
-    ``prune(key, variants)`` returns the variants worth trying for a key, before any is
-    compiled. ``level`` (``minimal``, ``balanced``, ``extensive`` or ``full``; by default the
-    ``level`` setting, ``NUMBATUNE_LEVEL``) bounds how many priority groups of the variants are
-    tried: ``minimal`` the variants of the highest :attr:`Variant.priority` only, ``balanced``
-    two groups, ``extensive`` three, ``full`` all; the next group is tried only when all fail.
-
-    ``check=True`` (or ``numbatune.Check(rtol=, atol=, reference=)``; by default the ``check``
-    setting, ``NUMBATUNE_CHECK``) compares every variant's outputs with a reference while a key
-    is tuned: a variant that disagrees cannot win, and the report says where it differed.
-
-    Every run while tuning starts from the arguments as the caller passed them: arrays a run
-    may change are copied back before each run, outside the timed region, so kernels that write
-    their inputs (a counter, an accumulator) are timed and checked as they would run once.
-    ``read_only=["x", "y"]`` names arguments it only reads (through device functions, say).
-
-    ``search`` (``auto``, ``exhaustive``, ``random``, ``pattern``) chooses the variants a key's
-    tuning measures, ``budget`` (a :class:`Budget`, a number of variants, or ``"60s"``) when a
-    search stops; by default the settings ``search`` and ``search_budget``. ``auto`` measures
-    every variant of spaces of up to 100 and searches larger ones (numbatune.tuning.search).
+    Each variant is compiled as a kernel of its own in which the global names it sets are
+    constants. The first call for a key measures the variants on copies of the arguments and
+    launches the fastest; later calls with the same key launch it directly.
 
     ``valid`` (optional) is called like ``launch``, as ``valid(*args, **params)``, and says
     whether a variant may run on these arguments (a tile that must divide the size, say): a
@@ -115,6 +86,92 @@ def autotune(
 
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
+
+    Parameters
+    ----------
+    kernel
+        A ``numba.cuda.jit`` kernel or a plain Python kernel function. Leave it out to use
+        ``autotune(...)`` as a decorator.
+    variants
+        The points of the tuning space: dicts of the global names the kernel reads and their
+        values, or `Variant` objects, which also carry ``numba.cuda.jit`` options and a
+        priority. `product` builds them from lists of values. At least one.
+    launch
+        Called as ``launch(*args, **params)`` with the call's arguments and the parameters of a
+        variant that it names (all of them if it takes ``**kwargs``); returns ``(grid, block)``
+        or ``(grid, block, dynamic_shared_memory_bytes)``.
+    key
+        Which calls share a tuning result. None (the default): calls whose array arguments
+        have the same shapes rounded up to powers of two (`anchor`), dtypes and layouts. A name
+        or a list of names: for each named array its anchored shape, dtype and layout, for each
+        named scalar its value. A function: called with the kernel's arguments, its (hashable)
+        result. The dtype, layout and number of dimensions of every array argument are always
+        part of the key.
+    name
+        The tuned kernel's name in messages and logs; by default the kernel function's name.
+    level
+        How many priority groups of the variants a key's tuning tries: ``"minimal"`` the
+        variants of the highest `Variant` priority only, ``"balanced"`` two groups,
+        ``"extensive"`` three, ``"full"`` all; the next group is tried only when all of them
+        fail. None: the ``level`` setting (``NUMBATUNE_LEVEL``, default ``"full"``).
+    prune
+        ``prune(key, variants)`` returns the variants worth trying for a key, before any is
+        compiled.
+    check
+        True, or a `Check` (tolerances, a reference), compares every variant's outputs with a
+        reference while a key is tuned: a variant that disagrees cannot win, and the report
+        says where it differed. None: the ``check`` setting (``NUMBATUNE_CHECK``, default off).
+    read_only
+        Names of arguments the kernel only reads (through device functions, say). Every run
+        while tuning starts from the arguments as the caller passed them: arrays a run may
+        change are copied back before each run, outside the timed region. Arrays the kernel's
+        own code only reads or only writes are found from its source and not copied either.
+    search
+        How a key's tuning chooses the variants it measures: ``"auto"`` (every variant of
+        spaces of up to 100, a pattern search of larger ones), ``"exhaustive"`` (every
+        variant), ``"pattern"`` (a local search over the parameter grid from the kernel as
+        written and the winners of nearby keys), ``"model"`` (a random forest fitted to the
+        times so far picks the next variants; needs ``numbatune[model]``) or ``"random"``.
+        None: the ``search`` setting (``NUMBATUNE_SEARCH``, default ``"auto"``).
+    budget
+        When a search stops: a `Budget`, a number of variants, or its text (``"200"``,
+        ``"60s"``, ``"200,60s"``, ``"unlimited"``). An exhaustive tuning ignores it. None: the
+        ``search_budget`` setting (default 100 variants).
+
+    Returns
+    -------
+    TunedKernel
+        The tuned kernel; or, with ``kernel`` left out, a decorator that makes one.
+
+    Raises
+    ------
+    TypeError
+        An option of the wrong kind: a kernel that is neither a function nor a numba kernel, a
+        launch or prune that is not callable, variants that are not dicts or `Variant`
+        objects, a budget of another type. The message names the kernel and the option.
+    ValueError
+        An option with a wrong value: no variants, or one listed twice; a variant parameter
+        that neither the kernel, its device functions nor the launch function reads, or that
+        the kernel assigns or takes as an argument; an unknown level or search; ``read_only``
+        names that are not arguments; a budget that cannot be read.
+    ImportError
+        ``search="model"`` without scikit-learn installed.
+
+    Examples
+    --------
+    ```python
+    BLOCK = 128
+
+    @nt.autotune(
+        variants=nt.product(BLOCK=[64, 128, 256]),
+        launch=lambda x, out, *, BLOCK: (nt.cdiv(out.shape[0], BLOCK), BLOCK),
+    )
+    @cuda.jit
+    def double(x, out):
+        i = cuda.blockIdx.x * BLOCK + cuda.threadIdx.x
+        if i < out.shape[0]:
+            out[i] = 2 * x[i]
+    ```
     """
 
     options = dict(
@@ -244,7 +301,17 @@ class _Trying:
 
 
 class TunedKernel:
-    """A kernel with several compile-time variants that launches the fastest for each key."""
+    """A kernel with several compile-time variants that launches the fastest for each key.
+
+    Made by `autotune`, whose parameters it takes. Call it like the kernel:
+    ``kernel(*args)`` or ``kernel(*args, stream=s)``; `tune` and `best` tune without
+    launching and say what was chosen.
+
+    Attributes
+    ----------
+    name : str
+        The name in messages and logs (``autotune(name=...)``, or the kernel function's).
+    """
 
     def __init__(
         self,
@@ -340,11 +407,34 @@ class TunedKernel:
     def __call__(self, *args: Any, stream: Any = None) -> None:
         """Launch the fastest variant for these arguments, tuning first if the key is new.
 
-        ``stream`` is a numba, torch or CuPy stream or a raw ``CUstream`` handle. With None, the
-        kernel goes to the current stream of torch or CuPy when the arguments are theirs (as
-        Triton does), else to numba's default stream. Arrays of torch or CuPy used on another
-        stream make it wait on the device for their current stream, as their
-        ``__cuda_array_interface__`` asks.
+        Parameters
+        ----------
+        *args
+            The kernel's arguments: numba device arrays, CuPy arrays, torch tensors on the GPU
+            (anything with ``__cuda_array_interface__``) and scalars. Host NumPy arrays are
+            refused.
+        stream
+            A numba, torch, CuPy or cuda.core stream, or a raw ``CUstream`` handle. None: the
+            current stream of torch or CuPy when the arguments are theirs (as Triton does),
+            else numba's default stream. Arrays of torch or CuPy used on another stream make
+            the launch wait on the device for their current stream, as their
+            ``__cuda_array_interface__`` asks.
+
+        Raises
+        ------
+        TypeError
+            The wrong number of arguments, or an argument of the wrong kind (a host array, a
+            scalar where the kernel indexes an array), named in the message.
+        ValueError
+            An array on another GPU than the current one.
+        TuningError
+            Every variant failed for this key; the message names each and its error.
+        TuningKeyError
+            The key of the call could not be computed, or cannot be a cache key.
+        LaunchFunctionError
+            The launch function raised.
+        StreamError
+            ``stream`` cannot take launches (destroyed, or of another context).
         """
         self._binder.entry(args, stream)
 
@@ -717,9 +807,11 @@ class TunedKernel:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Work this tuned kernel caused so far: kernels compiled (here or in worker
-        processes; variants that differ only in what the launch function reads share one),
-        kernels loaded from the disk, and keys benchmarked."""
+        """Work this tuned kernel caused so far, by kind.
+
+        ``"compiles"``: kernels compiled, here or in worker processes (variants that differ
+        only in what the launch function reads share one); ``"loaded"``: kernels loaded from
+        the disk cache; ``"benchmarks"``: keys whose variants were measured."""
         return {
             "compiles": self._tally.compiles,
             "loaded": self._tally.loaded,
@@ -728,7 +820,7 @@ class TunedKernel:
 
     @property
     def reference_variant(self) -> Variant:
-        """The variant check mode and :func:`numbatune.testing.assert_variants_agree` compare
+        """The variant that check mode and `numbatune.testing.assert_variants_agree` compare
         the others with: the one equal to the kernel as written (its parameters have the values
         the kernel's module gives them), else the first."""
         return self._template.default_variant(self._variants) or self._variants[0]
@@ -773,13 +865,32 @@ class TunedKernel:
     def with_variants(
         self, variants: Iterable[Variant | Mapping[str, Any]], **options: Any
     ) -> TunedKernel:
-        """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``,
-        with the :func:`autotune` options given here changed (``search=``, ``budget=``, ...).
+        """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``.
 
         For trying a few variants while developing, under numba's simulator (see
-        :func:`numbatune.testing.covering_variants`), or a wider space searched. It tunes and
+        `numbatune.testing.covering_variants`), or a wider space searched. It tunes and
         compiles on its own; its results share this kernel's name in the disk cache, where the
         differing variants make each one tune again over the other's.
+
+        Parameters
+        ----------
+        variants
+            The new kernel's variants, as for `autotune`.
+        **options
+            `autotune` options to change (``search=``, ``budget=``, ``key=``, ...); the others
+            are this kernel's.
+
+        Returns
+        -------
+        TunedKernel
+            The new tuned kernel.
+
+        Raises
+        ------
+        TypeError
+            An option that `autotune` does not have, or one `autotune` refuses.
+        ValueError
+            As `autotune` raises for the new variants and options.
         """
         unknown = sorted(set(options) - set(self._made_from) - {"kernel", "launch"})
         if unknown:
@@ -789,7 +900,24 @@ class TunedKernel:
     def run_variant(
         self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = None
     ) -> None:
-        """Launch one given variant on ``args``, as if it had won (compiling it if needed)."""
+        """Launch one given variant on ``args``, as if it had won (compiling it if needed).
+
+        Parameters
+        ----------
+        variant
+            One of this kernel's variants, or the dict of its parameters.
+        *args
+            The kernel's arguments, as for a call.
+        stream
+            The stream to launch on, as for a call.
+
+        Raises
+        ------
+        ValueError
+            ``variant`` is not one of this kernel's variants.
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
+        """
         variant = variant if isinstance(variant, Variant) else Variant(variant)
         if variant not in self._index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
@@ -800,10 +928,30 @@ class TunedKernel:
             self._launcher(variant, self._compiled(variant, args), args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
-        """Tune for these arguments if needed (always with ``force``) without launching on them.
+        """Tune for these arguments if needed, without launching on them.
 
-        Returns the report: ``key``, ``best`` (the winner's parameters), ``source`` (where the
-        answer came from) and ``results`` (one record per variant).
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call. Tuning runs on copies of them.
+        force
+            Tune again even if the key has a stored result.
+        stream
+            The stream to tune on, as for a call.
+
+        Returns
+        -------
+        TuneReport
+            The key's report: ``key``, ``best`` (the winner's parameters), ``source`` (where
+            the answer came from: ``"benchmark"``, ``"memory"``, ``"disk"``, ...), the time spent
+            compiling and measuring, and ``results``, one record per variant.
+
+        Raises
+        ------
+        TuningError
+            Every variant failed for this key.
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
         """
         self._check_arguments(args)
         state, key = self._device_state(), self._key(args)
@@ -817,9 +965,28 @@ class TunedKernel:
         return report
 
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
-        """The winning variant's parameters for these arguments, tuning first if needed (never
-        launching on them): for host code that depends on the winner, as a buffer of one
-        partial result per block sized from the tuned block count."""
+        """The winning variant's parameters for these arguments, tuning first if needed.
+
+        Never launches on the arguments. For host code that depends on the winner, such as a
+        buffer of one partial result per block sized from the tuned block count.
+
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call.
+        stream
+            The stream to tune on, as for a call.
+
+        Returns
+        -------
+        dict
+            The winner's compile-time parameters, e.g. ``{"BLOCK": 128}``.
+
+        Raises
+        ------
+        TuningError
+            Every variant failed for this key.
+        """
         return self.tune(*args, stream=stream).best
 
     def __getitem__(self, config: Any) -> Any:

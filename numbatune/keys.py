@@ -24,7 +24,36 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     """Round ``x`` up to a power of ``base``, then clamp it to ``[min, max]``.
 
     Sizes that round to the same anchor share a tuning result, so a kernel is tuned once for
-    1000 and 1024 elements (cubecl's ``anchor``). ``anchor(0)`` and ``anchor(1)`` are 1.
+    1000 and 1024 elements (cubecl's ``anchor``). The default key anchors every array's shape
+    this way; use it in a key function of your own.
+
+    Parameters
+    ----------
+    x
+        A size, an integer >= 0. ``anchor(0)`` and ``anchor(1)`` are 1.
+    max
+        The largest anchor to return, or None for no limit.
+    min
+        The smallest anchor to return, or None for no limit.
+    base
+        The base of the powers, an integer >= 2.
+
+    Returns
+    -------
+    int
+        The anchor.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an integer.
+    ValueError
+        ``x`` is negative, or ``base`` is not an integer >= 2.
+
+    Examples
+    --------
+    >>> anchor(1000), anchor(1025), anchor(5000, max=4096), anchor(10, base=4)
+    (1024, 2048, 4096, 16)
     """
     if not is_integer(x):
         raise TypeError(f"anchor: x must be a non-negative integer, got {x!r}")
