@@ -78,12 +78,6 @@ def autotune(
     constants. The first call for a key measures the variants on copies of the arguments and
     launches the fastest; later calls with the same key launch it directly.
 
-    ``valid`` (optional) is called like ``launch``, as ``valid(*args, **params)``, and says
-    whether a variant may run on these arguments (a tile that must divide the size, say): a
-    key's tuning tries only the variants valid for the arguments it is tuned with, and a call
-    for which the key's winner is not valid launches the fastest variant measured for that
-    key that is, or raises ``ValueError`` when none is.
-
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
 
@@ -137,6 +131,12 @@ def autotune(
         When a search stops: a `Budget`, a number of variants, or its text (``"200"``,
         ``"60s"``, ``"200,60s"``, ``"unlimited"``). An exhaustive tuning ignores it. None: the
         ``search_budget`` setting (default 100 variants).
+    valid
+        Called like ``launch``, as ``valid(*args, **params)``: whether a variant may run on
+        these arguments (a tile that must divide the size, say). A key's tuning tries only the
+        variants valid for the arguments it is tuned with; a call for which the key's winner is
+        not valid launches the fastest variant measured for that key that is, and raises
+        ``ValueError`` when none is. None: every variant may run on any arguments.
 
     Returns
     -------
@@ -153,7 +153,8 @@ def autotune(
         An option with a wrong value: no variants, or one listed twice; a variant parameter
         that neither the kernel, its device functions nor the launch function reads, or that
         the kernel assigns or takes as an argument; an unknown level or search; ``read_only``
-        names that are not arguments; a budget that cannot be read.
+        names that are not arguments; a budget that cannot be read. At a call: no variant
+        valid for the arguments (``valid``).
     ImportError
         ``search="model"`` without scikit-learn installed.
 
@@ -826,8 +827,26 @@ class TunedKernel:
         return self._template.default_variant(self._variants) or self._variants[0]
 
     def is_valid(self, variant: Variant, *args: Any) -> bool:
-        """Whether ``variant`` may run on ``args``, as the ``valid`` function says (every
-        variant may where the kernel has none)."""
+        """Whether ``variant`` may run on ``args``, as the kernel's ``valid`` function says.
+
+        Parameters
+        ----------
+        variant
+            One of this kernel's variants.
+        *args
+            The kernel's arguments, as for a call.
+
+        Returns
+        -------
+        bool
+            What ``valid(*args, **params)`` says; True for every variant where the kernel
+            has no ``valid`` function.
+
+        Raises
+        ------
+        LaunchFunctionError
+            The ``valid`` function raised; the message names the parameters it was called with.
+        """
         if self._valid is None:
             return True
         params = self._valid_params[self._index[variant]]
@@ -914,7 +933,8 @@ class TunedKernel:
         Raises
         ------
         ValueError
-            ``variant`` is not one of this kernel's variants.
+            ``variant`` is not one of this kernel's variants, or the kernel's ``valid`` function
+            says it may not run on ``args``.
         TypeError
             The arguments are not what the kernel takes, as for a call.
         """
