@@ -7,6 +7,7 @@ Under the simulator the examples run at small sizes and the times mean nothing a
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -56,7 +57,15 @@ def examples_of(module: ModuleType) -> list[Example]:
 
 
 def load_examples(directory: Path) -> list[Example]:
-    """The example functions of every module in ``directory``, by file name."""
+    """The example functions of every module in ``directory``, by file name.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``directory`` is not a folder.
+    """
+    if not directory.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no such folder", str(directory))
     return [
         example
         for path in sorted(directory.glob("*.py"))

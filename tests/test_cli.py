@@ -15,12 +15,23 @@ from numbatune.devices import current_kind
 from tests.kernels import forget_shared_state, load_example
 
 
+def few_saxpy():
+    """examples/saxpy.py's kernel, loaded afresh, over four variants (two block sizes, two
+    items per thread): few, for the simulator."""
+    saxpy = load_example("saxpy").saxpy
+    return saxpy.with_variants(nt.product(BLOCK=[128, 1024], ITEMS=[1, 8], VEC=[1]))
+
+
+def saxpy_arguments():
+    x = cuda.to_device(np.ones(100, np.float32))
+    return np.float32(2.0), x, x, cuda.device_array(100, np.float32)
+
+
 @pytest.fixture
 def tuned_saxpy():
     """saxpy tuned for one key, its result on disk."""
-    saxpy = load_example("saxpy").saxpy
-    x = cuda.to_device(np.ones(100, np.float32))
-    saxpy.tune(np.float32(2.0), x, x, cuda.device_array(100, np.float32), force=True)
+    saxpy = few_saxpy()
+    saxpy.tune(*saxpy_arguments(), force=True)
     return saxpy
 
 
@@ -63,9 +74,8 @@ def test_export_clear_import_round_trip_answers_from_disk(
     status, _, err = run(capsys, "cache", "import", str(shipped))
     assert status == 0 and "imported 1" in err
     forget_shared_state(monkeypatch)
-    fresh = load_example("saxpy").saxpy  # a new kernel object, as in a new process
-    x = cuda.to_device(np.ones(100, np.float32))
-    report = fresh.tune(np.float32(2.0), x, x, cuda.device_array(100, np.float32))
+    fresh = few_saxpy()  # a new kernel object, as in a new process
+    report = fresh.tune(*saxpy_arguments())
     assert report.source == "disk" and fresh.stats["benchmarks"] == 0
     status, _, err = run(capsys, "cache", "import", str(shipped))
     assert "imported 0" in err and "1 already in the cache" in err
@@ -82,7 +92,7 @@ def test_import_skips_other_devices_and_refuses_bad_files(capsys, tmp_path, tune
     for text in ("not json", json.dumps({"format": "numbatune-cache", "version": 99})):
         shipped.write_text(text)
         status, _, err = run(capsys, "cache", "import", str(shipped))
-        assert status == 1 and "numbatune cache:" in err
+        assert status == 2 and str(shipped) in error_line(err)
     document["entries"][0]["entry"]["best_index"] = 99
     shipped.write_text(json.dumps(document))
     with pytest.raises(nt.CacheFileError, match="an entry is not"):
@@ -97,9 +107,45 @@ def test_report_prints_the_table_and_draws_a_heat_map(capsys, tmp_path, tuned_sa
     assert picture.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_failures_exit_1_and_usage_errors_exit_2(capsys):
-    status, _, err = run(capsys, "cache", "show", "no_such_kernel")
-    assert status == 1 and "no stored result for no_such_kernel" in err
+def error_line(err: str) -> str:
+    """The one line a mistake ends in (asserted to be one, and numbatune's)."""
+    [line] = err.strip().splitlines()
+    assert line.startswith("numbatune: error: ")
+    return line
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["compile", "nonexist.py", "--cc", "9.0"], "nonexist.py: no such file"),
+        (["cache", "show", "no_such_kernel"], "no stored result for no_such_kernel"),
+        (["report", "no_such_kernel"], "no stored result for no_such_kernel"),
+        (["cache", "import", "nonexist.json"], "nonexist.json"),
+        (["cache", "export", "{tmp}/missing/tuned.json"], "there is no folder {tmp}/missing"),
+        (["cache", "export", "{tmp}"], "it is a folder"),
+        (["report", "saxpy", "-o", "{tmp}/missing/times.png"], "there is no folder"),
+        (["report", "saxpy", "-o", "{tmp}"], "it is a folder"),
+        (["sweep", "{tmp}/record.jsonl", "-o", "{tmp}/missing/out.json"], "no folder"),
+        (["demo", "--examples", "{tmp}/missing"], "{tmp}/missing: no such folder"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_mistakes_end_in_one_line_and_status_2(capsys, tmp_path, argv, says):
+    status, out, err = run(capsys, *[word.format(tmp=tmp_path) for word in argv])
+    assert status == 2 and out == ""
+    assert says.format(tmp=tmp_path) in error_line(err)
+
+
+def test_bugs_still_show_their_traceback(monkeypatch):
+    def broken(arguments):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("numbatune.cli._info", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        main(["info"])
+
+
+def test_usage_errors_exit_2():
     with pytest.raises(SystemExit) as usage:
         main(["cache", "frobnicate"])
     assert usage.value.code == 2
