@@ -9,6 +9,7 @@ be written, an unknown function or key), said in one line, ``numbatune: error: .
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import os
@@ -186,8 +187,29 @@ def _cache_show(arguments: argparse.Namespace) -> int:
 
 
 def _entry_data(entry: Any) -> dict[str, Any]:
+    """An entry for ``--json``: as stored, with the values of each variant's parameters and
+    jit options of their own types again (stored as text)."""
     head = {"device": entry.device, "function": entry.function, "key": entry.key}
-    return {**head, "damaged": entry.damaged} if entry.stored is None else {**head, **entry.stored}
+    if entry.stored is None:
+        return {**head, "damaged": entry.damaged}
+    results = [
+        {**result, "params": _values(result["params"]), "jit": _values(result["jit"])}
+        for result in entry.stored["results"]
+    ]
+    return {**head, **entry.stored, "results": results}
+
+
+def _values(texts: dict[str, str]) -> dict[str, Any]:
+    return {name: _value(text) for name, text in texts.items()}
+
+
+def _value(text: str) -> Any:
+    """The value a stored text (:func:`numbatune.values.stable_text`) was made from: numbers,
+    bools, strings and tuples of them; the text itself for any other value."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError):
+        return text
 
 
 def _cache_clear(arguments: argparse.Namespace) -> int:

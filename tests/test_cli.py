@@ -64,6 +64,29 @@ def test_cache_list_and_show_give_tables_and_json(capsys, tuned_saxpy):
     assert status == 0 and "BLOCK=128, ITEMS=1" in out and "*" in out
 
 
+def test_json_keeps_the_types_of_parameter_values(capsys, tmp_path, tuned_saxpy):
+    status, out, _ = run(capsys, "cache", "show", "saxpy", "--json")
+    [shown] = json.loads(out)
+    assert status == 0 and {r["params"]["BLOCK"] for r in shown["results"]} == {128, 1024}
+    # Values of other types, as a kernel's variants may have them.
+    shipped = tmp_path / "tuned.json"
+    run(capsys, "cache", "export", str(shipped))
+    document = json.loads(shipped.read_text())
+    stored = document["entries"][0]["entry"]["results"][0]
+    stored["params"] |= {"SPREAD": "True", "SCALE": "0.5", "ORDER": "'rows'", "TILE": "(4, 8)"}
+    stored["jit"] = {"fastmath": "False"}
+    shipped.write_text(json.dumps(document))
+    run(capsys, "cache", "clear")
+    run(capsys, "cache", "import", str(shipped))
+    [shown] = json.loads(run(capsys, "cache", "show", "saxpy", "--json")[1])
+    first = shown["results"][0]
+    assert first["params"] == {
+        "BLOCK": 128, "ITEMS": 1, "VEC": 1, "SPREAD": True, "SCALE": 0.5, "ORDER": "rows",
+        "TILE": [4, 8],
+    }  # fmt: skip
+    assert first["jit"] == {"fastmath": False}
+
+
 def test_export_clear_import_round_trip_answers_from_disk(
     capsys, tmp_path, tuned_saxpy, monkeypatch
 ):
