@@ -28,7 +28,7 @@ def _demo(arguments: argparse.Namespace) -> int:
     from numbatune import demo
 
     directory = arguments.examples or demo.find_examples_dir()
-    demo.main(demo.load_examples(directory), small=arguments.small)
+    demo.main(demo.load_examples(directory), small=arguments.small, every=arguments.all)
     return 0
 
 
@@ -149,8 +149,9 @@ def _cache_list(arguments: argparse.Namespace) -> int:
 
 
 def _entry_rows(entry: Any) -> list[list]:
+    key = _printed_key(entry.key)
     if entry.damaged is not None:
-        return [[entry.key, "damaged: " + entry.damaged[:80], "", "", ""]]
+        return [[key, "damaged: " + entry.damaged[:80], "", "", ""]]
     rows = []
     for index, result in enumerate(entry.stored["results"]):
         time = result["median_s"]
@@ -158,7 +159,7 @@ def _entry_rows(entry: Any) -> list[list]:
         if result.get("mismatch"):
             outcome = "wrong result: " + json.dumps(result["mismatch"])
         best = "*" if index == entry.stored["best_index"] else ""
-        rows.append([entry.key if index == 0 else "", result["variant"], outcome, best, ""])
+        rows.append([key if index == 0 else "", result["variant"], outcome, best, ""])
     stored = entry.stored
     rows[0][-1] = (
         f"compile {stored['compile_s']:.2f} s ({stored['compiles']} kernels), "
@@ -170,16 +171,39 @@ def _entry_rows(entry: Any) -> list[list]:
 _ENTRY_HEADER = ["key", "variant", "median (us)", "best", "tuning"]
 
 
-def _cache_show(arguments: argparse.Namespace) -> int:
+def _printed_key(text: str) -> str:
+    """A stored key's text as the command line prints it (:func:`numbatune.demo.key_label`),
+    or the text itself where it is not made of plain values."""
+    from numbatune.demo import key_label
+
+    try:
+        return key_label(ast.literal_eval(text))
+    except (ValueError, TypeError, SyntaxError):
+        return text
+
+
+def _stored(function: str, key: str | None = None) -> list[Any]:
+    """The stored entries of ``function`` (its full name or last part); with ``key``, of the
+    keys printed (or stored) as ``key``, else of those whose text holds it."""
     from numbatune.cache import files
 
-    found = [
-        e
-        for e in files.stored_entries(_needs_cache(), arguments.function)
-        if arguments.key is None or arguments.key in e.key
-    ]
+    found = files.stored_entries(_needs_cache(), function)
     if not found:
-        raise _Failure(f"no stored result for {arguments.function}")
+        raise _Failure(f"no stored result for {function} (numbatune cache list names those kept)")
+    if key is None:
+        return found
+    printed = [(entry, entry.key, _printed_key(entry.key)) for entry in found]
+    chosen = [e for e, *texts in printed if key in texts] or [
+        e for e, *texts in printed if any(key in text for text in texts)
+    ]
+    if not chosen:
+        keys = "; ".join(text for _, _, text in printed[:3]) + ("; ..." if len(found) > 3 else "")
+        raise _Failure(f"{function} has no stored key {key!r}; its keys: {keys}")
+    return chosen
+
+
+def _cache_show(arguments: argparse.Namespace) -> int:
+    found = _stored(arguments.function, arguments.key)
     data = [_entry_data(e) for e in found]
     rows = [row for entry in found for row in _entry_rows(entry)]
     _print(arguments, data, _ENTRY_HEADER, rows)
@@ -363,12 +387,9 @@ def _sweep(arguments: argparse.Namespace) -> int:
 
 def _report(arguments: argparse.Namespace) -> int:
     from numbatune import plot
-    from numbatune.cache import files
 
     output = None if arguments.output is None else _output(arguments.output)
-    found = files.stored_entries(_needs_cache(), arguments.function)
-    if not found:
-        raise _Failure(f"no stored result for {arguments.function}")
+    found = _stored(arguments.function)
     rows = [row for entry in found for row in _entry_rows(entry)]
     _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
     if output is not None:
@@ -419,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     size = demo.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", default=None, help="small sizes")
     size.add_argument("--full", dest="small", action="store_false", help="GPU-sized inputs")
+    demo.add_argument("--all", action="store_true", help="every variant's time, not the winners")
     demo.set_defaults(run=_demo)
 
     _with_json(commands.add_parser("info", help="devices, versions and the cache")).set_defaults(
@@ -431,7 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = _with_json(actions.add_parser("show", help="a function's results, every variant"))
     show.add_argument("function", help="the function (full name or its last part)")
-    show.add_argument("key", nargs="?", help="only keys whose text contains this")
+    show.add_argument(
+        "key", nargs="?", help="only this key, as printed (else the keys whose text holds this)"
+    )
     show.set_defaults(run=_cache_show)
     clear = actions.add_parser("clear", help="delete stored results (all, or one function's)")
     clear.add_argument("function", nargs="?")

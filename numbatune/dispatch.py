@@ -657,11 +657,16 @@ class TunedKernel:
         }
 
     @property
+    def written_variant(self) -> Variant | None:
+        """The variant equal to the kernel as written (its parameters have the values the
+        kernel's module gives them), or None when no variant is."""
+        return self._template.default_variant(self._variants)
+
+    @property
     def reference_variant(self) -> Variant:
         """The variant check mode and :func:`numbatune.testing.assert_variants_agree` compare
-        the others with: the one equal to the kernel as written (its parameters have the values
-        the kernel's module gives them), else the first."""
-        return self._template.default_variant(self._variants) or self._variants[0]
+        the others with: :attr:`written_variant`, else the first."""
+        return self.written_variant or self._variants[0]
 
     @property
     def variants(self) -> list[Variant]:

@@ -2,6 +2,8 @@
 them; data on stdout (tables or --json), messages on stderr, exit status 0/1/2."""
 
 import json
+import re
+import shlex
 
 import numpy as np
 import pytest
@@ -62,6 +64,24 @@ def test_cache_list_and_show_give_tables_and_json(capsys, tuned_saxpy):
     assert len(shown["results"]) == len(tuned_saxpy.variants)
     status, out, _ = run(capsys, "cache", "show", "saxpy")
     assert status == 0 and "BLOCK=128, ITEMS=1" in out and "*" in out
+
+
+def test_cache_show_takes_a_key_as_printed(capsys, tuned_saxpy):
+    x = cuda.to_device(np.ones(1000, np.float32))
+    tuned_saxpy.tune(np.float32(2.0), x, x, cuda.device_array(1000, np.float32))
+    status, out, _ = run(capsys, "cache", "show", "saxpy")
+    printed = [re.split(r" {2,}", line)[0] for line in out.splitlines()[1:] if line[0] != " "]
+    assert status == 0 and sorted(printed) == ["3 of 1024 float32 C", "3 of 128 float32 C"]
+    for key in printed:
+        for quoted in (f"'{key}'", f'"{key}"'):  # as a shell passes it on
+            status, out, _ = run(capsys, *shlex.split(f"cache show saxpy {quoted}"))
+            assert status == 0 and [line.split("  ")[0] for line in out.splitlines()[1:2]] == [key]
+            assert sum(line[0] != " " for line in out.splitlines()) == 2  # the header, the key
+    [stored] = json.loads(run(capsys, "cache", "show", "saxpy", printed[0], "--json")[1])
+    status, out, _ = run(capsys, "cache", "show", "saxpy", stored["key"])  # as --json gives it
+    assert status == 0 and out.splitlines()[1].startswith(printed[0])
+    status, _, err = run(capsys, "cache", "show", "saxpy", "3 of 2048 float32 C")
+    assert status == 2 and "saxpy has no stored key '3 of 2048 float32 C'" in error_line(err)
 
 
 def test_json_keeps_the_types_of_parameter_values(capsys, tmp_path, tuned_saxpy):
