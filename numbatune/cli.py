@@ -9,7 +9,6 @@ be written, an unknown function or key), said in one line, ``numbatune: error: .
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import json
 import os
@@ -149,7 +148,9 @@ def _cache_list(arguments: argparse.Namespace) -> int:
 
 
 def _entry_rows(entry: Any) -> list[list]:
-    key = _printed_key(entry.key)
+    from numbatune.demo import stored_key_label
+
+    key = stored_key_label(entry.key)
     if entry.damaged is not None:
         return [[key, "damaged: " + entry.damaged[:80], "", "", ""]]
     rows = []
@@ -171,28 +172,18 @@ def _entry_rows(entry: Any) -> list[list]:
 _ENTRY_HEADER = ["key", "variant", "median (us)", "best", "tuning"]
 
 
-def _printed_key(text: str) -> str:
-    """A stored key's text as the command line prints it (:func:`numbatune.demo.key_label`),
-    or the text itself where it is not made of plain values."""
-    from numbatune.demo import key_label
-
-    try:
-        return key_label(ast.literal_eval(text))
-    except (ValueError, TypeError, SyntaxError):
-        return text
-
-
 def _stored(function: str, key: str | None = None) -> list[Any]:
     """The stored entries of ``function`` (its full name or last part); with ``key``, of the
     keys printed (or stored) as ``key``, else of those whose text holds it."""
     from numbatune.cache import files
+    from numbatune.demo import stored_key_label
 
     found = files.stored_entries(_needs_cache(), function)
     if not found:
         raise _Failure(f"no stored result for {function} (numbatune cache list names those kept)")
     if key is None:
         return found
-    printed = [(entry, entry.key, _printed_key(entry.key)) for entry in found]
+    printed = [(entry, entry.key, stored_key_label(entry.key)) for entry in found]
     chosen = [e for e, *texts in printed if key in texts] or [
         e for e, *texts in printed if any(key in text for text in texts)
     ]
@@ -224,16 +215,9 @@ def _entry_data(entry: Any) -> dict[str, Any]:
 
 
 def _values(texts: dict[str, str]) -> dict[str, Any]:
-    return {name: _value(text) for name, text in texts.items()}
+    from numbatune.values import parse_stable_text
 
-
-def _value(text: str) -> Any:
-    """The value a stored text (:func:`numbatune.values.stable_text`) was made from: numbers,
-    bools, strings and tuples of them; the text itself for any other value."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError):
-        return text
+    return {name: parse_stable_text(text) for name, text in texts.items()}
 
 
 def _cache_clear(arguments: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from numbatune.dispatch import TunedKernel
 from numbatune.keys import describe, is_array_part
 from numbatune.testing import covering_variants
 from numbatune.tuning.results import TuneReport, VariantResult
-from numbatune.values import stable_text
+from numbatune.values import parse_stable_text, stable_text
 from numbatune.variants import Variant
 
 Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
@@ -223,6 +223,11 @@ def key_label(key: Hashable) -> str:
         shapes = _runs(["x".join(map(str, part[0])) for part in parts])
         return f"{', '.join(shapes)} {parts[0][1]} {parts[0][2]}"
     return ", ".join(_runs([describe(part).replace("'", "") for part in parts]))
+
+
+def stored_key_label(text: str) -> str:
+    """:func:`key_label` of a key stored as text (:func:`numbatune.values.key_text`)."""
+    return key_label(parse_stable_text(text))
 
 
 def _runs(texts: list[str]) -> list[str]:

@@ -1,15 +1,18 @@
 """The numbatune command: info, cache list/show/clear/export/import and report, as a user runs
 them; data on stdout (tables or --json), messages on stderr, exit status 0/1/2."""
 
+import itertools
 import json
 import re
 import shlex
 
 import numpy as np
 import pytest
+from matplotlib import image, pyplot
 from numba import cuda
 
 import numbatune as nt
+from numbatune import plot
 from numbatune.arrays import SIMULATOR
 from numbatune.cache import files as cachefile
 from numbatune.cli import main
@@ -143,11 +146,76 @@ def test_import_skips_other_devices_and_refuses_bad_files(capsys, tmp_path, tune
     assert not (tmp_path / "other-cache").exists()  # nothing was written
 
 
-def test_report_prints_the_table_and_draws_a_heat_map(capsys, tmp_path, tuned_saxpy):
+def stored_saxpy():
+    return cachefile.stored_entries(nt.settings.cache_dir, "saxpy")
+
+
+@pytest.mark.filterwarnings("error")
+def test_report_prints_the_table_and_draws_a_heat_map_the_winner_marked(
+    capsys, tmp_path, tuned_saxpy
+):
     picture = tmp_path / "saxpy.png"
     status, out, _ = run(capsys, "report", "saxpy", "-o", str(picture))
     assert status == 0 and "BLOCK=1024, ITEMS=8" in out
     assert picture.read_bytes()[:4] == b"\x89PNG"
+    [entry] = stored_saxpy()
+    figure = plot.draw([entry])
+    heat_map, _ = figure.axes  # and its colour bar
+    [outline] = heat_map.patches
+    best = entry.stored["results"][entry.stored["best_index"]]["params"]
+    row = ["128", "1024"].index(best["BLOCK"])
+    column = ["1", "8"].index(best["ITEMS"])
+    assert outline.get_xy() == (column - 0.5, row - 0.5)
+    assert [t.get_text() for t in heat_map.texts] == ["winner"]
+    pyplot.close(figure)
+
+
+def _long_labelled_results(timed: dict) -> list[dict]:
+    """32 results of variants of examples/sgemm.py's kind (their labels as long), from one."""
+    results = []
+    for i, (bm, bn, bk, tm, spread) in enumerate(
+        itertools.product([64, 128], [64, 128], [8, 16], [4, 8], [False, True])
+    ):
+        threads = bm * bn // tm // tm
+        params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tm, "SPREAD": spread,
+                  "THREADS": threads, "LOADS_A": bm * bk // threads,
+                  "LOADS_B": bk * bn // threads}  # fmt: skip
+        texts = {name: repr(value) for name, value in params.items()}
+        jit = {"max_registers": "128"} if threads == 256 else {}
+        label = ", ".join(f"{name}={text}" for name, text in {**texts, **jit}.items())
+        results.append(
+            {**timed, "variant": label, "params": texts, "jit": jit, "median_s": (1 + i % 7) / 1e4}
+        )
+    results[3] |= {"status": "failed", "median_s": None, "spread_s": None, "error": "boom"}
+    return results
+
+
+@pytest.mark.filterwarnings("error")
+def test_report_picture_of_long_labels_warns_of_nothing_and_cuts_no_label(
+    capsys, tmp_path, tuned_saxpy
+):
+    shipped = tmp_path / "tuned.json"
+    run(capsys, "cache", "export", str(shipped))
+    document = json.loads(shipped.read_text())
+    entry = document["entries"][0]["entry"]
+    entry["results"] = _long_labelled_results(entry["results"][0])
+    entry["best_index"] = 7
+    shipped.write_text(json.dumps(document))
+    run(capsys, "cache", "clear")
+    run(capsys, "cache", "import", str(shipped))
+    picture = tmp_path / "times.png"
+    assert run(capsys, "report", "saxpy", "-o", str(picture))[0] == 0
+    figure = plot.draw(stored_saxpy())
+    [bars] = figure.axes
+    colours = [tuple(bar.get_facecolor()) for bar in bars.patches]
+    assert [i for i, c in enumerate(colours) if colours.count(c) == 1] == [7]  # the winner's
+    texts = [t.get_text().strip() for t in bars.texts]
+    assert texts[0] == "failed" and texts[1].startswith("winner, ")
+    figure.canvas.draw()
+    drawn = figure.get_tightbbox()  # inches, every label and title
+    height, width = image.imread(picture).shape[:2]
+    assert width >= drawn.width * figure.dpi and height >= drawn.height * figure.dpi
+    pyplot.close(figure)
 
 
 def error_line(err: str) -> str:
