@@ -265,9 +265,7 @@ def _compile(arguments: argparse.Namespace) -> int:
         for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
             cases += [example(True) for example in demo.examples_of(demo.load_module(file))]
     if not cases:
-        raise _Failure(
-            "no example functions found (a module defines example(small) -> (kernel, args))"
-        )
+        raise _Failure(demo.NO_EXAMPLES)
     started = time.perf_counter()
     compiled = precompile.precompile(
         cases,
@@ -373,16 +371,18 @@ def _report(arguments: argparse.Namespace) -> int:
     from numbatune import plot
 
     output = None if arguments.output is None else _output(arguments.output)
-    found = _stored(arguments.function)
-    rows = [row for entry in found for row in _entry_rows(entry)]
-    _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
     if output is not None:
         try:
-            plot.picture([e for e in found if e.stored is not None], output)
+            plot.check_format(output)
         except ImportError as error:
             raise _Failure(
                 f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"
             ) from error
+    found = _stored(arguments.function)
+    rows = [row for entry in found for row in _entry_rows(entry)]
+    _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
+    if output is not None:
+        plot.picture([e for e in found if e.stored is not None], output)
         print(f"numbatune: wrote {output}", file=sys.stderr)
     return 0
 

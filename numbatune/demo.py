@@ -28,6 +28,9 @@ from numbatune.variants import Variant
 
 Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
 
+#: What the demo and ``numbatune compile`` say when they are given no example functions.
+NO_EXAMPLES = "no example functions found (a module defines example(small) -> (kernel, args))"
+
 
 def find_examples_dir() -> Path:
     """``examples/`` of the current directory, else of the source tree numbatune runs from."""
@@ -278,7 +281,15 @@ def main(
         Where the table goes (by default ``sys.stdout``).
     every
         One row per variant (every variant's time), instead of one per kernel and key.
+
+    Raises
+    ------
+    ValueError
+        When ``examples`` is empty.
     """
+    examples = list(examples)
+    if not examples:
+        raise ValueError(NO_EXAMPLES)
     small = SIMULATOR if small is None else small
     out = out or sys.stdout
     if SIMULATOR:

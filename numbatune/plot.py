@@ -35,11 +35,34 @@ def picture(entries: Sequence[Any], path: Path) -> None:
     """
     from matplotlib import pyplot
 
+    check_format(path)
     figure = draw(entries)
     try:
         figure.savefig(path, bbox_inches="tight", pad_inches=0.2)
     finally:
         pyplot.close(figure)
+
+
+def check_format(path: Path) -> None:
+    """Refuse, before anything is drawn, a ``path`` whose suffix names a format matplotlib
+    cannot write.
+
+    Raises
+    ------
+    ImportError
+        When matplotlib is not installed.
+    ValueError
+        When matplotlib cannot write the format ``path``'s suffix names.
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lstrip(".").lower()
+    if suffix and suffix not in formats:
+        raise ValueError(
+            f"cannot draw {path}: matplotlib writes {', '.join(sorted(formats))}, named by the "
+            "file's suffix"
+        )
 
 
 def draw(entries: Sequence[Any]) -> Any:

@@ -238,6 +238,8 @@ def error_line(err: str) -> str:
         (["report", "saxpy", "-o", "{tmp}"], "it is a folder"),
         (["sweep", "{tmp}/record.jsonl", "-o", "{tmp}/missing/out.json"], "no folder"),
         (["demo", "--examples", "{tmp}/missing"], "{tmp}/missing: no such folder"),
+        (["demo", "--examples", "{tmp}"], "no example functions found"),
+        (["report", "saxpy", "-o", "{tmp}/times.xyz"], "cannot draw {tmp}/times.xyz"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
