@@ -28,10 +28,8 @@ def picture(entries: Sequence[Any], path: Path) -> None:
 
     Raises
     ------
-    ImportError
-        When matplotlib is not installed.
-    ValueError
-        When matplotlib cannot write the format ``path``'s suffix names.
+    ImportError, ValueError
+        As :func:`check_format`, before anything is drawn.
     """
     from matplotlib import pyplot
 
