@@ -367,17 +367,24 @@ def _sweep(arguments: argparse.Namespace) -> int:
     return 0 if result.complete else 1
 
 
+def _picture(path: Path) -> Path:
+    """``path``, checked before any work is done: a file that can be written, in a format
+    matplotlib writes."""
+    from numbatune import plot
+
+    try:
+        plot.check_format(_output(path))
+    except ImportError as error:
+        raise _Failure(
+            f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"
+        ) from error
+    return path
+
+
 def _report(arguments: argparse.Namespace) -> int:
     from numbatune import plot
 
-    output = None if arguments.output is None else _output(arguments.output)
-    if output is not None:
-        try:
-            plot.check_format(output)
-        except ImportError as error:
-            raise _Failure(
-                f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"
-            ) from error
+    output = None if arguments.output is None else _picture(arguments.output)
     found = _stored(arguments.function)
     rows = [row for entry in found for row in _entry_rows(entry)]
     _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
