@@ -22,7 +22,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.dispatch import TunedKernel
 from numbatune.keys import describe, is_array_part
 from numbatune.testing import covering_variants
-from numbatune.tuning.results import TuneReport, VariantResult
+from numbatune.tuning.results import Source, TuneReport, VariantResult
 from numbatune.values import parse_stable_text, stable_text
 from numbatune.variants import Variant
 
@@ -256,6 +256,8 @@ SIMULATED = (
     "numbatune demo: numba's CUDA simulator (no GPU), small sizes, a few variants: "
     "times mean nothing"
 )
+#: Said of the rows whose keys the tune cache answered (on disk, or in this process).
+STORED = "tuned before, read from the tune cache (numbatune cache clear: tune them again)"
 #: The line under the table.
 LEGEND = (
     "winner: what it changes of the kernel as written; speedup: over the kernel as written "
@@ -302,6 +304,9 @@ def main(
         return
     print(summary_table(found, rates=not SIMULATOR), file=out)
     print(LEGEND, file=out)
+    stored = sum(t.report.source in (Source.DISK, Source.MEMORY) for t in found)
+    if stored:
+        print(f"{stored} of {len(found)} rows: {STORED}", file=out)
 
 
 def _tune(example: Example, small: bool) -> Tuned:

@@ -11,6 +11,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.cli import main
 from numbatune.tuning.results import Failed, Source, Timed, TuneReport, VariantResult
 from numbatune.variants import Variant
+from tests.kernels import forget_shared_state
 
 #: An example module as users write them: BLOCK is 4 as written, tuned over 2, 4 and 8; two
 #: example functions, two keys.
@@ -65,7 +66,7 @@ def cells(line: str) -> list[str]:
     return re.split(r" {2,}", line.strip())
 
 
-def test_demo_prints_one_row_per_kernel_and_key_in_100_columns(capsys, examples):
+def test_demo_prints_one_row_per_kernel_and_key_in_100_columns(capsys, examples, monkeypatch):
     assert main(["demo", "--examples", str(examples)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert all(len(line) <= demo.WIDTH for line in lines)
@@ -85,6 +86,11 @@ def test_demo_prints_one_row_per_kernel_and_key_in_100_columns(capsys, examples)
         assert re.fullmatch(r"[\d.]+ (us|ms|s)", time) and re.fullmatch(r"[\d.]+x", speedup)
         assert (winner == "as written") <= (speedup == "1.00x")
     assert legend == demo.LEGEND
+    forget_shared_state(monkeypatch)
+    main(["demo", "--examples", str(examples)])  # again, as in a new process: the cache answers
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [demo.LEGEND, f"2 of 2 rows: {demo.STORED}"]
+    assert [cells(line)[1:4] for line in lines[-4:-2]] == [cells(row)[1:4] for row in rows]
 
 
 def test_demo_all_prints_every_variant(capsys, examples):
