@@ -820,11 +820,16 @@ class TunedKernel:
         }
 
     @property
+    def written_variant(self) -> Variant | None:
+        """The variant equal to the kernel as written (its parameters have the values the
+        kernel's module gives them), or None when no variant is."""
+        return self._template.default_variant(self._variants)
+
+    @property
     def reference_variant(self) -> Variant:
         """The variant that check mode and `numbatune.testing.assert_variants_agree` compare
-        the others with: the one equal to the kernel as written (its parameters have the values
-        the kernel's module gives them), else the first."""
-        return self._template.default_variant(self._variants) or self._variants[0]
+        the others with: `written_variant`, else the first."""
+        return self.written_variant or self._variants[0]
 
     def is_valid(self, variant: Variant, *args: Any) -> bool:
         """Whether ``variant`` may run on ``args``, as the kernel's ``valid`` function says.

@@ -195,15 +195,21 @@ def _function_key(function: Callable[..., Hashable], kernel_name: str) -> KeyFun
     return function_key
 
 
+def is_array_part(part: Any) -> bool:
+    """Whether ``part`` of a key is an array's part of the default key: (shape, dtype,
+    layout)."""
+    return (
+        isinstance(part, tuple)
+        and len(part) == 3
+        and isinstance(part[0], tuple)
+        and isinstance(part[1], str)
+        and part[2] in ("C", "F", "A")
+    )
+
+
 def describe(key: Any) -> str:
     """A short text for a key: ``(1024, 'float32', 'C')`` array parts read ``1024 float32 C``."""
-    if (
-        isinstance(key, tuple)
-        and len(key) == 3
-        and isinstance(key[0], tuple)
-        and isinstance(key[1], str)
-        and key[2] in ("C", "F", "A")
-    ):
+    if is_array_part(key):
         return f"{'x'.join(map(str, key[0]))} {key[1]} {key[2]}"
     if (
         isinstance(key, tuple)
