@@ -363,9 +363,12 @@ def _add_sweep(commands: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``numbatune`` command."""
+    from numbatune import __version__
+
     parser = argparse.ArgumentParser(
         prog="numbatune", description="Autotuning for Numba-CUDA kernels."
     )
+    parser.add_argument("--version", action="version", version=f"numbatune {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser("demo", help="tune the example kernels and print a table")
     demo.add_argument("--examples", type=Path, help="directory of example modules")
