@@ -44,9 +44,10 @@ def _print(arguments: argparse.Namespace, data: Any, header: list[str], rows: li
 def _info(arguments: argparse.Namespace) -> int:
     from numba import cuda
 
-    from numbatune import __version__
+    from numbatune import __version__, native
     from numbatune.arrays import SIMULATOR
     from numbatune.cache import files
+    from numbatune.config import settings
     from numbatune.devices import device_name
 
     versions = {"python": platform.python_version(), "numbatune": __version__}
@@ -72,6 +73,7 @@ def _info(arguments: argparse.Namespace) -> int:
         "simulator": SIMULATOR,
         "driver": driver,
         "devices": devices,
+        "launcher": native.describe(SIMULATOR, settings.fast_launch),
         "versions": versions,
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "cache_bytes": 0 if cache_dir is None else files.size_bytes(cache_dir),
@@ -83,6 +85,7 @@ def _info(arguments: argparse.Namespace) -> int:
             [f"device {d['id']}", f"{d['name']} (sm{''.join(map(str, d['compute_capability']))})"]
             for d in devices
         ],
+        ["launcher", data["launcher"]],
         *[[name, version] for name, version in versions.items()],
         ["cache", data["cache_dir"] or "off"],
         ["cache size", f"{data['cache_bytes']} bytes"],
