@@ -41,3 +41,9 @@ class LaunchFunctionError(NumbatuneError, RuntimeError):
 class KernelSourceError(NumbatuneError, TypeError):
     """A kernel whose code numbatune must rewrite (``static_range``) and cannot: its source
     cannot be read, or a loop cannot be written out. The message names the kernel and line."""
+
+
+class BackendError(NumbatuneError, RuntimeError):
+    """No kernel can run in this process: numba.cuda was imported before numbatune on a machine
+    with no CUDA GPU, so numba uses the real driver rather than its simulator. The message says
+    what to do: import numbatune first, or set ``NUMBA_ENABLE_CUDASIM=1``."""
