@@ -204,6 +204,7 @@ def _cache_import(arguments: argparse.Namespace) -> int:
 
 def _compile(arguments: argparse.Namespace) -> int:
     from numbatune import demo, precompile
+    from numbatune.errors import CompilerNotFoundError
 
     cache_dir = arguments.cache_dir or _needs_cache()
     cases = []
@@ -215,13 +216,16 @@ def _compile(arguments: argparse.Namespace) -> int:
             "no example functions found (a module defines example(small) -> (kernel, args))"
         )
     started = time.perf_counter()
-    compiled = precompile.precompile(
-        cases,
-        arguments.cc,
-        cache_dir,
-        arguments.workers,
-        _progress if sys.stderr.isatty() else _quiet,
-    )
+    try:
+        compiled = precompile.precompile(
+            cases,
+            arguments.cc,
+            cache_dir,
+            arguments.workers,
+            _progress if sys.stderr.isatty() else _quiet,
+        )
+    except CompilerNotFoundError as error:
+        raise _Failure(str(error)) from error
     seconds = time.perf_counter() - started
     rows = [_compiled_row(c) for c in compiled]
     header = ["kernel", "variant", "registers", "spills (st/ld B)", "shared B", "stack B", "s"]
