@@ -5,7 +5,8 @@ the hit path may move it. Here both packages run in one process and take turns b
 (the method and kernel of ``bench/dispatch_cost.py``), with one stream so far (and with
 the driver launch stubbed out: the host code alone), then after a launch on a second stream
 (hits on the arrays' own stream, and hits that wait). The other tree's package is copied
-and renamed ``numbatune_other`` (its compiled launcher too), each with its own cache directory.
+and renamed ``numbatune_other`` (its C extension built for the copy), each with its own cache
+directory.
 
     git archive COMMIT | tar -x -C OTHER_DIR
     python3 -m bench.hit_versus OTHER_DIR [OUT.json]
@@ -17,6 +18,7 @@ import importlib
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -33,13 +35,26 @@ from bench.dispatch_cost import SIZE, _array_kinds, launch_stubbed, per_call_us
 OTHER = "numbatune_other"
 
 
+#: Builds the copy's C extension in place, as setup.py builds numbatune's (trees that compile
+#: it on first use, as ``_numbatune_launch``, build their own and leave this one unused).
+_BUILD_EXTENSION = f"""
+from setuptools import Extension, setup
+
+sources = ["{OTHER}/_native.c", "{OTHER}/_order.c"]
+extension = Extension("{OTHER}._native", sources, libraries=["dl"])
+setup(name="{OTHER}", ext_modules=[extension], script_args=["-q", "build_ext", "--inplace"])
+"""
+
+
 def _renamed_copy(tree: Path, into: Path) -> Path:
-    """``tree``'s package copied under ``into`` as :data:`OTHER`, its imports renamed."""
+    """``tree``'s package copied under ``into`` as :data:`OTHER`, its imports renamed, its C
+    extension built."""
     target = into / OTHER
-    shutil.copytree(tree / "numbatune", target)
+    shutil.copytree(tree / "numbatune", target, ignore=shutil.ignore_patterns("*.so"))
     for path in [*target.rglob("*.py"), *target.rglob("*.c")]:
         text = path.read_text().replace("_numbatune_launch", "_numbatune_other_launch")
         path.write_text(re.sub(r"\bnumbatune\b", OTHER, text))
+    subprocess.run([sys.executable, "-c", _BUILD_EXTENSION], cwd=into, check=True)
     return into
 
 

@@ -16,6 +16,7 @@ from numbatune.cache.files import cache_import  # noqa: E402
 from numbatune.config import OnMiss, configure, settings  # noqa: E402
 from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
 from numbatune.errors import (  # noqa: E402
+    BackendError,
     CacheFileError,
     KernelSourceError,
     LaunchFunctionError,
@@ -58,6 +59,7 @@ def cdiv(a: int, b: int) -> int:
 
 
 __all__ = [
+    "BackendError",
     "Budget",
     "CacheFileError",
     "Check",

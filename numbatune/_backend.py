@@ -9,19 +9,49 @@ processes do not inherit the choice (each makes its own when it imports numbatun
 later re-reads of its settings keep it. (numba re-reads every setting when a ``NUMBA_*``
 variable changes; a program that changes one at run time, in a simulated process, should set
 ``NUMBA_ENABLE_CUDASIM=1`` itself.)
+
+Where numba.cuda was imported first, with no GPU, numba has chosen the real driver for good:
+its modules for the driver are loaded, and the user's ``cuda`` names them (swapping them for the
+simulator's under the user's feet would leave whatever was made with the first). Defining a tuned
+kernel then raises :class:`~numbatune.errors.BackendError`, saying what to do, instead of numba's
+``CudaSupportError`` about the driver at the first launch.
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
 import importlib
 import logging
 import os
 import sys
 
+from numbatune.errors import BackendError
+
 logger = logging.getLogger("numbatune")
 
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
+
+IMPORTED_TOO_LATE = (
+    "numba.cuda was imported before numbatune on a machine with no CUDA GPU, so numba uses the "
+    "real CUDA driver and no kernel can run: import numbatune before numba (it then turns on "
+    f"numba's CUDA simulator), or set {SIMULATOR_VARIABLE}=1"
+)
+
+
+class Backend(enum.Enum):
+    """What :func:`select_backend` found."""
+
+    #: A GPU, or the user's own choice (``NUMBA_ENABLE_CUDASIM`` set, or numba.cuda imported
+    #: first where a GPU or the simulator can run it).
+    AS_CHOSEN = enum.auto()
+    #: No GPU: numbatune turned numba's simulator on.
+    SIMULATOR = enum.auto()
+    #: No GPU, and numba.cuda was imported first, for the real driver: nothing can run.
+    NO_GPU_FOR_THE_DRIVER = enum.auto()
+
+
+backend = Backend.AS_CHOSEN
 
 _CONFIG_MODULES = ("numba.core.config", "numba.cuda.core.config")
 
@@ -43,11 +73,19 @@ def cuda_device_count() -> int:
 
 
 def select_backend() -> None:
-    """Turn numba's CUDA simulator on when no GPU can be used and the user has not chosen."""
-    if SIMULATOR_VARIABLE in os.environ or "numba.cuda" in sys.modules:
+    """Turn numba's CUDA simulator on when no GPU can be used and the user has not chosen
+    (:data:`backend` says what it found)."""
+    global backend
+    if SIMULATOR_VARIABLE in os.environ:
+        return
+    if "numba.cuda" in sys.modules:
+        if not sys.modules["numba.cuda"].config.ENABLE_CUDASIM and cuda_device_count() == 0:
+            backend = Backend.NO_GPU_FOR_THE_DRIVER
+            logger.warning("numbatune: %s", IMPORTED_TOO_LATE)
         return
     if cuda_device_count() > 0:
         return
+    backend = Backend.SIMULATOR
     os.environ[SIMULATOR_VARIABLE] = "1"
     try:
         if "numba" in sys.modules:  # numba has read its settings already: read them again
@@ -63,3 +101,15 @@ def select_backend() -> None:
         "numbatune: no CUDA GPU found; using numba's CUDA simulator (set %s=0 to prevent this)",
         SIMULATOR_VARIABLE,
     )
+
+
+def require_a_backend() -> None:
+    """Raise where no kernel can run in this process (numba.cuda imported first, no GPU).
+
+    Raises
+    ------
+    BackendError
+        With what to do: import numbatune before numba, or set ``NUMBA_ENABLE_CUDASIM=1``.
+    """
+    if backend is Backend.NO_GPU_FOR_THE_DRIVER:
+        raise BackendError(IMPORTED_TOO_LATE)

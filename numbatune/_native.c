@@ -1,11 +1,12 @@
 /* cuLaunchKernel called from Python with as little in between as possible, and array
  * arguments read through the DLPack C exchange API (and, in _order.c, the stream order).
  *
- * Compiled on first use by numbatune/native.py (as Triton compiles its launchers). The
- * kernel's parameters arrive packed in one bytes object, with the byte offset of each parameter
- * in another; the driver copies them during the call, so nothing is shared between calls or
- * threads. The driver is found at run time, so no CUDA header or library is needed to build;
- * where it cannot be loaded, DRIVER_ERROR says why and only the DLPack reads work.
+ * Built with the package as the optional extension numbatune._native (setup.py) and loaded
+ * by numbatune/native.py. The kernel's parameters arrive packed in one bytes object, with the
+ * byte offset of each parameter in another; the driver copies them during the call, so nothing
+ * is shared between calls or threads. The driver is found at run time, so no CUDA header or
+ * library is needed to build; where it cannot be loaded, DRIVER_ERROR says why and only the
+ * DLPack reads work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -409,7 +410,7 @@ static PyMethodDef methods[] = {
 
 int add_order_type(PyObject *module); /* _order.c */
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_numbatune_launch", NULL, -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "numbatune._native", NULL, -1,
                                     methods};
 
 /* Why the driver calls cannot be made (NULL when they can). */
@@ -430,7 +431,7 @@ static const char *load_driver(void) {
     return NULL;
 }
 
-PyMODINIT_FUNC PyInit__numbatune_launch(void) {
+PyMODINIT_FUNC PyInit__native(void) {
     PyObject *result = PyModule_Create(&module);
     if (result == NULL) return NULL;
     const char *driver_error = load_driver();

@@ -332,7 +332,7 @@ static PyMemberDef order_members[] = {
 };
 
 static PyTypeObject order_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_numbatune_launch.Order",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Order",
     .tp_basicsize = sizeof(Order),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Which streams a launch must wait for (numbatune.streams.order.StreamOrder).",

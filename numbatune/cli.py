@@ -49,9 +49,10 @@ def _print(arguments: argparse.Namespace, data: Any, header: list[str], rows: li
 def _info(arguments: argparse.Namespace) -> int:
     from numba import cuda
 
-    from numbatune import __version__
+    from numbatune import __version__, native
     from numbatune.arrays import SIMULATOR
     from numbatune.cache import files
+    from numbatune.config import settings
     from numbatune.devices import device_name
 
     versions = {"python": platform.python_version(), "numbatune": __version__}
@@ -77,6 +78,7 @@ def _info(arguments: argparse.Namespace) -> int:
         "simulator": SIMULATOR,
         "driver": driver,
         "devices": devices,
+        "launcher": native.describe(SIMULATOR, settings.fast_launch),
         "versions": versions,
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "cache_bytes": 0 if cache_dir is None else files.size_bytes(cache_dir),
@@ -88,6 +90,7 @@ def _info(arguments: argparse.Namespace) -> int:
             [f"device {d['id']}", f"{d['name']} (sm{''.join(map(str, d['compute_capability']))})"]
             for d in devices
         ],
+        ["launcher", data["launcher"]],
         *[[name, version] for name, version in versions.items()],
         ["cache", data["cache_dir"] or "off"],
         ["cache size", f"{data['cache_bytes']} bytes"],
@@ -256,6 +259,7 @@ def _cache_import(arguments: argparse.Namespace) -> int:
 
 def _compile(arguments: argparse.Namespace) -> int:
     from numbatune import demo, precompile
+    from numbatune.errors import CompilerNotFoundError
 
     cache_dir = arguments.cache_dir or _needs_cache()
     cases = []
@@ -267,13 +271,16 @@ def _compile(arguments: argparse.Namespace) -> int:
     if not cases:
         raise _Failure(demo.NO_EXAMPLES)
     started = time.perf_counter()
-    compiled = precompile.precompile(
-        cases,
-        arguments.cc,
-        cache_dir,
-        arguments.workers,
-        _progress if sys.stderr.isatty() else _quiet,
-    )
+    try:
+        compiled = precompile.precompile(
+            cases,
+            arguments.cc,
+            cache_dir,
+            arguments.workers,
+            _progress if sys.stderr.isatty() else _quiet,
+        )
+    except CompilerNotFoundError as error:
+        raise _Failure(str(error)) from error
     seconds = time.perf_counter() - started
     rows = [_compiled_row(c) for c in compiled]
     header = ["kernel", "variant", "registers", "spills (st/ld B)", "shared B", "stack B", "s"]
@@ -422,9 +429,12 @@ def _add_sweep(commands: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``numbatune`` command."""
+    from numbatune import __version__
+
     parser = argparse.ArgumentParser(
         prog="numbatune", description="Autotuning for Numba-CUDA kernels."
     )
+    parser.add_argument("--version", action="version", version=f"numbatune {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser("demo", help="tune the example kernels and print a table")
     demo.add_argument("--examples", type=Path, help="directory of example modules")

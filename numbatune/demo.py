@@ -33,13 +33,26 @@ NO_EXAMPLES = "no example functions found (a module defines example(small) -> (k
 
 
 def find_examples_dir() -> Path:
-    """``examples/`` of the current directory, else of the source tree numbatune runs from."""
-    for candidate in (Path.cwd() / "examples", Path(__file__).resolve().parents[1] / "examples"):
+    """The examples shipped with numbatune.
+
+    Returns
+    -------
+    Path
+        ``numbatune/examples`` where numbatune is installed from a wheel, else ``examples/``
+        beside the package (a source tree, or an editable install of one).
+
+    Raises
+    ------
+    FileNotFoundError
+        Where neither exists.
+    """
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "examples", package.parent / "examples"):
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(
-        "numbatune demo: no examples/ directory here or beside the numbatune package; "
-        "run it from a clone of the numbatune repository or pass --examples DIR"
+        f"numbatune demo: no examples in {package} or beside it; reinstall numbatune, or pass "
+        "--examples DIR"
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from numbatune import arrays, background, devices, identity, keys, processes, record, references
+from numbatune._backend import require_a_backend
 from numbatune.arrays import SIMULATOR, is_array, library_of
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
@@ -175,13 +176,13 @@ def autotune(
     ```
     """
 
+    require_a_backend()
     options = dict(
         variants=variants, launch=launch, key=key, name=name, level=level, prune=prune,
         check=check, read_only=read_only, search=search, budget=budget, valid=valid,
     )  # fmt: skip
-    if kernel is None:
-        return lambda kernel: TunedKernel(kernel, **options)
-    return TunedKernel(kernel, **options)
+    make = functools.partial(TunedKernel, **options)
+    return make if kernel is None else make(kernel)
 
 
 class _Shared:

@@ -45,3 +45,18 @@ class KernelSourceError(NumbatuneError, TypeError):
 
     Its source cannot be read, or a loop cannot be written out. The message names the kernel
     and the line."""
+
+
+class BackendError(NumbatuneError, RuntimeError):
+    """No kernel can run in this process.
+
+    numba.cuda was imported before numbatune on a machine with no CUDA GPU, so numba uses the
+    real driver rather than its simulator. The message says what to do: import numbatune
+    first, or set ``NUMBA_ENABLE_CUDASIM=1``."""
+
+
+class CompilerNotFoundError(NumbatuneError, RuntimeError):
+    """Compiling ahead of time (``numbatune compile``) found no CUDA compiler library.
+
+    The library is NVRTC, NVVM or nvJitLink; the message names it and the extra that installs
+    it."""

@@ -1,14 +1,14 @@
-"""What the launch does in C, through a small extension compiled on first use: the driver calls
-``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and ``cuEventQuery``, array
-arguments read through the DLPack C exchange API, and the bookkeeping of the order across
-streams (:func:`order_type`).
+"""What the launch does in C, through the extension ``numbatune._native`` built with the package:
+the driver calls ``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and
+``cuEventQuery``, array arguments read through the DLPack C exchange API, and the bookkeeping of
+the order across streams (:func:`order_type`).
 
 cuda-bindings' ``cuLaunchKernel`` costs about 5 us per call on the H100 machine, half of it in
 converting arguments; the C extension in ``_native.c`` makes the same call for about half
-of that. Like Triton's launchers it is compiled on the machine that runs it, with the C compiler
-Python was built with (``cc`` otherwise), and kept in the user's cache directory. Where it cannot
-be built (no compiler, no ``Python.h``) or the driver cannot be loaded, the driver calls go
-through cuda-bindings, with the same signature and results, and :data:`BUILD_ERROR` says why.
+of that. It is an optional extension (``setup.py``): it needs a C compiler and ``Python.h`` when
+numbatune is installed, nothing of CUDA (it loads the driver when imported). Where it was not
+built, or cannot load the driver, the driver calls go through cuda-bindings, with the same
+signature and results, and :func:`route` says why (``numbatune info`` shows it).
 
 The launch takes ``(function, config, stream, parameters, offsets, context, cooperative)``: the
 function, stream and context as integer handles; ``config`` as ``(grid, block)`` or ``(grid,
@@ -31,77 +31,43 @@ arrays this way, against 1.5-1.8 times that through torch's Python API (CHANGELO
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import importlib.machinery
-import importlib.util
+import enum
+import importlib
 import logging
-import os
-import shlex
 import struct
-import subprocess
-import sys
-import sysconfig
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NamedTuple
 
 logger = logging.getLogger("numbatune")
-
-_SOURCES = (Path(__file__).with_name("_native.c"), Path(__file__).with_name("_order.c"))
 
 Launcher = Callable[[int, tuple, int, bytes, bytes, int, bool], int]
 
 WRONG_CONTEXT = -1
 EMPTY_LAUNCH = -2
 
-#: Why the driver calls do not go through the C extension (None once they do).
-BUILD_ERROR: str | None = None
+#: Why the C extension is absent where it was not built with the package.
+NOT_BUILT = (
+    "the C extension numbatune._native was not built when numbatune was installed (no C "
+    "compiler or Python.h there); reinstall numbatune where one is"
+)
 
 
-def _build_directory() -> Path:
-    from numbatune.config import settings
+@dataclass(frozen=True)
+class Unavailable:
+    """Why the C extension cannot be imported."""
 
-    base = settings.cache_dir or Path(tempfile.gettempdir()) / f"numbatune-{os.getuid()}"
-    return base / "native"
-
-
-def _compiled_module() -> Path:
-    """The built extension for this source and this Python, built now if missing."""
-    source = b"".join(path.read_bytes() for path in _SOURCES)
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    tag = hashlib.sha256(source + sys.version.encode()).hexdigest()[:16]
-    target = _build_directory() / f"_numbatune_launch-{tag}{suffix}"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc") or ["cc"]
-    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    command = [
-        *compiler,
-        "-O2",
-        "-shared",
-        "-fPIC",
-        f"-I{sysconfig.get_paths()['include']}",
-        *map(str, _SOURCES),
-        "-o",
-        str(partial),
-        "-ldl",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise OSError(f"{shlex.join(command)} failed: {result.stderr.strip()[-2000:]}")
-    os.replace(partial, target)  # atomic: concurrent builders each leave a whole file
-    return target
+    reason: str
 
 
-def _load_extension() -> Any:
-    path = _compiled_module()
-    loader = importlib.machinery.ExtensionFileLoader("_numbatune_launch", str(path))
-    spec = importlib.util.spec_from_file_location("_numbatune_launch", path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+def _import_extension() -> ModuleType | Unavailable:
+    try:
+        return importlib.import_module("numbatune._native")
+    except ModuleNotFoundError:
+        return Unavailable(NOT_BUILT)
+    except ImportError as error:  # built, but for another Python or system
+        return Unavailable(f"the C extension numbatune._native cannot be loaded: {error}")
 
 
 def _launch_with_bindings(
@@ -211,33 +177,88 @@ class DLPack(NamedTuple):
 #: How :class:`DLPack`'s ``read`` takes what it expects of an array.
 EXPECTED = struct.Struct("=iiBBBB")
 
-_extension: Any = None  # the loaded extension, or why it could not be built or loaded
+_extension: ModuleType | Unavailable | None = None  # None until first imported
 _native: Native | None = None
 
 
-def _extension_or_error() -> Any:
+def _extension_or_why() -> ModuleType | Unavailable:
     global _extension
     if _extension is None:
-        try:
-            _extension = _load_extension()
-        except (OSError, ImportError) as error:
-            _extension = str(error)
+        _extension = _import_extension()
     return _extension
 
 
+class Through(enum.Enum):
+    """What makes a launch's driver calls."""
+
+    C_EXTENSION = "C launcher (numbatune._native)"
+    CUDA_BINDINGS = "cuda-bindings launch"
+
+
+@dataclass(frozen=True)
+class Route:
+    """What makes a launch's driver calls, and why."""
+
+    through: Through
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.through.value}: {self.why}"
+
+
+def route() -> Route:
+    """What makes the driver calls of :func:`native` in this process, and why.
+
+    Returns
+    -------
+    Route
+        The C extension where it was built and loads the driver, else cuda-bindings, with the
+        reason: not built, not loadable, or no driver.
+    """
+    module = _extension_or_why()
+    if isinstance(module, Unavailable):
+        return Route(Through.CUDA_BINDINGS, module.reason)
+    if module.DRIVER_ERROR is not None:
+        return Route(Through.CUDA_BINDINGS, f"numbatune._native: {module.DRIVER_ERROR}")
+    return Route(Through.C_EXTENSION, "built with numbatune")
+
+
+def describe(simulator: bool, fast_launch: bool) -> str:
+    """What launches tuned kernels in this process, and why, in one line (``numbatune info``).
+
+    Parameters
+    ----------
+    simulator
+        Whether numba runs its CUDA simulator (then the simulator launches every kernel).
+    fast_launch
+        The ``fast_launch`` setting (off: numba's own launch).
+
+    Returns
+    -------
+    str
+        The simulator, numba's launch, the C launcher or the cuda-bindings launch, and why.
+    """
+    if simulator:
+        built = not isinstance(_extension_or_why(), Unavailable)
+        return "numba's CUDA simulator: no GPU" + (
+            " (the C launcher numbatune._native is built, for GPUs)" if built else f"; {NOT_BUILT}"
+        )
+    if not fast_launch:
+        return "numba's launch: the fast_launch setting is off"
+    return str(route())
+
+
 def native() -> Native:
-    """The C extension's driver calls, built and loaded once per process; cuda-bindings' where
-    they cannot be (:data:`BUILD_ERROR` says why)."""
-    global _native, BUILD_ERROR
+    """The C extension's driver calls, loaded once per process; cuda-bindings' where they
+    cannot be (:func:`route` says why)."""
+    global _native
     if _native is None:
-        module = _extension_or_error()
-        reason = module if isinstance(module, str) else module.DRIVER_ERROR
-        if reason is None:
+        chosen = route()
+        if chosen.through is Through.C_EXTENSION:
+            module = _extension_or_why()
             _native = Native(module.launch, module.record, module.wait, module.query)
-            BUILD_ERROR = None
         else:
-            BUILD_ERROR = reason
-            logger.info("driver calls through cuda-bindings (the C extension: %s)", reason)
+            logger.warning("numbatune: %s", chosen)
             _native = Native(
                 _launch_with_bindings, _record_with_bindings, _wait_with_bindings,
                 _query_with_bindings,
@@ -246,19 +267,19 @@ def native() -> Native:
 
 
 def dlpack() -> DLPack | None:
-    """The C extension's DLPack reads, or None where it cannot be built."""
-    module = _extension_or_error()
-    if isinstance(module, str):
+    """The C extension's DLPack reads, or None where it was not built."""
+    module = _extension_or_why()
+    if isinstance(module, Unavailable):
         return None
     return DLPack(module.dlpack_api, module.describe, module.read)
 
 
 def order_type() -> type | None:
     """The C extension's stream order, which does what
-    :class:`numbatune.streams.order.StreamOrder` does (``_order.c``), or None where it cannot
-    be built."""
-    module = _extension_or_error()
-    return None if isinstance(module, str) else module.Order
+    :class:`numbatune.streams.order.StreamOrder` does (``_order.c``), or None where it was not
+    built."""
+    module = _extension_or_why()
+    return None if isinstance(module, Unavailable) else module.Order
 
 
 def launcher() -> Launcher:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,11 @@ from numbatune.compile.compiler import RebuildError, build_task, store_key, work
 from numbatune.compile.store import KernelStore
 from numbatune.config import settings
 from numbatune.dispatch import TunedKernel
+from numbatune.errors import CompilerNotFoundError
 from numbatune.variants import Variant
+
+#: The error numba-cuda raises where a CUDA compiler library is not installed.
+_LIBRARY_NOT_FOUND = "DynamicLibNotFoundError"
 
 
 @dataclass(frozen=True)
@@ -54,28 +59,54 @@ def precompile(
     """Compile every variant of each ``(tuned kernel, example arguments)`` for compute
     capability ``cc`` into ``cache_dir``'s kernel store; one :class:`Compiled` per variant.
     ``workers`` defaults to the ``compile_workers`` setting; ``done(finished, total)`` reports
-    progress."""
+    progress. Raises :class:`~numbatune.errors.CompilerNotFoundError` where a CUDA compiler
+    library is not installed (once one compile found it missing, no other is started)."""
     jobs: list[_Job] = []
     for tuned, args in cases:
         argtypes = tuple(numba.typeof(value) for value in args)
         builds = tuned._template.by_build(tuned.variants)
         jobs += [_Job(tuned, argtypes, kernels) for kernels in builds]
     pool = worker_pool(max(1, workers or settings.compile_workers))
-    # Each kernel's code is written out (static_range) and pickled as a worker takes it, so
-    # the first compile while the others are prepared.
-    tasks = processes.LazyTasks(len(jobs), lambda index: jobs[index].task(cc))
+    missing: list[str] = []  # a compiler library not found, as a worker's error said
+
+    def task(index: int) -> processes.Task:
+        # Each kernel's code is written out (static_range) and pickled as a worker takes it, so
+        # the first compile while the others are prepared.
+        if missing:
+            raise CompilerNotFoundError(missing[0])
+        return jobs[index].task(cc)
+
+    tasks = processes.LazyTasks(len(jobs), task)
     recorded: dict[int, Sequence[Compiled]] = {}
 
     def finished(index: int, outcome: processes.Outcome) -> None:
         # Kept as each kernel is done: a compile stopped part way keeps what it finished.
         recorded[index] = jobs[index].record(outcome, cc, cache_dir)
         done(len(recorded), len(tasks))
+        if isinstance(outcome, processes.Raised) and outcome.kind == _LIBRARY_NOT_FOUND:
+            missing.append(_install_hint(outcome.message))
 
     try:
         pool.run(tasks, settings.compile_timeout_s, finished)
     finally:
         pool.close()
+    if missing:
+        raise CompilerNotFoundError(missing[0])
     return [compiled for index in range(len(jobs)) for compiled in recorded[index]]
+
+
+def _install_hint(message: str) -> str:
+    """What a missing compiler library's error means, and the extra that installs it: the one
+    for the CUDA major version of the installed cuda-bindings."""
+    try:
+        major = metadata.version("cuda-bindings").partition(".")[0]
+    except metadata.PackageNotFoundError:
+        major = "13"
+    extra = "cu12" if major == "12" else "cu13"
+    return (
+        f"a CUDA compiler library is not installed ({message.partition(': ')[0]}); "
+        f'pip install "numbatune[{extra}]" installs them'
+    )
 
 
 class _Job:

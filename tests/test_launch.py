@@ -259,18 +259,15 @@ def test_with_fast_launch_off_results_are_the_same():
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(20, dtype=np.float32))
 
 
-def test_a_c_launcher_that_cannot_be_built_leaves_the_cuda_bindings_launch(monkeypatch):
+def test_a_c_launcher_not_built_leaves_the_cuda_bindings_launch_and_says_why(monkeypatch):
     from numbatune import native as cudalaunch
-
-    def no_compiler():
-        raise OSError("cc: not found")
 
     monkeypatch.setattr(cudalaunch, "_native", None)
     monkeypatch.setattr(cudalaunch, "_extension", None)
-    monkeypatch.setattr(cudalaunch, "BUILD_ERROR", None)
-    monkeypatch.setattr(cudalaunch, "_compiled_module", no_compiler)
+    monkeypatch.setattr(cudalaunch, "_import_extension", lambda: cudalaunch.Unavailable("gone"))
     assert cudalaunch.launcher() is cudalaunch._launch_with_bindings
-    assert "cc: not found" in cudalaunch.BUILD_ERROR
+    assert cudalaunch.route() == cudalaunch.Route(cudalaunch.Through.CUDA_BINDINGS, "gone")
+    assert cudalaunch.describe(simulator=False, fast_launch=True) == "cuda-bindings launch: gone"
 
 
 @pytest.mark.gpu
@@ -279,7 +276,7 @@ def test_the_c_launcher_is_built_and_the_bindings_launch_gives_the_same(monkeypa
 
     x = cuda.to_device(_host((6, 10, 3), np.float32))[:, ::2, 0]
     (out, seen), _ = _run_both(x, np.float32)
-    assert cudalaunch.BUILD_ERROR is None
+    assert cudalaunch.route().through is cudalaunch.Through.C_EXTENSION
     bindings = cudalaunch.Native(
         cudalaunch._launch_with_bindings,
         cudalaunch._record_with_bindings,

@@ -3,6 +3,7 @@
 import json
 import os
 import textwrap
+from importlib import metadata
 
 import numpy as np
 import pytest
@@ -78,6 +79,17 @@ def doomed(a):
         a[0] = 1
 """
 
+#: MODULE's kernels as examples (``numbatune compile`` compiles those).
+EXAMPLES = """
+
+def example(small):
+    return scale.with_variants([{"FACTOR": 2, "BLOCK": 32}]), (cuda.device_array(8),)
+
+
+def example_helped(small):
+    return helped, (cuda.device_array(1),)
+"""
+
 
 @pytest.fixture
 def module(tmp_path):
@@ -130,6 +142,28 @@ def test_a_kernel_whose_loops_cannot_be_written_out_fails_alone(module, tmp_path
     two, bad = precompile([(module.stepped, args)], (9, 0), tmp_path / "cache", workers=2)
     assert two.error is None
     assert bad.error.startswith("KernelSourceError") and "compile-time integers" in bad.error
+
+
+def test_a_missing_compiler_library_ends_the_compile_in_one_line_naming_the_extra(
+    module, tmp_path, monkeypatch, capsys
+):
+    from numbatune import precompile as precompiling
+
+    calls = tmp_path / "calls"
+    task = processes.Task("tests.workers", "compiler_library_not_found", (str(calls),))
+    monkeypatch.setattr(precompiling, "build_task", lambda *args: task)
+    path = tmp_path / "examples.py"  # three kernels to build
+    path.write_text(textwrap.dedent(MODULE) + EXAMPLES)
+    argv = ["compile", str(path), "--cc", "9.0", "--cache-dir", str(tmp_path), "--workers", "1"]
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == 1 and out == ""
+    extra = "cu12" if metadata.version("cuda-bindings").startswith("12.") else "cu13"
+    assert err.splitlines()[-1] == (
+        "numbatune compile: a CUDA compiler library is not installed (Failure finding "
+        f'"libnvrtc.so.13"); pip install "numbatune[{extra}]" installs them'
+    )
+    assert calls.read_text() == "compiled\n"  # the other kernels were not tried
 
 
 def test_a_compile_past_the_time_limit_fails_with_the_limit_named(module, tmp_path):

@@ -178,3 +178,12 @@ def live_map_function():
     from numba.cuda.core import analysis, ir_utils
 
     return analysis.compute_live_map.__module__, ir_utils.compute_live_map.__module__
+
+
+def compiler_library_not_found(path):
+    """Fail as a compile does where NVRTC is not installed, noting the call in ``path``."""
+    from cuda.pathfinder import DynamicLibNotFoundError
+
+    with open(path, "a") as file:
+        file.write("compiled\n")
+    raise DynamicLibNotFoundError('Failure finding "libnvrtc.so.13": No such file: libnvrtc.so.13')

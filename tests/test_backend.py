@@ -1,0 +1,50 @@
+"""The import order: numba.cuda imported before numbatune, on a machine with no GPU, leaves numba
+on the real driver; defining a tuned kernel then says what to do, and doing it works."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from numbatune._backend import IMPORTED_TOO_LATE, cuda_device_count
+
+SCRIPT = """
+from numba import cuda
+import numpy as np
+import numbatune as nt
+
+@nt.autotune(variants=nt.product(BLOCK=[4]), launch=lambda x, *, BLOCK: (1, BLOCK))
+@cuda.jit
+def fill(x):
+    x[cuda.grid(1)] = 7
+
+x = cuda.to_device(np.zeros(4, np.int32))
+fill(x)
+print(x.copy_to_host().tolist())
+"""
+
+
+def _run(**environment: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env={**env, **environment}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="with a GPU, numba.cuda may come first")
+def test_numba_cuda_imported_first_without_a_gpu_says_what_to_do_at_the_kernels_definition():
+    done = _run()
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"numbatune.errors.BackendError: {IMPORTED_TOO_LATE}"
+    )
+    assert "CudaSupportError" not in done.stderr
+    assert "NUMBA_ENABLE_CUDASIM=1" in IMPORTED_TOO_LATE and "import numbatune" in IMPORTED_TOO_LATE
+
+
+def test_with_the_simulator_asked_for_numba_cuda_may_be_imported_first():
+    done = _run(NUMBA_ENABLE_CUDASIM="1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "[7, 7, 7, 7]"

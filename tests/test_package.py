@@ -1,0 +1,113 @@
+"""The package as a user installs it: its version, its licence and type marker, the examples
+shipped inside it, the C extension built with it (or left out where it cannot be built), and an
+sdist that holds what its tests need.
+
+The wheels are built as pip builds them from the sdist: the sdist is unpacked and setuptools'
+PEP 517 hooks run in it, each build in a fresh copy (setuptools would reuse an earlier build).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import numbatune as nt
+from numbatune import native
+from numbatune.arrays import SIMULATOR
+from numbatune.cli import main
+from numbatune.demo import find_examples_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTENSION = f"numbatune/_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+_BUILD = """
+import sys
+from setuptools import build_meta
+
+print(getattr(build_meta, sys.argv[1])(sys.argv[2]))
+"""
+
+
+def _build(hook: str, source: Path, out: Path, **environment: str) -> tuple[Path, str]:
+    """Run a PEP 517 hook of setuptools in ``source``; the file it made and its log."""
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILD, hook, str(out)],
+        cwd=source, env={**os.environ, **environment}, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "deprecat" not in done.stderr.lower(), done.stderr
+    return out / done.stdout.splitlines()[-1], done.stderr
+
+
+def _wheel_from(sdist: Path, into: Path, **environment: str) -> tuple[set[str], str]:
+    """The file names of a wheel built from a fresh copy of ``sdist``, and the build's log."""
+    with tarfile.open(sdist) as archive:
+        archive.extractall(into, filter="data")
+    (source,) = into.iterdir()
+    wheel, log = _build("build_wheel", source, into, **environment)
+    with zipfile.ZipFile(wheel) as archive:
+        return set(archive.namelist()), log
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    return _build("build_sdist", ROOT, tmp_path_factory.mktemp("sdist"))[0]
+
+
+@pytest.fixture(scope="module")
+def wheel(sdist, tmp_path_factory):
+    return _wheel_from(sdist, tmp_path_factory.mktemp("wheel"))[0]
+
+
+def test_version_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"numbatune {nt.__version__}\n"
+
+
+def test_the_wheel_holds_the_licence_the_type_marker_the_examples_and_the_extension(wheel):
+    assert f"numbatune-{nt.__version__}.dist-info/licenses/LICENSE" in wheel
+    assert "numbatune/py.typed" in wheel
+    examples = {path.name for path in (ROOT / "examples").glob("*.py")}
+    assert examples and {f"numbatune/examples/{name}" for name in examples} <= wheel
+    assert EXTENSION in wheel  # built: the test machines have a C compiler
+    assert not [name for name in wheel if name.endswith(".c")]
+
+
+def test_without_a_c_compiler_the_wheel_is_built_without_the_extension(sdist, tmp_path):
+    files, log = _wheel_from(sdist, tmp_path, CC="no-such-compiler")
+    assert 'building extension "numbatune._native" failed' in log
+    assert EXTENSION not in files and "numbatune/native.py" in files
+
+
+def test_the_sdist_holds_what_its_tests_need(sdist):
+    with tarfile.open(sdist) as archive:
+        files = {name.partition("/")[2] for name in archive.getnames()}
+    tests = {str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("*.py")}
+    assert {"conftest.py", "LICENSE", "mkdocs.yml", *tests} <= files
+    assert {"examples/saxpy.py", "docs/index.md", "numbatune/_native.c"} <= files
+
+
+def test_the_install_built_the_c_extension():
+    assert not isinstance(native._extension_or_why(), native.Unavailable)
+
+
+def test_info_says_what_launches_the_kernels(capsys):
+    assert main(["info", "--json"]) == 0
+    launcher = json.loads(capsys.readouterr().out)["launcher"]
+    if SIMULATOR:
+        assert launcher.startswith("numba's CUDA simulator") and "_native is built" in launcher
+    else:
+        assert launcher == "C launcher (numbatune._native): built with numbatune"
+
+
+def test_the_demo_finds_the_examples_of_the_source_tree():
+    assert find_examples_dir() == ROOT / "examples"
