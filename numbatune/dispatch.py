@@ -75,7 +75,8 @@ def autotune(
     ``(grid, block, dynamic_shared_memory_bytes)``.
 
     ``key`` chooses which calls share a result. By default: calls whose array arguments have
-    the same shapes rounded up to powers of two (:func:`anchor`), dtypes and layouts. A name or
+    the same shapes rounded up to powers of two (:func:`anchor`), dtypes and layouts, and whose
+    boolean arguments (mode flags, which select code paths) have the same values. A name or
     a list of names: for each named array its anchored shape, dtype and layout, for each named
     scalar its value. A function: called with the kernel's arguments, its (hashable) result.
     The dtype, layout and number of dimensions of every array argument are always part of it.

@@ -140,6 +140,31 @@ def test_function_key_decides_which_calls_share_a_result():
     assert tuned.stats["benchmarks"] == 1
 
 
+@cuda.jit
+def forward_or_adjoint(x, out, adjoint):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = -x[i] if adjoint else x[i]
+
+
+def _x_out_launch(x, out, flag, *, BLOCK):
+    return nt.cdiv(x.shape[0], BLOCK), BLOCK
+
+
+def test_a_boolean_argument_is_a_mode_flag_of_the_default_key():
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=_x_out_launch)(forward_or_adjoint)
+    x, out = device(np.arange(6, dtype=np.float32)), device(np.zeros(6, np.float32))
+    forward = tuned.tune(x, out, False)
+    adjoint = tuned.tune(x, out, True)
+    assert forward.key == (((8,), "float32", "C"), ((8,), "float32", "C"), False)
+    assert adjoint.key == (*forward.key[:2], True)
+    assert adjoint.source == "benchmark"  # not the forward's winner
+    assert tuned.tune(x, out, np.bool_(True)).source == "memory"  # NumPy's bool: the same mode
+    tuned(x, out, True)
+    np.testing.assert_array_equal(out.copy_to_host(), -np.arange(6))
+    assert tuned.stats["benchmarks"] == 2
+
+
 def test_the_callers_arrays_hold_exactly_one_launch_on_a_miss_and_a_hit():
     tuned = tuned_accumulate()
     a, out = device(np.arange(8, dtype=np.float32)), device(np.ones(8, np.float32))
