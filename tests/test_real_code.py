@@ -12,6 +12,7 @@ from numba import cuda
 from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform_float32
 
 import numbatune as nt
+from numbatune.arrays import SIMULATOR
 from numbatune.demo import load_module
 from numbatune.testing import assert_variants_agree
 from tests import kernels
@@ -372,3 +373,34 @@ def test_an_explicit_signature_is_the_one_compiled():
     dispatcher = tuned._compiler.dispatcher(tuned.variants[0])
     assert list(dispatcher.overloads) == [declared]
     assert tuned.stats["compiles"] == 1
+
+
+def stored_in_local_memory(value):
+    """A plain Python helper (no cuda.jit) using cuda.*: it runs under the simulator only."""
+    scratch = cuda.local.array(1, np.float32)
+    scratch[0] = value
+    return scratch[0]
+
+
+@cuda.jit(device=True)
+def scaled_through_a_helper(x):
+    return stored_in_local_memory(x * SCALE)
+
+
+@cuda.jit
+def apply_helpers(out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = stored_in_local_memory(i) + scaled_through_a_helper(i)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="numba compiles no plain Python helper for a GPU")
+def test_plain_helpers_see_the_simulators_cuda_in_every_variant_as_in_the_kernel():
+    tuned = nt.autotune(variants=nt.product(SCALE=[2, 3]), launch=lambda out: (1, 8))(apply_helpers)
+    for variant in tuned.variants:
+        out = cuda.to_device(np.zeros(8, np.float32))
+        tuned.run_variant(variant, out)
+        expected = np.arange(8) * (1 + variant.params["SCALE"])
+        np.testing.assert_array_equal(out.copy_to_host(), expected)
+    apply_helpers[1, 8](out)  # the kernel as written, after its variants: unchanged
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(8) * (1 + SCALE))
