@@ -698,8 +698,9 @@ class TunedKernel:
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed (always with ``force``) without launching on them.
 
-        Returns the report: ``key``, ``best`` (the winner's parameters), ``source`` (where the
-        answer came from) and ``results`` (one record per variant).
+        Returns the report: ``key``, ``winner`` (the winning variant: its parameters and jit
+        options), ``best`` (its parameters alone), ``source`` (where the answer came from) and
+        ``results`` (one record per variant).
         """
         self._check_arguments(args)
         state, key = self._device_state(), self._key(args)
@@ -712,7 +713,8 @@ class TunedKernel:
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
         """The winning variant's parameters for these arguments, tuning first if needed (never
         launching on them): for host code that depends on the winner, as a buffer of one
-        partial result per block sized from the tuned block count."""
+        partial result per block sized from the tuned block count. The whole winner, with its
+        jit options, is ``tune(*args).winner``."""
         return self.tune(*args, stream=stream).best
 
     def __getitem__(self, config: Any) -> Any:

@@ -1,5 +1,6 @@
 """The core paths of a tuned kernel: specialisation, keys, miss, hit, force, data safety."""
 
+import logging
 import threading
 
 import numpy as np
@@ -95,6 +96,25 @@ def test_report_lists_every_variant_and_the_winner_is_the_fastest():
     fastest = min(report.results, key=lambda r: r.median_s)
     assert report.best == fastest.params
     assert tuned.variants == nt.product(BLOCK=[2, 4, 8])
+
+
+def test_the_report_gives_the_whole_winner_with_its_jit_options(caplog, capsys):
+    from numbatune.cli import main
+
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4], jit={"fastmath": [True]}),
+        launch=kernels.accumulate_launch,
+    )(kernels.accumulate)
+    caplog.set_level(logging.INFO, logger="numbatune")
+    args = device(np.ones(8, np.float32)), device(np.zeros(8, np.float32))
+    report = tuned.tune(*args)
+    assert report.winner.jit == {"fastmath": True}
+    assert report.winner.params == report.best == tuned.best(*args)  # what host code reads
+    assert f"winner={report.winner!r}" in repr(report)  # Variant(BLOCK=..., fastmath=True)
+    top = caplog.text.partition("variants): ")[2]
+    assert top.count("fastmath=True") == 2  # the log of the fastest names them whole
+    assert main(["cache", "show", "accumulate"]) == 0
+    assert capsys.readouterr().out.count("fastmath=True") == 2
 
 
 def test_tune_answers_from_memory_then_force_measures_again():
