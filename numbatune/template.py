@@ -346,6 +346,13 @@ def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any],
     ``cuda.jit`` kernel, or a plain function (no options, no signatures)."""
     if isinstance(kernel, types.FunctionType):
         return kernel, {}, ()
+    kind = type(kernel)
+    if kind.__module__.partition(".")[0] == "numba_cuda_mlir":
+        raise TypeError(
+            f"autotune({name}): {name} is a numba-cuda-mlir kernel ({kind.__module__}."
+            f"{kind.__qualname__}), which numbatune does not support yet; it supports "
+            "numba-cuda's numba.cuda.jit kernels and plain Python functions"
+        )
     function = getattr(kernel, "py_func", None)
     if not isinstance(function, types.FunctionType):
         raise TypeError(
