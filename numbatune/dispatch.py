@@ -47,7 +47,7 @@ from numbatune.variants import Variant, as_variants
 
 logger = logging.getLogger("numbatune")
 
-#: Where a report of a key served without tuning (the ``on_miss`` setting) comes from.
+#: Where a report of a key served without tuning (``on_miss``) comes from.
 _SERVED = (Source.NEAREST, Source.UNTUNED)
 
 
@@ -64,6 +64,7 @@ def autotune(
     read_only: Sequence[str] = (),
     search: str | None = None,
     budget: Budget | int | str | None = None,
+    on_miss: OnMiss | str | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -103,11 +104,21 @@ def autotune(
 
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
+
+    Parameters
+    ----------
+    on_miss
+        What a call does with a key that has no stored result: ``"tune"`` it now;
+        ``"nearest"``: launch the winner of the kernel's nearest tuned key (else the kernel as
+        written), unmeasured, and record the key for ``numbatune sweep``; ``"background"``: as
+        ``"nearest"``, and tune the key in a background thread, whose winner then replaces it.
+        ``tune(...)`` always tunes. None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``,
+        default ``"tune"``).
     """
 
     options = dict(
         variants=variants, launch=launch, key=key, name=name, level=level, prune=prune,
-        check=check, read_only=read_only, search=search, budget=budget,
+        check=check, read_only=read_only, search=search, budget=budget, on_miss=on_miss,
     )  # fmt: skip
     if kernel is None:
         return lambda kernel: TunedKernel(kernel, **options)
@@ -248,11 +259,12 @@ class TunedKernel:
         read_only: Sequence[str] = (),
         search: str | None = None,
         budget: Budget | int | str | None = None,
+        on_miss: OnMiss | str | None = None,
     ) -> None:
         #: What this kernel was made from, for :meth:`with_variants`.
         self._made_from = dict(
             kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune,
-            check=check, read_only=read_only, search=search, budget=budget,
+            check=check, read_only=read_only, search=search, budget=budget, on_miss=on_miss,
         )  # fmt: skip
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
@@ -276,12 +288,14 @@ class TunedKernel:
         self._prune = levels.check_prune(prune, self.name)
         self._check = checks.as_check(check, self.name)
         self._strategy, self._budget = _search_options(search, budget, self.name)
+        self._on_miss = _on_miss_option(on_miss, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
         self.function_id = identity.function_id(self._template.function)
         self._shared = self._share(
-            key=key, level=level, prune=prune, check=check, name=name, search=search, budget=budget
-        )
+            key=key, level=level, prune=prune, check=check, name=name, search=search,
+            budget=budget, on_miss=self._on_miss,
+        )  # fmt: skip
         self._compiler = self._shared.compiler
         self._tally, self._benchmarks = Tally(), 0
         self._binder = _Binder(len(self._parameters), self._dispatch)
@@ -424,7 +438,7 @@ class TunedKernel:
         serve: bool = False,
     ) -> tuple[Winner, TuneReport]:
         """The winner for ``key`` from memory, disk or tuning (or, for a call, ``serve``, as
-        the ``on_miss`` setting says), and the report behind it."""
+        the ``on_miss`` option or setting says), and the report behind it."""
         keys.check_hashable(key, self.name)
         self._check_arguments(args)
         stream = numba_stream(stream, args)
@@ -442,7 +456,8 @@ class TunedKernel:
             settings.search_seed,
         )
         searched = search.strategy.for_space(len(plan.first)) is not Strategy.EXHAUSTIVE
-        serving = serve and settings.on_miss is not OnMiss.TUNE
+        on_miss = self._on_miss or settings.on_miss
+        serving = serve and on_miss is not OnMiss.TUNE
         self._record(key, args, serving)
 
         def job(plan: levels.Plan, search: Search, journal: Journal) -> TuneJob:
@@ -471,7 +486,7 @@ class TunedKernel:
                 group, self.name, key, local, share, not searched, len(plan.first)
             ),
         )  # fmt: skip
-        if report.source in _SERVED and settings.on_miss is OnMiss.BACKGROUND:
+        if report.source in _SERVED and on_miss is OnMiss.BACKGROUND:
             background.start(self, arrays.clone_arguments(args, stream), self.name)
         return winner, report
 
@@ -494,7 +509,7 @@ class TunedKernel:
         )
 
     def _served(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> TuneReport:
-        """A key the ``on_miss`` setting says not to tune now: the winner of the nearest tuned
+        """A key ``on_miss`` says not to tune now: the winner of the nearest tuned
         key that the plan allows, else the kernel as written (or the first variant the plan
         tries), unmeasured."""
         allowed = set(plan.allowed)
@@ -803,6 +818,20 @@ def _search_options(
         None if search is None else as_strategy(search, where),
         None if budget is None else as_budget(budget, where),
     )
+
+
+def _on_miss_option(on_miss: OnMiss | str | None, kernel_name: str) -> OnMiss | None:
+    """``autotune(on_miss=)`` checked (None: the ``on_miss`` setting decides)."""
+    if on_miss is None:
+        return None
+    try:
+        return OnMiss(on_miss)
+    except ValueError:
+        choices = ", ".join(member.value for member in OnMiss)
+        raise ValueError(
+            f"autotune({kernel_name}): on_miss must be one of {choices} (or None for the "
+            f"on_miss setting, NUMBATUNE_ON_MISS), got {on_miss!r}"
+        ) from None
 
 
 def _reuse(
