@@ -33,7 +33,7 @@ from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
 from numbatune.launch import fastpath
-from numbatune.launch.config import LaunchConfig, launch_config, launch_params
+from numbatune.launch.config import LaunchConfig, check_launch, launch_config, launch_params
 from numbatune.launch.numbalaunch import numba_launch
 from numbatune.strategies import Budget, Search, Strategy, as_budget, as_strategy
 from numbatune.streams.handles import numba_stream, raw_stream
@@ -270,11 +270,7 @@ class TunedKernel:
         self._template = KernelTemplate(kernel, self.name)
         self._variants = as_variants(variants, self.name)
         self._index = {variant: index for index, variant in enumerate(self._variants)}
-        if not callable(launch):
-            raise TypeError(
-                f"autotune({self.name}): launch must be a function of the kernel's arguments "
-                f"returning (grid, block[, shared_memory_bytes]), got {launch!r}"
-            )
+        check_launch(launch, self._variants, self._template.signature, self.name)
         self._launch = launch
         self._launch_params = launch_params(launch, self._variants)
         launch_reads = {name for params in self._launch_params.values() for name in params}

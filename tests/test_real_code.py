@@ -179,6 +179,35 @@ def test_launch_functions_may_be_partials_or_callable_objects(launch):
     assert out.copy_to_host().tolist() == [1.0] * 8
 
 
+def test_a_launch_function_naming_a_parameter_no_variant_has_is_refused_when_defined():
+    message = (
+        r"^autotune\(apply_scaled\): the launch function's parameter SCALEE has no default, and "
+        r"neither the kernel's arguments \(its first 1 positional parameters\) nor any variant "
+        r"give it a value; the launch function takes \(out, \*, SCALEE\), the variants set "
+        r"\['SCALE'\]$"
+    )
+    with pytest.raises(ValueError, match=message):
+        nt.autotune(variants=nt.product(SCALE=[2, 3]), launch=lambda out, *, SCALEE: (1, 8))(
+            apply_scaled
+        )
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        lambda out, *, SCALE, spare=1: (1, 8 * spare),  # a default no variant sets: fine
+        lambda out, SCALE: (1, 8),  # the variant's value by keyword
+        lambda *args, **params: (1, 8),
+    ],
+    ids=["default", "positional", "varargs"],
+)
+def test_launch_functions_whose_parameters_all_get_values_are_accepted(launch):
+    tuned = nt.autotune(variants=nt.product(SCALE=[2, 3]), launch=launch)(apply_scaled)
+    out = cuda.to_device(np.zeros(8, np.float32))
+    tuned(out)
+    assert out.copy_to_host().tolist() in ([4.0 * i for i in range(8)], [6.0 * i for i in range(8)])
+
+
 def test_a_variant_parameter_named_like_an_argument_is_refused():
     with pytest.raises(ValueError, match=r"variant parameters \['out'\] have the names of "):
         nt.autotune(variants=[{"BLOCK": 2, "out": 1}], launch=kernels.accumulate_launch)(
