@@ -77,8 +77,8 @@ def per_round_us(
 
 
 #: The host's speed in issue 21's run: numba's ``cfg(...)`` took 27.8 us per call. The host of
-#: a loan changes speed by up to 1.9x from one round to the next (docs/benchmarks.md, section
-#: 7), moving numba's launch and numbatune's hit alike.
+#: a loan changes speed by up to 1.9x from one round to the next (docs/benchmarks.md, "The
+#: machine"), moving numba's launch and numbatune's hit alike.
 ISSUE_HOST_US = 28.0
 
 
@@ -165,6 +165,25 @@ def tuned_wide(kind: str) -> nt.TunedKernel:
         launch=lambda *args, BLOCK: (nt.cdiv(args[WIDE_ARRAYS - 1].shape[0], BLOCK), BLOCK),
         name=f"bench_dispatch_wide_{kind}",
     )(wide_kernel)
+
+
+def scale_declared(n, x, out, negate):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = -2 * x[i] if negate else 2 * x[i]
+
+
+#: As libraries declare kernels (STUMPY, numba's own benchmarks): layout 'A' arrays, Python ints
+#: and bools converted to i8 and b1 (compiled when first used, as the other kernels are).
+DECLARED = "void(i8, f8[:], f8[:], b1)"
+
+
+def tuned_declared(kind: str) -> nt.TunedKernel:
+    return nt.autotune(
+        variants=nt.product(BLOCK=[128, 256]),
+        launch=lambda n, x, out, negate, *, BLOCK: (nt.cdiv(n, BLOCK), BLOCK),
+        name=f"bench_dispatch_declared_{kind}",
+    )(cuda.jit(DECLARED)(scale_declared))
 
 
 def _fast_path_parts(tuned: nt.TunedKernel, args: tuple[Any, ...]) -> dict[str, Any]:
@@ -281,13 +300,35 @@ def _phase_two(kinds, host, a, tuned_kernels):
                 lambda *args, stream, c=stubbed: c(args, stream), (x, out, a), streams
             )
         checks.append((kind, x, out))
-    if not SIMULATOR:
-        calls["numba", "driver event record and stream wait alone"] = _event_pair()
+    pair = None if SIMULATOR else _event_pair()
+    if pair is not None:
+        calls["numba", "driver event record and stream wait alone"] = pair
     # The host's speed in this phase (the same launch as phase one's), for comparing the phases.
     x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
     configured = scale[nt.cdiv(SIZE, BLOCK), BLOCK]
     calls["numba", "numba cfg(...), after two streams"] = lambda: configured(x, out, a)
     return calls, checks
+
+
+def _phase_three(kinds, host):
+    """A kernel declared with a signature: tuned hits against numba's launch of it (last: numba's
+    launches of declared kernels leave this thread without a current context, which the
+    driver's event calls of phase two's baseline need)."""
+    grid = nt.cdiv(SIZE, BLOCK)
+    numba_declared = cuda.jit(DECLARED)(scale_declared)[grid, BLOCK]
+    calls: dict[tuple[str, str], Callable[[], Any]] = {}
+    for kind, make in kinds.items():
+        if kind not in ("numba", "torch"):
+            continue
+        args = (SIZE, make(host.astype(np.float64)), make(np.zeros(SIZE)), False)
+        declared = tuned_declared(kind)
+        declared(*args)
+        calls[kind, "declared signature: numbatune hit"] = lambda d=declared, g=args: d(*g)
+        calls[kind, "declared signature: numba cfg(...)"] = lambda g=args: numba_declared(*g)
+    x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
+    configured = scale[grid, BLOCK]
+    calls["numba", "numba cfg(...), phase 3"] = lambda: configured(x, out, np.float32(2.0))
+    return calls
 
 
 def _alternating(
@@ -303,22 +344,31 @@ def _alternating(
     return call
 
 
-def _event_pair() -> Callable[[], None]:
+def _event_pair() -> Callable[[], None] | None:
     """An event recorded on one stream and waited for on another, the two in turn, through the
-    calls the stream order makes."""
+    calls the stream order makes; None (with a line that says why) where the driver refuses
+    them in this thread."""
     from numbatune.streams.handles import stream_handle
     from numbatune.streams.monitor import monitor
 
     events = monitor.events
     streams = [cuda.stream(), cuda.stream()]
     handles = [stream_handle(s) for s in streams]
-    event, flip = events.create(timing=False), [0]
+
+    event, flip = events.create(timing=False, stream=handles[0]), [0]
 
     def call() -> None:
         flip[0] ^= 1
         events.record(event, handles[flip[0]])
         events.wait_event(handles[1 - flip[0]], event)
 
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    try:
+        call()
+    except CudaAPIError as error:
+        print(f"driver event record and stream wait alone: not measured ({error})")
+        return None
     return call
 
 
@@ -326,6 +376,7 @@ def _event_pair() -> Callable[[], None]:
 _HOST = {
     "phase 1": ("numba", "numba cfg = k[grid, block]; cfg(...)"),
     "phase 2": ("numba", "numba cfg(...), after two streams"),
+    "phase 3": ("numba", "numba cfg(...), phase 3"),
 }
 
 
@@ -345,6 +396,7 @@ def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[s
     _record("phase 1", per_round_us(calls, *timing), results, fast, rounds)
     calls, checks = _phase_two(kinds, host, a, tuned_kernels)
     _record("phase 2", per_round_us(calls, *timing), results, fast, rounds)
+    _record("phase 3", per_round_us(_phase_three(kinds, host), *timing), results, fast, rounds)
     cuda.synchronize()
     results["results_checked"] = all(np.allclose(_host_copy(out), 2 * host) for _, _, out in checks)
     results["at_issue_host_speed"] = fast

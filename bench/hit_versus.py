@@ -2,7 +2,7 @@
 
 Separate processes on the lent GPU differ by 10% or more in launch costs, more than a change to
 the hit path may move it. Here both packages run in one process and take turns batch by batch
-(section 1's method and kernel, ``bench/dispatch_cost.py``), with one stream so far (and with
+(the method and kernel of ``bench/dispatch_cost.py``), with one stream so far (and with
 the driver launch stubbed out: the host code alone), then after a launch on a second stream
 (hits on the arrays' own stream, and hits that wait). The other tree's package is copied
 and renamed ``numbatune_other`` (its compiled launcher too), each with its own cache directory.

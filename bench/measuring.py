@@ -103,9 +103,15 @@ class StopwatchClock:
             stopwatch.measure = original
 
 
-def run_module(module: str, arguments: list[str], environment: dict[str, str]) -> Any:
+def run_module(
+    module: str,
+    arguments: list[str],
+    environment: dict[str, str],
+    timeout_s: float | None = None,
+) -> Any:
     """Run ``python -m module *arguments`` in a fresh process from the repository root, with
-    ``environment`` added to this one's; returns its last line of output, read as JSON."""
+    ``environment`` added to this one's; returns its last line of output, read as JSON.
+    RuntimeError if it fails, subprocess.TimeoutExpired if it runs past ``timeout_s``."""
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     done = subprocess.run(
         [sys.executable, "-m", module, *arguments],
@@ -113,6 +119,7 @@ def run_module(module: str, arguments: list[str], environment: dict[str, str]) -
         env={**os.environ, "PYTHONPATH": path, **environment},
         capture_output=True,
         text=True,
+        timeout=timeout_s,
         check=False,
     )
     if done.returncode != 0:

@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: bench/ is on the path, the repository is not
     sys.path.insert(0, str(ROOT))
 
-# numbatune before numba: without a GPU it turns numba's simulator on.
+# numbatune before numba: without a GPU it turns numba's simulator on (bench.real imports
+# neither).
+from bench.real import KERNELS  # noqa: E402
 from numbatune.arrays import SIMULATOR  # noqa: E402
 
 SECTIONS = [
@@ -36,20 +38,31 @@ SECTIONS = [
     "levels",
     "search",
     "space_cost",
+    "real_kernels",
 ]
 
+Progress = Callable[[Any], None]
 
-def _section(name: str) -> Callable[[Path, argparse.Namespace], Any]:
+
+def _section(name: str) -> Callable[[Path, argparse.Namespace, Progress], Any]:
+    """The section's run: a function of the output directory, the command's arguments, and a
+    function that records a partial result (sections that measure in parts call it)."""
     if name == "dispatch":
         from bench import dispatch_cost
 
-        return lambda out_dir, arguments: dispatch_cost.measure_dispatch(out_dir, arguments.smoke)
+        return lambda out_dir, arguments, _: dispatch_cost.measure_dispatch(
+            out_dir, arguments.smoke
+        )
     module = importlib.import_module(f"bench.{name}")
     if name in ("ceilings", "levels"):
-        return lambda out_dir, arguments: module.run(arguments.smoke, arguments.examples)
+        return lambda out_dir, arguments, _: module.run(arguments.smoke, arguments.examples)
     if name == "search":
-        return lambda out_dir, arguments: module.run(arguments.smoke, arguments.exhaustive)
-    return lambda out_dir, arguments: module.run(arguments.smoke)
+        return lambda out_dir, arguments, _: module.run(arguments.smoke, arguments.exhaustive)
+    if name == "real_kernels":
+        return lambda out_dir, arguments, progress: module.run(
+            arguments.smoke, progress, tuple(arguments.kernels or KERNELS)
+        )
+    return lambda out_dir, arguments, _: module.run(arguments.smoke)
 
 
 def _table(name: str, result: Any) -> str:
@@ -73,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--exhaustive", type=Path, help="search: the offline exhaustive run's result file"
     )
+    parser.add_argument(
+        "--kernels", nargs="+", choices=KERNELS, help="real_kernels: only these (bench/real/)"
+    )
     arguments = parser.parse_args(argv)
     if arguments.smoke != SIMULATOR:
         parser.error(
@@ -87,17 +103,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = False
     if SIMULATOR:
         print("bench: smoke run under numba's CUDA simulator; times say nothing about speed.")
+
+    def write(name: str, seconds: float, result: Any, partial: bool = False) -> None:
+        results["sections"][name] = {"seconds": seconds, "result": result}
+        if partial:
+            results["sections"][name]["partial"] = True
+        (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+
     with measuring.configured(cache_dir=None):  # every key is tuned, none read from disk
         for name in arguments.only or SECTIONS:
             started = time.perf_counter()
+
+            def progress(partial: Any, name: str = name, started: float = started) -> None:
+                write(name, time.perf_counter() - started, partial, partial=True)
+
             try:
-                result = _section(name)(out_dir, arguments)
+                result = _section(name)(out_dir, arguments, progress)
             except Exception:
                 failed = True
                 result = {"error": traceback.format_exc()}
             seconds = time.perf_counter() - started
-            results["sections"][name] = {"seconds": seconds, "result": result}
-            (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+            write(name, seconds, result)
             print(f"\n== {name} ({seconds:.1f} s)\n{_table(name, result)}", flush=True)
     return 1 if failed else 0
 

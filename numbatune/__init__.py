@@ -40,7 +40,20 @@ _config.load_environment()
 
 
 def cdiv(a: int, b: int) -> int:
-    """Ceiling division, for grid sizes: ``cdiv(1000, 256) == 4``."""
+    """Ceiling division, for grid sizes.
+
+    Parameters
+    ----------
+    a
+        The dividend: the number of elements, say.
+    b
+        The divisor: the elements a block covers, say.
+
+    Returns
+    -------
+    int
+        The smallest integer not below ``a / b``: ``cdiv(1000, 256) == 4``.
+    """
     return -(-a // b)
 
 

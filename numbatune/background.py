@@ -54,8 +54,18 @@ def _tune(kernel: Any, clones: tuple[Any, ...], device: int, name: str) -> None:
 
 
 def wait_for_background_tuning(timeout_s: float | None = None) -> bool:
-    """Wait for the tunings started in the background (``on_miss=background``) to end;
-    True if they all ended, False if ``timeout_s`` passed first."""
+    """Wait for the tunings started in the background (``on_miss="background"``) to end.
+
+    Parameters
+    ----------
+    timeout_s
+        The most seconds to wait, or None to wait until they end.
+
+    Returns
+    -------
+    bool
+        True if they all ended, False if ``timeout_s`` passed first.
+    """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         with _lock:

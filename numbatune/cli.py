@@ -1,7 +1,9 @@
 """The ``numbatune`` command line (also ``python -m numbatune``).
 
 Data goes to stdout (a table, or JSON with ``--json``), messages to stderr. Exit status: 0 done,
-1 failed, 2 wrong usage (argparse's).
+1 done in part (a variant that did not compile, a key not tuned), 2 an error: wrong usage
+(argparse's) or a mistake the command found (a file that does not exist, an output that cannot
+be written, an unknown function or key), said in one line, ``numbatune: error: ...``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import sys
 import time
@@ -17,12 +20,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from numbatune.errors import NumbatuneError
+
 
 def _demo(arguments: argparse.Namespace) -> int:
     from numbatune import demo
 
     directory = arguments.examples or demo.find_examples_dir()
-    demo.main(demo.load_examples(directory), small=arguments.small)
+    demo.main(demo.load_examples(directory), small=arguments.small, every=arguments.all)
     return 0
 
 
@@ -99,7 +104,31 @@ def _needs_cache() -> Path:
 
 
 class _Failure(Exception):
-    """A command that cannot be done; the message goes to stderr, the status is 1."""
+    """A command that cannot be done as asked; :func:`main` says why in one line, status 2."""
+
+
+#: What a user's mistake raises, as opposed to a bug: said in one line by :func:`main`.
+_MISTAKES = (
+    _Failure,
+    NumbatuneError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    ValueError,
+)
+
+
+def _output(path: Path) -> Path:
+    """``path``, checked before any work is done: a file that can be written."""
+    if path.is_dir():
+        raise _Failure(f"cannot write {path}: it is a folder; give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise _Failure(f"cannot write {path}: there is no folder {folder}")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise _Failure(f"cannot write {path}: permission denied")
+    return path
 
 
 def _cache_list(arguments: argparse.Namespace) -> int:
@@ -119,8 +148,11 @@ def _cache_list(arguments: argparse.Namespace) -> int:
 
 
 def _entry_rows(entry: Any) -> list[list]:
+    from numbatune.demo import stored_key_label
+
+    key = stored_key_label(entry.key)
     if entry.damaged is not None:
-        return [[entry.key, "damaged: " + entry.damaged[:80], "", "", ""]]
+        return [[key, "damaged: " + entry.damaged[:80], "", "", ""]]
     rows = []
     for index, result in enumerate(entry.stored["results"]):
         time = result["median_s"]
@@ -128,7 +160,7 @@ def _entry_rows(entry: Any) -> list[list]:
         if result.get("mismatch"):
             outcome = "wrong result: " + json.dumps(result["mismatch"])
         best = "*" if index == entry.stored["best_index"] else ""
-        rows.append([entry.key if index == 0 else "", result["variant"], outcome, best, ""])
+        rows.append([key if index == 0 else "", result["variant"], outcome, best, ""])
     stored = entry.stored
     rows[0][-1] = (
         f"compile {stored['compile_s']:.2f} s ({stored['compiles']} kernels), "
@@ -140,16 +172,29 @@ def _entry_rows(entry: Any) -> list[list]:
 _ENTRY_HEADER = ["key", "variant", "median (us)", "best", "tuning"]
 
 
-def _cache_show(arguments: argparse.Namespace) -> int:
+def _stored(function: str, key: str | None = None) -> list[Any]:
+    """The stored entries of ``function`` (its full name or last part); with ``key``, of the
+    keys printed (or stored) as ``key``, else of those whose text holds it."""
     from numbatune.cache import files
+    from numbatune.demo import stored_key_label
 
-    found = [
-        e
-        for e in files.stored_entries(_needs_cache(), arguments.function)
-        if arguments.key is None or arguments.key in e.key
-    ]
+    found = files.stored_entries(_needs_cache(), function)
     if not found:
-        raise _Failure(f"no stored result for {arguments.function}")
+        raise _Failure(f"no stored result for {function} (numbatune cache list names those kept)")
+    if key is None:
+        return found
+    printed = [(entry, entry.key, stored_key_label(entry.key)) for entry in found]
+    chosen = [e for e, *texts in printed if key in texts] or [
+        e for e, *texts in printed if any(key in text for text in texts)
+    ]
+    if not chosen:
+        keys = "; ".join(text for _, _, text in printed[:3]) + ("; ..." if len(found) > 3 else "")
+        raise _Failure(f"{function} has no stored key {key!r}; its keys: {keys}")
+    return chosen
+
+
+def _cache_show(arguments: argparse.Namespace) -> int:
+    found = _stored(arguments.function, arguments.key)
     data = [_entry_data(e) for e in found]
     rows = [row for entry in found for row in _entry_rows(entry)]
     _print(arguments, data, _ENTRY_HEADER, rows)
@@ -157,8 +202,22 @@ def _cache_show(arguments: argparse.Namespace) -> int:
 
 
 def _entry_data(entry: Any) -> dict[str, Any]:
+    """An entry for ``--json``: as stored, with the values of each variant's parameters and
+    jit options of their own types again (stored as text)."""
     head = {"device": entry.device, "function": entry.function, "key": entry.key}
-    return {**head, "damaged": entry.damaged} if entry.stored is None else {**head, **entry.stored}
+    if entry.stored is None:
+        return {**head, "damaged": entry.damaged}
+    results = [
+        {**result, "params": _values(result["params"]), "jit": _values(result["jit"])}
+        for result in entry.stored["results"]
+    ]
+    return {**head, **entry.stored, "results": results}
+
+
+def _values(texts: dict[str, str]) -> dict[str, Any]:
+    from numbatune.values import parse_stable_text
+
+    return {name: parse_stable_text(text) for name, text in texts.items()}
 
 
 def _cache_clear(arguments: argparse.Namespace) -> int:
@@ -174,7 +233,7 @@ def _cache_clear(arguments: argparse.Namespace) -> int:
 def _cache_export(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
 
-    count, damaged = files.export(_needs_cache(), arguments.file, arguments.function)
+    count, damaged = files.export(_needs_cache(), _output(arguments.file), arguments.function)
     left_out = f"; left out {damaged} damaged" if damaged else ""
     print(
         f"numbatune: exported {count} stored results to {arguments.file}{left_out}", file=sys.stderr
@@ -184,12 +243,8 @@ def _cache_export(arguments: argparse.Namespace) -> int:
 
 def _cache_import(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
-    from numbatune.errors import CacheFileError
 
-    try:
-        result = files.import_file(arguments.file, _needs_cache())
-    except CacheFileError as error:
-        raise _Failure(str(error)) from error
+    result = files.import_file(arguments.file, _needs_cache())
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
         f"devices and {result.already_present} already in the cache"
@@ -205,12 +260,12 @@ def _compile(arguments: argparse.Namespace) -> int:
     cache_dir = arguments.cache_dir or _needs_cache()
     cases = []
     for path in arguments.paths:
+        if not path.exists():
+            raise _Failure(f"{path}: no such file or folder")
         for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
             cases += [example(True) for example in demo.examples_of(demo.load_module(file))]
     if not cases:
-        raise _Failure(
-            "no example functions found (a module defines example(small) -> (kernel, args))"
-        )
+        raise _Failure(demo.NO_EXAMPLES)
     started = time.perf_counter()
     compiled = precompile.precompile(
         cases,
@@ -281,20 +336,17 @@ def _compute_capability(text: str) -> tuple[int, int]:
 def _sweep(arguments: argparse.Namespace) -> int:
     from numbatune import record, sweep
     from numbatune.config import settings
-    from numbatune.errors import CacheFileError
 
+    output = _output(arguments.output)
     path = arguments.record or settings.record
     if path is None:
         path = record.served_keys_path(_needs_cache())
     if not Path(path).is_file():
         raise _Failure(f"no record at {path}: give RECORD, or set NUMBATUNE_RECORD while the "
                        "program runs")  # fmt: skip
-    try:
-        records = record.read(path)
-    except CacheFileError as error:
-        raise _Failure(str(error)) from None
+    records = record.read(path)
     result = sweep.sweep(
-        records, arguments.output, arguments.module, arguments.path,
+        records, output, arguments.module, arguments.path,
         ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
         workers=arguments.workers,
     )  # fmt: skip
@@ -315,23 +367,30 @@ def _sweep(arguments: argparse.Namespace) -> int:
     return 0 if result.complete else 1
 
 
+def _picture(path: Path) -> Path:
+    """``path``, checked before any work is done: a file that can be written, in a format
+    matplotlib writes."""
+    from numbatune import plot
+
+    try:
+        plot.check_format(_output(path))
+    except ImportError as error:
+        raise _Failure(
+            f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"
+        ) from error
+    return path
+
+
 def _report(arguments: argparse.Namespace) -> int:
     from numbatune import plot
-    from numbatune.cache import files
 
-    found = files.stored_entries(_needs_cache(), arguments.function)
-    if not found:
-        raise _Failure(f"no stored result for {arguments.function}")
+    output = None if arguments.output is None else _picture(arguments.output)
+    found = _stored(arguments.function)
     rows = [row for entry in found for row in _entry_rows(entry)]
     _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
-    if arguments.output is not None:
-        try:
-            plot.picture([e for e in found if e.stored is not None], arguments.output)
-        except ImportError as error:
-            raise _Failure(
-                f"no picture: {error} (pip install 'numbatune[report]' for matplotlib)"
-            ) from error
-        print(f"numbatune: wrote {arguments.output}", file=sys.stderr)
+    if output is not None:
+        plot.picture([e for e in found if e.stored is not None], output)
+        print(f"numbatune: wrote {output}", file=sys.stderr)
     return 0
 
 
@@ -372,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     size = demo.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", default=None, help="small sizes")
     size.add_argument("--full", dest="small", action="store_false", help="GPU-sized inputs")
+    demo.add_argument("--all", action="store_true", help="every variant's time, not the winners")
     demo.set_defaults(run=_demo)
 
     _with_json(commands.add_parser("info", help="devices, versions and the cache")).set_defaults(
@@ -384,7 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = _with_json(actions.add_parser("show", help="a function's results, every variant"))
     show.add_argument("function", help="the function (full name or its last part)")
-    show.add_argument("key", nargs="?", help="only keys whose text contains this")
+    show.add_argument(
+        "key", nargs="?", help="only this key, as printed (else the keys whose text holds this)"
+    )
     show.set_defaults(run=_cache_show)
     clear = actions.add_parser("clear", help="delete stored results (all, or one function's)")
     clear.add_argument("function", nargs="?")
@@ -413,13 +475,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    A mistake in what was asked (a file that does not exist or cannot be written, an unknown
+    function or key, a value numbatune refuses, any of numbatune's own errors) ends in one
+    line on stderr, ``numbatune: error: ...``, and status 2, as argparse's usage errors do;
+    any other exception is a bug and goes up with its traceback.
+    """
     arguments = build_parser().parse_args(argv)
     try:
         return arguments.run(arguments)
-    except _Failure as failure:
-        print(f"numbatune {arguments.command}: {failure}", file=sys.stderr)
-        return 1
+    except _MISTAKES as error:
+        print(f"numbatune: error: {_one_line(error)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(error: Exception) -> str:
+    """What went wrong, in one line: the file and why for an error of the file system, else
+    the first line of the message."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror}"
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    more = f" (and {len(lines) - 1} more lines)" if len(lines) > 1 else ""
+    return lines[0] + more
 
 
 if __name__ == "__main__":

@@ -110,7 +110,18 @@ def _parse_non_negative_int(text: str) -> int:
 
 class OnMiss(TextEnum):
     """What a call does with a key that has no stored result (the ``on_miss`` setting, or
-    ``autotune(on_miss=...)``)."""
+    ``autotune(on_miss=...)``, which wins over it).
+
+    Attributes
+    ----------
+    TUNE
+        Tune it now (the default).
+    NEAREST
+        Launch the winner of the kernel's nearest tuned key, else the kernel as written,
+        unmeasured, and record the key for ``numbatune sweep``.
+    BACKGROUND
+        The same, and tune the key in a background thread, whose winner then replaces it.
+    """
 
     TUNE = "tune"
     NEAREST = "nearest"
@@ -256,7 +267,29 @@ def _validated(name: str, value: Any) -> Any:
 
 
 def configure(**values: Any) -> Settings:
-    """Change settings from Python, e.g. ``numbatune.configure(budget_s=0.5)``."""
+    """Change settings from Python, e.g. ``numbatune.configure(budget_s=0.5)``.
+
+    Every setting, its ``NUMBATUNE_...`` environment variable and its default are on the
+    Configuration page; ``numbatune.settings`` holds the current values.
+
+    Parameters
+    ----------
+    **values
+        Settings by name (``cache_dir``, ``level``, ``on_miss``, ``budget_s``, ``search``,
+        ...), each a Python value or its text as the environment variable takes it.
+
+    Returns
+    -------
+    Settings
+        ``numbatune.settings``, changed.
+
+    Raises
+    ------
+    ValueError
+        An unknown setting, or a value it does not take (the message names the setting, its
+        variable and what it expects), or ``min_runs`` above ``max_runs``. No setting is
+        changed then.
+    """
     checked = {name: _validated(name, value) for name, value in values.items()}
     if checked.get("min_runs", settings.min_runs) > checked.get("max_runs", settings.max_runs):
         raise ValueError("numbatune: setting min_runs must not exceed max_runs")

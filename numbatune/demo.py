@@ -1,4 +1,5 @@
-"""The demo: tune the example kernels and print what each variant measured.
+"""The demo: tune the example kernels and print, for each kernel and key, the winner and what
+it gains over the kernel as written (``--all``: every variant's time).
 
 Each example module in ``examples/`` defines ``example(small: bool) -> (tuned_kernel, args)``, and
 may define more such functions named ``example_*`` (one kernel tuned for two uses, say).
@@ -7,20 +8,28 @@ Under the simulator the examples run at small sizes and the times mean nothing a
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import itertools
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
 from numbatune.arrays import SIMULATOR
 from numbatune.dispatch import TunedKernel
-from numbatune.keys import describe
+from numbatune.keys import describe, is_array_part
 from numbatune.testing import covering_variants
-from numbatune.tuning.results import TuneReport
+from numbatune.tuning.results import Source, TuneReport, VariantResult
+from numbatune.values import parse_stable_text, stable_text
+from numbatune.variants import Variant
 
 Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
+
+#: What the demo and ``numbatune compile`` say when they are given no example functions.
+NO_EXAMPLES = "no example functions found (a module defines example(small) -> (kernel, args))"
 
 
 def find_examples_dir() -> Path:
@@ -56,7 +65,15 @@ def examples_of(module: ModuleType) -> list[Example]:
 
 
 def load_examples(directory: Path) -> list[Example]:
-    """The example functions of every module in ``directory``, by file name."""
+    """The example functions of every module in ``directory``, by file name.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``directory`` is not a folder.
+    """
+    if not directory.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no such folder", str(directory))
     return [
         example
         for path in sorted(directory.glob("*.py"))
@@ -65,7 +82,7 @@ def load_examples(directory: Path) -> list[Example]:
 
 
 def report_rows(name: str, report: TuneReport) -> list[list[str]]:
-    """Table rows for one report: one per variant, the winner marked."""
+    """Table rows for one report (``--all``): one per variant, the winner marked."""
     rows = []
     for index, result in enumerate(report.results):
         if result.error is not None:
@@ -77,7 +94,7 @@ def report_rows(name: str, report: TuneReport) -> list[list[str]]:
         rows.append(
             [
                 name if index == 0 else "",
-                _short(report.key) if index == 0 else "",
+                key_label(report.key) if index == 0 else "",
                 result.variant.label,
                 time,
                 "*" if index == report.best_index else "",
@@ -87,9 +104,142 @@ def report_rows(name: str, report: TuneReport) -> list[list[str]]:
     return rows
 
 
-def _short(key: Any, width: int = 48) -> str:
-    text = describe(key)
-    return text if len(text) <= width else text[: width - 3] + "..."
+@dataclass(frozen=True)
+class Tuned:
+    """What the demo found for one kernel and key: one row of its table."""
+
+    kernel: str
+    report: TuneReport
+    #: The variant equal to the kernel as written, or None when no variant is.
+    written: Variant | None
+    #: What one launch does, as the example's module says (``work(*args)``): ``{"bytes": n}``
+    #: read and written, or ``{"flops": n}``; None when the module does not say.
+    work: dict[str, int] | None
+
+    @property
+    def winner(self) -> VariantResult:
+        """The winner's result."""
+        return self.report.results[self.report.best_index]
+
+    @property
+    def speedup(self) -> float | None:
+        """How many times faster the winner is than the kernel as written, where both were
+        timed."""
+        written_s = {r.variant: r.median_s for r in self.report.results}.get(self.written)
+        winner_s = self.winner.median_s
+        return None if written_s is None or winner_s is None else written_s / winner_s
+
+    def cells(self, rates: bool) -> list[str]:
+        """The row: kernel, key, variants tried, the winner (what it changes of the kernel as
+        written), its time, its speedup, and with ``rates`` the rate it reached."""
+        report, median_s = self.report, self.winner.median_s
+        speedup = self.speedup
+        cells = [
+            self.kernel,
+            key_label(report.key),
+            f"{report.tried}/{len(report.results)}",
+            _changes(self.winner.variant, self.written),
+            "-" if median_s is None else _seconds(median_s),
+            "-" if speedup is None else f"{speedup:.2f}x",
+        ]
+        return [*cells, _rate(self.work, median_s)] if rates else cells
+
+
+_SUMMARY_HEADER = ["kernel", "key", "tried", "winner", "time", "speedup"]
+#: The widest table the demo prints (``--all`` aside).
+WIDTH = 100
+#: The columns cut to fit it, in this order (the winner's changes, the kernel's name, the key),
+#: and the least each is cut to.
+_CUTS = ((3, 16), (0, 12), (1, 16))
+
+
+def _changes(variant: Variant, written: Variant | None) -> str:
+    """``variant``'s parameters and jit options that differ from the kernel as written's (all
+    of them when no variant is the kernel as written), as ``NAME=value`` separated by spaces."""
+    if variant == written:
+        return "as written"
+    values = {**variant.params, **variant.jit}
+    before = {} if written is None else {**written.params, **written.jit}
+    return " ".join(
+        f"{name}={stable_text(value)}"
+        for name, value in values.items()
+        if name not in before or stable_text(before[name]) != stable_text(value)
+    )
+
+
+def _seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def _rate(work: dict[str, int] | None, seconds: float | None) -> str:
+    """The bytes or floating-point operations per second one launch reached."""
+    if work is None or seconds is None:
+        return "-"
+    for amount, unit in (("bytes", "GB/s"), ("flops", "GFLOP/s")):
+        if amount in work:
+            rate = work[amount] / seconds / 1e9
+            return f"{rate:.0f} {unit}" if rate >= 100 else f"{rate:.3g} {unit}"
+    return "-"
+
+
+def summary_table(tuned: Sequence[Tuned], rates: bool) -> str:
+    """One row per kernel and key, at most :data:`WIDTH` columns wide (the winner's changes,
+    the kernel's name and the key cut, in that order, where they do not fit); with ``rates`` a
+    column of the rate each winner reached (no peak: numbatune knows none of the device's)."""
+    header = [*_SUMMARY_HEADER, "achieved"] if rates else _SUMMARY_HEADER
+    return format_table(header, _fit(header, [t.cells(rates) for t in tuned], WIDTH))
+
+
+def _fit(header: list[str], rows: list[list[str]], width: int) -> list[list[str]]:
+    """``rows`` cut to fit ``width`` under ``header``: the columns of :data:`_CUTS` are
+    narrowed in turn, none below its least width or its header's, and their longer cells end
+    in ``...``."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for column, least in _CUTS:
+        excess = sum(widths) + 2 * (len(widths) - 1) - width
+        if excess > 0:
+            floor = min(widths[column], max(least, len(header[column])))
+            widths[column] = max(floor, widths[column] - excess)
+    return [
+        [c if len(c) <= w else c[: w - 3] + "..." for c, w in zip(row, widths, strict=True)]
+        for row in rows
+    ]
+
+
+def key_label(key: Hashable) -> str:
+    """A tuning key as numbatune's command line prints it: short, and with no quotes, so that
+    it can be given back (``numbatune cache show FUNCTION KEY``).
+
+    An array's part of the default key, ``((1024, 1024), 'float32', 'C')``, reads
+    ``1024x1024 float32 C``; where every part is an array's of one dtype and layout, these are
+    said once, after the shapes; equal parts in a row are said once, with their count
+    (``3 of 1024x1024 float32 C``). Other parts read as :func:`numbatune.keys.describe` writes
+    them, without quotes.
+    """
+    parts = key if isinstance(key, tuple) else (key,)
+    if not parts:
+        return "()"
+    if all(is_array_part(part) for part in parts) and len({p[1:] for p in parts}) == 1:
+        shapes = _runs(["x".join(map(str, part[0])) for part in parts])
+        return f"{', '.join(shapes)} {parts[0][1]} {parts[0][2]}"
+    return ", ".join(_runs([describe(part).replace("'", "") for part in parts]))
+
+
+def stored_key_label(text: str) -> str:
+    """:func:`key_label` of a key stored as text (:func:`numbatune.values.key_text`)."""
+    return key_label(parse_stable_text(text))
+
+
+def _runs(texts: list[str]) -> list[str]:
+    """``texts`` with each run of equal ones said once, with its count: ``3 of TEXT``."""
+    said: list[str] = []
+    for text, run in itertools.groupby(texts):
+        count = len(list(run))
+        said.append(text if count == 1 else f"{count} of {text}")
+    return said
 
 
 def format_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -101,23 +251,73 @@ def format_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     )
 
 
-def main(examples: Iterable[Example], small: bool | None = None, out: TextIO = sys.stdout) -> None:
-    """Tune each example, launch its winner once, and print one table for all of them."""
+#: The line the demo starts with under the simulator.
+SIMULATED = (
+    "numbatune demo: numba's CUDA simulator (no GPU), small sizes, a few variants: "
+    "times mean nothing"
+)
+#: Said of the rows whose keys the tune cache answered (on disk, or in this process).
+STORED = "tuned before, read from the tune cache (numbatune cache clear: tune them again)"
+#: The line under the table.
+LEGEND = (
+    "winner: what it changes of the kernel as written; speedup: over the kernel as written "
+    "(-: not timed)"
+)
+
+
+def main(
+    examples: Iterable[Example],
+    small: bool | None = None,
+    out: TextIO | None = None,
+    every: bool = False,
+) -> None:
+    """Tune each example, launch its winner once, and print one table for all of them.
+
+    Parameters
+    ----------
+    examples
+        Example functions: ``example(small) -> (tuned_kernel, args)``.
+    small
+        Small sizes (the simulator's); by default under the simulator only.
+    out
+        Where the table goes (by default ``sys.stdout``).
+    every
+        One row per variant (every variant's time), instead of one per kernel and key.
+
+    Raises
+    ------
+    ValueError
+        When ``examples`` is empty.
+    """
+    examples = list(examples)
+    if not examples:
+        raise ValueError(NO_EXAMPLES)
     small = SIMULATOR if small is None else small
+    out = out or sys.stdout
     if SIMULATOR:
-        print(
-            "numbatune demo: no GPU, running under numba's CUDA simulator at small sizes, over "
-            "a few variants of each kernel that take every parameter value; times say nothing "
-            "about speed.",
-            file=out,
-        )
-    rows = []
-    for example in examples:
-        tuned, args = example(small)
-        if SIMULATOR:  # every simulated thread is a Python thread: tune a covering few
-            tuned = tuned.with_variants(covering_variants(tuned))
-        report = tuned.tune(*args)
-        tuned(*args)
-        rows.extend(report_rows(tuned.name, report))
-    header = ["kernel", "key", "variant", "median (us)", "best", "source"]
-    print(format_table(header, rows), file=out)
+        print(SIMULATED, file=out)
+    found = [_tune(example, small) for example in examples]
+    if every:
+        header = ["kernel", "key", "variant", "median (us)", "best", "source"]
+        rows = [row for t in found for row in report_rows(t.kernel, t.report)]
+        print(format_table(header, rows), file=out)
+        return
+    print(summary_table(found, rates=not SIMULATOR), file=out)
+    print(LEGEND, file=out)
+    stored = sum(t.report.source in (Source.DISK, Source.MEMORY) for t in found)
+    if stored:
+        print(f"{stored} of {len(found)} rows: {STORED}", file=out)
+
+
+def _tune(example: Example, small: bool) -> Tuned:
+    """Tune the example's kernel for its arguments and launch the winner once. Under the
+    simulator, where every thread is a Python thread, over a covering few of its variants
+    (the kernel as written among them or not: its speedup means nothing there)."""
+    tuned, args = example(small)
+    written = tuned.written_variant
+    if SIMULATOR:
+        tuned = tuned.with_variants(covering_variants(tuned))
+    report = tuned.tune(*args)
+    tuned(*args)
+    work = getattr(sys.modules.get(example.__module__), "work", None)
+    return Tuned(tuned.name, report, written, None if work is None else work(*args))

@@ -32,8 +32,15 @@ from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
+from numbatune.errors import LaunchFunctionError
 from numbatune.launch import fastpath
-from numbatune.launch.config import LaunchConfig, check_launch, launch_config, launch_params
+from numbatune.launch.config import (
+    LaunchConfig,
+    check_launch,
+    is_empty,
+    launch_config,
+    launch_params,
+)
 from numbatune.launch.numbalaunch import numba_launch
 from numbatune.strategies import Budget, Search, Strategy, as_budget, as_strategy
 from numbatune.streams.handles import numba_stream, raw_stream
@@ -50,6 +57,11 @@ logger = logging.getLogger("numbatune")
 #: Where a report of a key served without tuning (``on_miss``) comes from.
 _SERVED = (Source.NEAREST, Source.UNTUNED)
 
+#: A launch function slower than this a call (a hit costs about 5 us on an H100) is warned
+#: about, timed over so many calls once a key is tuned.
+_SLOW_LAUNCH_FUNCTION_S = 20e-6
+_LAUNCH_FUNCTION_CALLS = 5
+
 
 def autotune(
     kernel: Any = None,
@@ -64,49 +76,75 @@ def autotune(
     read_only: Sequence[str] = (),
     search: str | None = None,
     budget: Budget | int | str | None = None,
+    valid: Callable[..., bool] | None = None,
     on_miss: OnMiss | str | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
-    ``kernel`` is a ``numba.cuda.jit`` kernel or a plain Python kernel function. Each variant
-    (a dict of the global names the kernel reads, or a :class:`Variant` with jit options) is
-    compiled as a kernel of its own in which those names are constants. ``launch`` is called as
-    ``launch(*args, **params)`` with the call's arguments and the parameters of a variant that
-    it names (all of them if it takes ``**kwargs``), and returns ``(grid, block)`` or
-    ``(grid, block, dynamic_shared_memory_bytes)``.
-
-    ``key`` chooses which calls share a result. By default: calls whose array arguments have
-    the same shapes rounded up to powers of two (:func:`anchor`), dtypes and layouts, and whose
-    boolean arguments (mode flags, which select code paths) have the same values. A name or
-    a list of names: for each named array its anchored shape, dtype and layout, for each named
-    scalar its value. A function: called with the kernel's arguments, its (hashable) result.
-    The dtype, layout and number of dimensions of every array argument are always part of it.
-
-    ``prune(key, variants)`` returns the variants worth trying for a key, before any is
-    compiled. ``level`` (``minimal``, ``balanced``, ``extensive`` or ``full``; by default the
-    ``level`` setting, ``NUMBATUNE_LEVEL``) bounds how many priority groups of the variants are
-    tried: ``minimal`` the variants of the highest :attr:`Variant.priority` only, ``balanced``
-    two groups, ``extensive`` three, ``full`` all; the next group is tried only when all fail.
-
-    ``check=True`` (or ``numbatune.Check(rtol=, atol=, reference=)``; by default the ``check``
-    setting, ``NUMBATUNE_CHECK``) compares every variant's outputs with a reference while a key
-    is tuned: a variant that disagrees cannot win, and the report says where it differed.
-
-    Every run while tuning starts from the arguments as the caller passed them: arrays a run
-    may change are copied back before each run, outside the timed region, so kernels that write
-    their inputs (a counter, an accumulator) are timed and checked as they would run once.
-    ``read_only=["x", "y"]`` names arguments it only reads (through device functions, say).
-
-    ``search`` (``auto``, ``exhaustive``, ``random``, ``pattern``) chooses the variants a key's
-    tuning measures, ``budget`` (a :class:`Budget`, a number of variants, or ``"60s"``) when a
-    search stops; by default the settings ``search`` and ``search_budget``. ``auto`` measures
-    every variant of spaces of up to 100 and searches larger ones (numbatune.tuning.search).
+    Each variant is compiled as a kernel of its own in which the global names it sets are
+    constants. The first call for a key measures the variants on copies of the arguments and
+    launches the fastest; later calls with the same key launch it directly.
 
     Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
     like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
 
     Parameters
     ----------
+    kernel
+        A ``numba.cuda.jit`` kernel or a plain Python kernel function. Leave it out to use
+        ``autotune(...)`` as a decorator.
+    variants
+        The points of the tuning space: dicts of the global names the kernel reads and their
+        values, or `Variant` objects, which also carry ``numba.cuda.jit`` options and a
+        priority. `product` builds them from lists of values. At least one.
+    launch
+        Called as ``launch(*args, **params)`` with the call's arguments and the parameters of a
+        variant that it names (all of them if it takes ``**kwargs``); returns ``(grid, block)``
+        or ``(grid, block, dynamic_shared_memory_bytes)``.
+    key
+        Which calls share a tuning result. None (the default): calls whose array arguments
+        have the same shapes rounded up to powers of two (`anchor`), dtypes and layouts, and
+        whose boolean arguments (mode flags, which select code paths) have the same values. A
+        name or a list of names: for each named array its anchored shape, dtype and layout, for
+        each named scalar its value. A function: called with the kernel's arguments, its (hashable)
+        result. The dtype, layout and number of dimensions of every array argument are always
+        part of the key.
+    name
+        The tuned kernel's name in messages and logs; by default the kernel function's name.
+    level
+        How many priority groups of the variants a key's tuning tries: ``"minimal"`` the
+        variants of the highest `Variant` priority only, ``"balanced"`` two groups,
+        ``"extensive"`` three, ``"full"`` all; the next group is tried only when all of them
+        fail. None: the ``level`` setting (``NUMBATUNE_LEVEL``, default ``"full"``).
+    prune
+        ``prune(key, variants)`` returns the variants worth trying for a key, before any is
+        compiled.
+    check
+        True, or a `Check` (tolerances, a reference), compares every variant's outputs with a
+        reference while a key is tuned: a variant that disagrees cannot win, and the report
+        says where it differed. None: the ``check`` setting (``NUMBATUNE_CHECK``, default off).
+    read_only
+        Names of arguments the kernel only reads (through device functions, say). Every run
+        while tuning starts from the arguments as the caller passed them: arrays a run may
+        change are copied back before each run, outside the timed region. Arrays the kernel's
+        own code only reads or only writes are found from its source and not copied either.
+    search
+        How a key's tuning chooses the variants it measures: ``"auto"`` (every variant of
+        spaces of up to 100, a pattern search of larger ones), ``"exhaustive"`` (every
+        variant), ``"pattern"`` (a local search over the parameter grid from the kernel as
+        written and the winners of nearby keys), ``"model"`` (a random forest fitted to the
+        times so far picks the next variants; needs ``numbatune[model]``) or ``"random"``.
+        None: the ``search`` setting (``NUMBATUNE_SEARCH``, default ``"auto"``).
+    budget
+        When a search stops: a `Budget`, a number of variants, or its text (``"200"``,
+        ``"60s"``, ``"200,60s"``, ``"unlimited"``). An exhaustive tuning ignores it. None: the
+        ``search_budget`` setting (default 100 variants).
+    valid
+        Called like ``launch``, as ``valid(*args, **params)``: whether a variant may run on
+        these arguments (a tile that must divide the size, say). A key's tuning tries only the
+        variants valid for the arguments it is tuned with; a call for which the key's winner is
+        not valid launches the fastest variant measured for that key that is, and raises
+        ``ValueError`` when none is. None: every variant may run on any arguments.
     on_miss
         What a call does with a key that has no stored result: ``"tune"`` it now;
         ``"nearest"``: launch the winner of the kernel's nearest tuned key (else the kernel as
@@ -114,11 +152,50 @@ def autotune(
         ``"nearest"``, and tune the key in a background thread, whose winner then replaces it.
         ``tune(...)`` always tunes. None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``,
         default ``"tune"``).
+
+    Returns
+    -------
+    TunedKernel
+        The tuned kernel; or, with ``kernel`` left out, a decorator that makes one.
+
+    Raises
+    ------
+    TypeError
+        An option of the wrong kind: a kernel that is neither a function nor a numba kernel, a
+        launch or prune that is not callable, variants that are not dicts or `Variant`
+        objects, a budget of another type. The message names the kernel and the option.
+    ValueError
+        An option with a wrong value: no variants, or one listed twice; a variant parameter
+        that neither the kernel, its device functions nor the launch function reads, or that
+        the kernel assigns or takes as an argument; an unknown level or search; ``read_only``
+        names that are not arguments; a budget that cannot be read; a parameter of the launch
+        function that neither the kernel's arguments nor any variant give a value, with no
+        default; an unknown ``on_miss``. At a call: no variant valid for the arguments
+        (``valid``).
+    ImportError
+        ``search="model"`` without scikit-learn installed.
+
+    Examples
+    --------
+    ```python
+    BLOCK = 128
+
+    @nt.autotune(
+        variants=nt.product(BLOCK=[64, 128, 256]),
+        launch=lambda x, out, *, BLOCK: (nt.cdiv(out.shape[0], BLOCK), BLOCK),
+    )
+    @cuda.jit
+    def double(x, out):
+        i = cuda.blockIdx.x * BLOCK + cuda.threadIdx.x
+        if i < out.shape[0]:
+            out[i] = 2 * x[i]
+    ```
     """
 
     options = dict(
         variants=variants, launch=launch, key=key, name=name, level=level, prune=prune,
-        check=check, read_only=read_only, search=search, budget=budget, on_miss=on_miss,
+        check=check, read_only=read_only, search=search, budget=budget, valid=valid,
+        on_miss=on_miss,
     )  # fmt: skip
     if kernel is None:
         return lambda kernel: TunedKernel(kernel, **options)
@@ -243,7 +320,17 @@ class _Trying:
 
 
 class TunedKernel:
-    """A kernel with several compile-time variants that launches the fastest for each key."""
+    """A kernel with several compile-time variants that launches the fastest for each key.
+
+    Made by `autotune`, whose parameters it takes. Call it like the kernel:
+    ``kernel(*args)`` or ``kernel(*args, stream=s)``; `tune` and `best` tune without
+    launching and say what was chosen.
+
+    Attributes
+    ----------
+    name : str
+        The name in messages and logs (``autotune(name=...)``, or the kernel function's).
+    """
 
     def __init__(
         self,
@@ -259,12 +346,14 @@ class TunedKernel:
         read_only: Sequence[str] = (),
         search: str | None = None,
         budget: Budget | int | str | None = None,
+        valid: Callable[..., bool] | None = None,
         on_miss: OnMiss | str | None = None,
     ) -> None:
         #: What this kernel was made from, for :meth:`with_variants`.
         self._made_from = dict(
             kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune,
-            check=check, read_only=read_only, search=search, budget=budget, on_miss=on_miss,
+            check=check, read_only=read_only, search=search, budget=budget, valid=valid,
+            on_miss=on_miss,
         )  # fmt: skip
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
@@ -273,6 +362,8 @@ class TunedKernel:
         check_launch(launch, self._variants, self._template.signature, self.name)
         self._launch = launch
         self._launch_params = launch_params(launch, self._variants)
+        self._valid = valid
+        self._valid_params = _valid_params(valid, self._variants, self.name)
         launch_reads = {name for params in self._launch_params.values() for name in params}
         self._template.check_params(self._variants, launch_reads)
         self._parameters = tuple(self._template.signature.parameters)
@@ -290,20 +381,27 @@ class TunedKernel:
         self.function_id = identity.function_id(self._template.function)
         self._shared = self._share(
             key=key, level=level, prune=prune, check=check, name=name, search=search,
-            budget=budget, on_miss=self._on_miss,
+            budget=budget, valid=valid, on_miss=self._on_miss,
         )  # fmt: skip
         self._compiler = self._shared.compiler
         self._tally, self._benchmarks = Tally(), 0
+        self._warned_slow_launch = False
         self._binder = _Binder(len(self._parameters), self._dispatch)
-        self._hooks = fastpath.Hooks(
+        self._hooks = self._fast_path_hooks()
+        _prepare_workers(self._compiler, self._variants, self.function_id)
+
+    def _fast_path_hooks(self) -> fastpath.Hooks:
+        """What this kernel's fast paths call back into it."""
+        return fastpath.Hooks(
             self.name,
-            launch,
+            self._launch,
             None if self._key is keys.default_key else self._key,
             self._dispatch,
             self._binder.by_classes,
             self._numba_launch,
+            self._valid,
+            tuple(self._valid_params),
         )
-        _prepare_workers(self._compiler, self._variants, self.function_id)
 
     def _share(self, **settings: Any) -> _Shared:
         """The state this kernel shares with tuned kernels of the same code and settings."""
@@ -327,11 +425,34 @@ class TunedKernel:
     def __call__(self, *args: Any, stream: Any = None) -> None:
         """Launch the fastest variant for these arguments, tuning first if the key is new.
 
-        ``stream`` is a numba, torch or CuPy stream or a raw ``CUstream`` handle. With None, the
-        kernel goes to the current stream of torch or CuPy when the arguments are theirs (as
-        Triton does), else to numba's default stream. Arrays of torch or CuPy used on another
-        stream make it wait on the device for their current stream, as their
-        ``__cuda_array_interface__`` asks.
+        Parameters
+        ----------
+        *args
+            The kernel's arguments: numba device arrays, CuPy arrays, torch tensors on the GPU
+            (anything with ``__cuda_array_interface__``) and scalars. Host NumPy arrays are
+            refused.
+        stream
+            A numba, torch, CuPy or cuda.core stream, or a raw ``CUstream`` handle. None: the
+            current stream of torch or CuPy when the arguments are theirs (as Triton does),
+            else numba's default stream. Arrays of torch or CuPy used on another stream make
+            the launch wait on the device for their current stream, as their
+            ``__cuda_array_interface__`` asks.
+
+        Raises
+        ------
+        TypeError
+            The wrong number of arguments, or an argument of the wrong kind (a host array, a
+            scalar where the kernel indexes an array), named in the message.
+        ValueError
+            An array on another GPU than the current one.
+        TuningError
+            Every variant failed for this key; the message names each and its error.
+        TuningKeyError
+            The key of the call could not be computed, or cannot be a cache key.
+        LaunchFunctionError
+            The launch function raised.
+        StreamError
+            ``stream`` cannot take launches (destroyed, or of another context).
         """
         self._binder.entry(args, stream)
 
@@ -342,7 +463,11 @@ class TunedKernel:
         key = self._key(args)
         winner = _known(state, key, self.name)
         if winner is None:
+            if is_empty(self._launch_config(args, self.reference_variant)):
+                return  # nothing to do, and nothing to tune (empty inputs, say)
             winner, _ = self._answer(state, key, args, stream, force=False, serve=True)
+        if self._valid is not None and not self.is_valid(winner.variant, *args):
+            winner = self._valid_winner(winner, args)
         self._launch_winner(state, winner, args, stream)
 
     def _launch_winner(
@@ -350,8 +475,10 @@ class TunedKernel:
     ) -> None:
         """Launch ``winner`` through the fast path for the signature of ``args`` (made if
         needed), or through numba where no fast path serves them."""
-        kernel = self._compiled(winner.variant, args)
         config = launch_config(self._launch, args, winner.params, self.name)
+        if is_empty(config):
+            return
+        kernel = self._compiled(winner.variant, args)
         if settings.fast_launch and not SIMULATOR:
             path = self._fast_path(state, kernel, args)
             if (
@@ -442,9 +569,7 @@ class TunedKernel:
         handle = raw_stream(stream)
         if handle != monitor.stream:
             monitor.watch(handle, tuple(a for a in args if is_array(a)), None, stream)
-        plan = levels.plan(
-            self.name, key, self._variants, self._level or settings.level, self._prune
-        )
+        plan = self._plan(key, args)
         check = self._check or (checks.Check() if settings.check else None)
         search = Search(
             self._strategy or settings.search,
@@ -493,6 +618,7 @@ class TunedKernel:
             trials.trials().start()
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
+        self._time_launch_function(job.args, report.winner)
         if report.source is Source.BENCHMARK:
             with self._lock:
                 self._benchmarks += 1
@@ -503,6 +629,36 @@ class TunedKernel:
             compile_s=report.compile_s - trial_s,
             trial_s=trial_s,
         )
+
+    def _plan(self, key: Hashable, args: tuple[Any, ...]) -> levels.Plan:
+        """The variants a tuning of ``key`` tries: pruned, valid for ``args``, by level."""
+        level = self._level or settings.level
+        plan = levels.plan(self.name, key, self._variants, level, self._prune)
+        if self._valid is None:
+            return plan
+        return plan.keeping(lambda variant: self.is_valid(variant, *args), self.name)
+
+    def _time_launch_function(self, args: tuple[Any, ...], variant: Variant) -> None:
+        """Time the launch function for the tuned winner (it runs on every launch); warn once,
+        naming it, when it is slow (a copy from the device in it, say)."""
+        params = self._launch_params[variant]
+        times = []
+        for _ in range(_LAUNCH_FUNCTION_CALLS):
+            started = time.perf_counter()
+            self._launch(*args, **params)
+            times.append(time.perf_counter() - started)
+        cost = sorted(times)[len(times) // 2]
+        if cost > _SLOW_LAUNCH_FUNCTION_S and not self._warned_slow_launch:
+            self._warned_slow_launch = True
+            logger.warning(
+                "numbatune: %s: its launch function %s takes %.0f us a call (median of %d "
+                "while tuning), paid on every launch; compute values it reads from the device "
+                "once and pass them as scalar arguments instead (see the porting guide)",
+                self.name,
+                getattr(self._launch, "__qualname__", repr(self._launch)),
+                cost * 1e6,
+                _LAUNCH_FUNCTION_CALLS,
+            )
 
     def _served(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> TuneReport:
         """A key ``on_miss`` says not to tune now: the winner of the nearest tuned
@@ -606,10 +762,21 @@ class TunedKernel:
         """The launch configuration the launch function gives ``variant`` for ``args``."""
         return launch_config(self._launch, args, self._launch_params[variant], self.name)
 
+    def _runnable_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
+        """The launch configuration of ``variant`` for ``args``, for tuning to run: an empty
+        one is refused (an empty launch has nothing to measure)."""
+        config = self._launch_config(args, variant)
+        if is_empty(config):
+            raise ValueError(
+                f"{self.name}: the launch function gives {variant.params} an empty grid "
+                f"{config[0]} for these arguments: nothing to run"
+            )
+        return config
+
     def _launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
         """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
         configuration its launch function gives for ``args``."""
-        config = self._launch_config(args, variant)
+        config = self._runnable_config(args, variant)
         launch = numba_launch(kernel)
         return lambda args, stream: launch(args, config, stream)
 
@@ -631,7 +798,7 @@ class TunedKernel:
                 dispatcher = self._compiler.dispatcher(variant)
                 arrived(variant, self._launcher(variant, dispatcher, args))
 
-        config = functools.partial(self._launch_config, args)
+        config = functools.partial(self._runnable_config, args)
         trying = _Trying(self._compiler, self._tally, config, args, stream, may_run)
         try:
             compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
@@ -659,9 +826,11 @@ class TunedKernel:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Work this tuned kernel caused so far: kernels compiled (here or in worker
-        processes; variants that differ only in what the launch function reads share one),
-        kernels loaded from the disk, and keys benchmarked."""
+        """Work this tuned kernel caused so far, by kind.
+
+        ``"compiles"``: kernels compiled, here or in worker processes (variants that differ
+        only in what the launch function reads share one); ``"loaded"``: kernels loaded from
+        the disk cache; ``"benchmarks"``: keys whose variants were measured."""
         return {
             "compiles": self._tally.compiles,
             "loaded": self._tally.loaded,
@@ -669,11 +838,66 @@ class TunedKernel:
         }
 
     @property
+    def written_variant(self) -> Variant | None:
+        """The variant equal to the kernel as written (its parameters have the values the
+        kernel's module gives them), or None when no variant is."""
+        return self._template.default_variant(self._variants)
+
+    @property
     def reference_variant(self) -> Variant:
-        """The variant check mode and :func:`numbatune.testing.assert_variants_agree` compare
-        the others with: the one equal to the kernel as written (its parameters have the values
-        the kernel's module gives them), else the first."""
-        return self._template.default_variant(self._variants) or self._variants[0]
+        """The variant that check mode and `numbatune.testing.assert_variants_agree` compare
+        the others with: `written_variant`, else the first."""
+        return self.written_variant or self._variants[0]
+
+    def is_valid(self, variant: Variant, *args: Any) -> bool:
+        """Whether ``variant`` may run on ``args``, as the kernel's ``valid`` function says.
+
+        Parameters
+        ----------
+        variant
+            One of this kernel's variants.
+        *args
+            The kernel's arguments, as for a call.
+
+        Returns
+        -------
+        bool
+            What ``valid(*args, **params)`` says; True for every variant where the kernel
+            has no ``valid`` function.
+
+        Raises
+        ------
+        LaunchFunctionError
+            The ``valid`` function raised; the message names the parameters it was called with.
+        """
+        if self._valid is None:
+            return True
+        params = self._valid_params[self._index[variant]]
+        try:
+            return bool(self._valid(*args, **params))
+        except Exception as error:
+            raise LaunchFunctionError(
+                f"{self.name}: the valid function raised {type(error).__name__}: {error} "
+                f"(called with the arguments and {params})"
+            ) from error
+
+    def _valid_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
+        """For a call the key's ``winner`` is not valid for: the fastest variant measured for
+        the key that is."""
+        timed = sorted(
+            (result.median_s, self._index[result.variant])
+            for result in winner.report.results
+            if result.median_s is not None and self.is_valid(result.variant, *args)
+        )
+        if not timed:
+            raise ValueError(
+                f"{self.name}: the winner for key {key_text(winner.report.key)} "
+                f"({winner.variant.label}) is not valid for these arguments, and no other "
+                "variant measured for that key is; give a key that tells these arguments apart "
+                "(key=...), so that they are tuned on their own"
+            )
+        variant = self._variants[timed[0][1]]
+        return Winner(timed[0][1], variant, self._launch_params[variant], winner.report)
 
     @property
     def variants(self) -> list[Variant]:
@@ -683,13 +907,32 @@ class TunedKernel:
     def with_variants(
         self, variants: Iterable[Variant | Mapping[str, Any]], **options: Any
     ) -> TunedKernel:
-        """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``,
-        with the :func:`autotune` options given here changed (``search=``, ``budget=``, ...).
+        """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``.
 
         For trying a few variants while developing, under numba's simulator (see
-        :func:`numbatune.testing.covering_variants`), or a wider space searched. It tunes and
+        `numbatune.testing.covering_variants`), or a wider space searched. It tunes and
         compiles on its own; its results share this kernel's name in the disk cache, where the
         differing variants make each one tune again over the other's.
+
+        Parameters
+        ----------
+        variants
+            The new kernel's variants, as for `autotune`.
+        **options
+            `autotune` options to change (``search=``, ``budget=``, ``key=``, ...); the others
+            are this kernel's.
+
+        Returns
+        -------
+        TunedKernel
+            The new tuned kernel.
+
+        Raises
+        ------
+        TypeError
+            An option that `autotune` does not have, or one `autotune` refuses.
+        ValueError
+            As `autotune` raises for the new variants and options.
         """
         unknown = sorted(set(options) - set(self._made_from) - {"kernel", "launch"})
         if unknown:
@@ -699,33 +942,96 @@ class TunedKernel:
     def run_variant(
         self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = None
     ) -> None:
-        """Launch one given variant on ``args``, as if it had won (compiling it if needed)."""
+        """Launch one given variant on ``args``, as if it had won (compiling it if needed).
+
+        Parameters
+        ----------
+        variant
+            One of this kernel's variants, or the dict of its parameters.
+        *args
+            The kernel's arguments, as for a call.
+        stream
+            The stream to launch on, as for a call.
+
+        Raises
+        ------
+        ValueError
+            ``variant`` is not one of this kernel's variants, or the kernel's ``valid`` function
+            says it may not run on ``args``.
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
+        """
         variant = variant if isinstance(variant, Variant) else Variant(variant)
         if variant not in self._index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
         self._check_arguments(args)
-        self._launcher(variant, self._compiled(variant, args), args)(args, stream)
+        if not self.is_valid(variant, *args):
+            raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
+        if not is_empty(self._launch_config(args, variant)):
+            self._launcher(variant, self._compiled(variant, args), args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
-        """Tune for these arguments if needed (always with ``force``) without launching on them.
+        """Tune for these arguments if needed, without launching on them.
 
-        Returns the report: ``key``, ``winner`` (the winning variant: its parameters and jit
-        options), ``best`` (its parameters alone), ``source`` (where the answer came from) and
-        ``results`` (one record per variant).
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call. Tuning runs on copies of them.
+        force
+            Tune again even if the key has a stored result.
+        stream
+            The stream to tune on, as for a call.
+
+        Returns
+        -------
+        TuneReport
+            The key's report: ``key``, ``winner`` (the winning variant: its parameters and
+            jit options), ``best`` (its parameters alone), ``source`` (where the answer came
+            from: ``"benchmark"``, ``"memory"``, ``"disk"``, ...), the time spent compiling and
+            measuring, and ``results``, one record per variant.
+
+        Raises
+        ------
+        TuningError
+            Every variant failed for this key.
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
         """
         self._check_arguments(args)
         state, key = self._device_state(), self._key(args)
         known = _known(state, key, self.name)
         served = known is not None and known.report.source in _SERVED
         winner, report = self._answer(state, key, args, stream, force=force or served)
+        if self._valid is not None and not self.is_valid(winner.variant, *args):
+            winner = self._valid_winner(winner, args)
+            report = dataclasses.replace(report, best_index=winner.index)
         launch_config(self._launch, args, winner.params, self.name)
         return report
 
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
-        """The winning variant's parameters for these arguments, tuning first if needed (never
-        launching on them): for host code that depends on the winner, as a buffer of one
-        partial result per block sized from the tuned block count. The whole winner, with its
-        jit options, is ``tune(*args).winner``."""
+        """The winning variant's parameters for these arguments, tuning first if needed.
+
+        Never launches on the arguments. For host code that depends on the winner, such as a
+        buffer of one partial result per block sized from the tuned block count.
+
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call.
+        stream
+            The stream to tune on, as for a call.
+
+        Returns
+        -------
+        dict
+            The winner's compile-time parameters, e.g. ``{"BLOCK": 128}``. The whole winner,
+            with its jit options, is ``tune(*args).winner``.
+
+        Raises
+        ------
+        TuningError
+            Every variant failed for this key.
+        """
         return self.tune(*args, stream=stream).best
 
     def __getitem__(self, config: Any) -> Any:
@@ -760,6 +1066,20 @@ def _check_parameter_names(
             f"kernel ({', '.join(parameters)}); the launch function gets both, so rename the "
             "parameters (and the globals the kernel reads)"
         )
+
+
+def _valid_params(
+    valid: Callable[..., bool] | None, variants: Sequence[Variant], name: str
+) -> list[dict[str, Any]]:
+    """Validate ``valid=``; the parameters it takes, by variant index."""
+    if valid is None:
+        return []
+    if not callable(valid):
+        raise TypeError(
+            f"autotune({name}): valid must be a function (*args, **params) -> bool saying "
+            f"whether a variant may run on the arguments, got {valid!r}"
+        )
+    return list(launch_params(valid, variants).values())
 
 
 def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> frozenset[str]:

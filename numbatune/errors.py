@@ -34,10 +34,14 @@ class CacheFileError(NumbatuneError, ValueError):
 
 
 class LaunchFunctionError(NumbatuneError, RuntimeError):
-    """A tuned kernel's launch function raised: the message names it and the parameters it was
-    called with; the exception it raised is the cause."""
+    """A tuned kernel's launch function raised.
+
+    The message names the kernel and the parameters the launch function was called with; the
+    exception it raised is the cause (``__cause__``)."""
 
 
 class KernelSourceError(NumbatuneError, TypeError):
-    """A kernel whose code numbatune must rewrite (``static_range``) and cannot: its source
-    cannot be read, or a loop cannot be written out. The message names the kernel and line."""
+    """A kernel whose code numbatune must rewrite (``static_range``) and cannot.
+
+    Its source cannot be read, or a loop cannot be written out. The message names the kernel
+    and the line."""

@@ -15,6 +15,16 @@ def nonnegative(index: int) -> int:
     its top bits are known to be zero: the compiler drops the wraparound, folds constant
     offsets into the loads and can issue guarded loads together, before any is used. In the
     transpose and softmax examples this removed about half of the instructions (docs/examples.md).
-    A negative value, or one of 2**32 or more, comes back changed.
+
+    Parameters
+    ----------
+    index
+        An integer in [0, 2**32). A negative value, or one of 2**32 or more, comes back
+        changed.
+
+    Returns
+    -------
+    int
+        ``index``, as an int64.
     """
     return int64(uint32(index))

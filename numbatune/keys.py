@@ -26,7 +26,36 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     """Round ``x`` up to a power of ``base``, then clamp it to ``[min, max]``.
 
     Sizes that round to the same anchor share a tuning result, so a kernel is tuned once for
-    1000 and 1024 elements (cubecl's ``anchor``). ``anchor(0)`` and ``anchor(1)`` are 1.
+    1000 and 1024 elements (cubecl's ``anchor``). The default key anchors every array's shape
+    this way; use it in a key function of your own.
+
+    Parameters
+    ----------
+    x
+        A size, an integer >= 0. ``anchor(0)`` and ``anchor(1)`` are 1.
+    max
+        The largest anchor to return, or None for no limit.
+    min
+        The smallest anchor to return, or None for no limit.
+    base
+        The base of the powers, an integer >= 2.
+
+    Returns
+    -------
+    int
+        The anchor.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an integer.
+    ValueError
+        ``x`` is negative, or ``base`` is not an integer >= 2.
+
+    Examples
+    --------
+    >>> anchor(1000), anchor(1025), anchor(5000, max=4096), anchor(10, base=4)
+    (1024, 2048, 4096, 16)
     """
     if not is_integer(x):
         raise TypeError(f"anchor: x must be a non-negative integer, got {x!r}")
@@ -172,15 +201,21 @@ def _function_key(function: Callable[..., Hashable], kernel_name: str) -> KeyFun
     return function_key
 
 
+def is_array_part(part: Any) -> bool:
+    """Whether ``part`` of a key is an array's part of the default key: (shape, dtype,
+    layout)."""
+    return (
+        isinstance(part, tuple)
+        and len(part) == 3
+        and isinstance(part[0], tuple)
+        and isinstance(part[1], str)
+        and part[2] in ("C", "F", "A")
+    )
+
+
 def describe(key: Any) -> str:
     """A short text for a key: ``(1024, 'float32', 'C')`` array parts read ``1024 float32 C``."""
-    if (
-        isinstance(key, tuple)
-        and len(key) == 3
-        and isinstance(key[0], tuple)
-        and isinstance(key[1], str)
-        and key[2] in ("C", "F", "A")
-    ):
+    if is_array_part(key):
         return f"{'x'.join(map(str, key[0]))} {key[1]} {key[2]}"
     if (
         isinstance(key, tuple)

@@ -1,61 +1,184 @@
 """A picture of every variant's time per key, for ``numbatune report -o FILE``.
 
 Where the variants vary over exactly two parameters, each key gets a heat map over them (the
-landscape at a glance); otherwise a bar per variant. matplotlib is needed (``numbatune[report]``).
+landscape at a glance); otherwise a bar per variant, named by what varies. The winner is marked
+(its cell outlined, its bar in another colour, and the word ``winner``); variants that failed
+or were not timed say so. Each panel is as tall as its bars or rows need, and the file is cut
+around everything drawn, so no label is clipped. matplotlib is needed (``numbatune[report]``).
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from numbatune.demo import stored_key_label
+
+#: Inches: the width of a panel, the height of a bar and of a heat map's row, the least height
+#: of a panel, the room for a line of title, and the room under a panel for its ticks and label.
+_WIDTH, _BAR, _ROW, _LEAST, _TITLE_LINE, _BELOW = 6.4, 0.28, 0.45, 1.2, 0.22, 0.8
+_TIMED, _WINNER, _UNTIMED = "tab:blue", "tab:orange", "0.45"
+
 
 def picture(entries: Sequence[Any], path: Path) -> None:
-    """Draw one panel per stored key of ``entries`` (:class:`numbatune.cache.files.Entry`)."""
+    """Draw one panel per stored key of ``entries`` (:class:`numbatune.cache.files.Entry`)
+    into ``path`` (its suffix names the format: ``.png``, ``.svg``, ``.pdf``, ...).
+
+    Raises
+    ------
+    ImportError, ValueError
+        As :func:`check_format`, before anything is drawn.
+    """
+    from matplotlib import pyplot
+
+    check_format(path)
+    figure = draw(entries)
+    try:
+        figure.savefig(path, bbox_inches="tight", pad_inches=0.2)
+    finally:
+        pyplot.close(figure)
+
+
+def check_format(path: Path) -> None:
+    """Refuse, before anything is drawn, a ``path`` whose suffix names a format matplotlib
+    cannot write.
+
+    Raises
+    ------
+    ImportError
+        When matplotlib is not installed.
+    ValueError
+        When matplotlib cannot write the format ``path``'s suffix names.
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lstrip(".").lower()
+    if suffix and suffix not in formats:
+        raise ValueError(
+            f"cannot draw {path}: matplotlib writes {', '.join(sorted(formats))}, named by the "
+            "file's suffix"
+        )
+
+
+def draw(entries: Sequence[Any]) -> Any:
+    """The figure of :func:`picture`: panels stacked top to bottom, one per entry."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(len(entries), 1, figsize=(8, 3.5 * len(entries)), squeeze=False)
-    for panel, entry in zip(axes[:, 0], entries, strict=True):
-        results = entry.stored["results"]
-        params = [r["params"] for r in results]
-        names = sorted({name for p in params for name in p})
-        varying = [n for n in names if len({p.get(n) for p in params}) > 1]
-        times = [r["median_s"] * 1e6 if r["median_s"] is not None else None for r in results]
-        if len(varying) == 2:
-            _heat_map(panel, params, times, varying)
+    panels = [_Panel(entry) for entry in entries]
+    height = sum(panel.height for panel in panels)
+    figure = pyplot.figure(figsize=(_WIDTH, height))
+    top = height
+    for panel in panels:
+        top -= panel.title_lines * _TITLE_LINE + 0.15
+        bottom = top - panel.body
+        axes = figure.add_axes((0.0, bottom / height, 1.0, panel.body / height))
+        panel.draw(axes)
+        top = bottom - _BELOW
+    return figure
+
+
+class _Panel:
+    """One key's panel: its title, what varies, and how tall it is."""
+
+    def __init__(self, entry: Any) -> None:
+        self.results = entry.stored["results"]
+        self.best = entry.stored["best_index"]
+        self.values = [{**r["params"], **r["jit"]} for r in self.results]
+        names = list(dict.fromkeys(name for values in self.values for name in values))
+        self.varying = [n for n in names if len({v.get(n) for v in self.values}) > 1]
+        self.title = textwrap.wrap(f"{entry.function}: {stored_key_label(entry.key)}", 80)
+        self.title_lines = len(self.title)
+        rows = _ROW * len(self._rows()) if self.is_heat_map else _BAR * len(self.results)
+        self.body = max(_LEAST, rows)
+        self.height = self.title_lines * _TITLE_LINE + 0.15 + self.body + _BELOW
+
+    @property
+    def is_heat_map(self) -> bool:
+        """Whether the variants vary over exactly two parameters, which each of them has."""
+        return len(self.varying) == 2 and all(set(self.varying) <= set(v) for v in self.values)
+
+    def _rows(self) -> list[str]:
+        return sorted({v[self.varying[0]] for v in self.values}, key=_number)
+
+    def _columns(self) -> list[str]:
+        return sorted({v[self.varying[1]] for v in self.values}, key=_number)
+
+    def _times(self) -> list[float | None]:
+        return [r["median_s"] * 1e6 if r["median_s"] is not None else None for r in self.results]
+
+    def draw(self, axes: Any) -> None:
+        """Draw the heat map or the bars into ``axes``, the winner marked."""
+        axes.set_title("\n".join(self.title), fontsize=9, loc="left")
+        if self.is_heat_map:
+            self._heat_map(axes)
         else:
-            labels = [r["variant"] for r in results]
-            panel.barh(labels, [t or 0 for t in times])
-            panel.set_xlabel("median time (us); 0: failed or not measured")
-        panel.set_title(f"{entry.function} {entry.key}", fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path)
-    pyplot.close(figure)
+            self._bars(axes)
+
+    def _bars(self, axes: Any) -> None:
+        times = self._times()
+        labels = [
+            ", ".join(f"{n}={v[n]}" for n in self.varying if n in v) or r["variant"]
+            for r, v in zip(self.results, self.values, strict=True)
+        ]
+        colours = [_WINNER if i == self.best else _TIMED for i in range(len(times))]
+        positions = range(len(times))
+        axes.barh(positions, [t or 0.0 for t in times], color=colours)
+        axes.set_yticks(positions, labels, fontsize=8)
+        axes.invert_yaxis()  # the variants top to bottom, in their order
+        axes.set_ylim(len(times) - 0.5, -0.5)
+        longest = max((t for t in times if t is not None), default=1.0)
+        axes.set_xlim(0, longest * 1.3)
+        for position, (time, result) in enumerate(zip(times, self.results, strict=True)):
+            if time is None:
+                axes.text(0, position, " " + _untimed(result), va="center", color=_UNTIMED)
+            elif position == self.best:
+                axes.text(time, position, f" winner, {time:.3g} us", va="center", weight="bold")
+        axes.set_xlabel("median time (us)")
+
+    def _heat_map(self, axes: Any) -> None:
+        import numpy as np
+        from matplotlib.patches import Rectangle
+
+        rows, columns = self._rows(), self._columns()
+        grid = np.full((len(rows), len(columns)), np.nan)
+        place = [(rows.index(v[self.varying[0]]), columns.index(v[self.varying[1]]))
+                 for v in self.values]  # fmt: skip
+        for (row, column), time, result in zip(place, self._times(), self.results, strict=True):
+            if time is None:
+                axes.text(column, row, _untimed(result), ha="center", va="center", fontsize=7)
+            else:
+                grid[row, column] = time
+        image = axes.imshow(grid, cmap="viridis_r", aspect="auto")
+        axes.set_yticks(range(len(rows)), rows)
+        axes.set_xticks(range(len(columns)), columns)
+        axes.set_ylabel(self.varying[0])
+        axes.set_xlabel(self.varying[1])
+        row, column = place[self.best]
+        axes.add_patch(
+            Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5)
+        )
+        axes.text(
+            column, row, "winner", ha="center", va="center", color="red", weight="bold",
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )  # fmt: skip
+        axes.figure.colorbar(image, ax=axes, label="median time (us)")
 
 
-def _heat_map(panel: Any, params: list[dict], times: list, varying: list[str]) -> None:
-    import numpy as np
-
-    rows = sorted({p[varying[0]] for p in params}, key=_number)
-    columns = sorted({p[varying[1]] for p in params}, key=_number)
-    grid = np.full((len(rows), len(columns)), np.nan)
-    for p, t in zip(params, times, strict=True):
-        if t is not None:
-            grid[rows.index(p[varying[0]]), columns.index(p[varying[1]])] = t
-    image = panel.imshow(grid, cmap="viridis_r")
-    panel.set_yticks(range(len(rows)), rows)
-    panel.set_xticks(range(len(columns)), columns)
-    panel.set_ylabel(varying[0])
-    panel.set_xlabel(varying[1])
-    panel.figure.colorbar(image, ax=panel, label="median time (us)")
+def _untimed(result: dict[str, Any]) -> str:
+    if result.get("error"):
+        return "failed"
+    return "wrong result" if result.get("mismatch") else "not timed"
 
 
-def _number(text: str) -> Any:
+def _number(text: str) -> tuple[int, float, str]:
+    """Numbers in their order, then other values by their text."""
     try:
-        return float(text)
+        return 0, float(text), ""
     except ValueError:
-        return text
+        return 1, 0.0, text

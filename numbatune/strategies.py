@@ -23,7 +23,25 @@ MODEL_NEEDS_SKLEARN = (
 
 
 class Strategy(TextEnum):
-    """How a tuning chooses the variants it measures (compares equal to its value)."""
+    """How a tuning chooses the variants it measures (compares equal to its value).
+
+    The values of ``autotune(search=...)`` and of the ``search`` setting.
+
+    Attributes
+    ----------
+    AUTO
+        Every variant of spaces of up to 100 variants, a pattern search of larger ones.
+    EXHAUSTIVE
+        Every variant.
+    RANDOM
+        Variants drawn at random.
+    PATTERN
+        A local search over the parameter grid, from the kernel as written and the winners
+        of nearby keys.
+    MODEL
+        A random forest fitted to the times so far picks the next variants (scikit-learn:
+        ``pip install 'numbatune[model]'``).
+    """
 
     AUTO = "auto"
     EXHAUSTIVE = "exhaustive"
@@ -32,7 +50,18 @@ class Strategy(TextEnum):
     MODEL = "model"
 
     def for_space(self, size: int) -> Strategy:
-        """The strategy that runs for a space of ``size`` variants (``auto`` resolved)."""
+        """The strategy that runs for a space of ``size`` variants (``auto`` resolved).
+
+        Parameters
+        ----------
+        size
+            The number of variants in the space.
+
+        Returns
+        -------
+        Strategy
+            This strategy, or for `AUTO` `EXHAUSTIVE` or `PATTERN` by the size.
+        """
         if self is not Strategy.AUTO:
             return self
         return Strategy.EXHAUSTIVE if size <= EXHAUSTIVE_UP_TO else Strategy.PATTERN
@@ -53,11 +82,34 @@ def as_strategy(value: Any, where: str) -> Strategy:
 
 @dataclass(frozen=True)
 class Budget:
-    """When a search stops: after ``variants`` variants tried or ``seconds`` of tuning
-    (compiling, trial runs and timing), whichever comes first; None is no limit of that kind.
+    """When a search stops: after ``variants`` tried or ``seconds`` of tuning, whichever first.
+
     A search measures its proposals in batches, and does not start a batch that would end
     past the seconds if it took as long as the one before; a batch that takes longer than
-    the one before still ends past them. An exhaustive search ignores the budget."""
+    the one before still ends past them. An exhaustive search ignores the budget.
+
+    Parameters
+    ----------
+    variants
+        The most variants a search tries, or None for no limit of that kind.
+    seconds
+        The most seconds of tuning (compiling, trial runs and timing), or None for no limit of
+        that kind.
+
+    Raises
+    ------
+    TypeError
+        ``variants`` is neither an integer nor None.
+    ValueError
+        ``variants`` is below 1, or ``seconds`` is not a finite number > 0.
+
+    Examples
+    --------
+    >>> Budget(variants=200, seconds=60)
+    Budget(variants=200, seconds=60)
+    >>> str(Budget(seconds=60))  # the default of 100 variants still holds
+    '100,60s'
+    """
 
     variants: int | None = 100
     seconds: float | None = None
@@ -83,8 +135,24 @@ class Budget:
 
     @classmethod
     def parse(cls, text: str) -> Budget:
-        """``"200"`` (variants), ``"60s"`` (seconds), ``"200,60s"`` (both) or ``"unlimited"``:
-        the form of the ``NUMBATUNE_SEARCH_BUDGET`` variable and of ``str(budget)``."""
+        """A budget from its text, the form of ``NUMBATUNE_SEARCH_BUDGET`` and ``str(budget)``.
+
+        Parameters
+        ----------
+        text
+            ``"200"`` (variants), ``"60s"`` (seconds), ``"200,60s"`` (both) or
+            ``"unlimited"``.
+
+        Returns
+        -------
+        Budget
+            The budget.
+
+        Raises
+        ------
+        ValueError
+            ``text`` is none of these forms.
+        """
         variants: int | None = None
         seconds: float | None = None
         for part in text.replace(" ", "").lower().split(","):

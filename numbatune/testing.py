@@ -34,14 +34,31 @@ def assert_variants_agree(
     atol: float | None = None,
     outputs: Callable[..., Any] | None = None,
 ) -> None:
-    """Run every variant of ``tuned`` on its own copies of ``args``; fail unless all leave the
-    same array arguments as the reference variant (within ``rtol``/``atol``, by default per
-    dtype as in :class:`numbatune.Check`), naming the variants that disagree or raise.
+    """Run every variant of a tuned kernel on copies of ``args`` and compare their outputs.
 
     The reference is ``tuned.reference_variant``: the variant equal to the kernel as written,
-    else the first. ``outputs``, as :class:`numbatune.Check`'s, says what to compare (a
-    function of host copies of the arguments after a run), for kernels whose outputs
-    legitimately differ between variants. The caller's arrays are not written."""
+    else the first. Each variant runs on its own copies of the arguments; the caller's arrays
+    are not written.
+
+    Parameters
+    ----------
+    tuned
+        The tuned kernel.
+    *args
+        Its arguments, as for a call.
+    rtol, atol
+        Tolerances; None: by dtype, as in `numbatune.Check`.
+    outputs
+        What to compare, as `numbatune.Check`'s: a function of host copies of the arguments
+        after a run, for kernels whose outputs legitimately differ between variants. None:
+        every array argument.
+
+    Raises
+    ------
+    AssertionError
+        A variant left other arrays than the reference did, or raised; the message names each
+        such variant and where it differed. Also when the reference variant itself raised.
+    """
     check = Check(rtol=rtol, atol=atol, outputs=outputs)
     names = list(tuned._parameters)
     reference = tuned.reference_variant
@@ -75,11 +92,22 @@ def _observed_run(
 
 
 def covering_variants(tuned: TunedKernel) -> list[Variant]:
-    """A few of ``tuned``'s variants that between them take every value of every parameter
-    (and jit option), in their original order: each code path a parameter switches on runs.
+    """A few variants that between them take every value of every parameter and jit option.
 
-    Picked greedily, each time the variant that takes the most values not yet taken (the
-    earliest on a tie). ``tuned.with_variants(covering_variants(tuned))`` tunes just these.
+    So each code path a parameter switches on runs, for tests under numba's simulator, where
+    every thread is a Python thread. Picked greedily, each time the variant that takes the most
+    values not yet taken (the earliest on a tie).
+
+    Parameters
+    ----------
+    tuned
+        The tuned kernel whose variants to pick from.
+
+    Returns
+    -------
+    list[Variant]
+        The variants picked, in their original order.
+        ``tuned.with_variants(covering_variants(tuned))`` tunes just these.
     """
     variants = tuned.variants
     values = [
@@ -97,9 +125,22 @@ def covering_variants(tuned: TunedKernel) -> list[Variant]:
 
 
 def edge_sizes(tuned: TunedKernel | None = None, extra: Iterable[int] = ()) -> list[int]:
-    """Sizes that autotuned kernels get wrong: 0, 1, small primes, and for every integer
-    parameter value of ``tuned``'s variants (block and tile sizes) that value, one less and
-    one more, and twice it plus one."""
+    """Sizes that autotuned kernels get wrong.
+
+    Parameters
+    ----------
+    tuned
+        A tuned kernel whose integer parameter values (block and tile sizes) add sizes, or
+        None.
+    extra
+        More sizes to include.
+
+    Returns
+    -------
+    list[int]
+        Sorted: 0, 1, small primes up to 1021, and for every positive integer parameter value
+        of ``tuned``'s variants that value, one less and one more, and twice it plus one.
+    """
     sizes = {0, 1, *_SMALL_PRIMES, *extra}
     for variant in tuned.variants if tuned is not None else ():
         for value in variant.params.values():
@@ -110,8 +151,22 @@ def edge_sizes(tuned: TunedKernel | None = None, extra: Iterable[int] = ()) -> l
 
 
 def shapes(tuned: TunedKernel | None = None, ndim: int = 1, max_side: int = 1 << 12) -> Any:
-    """A Hypothesis strategy of ``ndim``-dimensional shapes whose sides are :func:`edge_sizes`
-    of ``tuned`` (up to ``max_side``)."""
+    """A Hypothesis strategy of shapes whose sides are the `edge_sizes` of a tuned kernel.
+
+    Parameters
+    ----------
+    tuned
+        The tuned kernel, or None for the sizes of no kernel.
+    ndim
+        The number of dimensions.
+    max_side
+        The largest side drawn.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Tuples of ``ndim`` sides.
+    """
     from hypothesis import strategies as st
 
     sides = [size for size in edge_sizes(tuned) if size <= max_side]
@@ -119,8 +174,24 @@ def shapes(tuned: TunedKernel | None = None, ndim: int = 1, max_side: int = 1 <<
 
 
 def dtypes(kinds: str = "f") -> Any:
-    """A Hypothesis strategy of NumPy dtypes of the given kinds (``f`` floats, ``i`` signed,
-    ``u`` unsigned integers, ``c`` complex, ``b`` booleans)."""
+    """A Hypothesis strategy of NumPy dtypes.
+
+    Parameters
+    ----------
+    kinds
+        Letters of the kinds to draw: ``f`` floats (float32, float64), ``i`` signed and ``u``
+        unsigned integers (8 to 64 bits), ``c`` complex, ``b`` booleans.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        NumPy dtypes.
+
+    Raises
+    ------
+    ValueError
+        A letter that is not one of ``fiucb``.
+    """
     from hypothesis import strategies as st
 
     table = {
@@ -137,9 +208,23 @@ def dtypes(kinds: str = "f") -> Any:
 
 
 def host_arrays(dtype: Any, shape: Any, special_values: bool = False) -> Any:
-    """A Hypothesis strategy of NumPy arrays of ``dtype`` and ``shape`` (a shape or a strategy
-    of shapes). Floats are finite and normal unless ``special_values``: then negative zero,
-    subnormals, infinities and NaN are drawn too."""
+    """A Hypothesis strategy of NumPy arrays.
+
+    Parameters
+    ----------
+    dtype
+        The arrays' dtype.
+    shape
+        A shape, or a strategy of shapes (see `shapes`).
+    special_values
+        Draw negative zero, subnormals, infinities and NaN too; otherwise floats are finite
+        and normal.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        NumPy arrays.
+    """
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 
@@ -165,9 +250,21 @@ def host_arrays(dtype: Any, shape: Any, special_values: bool = False) -> Any:
 def device_arrays(
     dtype: Any, shape: Any, special_values: bool = False, strided: bool | None = False
 ) -> Any:
-    """Like :func:`host_arrays`, as numba device arrays. ``strided=True`` gives views of every
-    other element of a larger array (not contiguous; empty arrays stay contiguous); ``None``
-    draws both kinds."""
+    """A Hypothesis strategy of numba device arrays, drawn as `host_arrays` draws.
+
+    Parameters
+    ----------
+    dtype, shape, special_values
+        As for `host_arrays`.
+    strided
+        True: views of every other element of a larger array (not contiguous; empty arrays
+        stay contiguous); False: contiguous arrays; None: both kinds.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        numba device arrays.
+    """
     from hypothesis import strategies as st
 
     def to_device(host: np.ndarray, step: int) -> Any:

@@ -36,16 +36,36 @@ from numbatune.errors import KernelSourceError
 def static_range(*bounds: int) -> range:
     """``range(*bounds)``, written out by numbatune when it compiles a variant.
 
-    Use it as the iterable of a ``for`` loop in an autotuned kernel::
+    Use it as the iterable of a ``for`` loop in an autotuned kernel: each turn becomes a copy
+    of the body in which the loop variable is a constant (numba leaves such a loop rolled).
+    The body may not ``break`` or ``continue`` the loop. Outside an autotuned kernel (a plain
+    ``cuda.jit`` kernel on a GPU), numba does not know this function.
 
-        for k in nt.static_range(BK):
-            ...
+    Parameters
+    ----------
+    *bounds
+        As for ``range``: ``stop``, or ``start, stop[, step]``. They are evaluated when the
+        variant is compiled, from its parameters and the module's globals (and the values of
+        enclosing ``static_range`` loops), so they cannot use the kernel's arguments or local
+        variables.
 
-    The bounds are evaluated when the variant is compiled, from its parameters and the
-    module's globals (and the values of enclosing ``static_range`` loops), so they cannot use
-    the kernel's arguments or local variables. The body may not ``break`` or ``continue``
-    the loop. Outside an autotuned kernel (a plain ``cuda.jit`` kernel on a GPU), numba does
-    not know this function.
+    Returns
+    -------
+    range
+        ``range(*bounds)``: what the loop iterates over where it is not written out.
+
+    Raises
+    ------
+    KernelSourceError
+        When the variant is compiled: the kernel's source cannot be read, or the loop cannot
+        be written out. The message names the kernel and the line.
+
+    Examples
+    --------
+    ```python
+    for k in nt.static_range(BK):
+        acc += a_tile[ty, k] * b_tile[k, tx]
+    ```
     """
     return range(*bounds)
 

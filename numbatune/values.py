@@ -8,6 +8,7 @@ checksums; and enums whose members are their text.
 
 from __future__ import annotations
 
+import ast
 import enum
 import math
 import re
@@ -70,6 +71,15 @@ def stable_text(value: Any) -> str:
 #: The one NaN object keys are made to hold: dictionaries find a key by identity first, so
 #: keys holding it are found again, where a fresh NaN never equals itself.
 NAN = float("nan")
+
+
+def parse_stable_text(text: str) -> Any:
+    """The value :func:`stable_text` wrote as ``text``, where it is a literal (numbers, bools,
+    None, strings, and tuples and lists of them); ``text`` itself for any other value."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return text
 
 
 def canonical_key(key: Any) -> Any:

@@ -39,17 +39,49 @@ Priority = int | Callable[[Hashable], int]
 class Variant:
     """One point of a tuning space: compile-time parameters and ``numba.cuda.jit`` options.
 
-    ``priority`` orders the variants for the tuning levels (see ``autotune(level=...)``):
-    variants of equal priority form a group, and groups are tried from the highest priority
-    down; the ``minimal`` level tries only the highest group. It is an integer (default 0) or
-    a function of the tuning key that returns one, for a priority that depends on the
-    problem (cubecl's tune groups). It does not change the kernel: two variants that differ
-    only in priority are equal.
-
     Two variants are equal when their parameters and options would compile the same kernel:
     ``Variant({"TPB": 16}) == Variant({"TPB": np.int64(16)})`` (numba types both as int64),
     while ``16`` and ``16.0`` differ. Labels are the same in every process.
 
+    Parameters
+    ----------
+    params
+        The global (or closure) names the kernel reads, and the constant value each takes in
+        this variant.
+    priority
+        Orders the variants for the tuning levels (see ``autotune(level=...)``): variants of
+        equal priority form a group, and groups are tried from the highest priority down; the
+        ``minimal`` level tries only the highest group. An integer, or a function of the tuning
+        key that returns one, for a priority that depends on the problem (cubecl's tune
+        groups). It does not change the kernel: two variants that differ only in priority are
+        equal.
+    **jit
+        ``numba.cuda.jit`` options for this variant: ``fastmath``, ``debug``, ``opt``,
+        ``max_registers``, ``lineinfo``, ``launch_bounds``, ``lto``, ``forceinline``,
+        ``inline``, ``shared_memory_carveout``. Under the simulator only the first three take
+        effect.
+
+    Attributes
+    ----------
+    params : dict
+        The parameters, as given (NumPy int64, float64 and bool scalars made Python values).
+    jit : dict
+        The jit options.
+    priority
+        The priority, as given.
+    label : str
+        ``"TPB=16, fastmath=True"``: the parameters and options as text.
+
+    Raises
+    ------
+    TypeError
+        ``params`` is not a mapping of identifiers, or ``priority`` is neither an integer nor a
+        function.
+    ValueError
+        An unknown jit option.
+
+    Examples
+    --------
     >>> Variant({"TPB": 16}, fastmath=True)
     Variant(TPB=16, fastmath=True)
     >>> Variant({"TPB": 16}, priority=1)
@@ -92,7 +124,23 @@ class Variant:
         return variant
 
     def priority_for(self, key: Hashable) -> int:
-        """The variant's priority for a tuning key (higher is tried first)."""
+        """The variant's priority for a tuning key (higher is tried first).
+
+        Parameters
+        ----------
+        key
+            The tuning key, passed to the priority function if the priority is one.
+
+        Returns
+        -------
+        int
+            The priority.
+
+        Raises
+        ------
+        TypeError
+            The priority function returned something other than an integer.
+        """
         if not callable(self.priority):
             return int(self.priority)
         value = self.priority(key)
@@ -123,12 +171,37 @@ def product(
 ) -> list[Variant]:
     """Every combination of the given values, as variants.
 
-    ``product(BM=[64, 128], BN=[64, 128], where=lambda BM, BN: BM >= BN)`` keeps the
-    combinations the filter accepts (it is called with the parameters as keywords).
-    ``jit={"fastmath": [False, True]}`` adds numba.cuda.jit options as further axes.
-    ``priority=lambda BM, BN: ...`` gives each combination its priority (see
-    :class:`Variant`); it is called with the parameters as keywords and returns an integer, or
-    a function of the tuning key that returns one.
+    Parameters
+    ----------
+    where
+        A filter, called with each combination's parameters as keywords: the combinations
+        for which it returns False are left out.
+    jit
+        ``numba.cuda.jit`` options as further axes, each with its list of values:
+        ``jit={"fastmath": [False, True]}``.
+    priority
+        Gives each combination its priority (see `Variant`): called with the parameters as
+        keywords, it returns an integer, or a function of the tuning key that returns one.
+    **axes
+        Each parameter's name and the list of its values.
+
+    Returns
+    -------
+    list[Variant]
+        The combinations the filter keeps, the first axis varying slowest.
+
+    Raises
+    ------
+    TypeError
+        An axis that is not a list of values, or a ``where`` or ``priority`` that is not a
+        function.
+    ValueError
+        An unknown jit option.
+
+    Examples
+    --------
+    >>> product(BM=[64, 128], BN=[64, 128], where=lambda BM, BN: BM >= BN)
+    [Variant(BM=64, BN=64), Variant(BM=128, BN=64), Variant(BM=128, BN=128)]
     """
     jit = dict(jit or {})
     for name, values in {**axes, **jit}.items():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import numbatune as nt
-from bench import kernels
+from bench import kernels, real_kernels
 from bench import run as bench_run
 from numbatune.arrays import SIMULATOR
 from numbatune.tuning import bench
@@ -238,10 +238,17 @@ def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
     examples = tmp_path / "examples"
     examples.mkdir()
     (examples / "tiny.py").write_text(textwrap.dedent(TINY_EXAMPLE))
-    status = bench_run.main([str(tmp_path / "out"), "--smoke", "--examples", str(examples)])
+    arguments = ["--smoke", "--examples", str(examples), "--kernels", "stumpy", "ising", "reduce"]
+    status = bench_run.main([str(tmp_path / "out"), *arguments])
     results = json.loads((tmp_path / "out" / "results.json").read_text())["sections"]
     assert status == 0, {name: s["result"] for name, s in results.items()}
     assert set(results) == set(bench_run.SECTIONS)
+    real = results["real_kernels"]["result"]["kernels"]
+    assert set(real) == {"stumpy", "ising", "reduce"}
+    assert "syncwarp" in real["reduce"]["skipped"]
+    for row in (real["stumpy"], real["ising"]):
+        assert row["correct"], row["mismatch"]
+        assert row["ratio"] > 0 and row["winner"] and row["tuning"]["not_timed"] == {}
     warm = results["warm_start"]["result"]
     assert warm["cold"]["benchmarks"] == warm["cold"]["keys"]
     assert warm["warm"]["benchmarks"] == 0
@@ -259,7 +266,35 @@ def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
             "random": "random",
             "model": "model",
         }
-    assert "times say nothing about speed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "times say nothing about speed" in printed
+    assert "STUMPY_THREADS_PER_BLOCK=" in printed  # the real kernels' table, with the winners
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the smoke run is the simulator's")
+def test_a_real_kernel_that_fails_is_recorded_and_the_next_is_measured_and_saved(monkeypatch):
+    from bench.real import ising
+
+    def fails(size, rng):
+        raise RuntimeError("no inputs today")
+
+    monkeypatch.setattr(ising, "make_inputs", fails)
+    saved = []
+    result = real_kernels.run(True, lambda partial: saved.append(json.dumps(partial)),
+                              ("ising", "csr_spmv"))  # fmt: skip
+    assert "RuntimeError: no inputs today" in result["kernels"]["ising"]["error"]
+    assert result["kernels"]["csr_spmv"]["correct"]
+    assert [list(json.loads(s)["kernels"]) for s in saved] == [["ising"], ["ising", "csr_spmv"]]
+    assert "FAILED: RuntimeError: no inputs today" in real_kernels.table(result)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the smoke run is the simulator's")
+def test_a_tuned_real_kernel_whose_outputs_differ_from_its_projects_is_not_correct(monkeypatch):
+    from bench.real import csr_spmv
+
+    monkeypatch.setattr(csr_spmv, "original", lambda inputs, args: None)  # computes nothing
+    row = real_kernels.run(True, names=("csr_spmv",))["kernels"]["csr_spmv"]
+    assert not row["correct"] and row["mismatch"].startswith("y: Not equal to tolerance")
 
 
 def test_dispatch_medians_at_the_issues_host_speed_take_the_rounds_where_numba_was_as_fast():

@@ -177,16 +177,31 @@ def test_concurrent_calls_of_other_sizes_each_launch_their_own_grid():
     assert wrong == []
 
 
-def test_an_empty_launch_is_refused_on_every_call_not_only_the_first():
+@pytest.mark.parametrize("first", [0, 1])
+def test_an_empty_grid_launches_nothing_whether_its_key_is_new_or_tuned(first):
+    """With the documented cdiv launch, n = 0 gives a grid of 0 blocks: the call returns,
+    tuning nothing, whether the key is new or was tuned with n = 1 (the same anchored key)."""
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
+        kernels.accumulate
+    )
+    if first:
+        tuned(*arrays(first))
+    empty = (cuda.to_device(np.zeros(0, np.float32)), cuda.to_device(np.zeros(0, np.float32)))
+    tuned(*empty)
+    tuned(*empty)
+    assert tuned.stats["benchmarks"] == first
+    assert tuned.tune(*arrays(1)).source == ("memory" if first else "benchmark")
+
+
+def test_a_variant_whose_grid_is_empty_cannot_win_while_others_run():
     def launch(a, out, *, BLOCK):
         return a.shape[0] // BLOCK, BLOCK  # 0 blocks for fewer than BLOCK elements
 
-    tuned = nt.autotune(
-        variants=nt.product(BLOCK=[2, 4]), launch=launch, key=lambda a, out: "one key"
-    )(kernels.accumulate)
-    tuned(*arrays(4))
-    with pytest.raises(ValueError, match=r"the launch function returned \(0, \d\)"):
-        tuned(*arrays(1))  # a known key: the winner's launch, checked again
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2, 8]), launch=launch)(kernels.accumulate)
+    report = tuned.tune(*arrays(4))
+    assert report.best == {"BLOCK": 2}
+    empty = next(r for r in report.results if r.params == {"BLOCK": 8})
+    assert "empty grid" in empty.error
 
 
 def test_a_nan_in_a_key_finds_its_result_again():

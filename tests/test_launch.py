@@ -460,3 +460,67 @@ def test_calls_go_straight_to_a_kernels_one_fast_path_and_by_classes_once_it_has
     for args in [(1, 2), (1.0, 2.0), ("a", "b"), (1,)]:
         binder.entry(args, None)
     assert taken == ["ints", "floats", "general", "general"]
+
+
+def test_declared_types_are_planned_as_numba_converts_arguments_to_them():
+    from numba.core import types
+
+    from numbatune.launch.layout import planned_type
+
+    c, f, strided = (types.Array(types.float64, 1, layout) for layout in "CFA")
+    declared = types.Array(types.float64, 1, "A")
+    assert planned_type(declared, c) == c  # an 'A' parameter takes any layout as it is
+    assert planned_type(declared, strided) == strided
+    assert planned_type(declared, f) == f
+    assert planned_type(types.Array(types.float64, 1, "C"), strided) is None
+    assert planned_type(declared, types.Array(types.float32, 1, "C")) is None
+    assert planned_type(declared, types.Array(types.float64, 2, "C")) is None
+    assert planned_type(types.int32, types.int64) == types.int32  # a Python int for i4
+    assert planned_type(types.boolean, types.boolean) == types.boolean
+    assert planned_type(types.float32, types.int64) == types.float32
+    assert planned_type(types.int64, types.float64) is None  # numba truncates; not planned
+    pair = types.UniTuple(types.int32, 2)
+    assert planned_type(pair, types.UniTuple(types.int64, 2)) == pair
+    assert planned_type(pair, types.UniTuple(types.int64, 3)) is None
+
+
+@cuda.jit("void(i8, f8[:], f8[:], b1)")
+def declared_negate(n, a, out, negate):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = -a[i] if negate else a[i]
+
+
+@pytest.mark.gpu
+def test_kernels_declared_with_a_signature_take_the_fast_path(caplog):
+    """Layout 'A' takes C-contiguous and strided arrays; Python int and bool become i8 and
+    b1; no winner goes through numba's launch, and nothing warns."""
+    caplog.set_level(logging.WARNING, logger="numbatune")
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[64, 128]),
+        launch=lambda n, a, out, negate, *, BLOCK: (nt.cdiv(n, BLOCK), BLOCK),
+    )(declared_negate)
+    host = np.random.default_rng(3).normal(size=400)
+    for a in (cuda.to_device(host[:200]), cuda.to_device(host)[::2]):
+        out = cuda.to_device(np.zeros(200))
+        for negate in (False, True):
+            tuned(200, a, out, negate)
+            with _only_the_fast_path(tuned):
+                tuned(200, a, out, negate)
+            expected = a.copy_to_host() * (-1 if negate else 1)
+            np.testing.assert_array_equal(out.copy_to_host(), expected)
+    assert "launched through numba" not in caplog.text
+
+
+@pytest.mark.gpu
+def test_a_winner_that_cannot_take_the_fast_path_warns_once_with_the_reason(caplog):
+    caplog.set_level(logging.WARNING, logger="numbatune")
+    debug = cuda.jit(debug=True, opt=False)(copy_1d.py_func)
+    tuned = nt.autotune(variants=[{}], launch=lambda x, out, seen: (1, 32))(debug)
+    x = cuda.to_device(np.arange(32.0))
+    out, seen = cuda.to_device(np.zeros(32)), cuda.to_device(np.zeros(3))
+    for _ in range(3):
+        tuned(x, out, seen)
+    warned = [r for r in caplog.records if "launched through numba" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    assert "debug" in warned[0].getMessage()

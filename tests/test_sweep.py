@@ -133,7 +133,7 @@ def test_sweep_without_a_record_says_where_it_looked(tmp_path, monkeypatch, caps
     saved = settings.cache_dir
     try:
         load_environment()
-        assert cli.main(["sweep", "-o", str(tmp_path / "out.json")]) == 1
+        assert cli.main(["sweep", "-o", str(tmp_path / "out.json")]) == 2  # a mistake
     finally:
         settings.cache_dir = saved
     assert f"no record at {tmp_path / 'record.jsonl'}" in capsys.readouterr().err

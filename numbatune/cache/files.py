@@ -213,8 +213,30 @@ def _valid(item: Any) -> bool:
 
 
 def cache_import(path: str | Path) -> ImportResult:
-    """Import an exported cache file into the cache numbatune uses (``settings.cache_dir``) for
-    the current device: for a package that ships tuned results and imports them at start-up."""
+    """Import an exported cache file into the cache numbatune uses, for the current device.
+
+    For a package that ships tuned results (``numbatune cache export``) and imports them at
+    start-up. Entries for another kind of device are left out; entries already present are
+    kept.
+
+    Parameters
+    ----------
+    path
+        The exported file.
+
+    Returns
+    -------
+    ImportResult
+        Counts of the entries: ``imported``, ``other_device`` (for another device),
+        ``already_present`` (the same key and kernel checksum) and ``not_written`` (a
+        read-only or full cache).
+
+    Raises
+    ------
+    CacheFileError
+        The disk cache is off (the ``cache_dir`` setting), or the file cannot be read or it or
+        one of its entries is not numbatune's format; nothing is written then.
+    """
     from numbatune.config import settings
 
     if settings.cache_dir is None:

@@ -209,12 +209,23 @@ def _tail(
 
 
 def source(
-    plan: ArgumentPlan, arity: int, custom_key: bool, stream: tuple[list[str], list[str]]
+    plan: ArgumentPlan,
+    arity: int,
+    custom_key: bool,
+    checks_valid: bool,
+    stream: tuple[list[str], list[str]],
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
-    :func:`stream_lines` made for it."""
+    :func:`stream_lines` made for it. With ``checks_valid``, ``call`` asks the kernel's
+    ``valid`` function whether the winner may run on the arguments, and hands calls it may not
+    to the general path."""
     key = "_key(args)" if custom_key else f"({''.join(f'{p}, ' for p in plan.key_parts)})"
     general = "return _general(args, stream)"
+    arguments = "".join(f"a{i}, " for i in range(arity))
+    valid = [
+        f"    if not _valid({arguments}**_valid_params[winner.index]):",
+        f"        {general}",
+    ]
     lines = [
         "def call(args, stream):",
         *_front(plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)"),
@@ -222,6 +233,7 @@ def source(
         f"        winner = _winners[{key}]",
         "    except (KeyError, TypeError):  # a new key, or an unhashable one: the general path",
         f"        {general}",
+        *(valid if checks_valid else []),
         *_tail(plan, arity, stream, general, in_call=True),
         "def launch_winner(args, winner, stream):",
         *_front(plan, arity, "return False", "return False"),

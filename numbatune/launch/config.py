@@ -91,23 +91,30 @@ def launch_error(error: Exception, params: dict[str, Any], name: str) -> LaunchF
     )
 
 
-def _dims(value: Any) -> bool:
+def _dims(value: Any, least: int) -> bool:
     values = value if isinstance(value, tuple | list) else (value,)
-    return 1 <= len(values) <= 3 and all(is_integer(v) and v > 0 for v in values)
+    return 1 <= len(values) <= 3 and all(is_integer(v) and v >= least for v in values)
 
 
 def checked_launch_config(config: Any, name: str) -> LaunchConfig:
-    """Validate what a launch function returned: (grid, block[, shared_memory_bytes])."""
+    """Validate what a launch function returned: (grid, block[, shared_memory_bytes]). A grid
+    with a dimension of 0 is valid: such a launch launches nothing (:func:`is_empty`)."""
     if (
         isinstance(config, tuple | list)
         and len(config) in (2, 3)
-        and _dims(config[0])
-        and _dims(config[1])
+        and _dims(config[0], 0)
+        and _dims(config[1], 1)
         and (len(config) == 2 or (is_integer(config[2]) and config[2] >= 0))
     ):
         return tuple(config)
     raise ValueError(
         f"{name}: the launch function returned {config!r}; expected (grid, block) or "
-        "(grid, block, shared_memory_bytes), where grid and block are positive integers or "
-        "tuples of 1 to 3 positive integers"
+        "(grid, block, shared_memory_bytes), where grid is a non-negative integer or a tuple "
+        "of 1 to 3 of them and block a positive integer or a tuple of 1 to 3 of them"
     )
+
+
+def is_empty(config: LaunchConfig) -> bool:
+    """Whether a checked launch configuration's grid has no block (there is nothing to do)."""
+    grid = config[0] if isinstance(config[0], tuple | list) else (config[0],)
+    return 0 in grid

@@ -25,7 +25,7 @@ from numba import cuda
 
 from numbatune import native
 from numbatune.launch import codegen
-from numbatune.launch.config import checked_launch_config, launch_error
+from numbatune.launch.config import checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import (
     ArgumentPlan,
     function_handle,
@@ -33,6 +33,7 @@ from numbatune.launch.layout import (
     numba_array_memo,
     overload,
     parameter_layout,
+    planned_type,
     supported,
 )
 from numbatune.streams.handles import LEGACY, check_stream, stream_getter, stream_handle
@@ -59,6 +60,10 @@ class Hooks:
     by_classes: General
     #: ``numba(args, winner, config, stream)``: launch a winner through numba instead.
     numba: Callable[[tuple[Any, ...], Any, tuple[Any, ...], Any], None]
+    #: The ``valid`` function, ``valid(*args, **params)``, or None: every variant may run.
+    valid: Callable[..., bool] | None = None
+    #: The parameters ``valid`` takes, by variant index.
+    valid_params: tuple[dict[str, Any], ...] = ()
 
 
 class FastPath:
@@ -100,7 +105,7 @@ class FastPath:
             elif kernel.cooperative != self._cooperative:
                 reason = "this variant synchronises its grid and the signature's first did not"
         if reason:
-            logger.debug("%s: launched through numba: %s", self._name, reason)
+            through_numba(self._name, args, reason)
             return False
         self._functions[index] = function_handle(function)
         return True
@@ -123,17 +128,19 @@ def build(
     kernel, reason = overload(dispatcher, args)
     reason = supported() or reason
     if reason:
-        logger.debug("%s: launched through numba: %s", hooks.name, reason)
+        through_numba(hooks.name, args, reason)
         return None
     plan = ArgumentPlan()
-    for index, (numba_type, value) in enumerate(zip(kernel.argument_types, args, strict=True)):
-        if not plan.add(f"a{index}", numba_type, value):
-            logger.debug("%s: launched through numba: no plan for %s", hooks.name, numba_type)
+    for index, (declared, value) in enumerate(zip(kernel.argument_types, args, strict=True)):
+        actual = dispatcher.typeof_pyval(value)
+        numba_type = planned_type(declared, actual)
+        if numba_type is None or not plan.add(f"a{index}", numba_type, value):
+            through_numba(hooks.name, args, f"no plan for {actual} as {declared}")
             return None
     plan.close()
     layout = parameter_layout(kernel._codelibrary.get_cufunc())
     if layout is None:
-        logger.debug("%s: launched through numba: the driver gives no parameter layout", hooks.name)
+        through_numba(hooks.name, args, "the driver gives no parameter layout")
         return None
     planned = [struct.calcsize(letter) for letter in plan.fields]
     if [size for _, size in layout] != planned:
@@ -146,6 +153,25 @@ def build(
         )
         return None
     return _generate(plan, layout, args, winners, hooks, next_path, kernel.cooperative)
+
+
+#: (kernel name, argument classes, reason) already warned about by :func:`through_numba`.
+_warned: set[tuple[str, tuple[type, ...], str]] = set()
+
+
+def through_numba(name: str, args: tuple[Any, ...], reason: str) -> None:
+    """Say, once per kernel, argument classes and reason, at WARNING level, that a winner is
+    launched through numba's launch (its hits cost several times a fast path's)."""
+    seen = (name, tuple(map(type, args)), reason)
+    if seen not in _warned:
+        _warned.add(seen)
+        logger.warning(
+            "%s: launched through numba, whose launch costs several times numbatune's on every "
+            "call, for arguments (%s): %s",
+            name,
+            ", ".join(type(a).__name__ for a in args),
+            reason,
+        )
 
 
 def _generate(
@@ -161,7 +187,7 @@ def _generate(
 
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
     stream = codegen.stream_lines(args, sync, plan.current_streams)
-    code = codegen.source(plan, len(args), hooks.key is not None, stream)
+    code = codegen.source(plan, len(args), hooks.key is not None, hooks.valid is not None, stream)
     functions: dict[int, int] = {}
     namespace = {
         **plan.constants,
@@ -170,6 +196,8 @@ def _generate(
         "_functions": functions,
         "_key": hooks.key,
         "_config": hooks.config,
+        "_valid": hooks.valid,
+        "_valid_params": hooks.valid_params,
         "_launch_error": launch_error,
         "_general": hooks.general,
         "_by_classes": hooks.by_classes,
@@ -231,7 +259,8 @@ def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
             else:
                 hooks.numba(args, winner, config, given)
             return True
-        checked_launch_config(config, hooks.name)  # a clear error for an empty grid
+        if is_empty(checked_launch_config(config, hooks.name)):  # (a clear error for others)
+            return True  # an empty grid: nothing to launch
         from numba.cuda.cudadrv.driver import CudaAPIError
 
         check_stream(stream)  # a clearer error when the stream is the cause

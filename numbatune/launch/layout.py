@@ -130,8 +130,8 @@ class ArgumentPlan:
     def _add_scalar(self, argument: str, numba_type: Any, value: Any) -> bool:
         from numba.core import types
 
-        if type(value) is int and numba_type != types.int64:
-            return False  # numba types ints of 2**63 and over as uint64: not by class
+        if type(value) is int and value >= 2**63:
+            return False  # numba types these as uint64, smaller ints as int64: not by class
         if numba_type == types.boolean:
             self._field("?", argument)
         elif isinstance(numba_type, types.Integer):
@@ -377,11 +377,17 @@ def function_handle(function: Any) -> int:
 
 
 def overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
-    """The compiled overload for ``args``, and why it cannot be launched fast (or None)."""
+    """The compiled overload numba launches for ``args``, and why it cannot be launched fast
+    (or None).
+
+    That is the overload of the arguments' own types, or, for a kernel declared with
+    signatures, the declared overload numba converts them to (arrays of layout ``A`` take any
+    layout, Python ints, floats and bools become the declared scalar types).
+    """
     if SIMULATOR:
         return None, "running under numba's simulator"
     signature = tuple(dispatcher.typeof_pyval(a) for a in args)
-    kernel = dispatcher.overloads.get(signature)
+    kernel = dispatcher.overloads.get(signature) or _declared_overload(dispatcher, signature)
     if kernel is None:
         return None, f"no compiled overload for {signature}"
     if kernel.debug or kernel.extensions:
@@ -389,3 +395,48 @@ def overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
     if getattr(kernel, "launch_config_sensitive", False):
         return None, "the kernel depends on its launch configuration"
     return kernel, None
+
+
+def _declared_overload(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """The compiled overload numba would convert arguments typed ``signature`` to, as it
+    chooses one for a kernel declared with signatures; None where none (or several) would
+    take them."""
+    from numba.core import types
+    from numba.core.typing import signature as make_signature
+
+    cases = [make_signature(types.void, *argtypes) for argtypes in dispatcher.overloads]
+    try:
+        chosen = dispatcher.typingctx.resolve_overload(
+            dispatcher.py_func, cases, signature, {}, allow_ambiguous=False
+        )
+    except TypeError:  # ambiguous: numba refuses the call too
+        return None
+    return None if chosen is None else dispatcher.overloads.get(tuple(chosen.args))
+
+
+def planned_type(declared: Any, actual: Any) -> Any:
+    """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
+    overload's type ``declared``; None where the plan cannot convert it as numba does.
+
+    An array keeps its own layout (numba passes any array to a declared layout ``A`` with the
+    same fields) and must have the declared dtype and rank; a scalar takes the declared type
+    (its ``struct`` field packs the value as numba converts it); a tuple, item by item.
+    """
+    from numba.core import types
+
+    if declared == actual:
+        return declared
+    if isinstance(declared, types.Array) and isinstance(actual, types.Array):
+        same = (declared.dtype, declared.ndim) == (actual.dtype, actual.ndim)
+        return actual if same and declared.layout in ("A", actual.layout) else None
+    if isinstance(declared, types.BaseTuple) and isinstance(actual, types.BaseTuple):
+        if len(declared) != len(actual):
+            return None
+        items = [planned_type(d, a) for d, a in zip(declared, actual, strict=True)]
+        return None if None in items else types.BaseTuple.from_types(items)
+    whole = (types.Boolean, types.Integer)
+    if isinstance(declared, types.Float) and isinstance(actual, (*whole, types.Float)):
+        return declared
+    if isinstance(declared, whole) and isinstance(actual, whole):
+        return declared
+    return None  # (a float to an integer: numba truncates, ``struct`` refuses)

@@ -9,10 +9,17 @@ from numbatune.streams.monitor import monitor
 
 
 def memory_usage() -> dict[str, int]:
-    """Device memory in bytes: the device's ``total`` and ``free``, and where they are known,
-    ``torch_allocated``/``torch_reserved`` and ``cupy_used``/``cupy_held`` (those libraries'
-    caching allocators, when already imported) and ``kept_arrays`` (arrays numbatune keeps
-    alive for launches in flight)."""
+    """The current device's memory, and what the array libraries' allocators cache.
+
+    Returns
+    -------
+    dict[str, int]
+        In bytes: the device's ``"total"`` and ``"free"`` (not under the simulator);
+        ``"torch_allocated"`` and ``"torch_reserved"`` when torch's CUDA is initialised;
+        ``"cupy_used"`` and ``"cupy_held"`` (CuPy's default memory pool) when CuPy is
+        imported. And ``"kept_arrays"``: how many arrays numbatune keeps alive for launches
+        the device may not have passed yet (a count, not bytes).
+    """
     from numba import cuda
 
     usage: dict[str, int] = {}
@@ -33,9 +40,12 @@ def memory_usage() -> dict[str, int]:
 
 
 def memory_cleanup() -> None:
-    """Give cached device memory back: numba's pending frees, and the cached blocks of torch's
-    and CuPy's allocators where those libraries are imported. Arrays still kept for launches
-    in flight stay until the device passes them."""
+    """Give cached device memory back.
+
+    Frees numba's pending deallocations, and the cached blocks of torch's and CuPy's
+    allocators where those libraries are imported. Arrays still kept for launches in flight
+    stay until the device passes them.
+    """
     from numba import cuda
 
     if not SIMULATOR:

@@ -361,22 +361,57 @@ if hasattr(os, "register_at_fork"):
 
 
 def start_profile() -> ProfileToken:
-    """Start measuring the device time of tuned launches; returns the token to end it with."""
+    """Start measuring the device time of tuned launches.
+
+    Every tuned launch made until the profile ends, on any stream and thread, is timed by a
+    pair of CUDA events. Profiles may overlap.
+
+    Returns
+    -------
+    ProfileToken
+        The token to end the profile with, `end_profile(token)`.
+    """
     return monitor.start_profile()
 
 
 def end_profile(token: ProfileToken) -> Profile:
-    """End the profile ``token`` started (waiting for its launches) and return what it saw.
+    """End a profile, waiting for its launches, and return what it saw.
 
-    Raises :class:`ProfileError` for a token that is not open: ended already, or not one
-    :func:`start_profile` returned.
+    Parameters
+    ----------
+    token
+        What `start_profile` returned.
+
+    Returns
+    -------
+    Profile
+        The device time of the tuned launches made while it was open.
+
+    Raises
+    ------
+    ProfileError
+        The token is not open: ended already, or not one `start_profile` returned.
     """
     return monitor.end_profile(token)
 
 
 @contextlib.contextmanager
 def profile() -> Iterator[Profile]:
-    """``with numbatune.profile() as p: ...``; ``p`` holds the figures once the block ends."""
+    """Profile the tuned launches of a ``with`` block: `start_profile` and `end_profile`.
+
+    Yields
+    ------
+    Profile
+        Empty inside the block; it holds the figures once the block ends.
+
+    Examples
+    --------
+    ```python
+    with nt.profile() as p:
+        saxpy(a, x, y, out)
+    print(p.launches, p.device_s, p.by_kernel)
+    ```
+    """
     token = start_profile()
     result = Profile()
     try:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 
 class ProfileToken:
-    """What :func:`start_profile` returns and :func:`end_profile` takes; nothing else."""
+    """What `start_profile` returns and `end_profile` takes; nothing else."""
 
     __slots__ = ("number",)
 
@@ -23,11 +23,18 @@ class ProfileToken:
 
 @dataclass
 class Profile:
-    """The device time of the tuned launches made while a profile was open."""
+    """The device time of the tuned launches made while a profile was open.
 
-    #: Total device time of those launches, in seconds (each from its own pair of events).
+    Attributes
+    ----------
+    device_s : float
+        Total device time of those launches, in seconds (each from its own pair of events).
+    launches : int
+        Number of those launches.
+    by_kernel : dict[str, float]
+        Device time in seconds by tuned kernel name.
+    """
+
     device_s: float = 0.0
-    #: Number of those launches.
     launches: int = 0
-    #: Device time in seconds by tuned kernel name.
     by_kernel: dict[str, float] = field(default_factory=dict)

@@ -39,20 +39,28 @@ def default_tolerance(dtype: Any) -> tuple[float, float]:
 class Check:
     """How check mode compares variants: ``@autotune(check=Check(...))`` or ``check=True``.
 
-    ``reference``, when given, is called with host (NumPy) copies of the arguments and must
-    leave in them what the kernel leaves in its arrays; it may instead return the expected
-    value of the last array argument. Without it the reference is the variant equal to the
-    values the kernel's module gives its parameters (the kernel as written), else the first
-    variant that runs.
+    NaNs compare equal to NaNs. Record (structured) dtypes are compared field by field, each
+    with its own tolerance.
 
-    ``outputs``, when given, says what to compare: it is called with host copies of the
-    arguments after a run (the reference's too) and returns an array, a number or a tuple of
-    them; by default every array argument is compared. For kernels whose outputs legitimately
-    differ between variants, such as one partial result per block with the block count tuned:
-    ``outputs=lambda x, partials: partials.sum()``.
-
-    ``rtol``/``atol`` default per dtype (:func:`default_tolerance`); NaNs compare equal to NaNs.
-    Record (structured) dtypes are compared field by field, each with its own tolerance.
+    Parameters
+    ----------
+    rtol
+        Relative tolerance; None: by dtype (1e-4 for float32, 1e-10 for float64, 1e-2 for
+        float16; exact for integers and booleans).
+    atol
+        Absolute tolerance; None: by dtype (1e-6 for float32, 1e-13 for float64, 1e-3 for
+        float16; exact for integers and booleans).
+    reference
+        Called with host (NumPy) copies of the arguments, it must leave in them what the
+        kernel leaves in its arrays; it may instead return the expected value of the last
+        array argument. None: the reference is the variant equal to the values the kernel's
+        module gives its parameters (the kernel as written), else the first variant that runs.
+    outputs
+        What to compare: called with host copies of the arguments after a run (the
+        reference's too), it returns an array, a number or a tuple of them. None: every array
+        argument. For kernels whose outputs legitimately differ between variants, such as one
+        partial result per block with the block count tuned:
+        ``outputs=lambda x, partials: partials.sum()``.
     """
 
     rtol: float | None = None
@@ -61,7 +69,18 @@ class Check:
     outputs: Callable[..., Any] | None = None
 
     def tolerance(self, dtype: Any) -> tuple[float, float]:
-        """The (rtol, atol) this check uses for ``dtype``."""
+        """The tolerances this check uses for arrays of ``dtype``.
+
+        Parameters
+        ----------
+        dtype
+            A NumPy dtype, or what ``numpy.dtype`` takes.
+
+        Returns
+        -------
+        tuple[float, float]
+            ``(rtol, atol)``: those given, else the dtype's defaults.
+        """
         rtol, atol = default_tolerance(dtype)
         return (
             rtol if self.rtol is None else self.rtol,
@@ -71,14 +90,24 @@ class Check:
 
 @dataclass(frozen=True)
 class Mismatch:
-    """Where a variant's outputs differ from the reference's."""
+    """Where a variant's outputs differ from the reference's.
 
-    #: The argument that differs (its name in the kernel's signature).
+    Attributes
+    ----------
+    output : str
+        The argument that differs (its name in the kernel's signature).
+    count : int
+        How many of its elements differ beyond the tolerance.
+    size : int
+        Of how many.
+    largest_error : float
+        The largest absolute difference (inf where one side is NaN or infinite and the other
+        not).
+    """
+
     output: str
-    #: How many of its elements differ beyond the tolerance, of how many.
     count: int
     size: int
-    #: The largest absolute difference (inf where one side is NaN or infinite and the other not).
     largest_error: float
 
     def __str__(self) -> str:

@@ -87,6 +87,18 @@ class Plan:
         """Every variant the prune function kept."""
         return [variant for group in self.groups for variant in group]
 
+    def keeping(self, keep: Callable[[Variant], bool], kernel_name: str) -> Plan:
+        """This plan with only the variants ``keep`` accepts (those valid for a call's
+        arguments); the groups left empty go, and at least one group is tuned."""
+        groups = tuple(kept for group in self.groups if (kept := tuple(filter(keep, group))))
+        if not groups:
+            raise ValueError(
+                f"{kernel_name}: no variant is valid for these arguments (the valid function "
+                f"refused all {len(self.allowed)} that the plan tries)"
+            )
+        removed = len(self.allowed) - sum(map(len, groups))
+        return Plan(self.level, groups, max(1, min(self.count, len(groups))), self.pruned + removed)
+
     def tries(self) -> list[list[Variant]]:
         """The variant sets to tune in turn: the level's groups, then one more group each time.
 

@@ -19,32 +19,57 @@ from numbatune.variants import Variant
 
 
 class Source(TextEnum):
-    """Where a report's answer came from (compares equal to its value: ``"benchmark"``)."""
+    """Where a report's answer came from (compares equal to its value: ``"benchmark"``).
 
-    #: Measured now.
+    Attributes
+    ----------
+    BENCHMARK
+        Measured now.
+    MEMORY
+        Measured earlier in this process.
+    DISK
+        Read from the disk cache.
+    RANKS
+        Tuned by the ranks of a torch.distributed job together, or another rank's stored
+        result.
+    SINGLE
+        The kernel has one variant (to try): it was chosen without measuring.
+    UNTUNED
+        Not tuned (the ``on_miss`` setting) and no key of the kernel tuned: the kernel as
+        written (or the first variant the level tries), unmeasured.
+    NEAREST
+        Not tuned (the ``on_miss`` setting): the winner of the kernel's nearest tuned key,
+        unmeasured for this one.
+    """
+
     BENCHMARK = "benchmark"
-    #: Measured earlier in this process.
     MEMORY = "memory"
-    #: Read from the disk cache.
     DISK = "disk"
-    #: Tuned by the ranks of a torch.distributed job together, or another rank's stored
-    #: result (numbatune.cache.ranks).
     RANKS = "ranks"
-    #: The kernel has one variant (to try): it was chosen without measuring.
     SINGLE = "single"
-    #: Not tuned (the ``on_miss`` setting) and no key of the kernel tuned: the kernel as
-    #: written (or the first variant the level tries), unmeasured.
     UNTUNED = "untuned"
-    #: Not tuned (the ``on_miss`` setting): the winner of the kernel's nearest tuned key,
-    #: unmeasured for this one.
     NEAREST = "nearest"
 
 
 class Status(TextEnum):
-    """How one variant fared (compares equal to its value: ``"timed"``)."""
+    """How one variant fared (compares equal to its value: ``"timed"``).
+
+    Attributes
+    ----------
+    TIMED
+        Measured to the end.
+    STOPPED_EARLY
+        Timed, then no longer measured: clearly slower than the leader.
+    FAILED
+        Failed to compile or to run; the result's ``error`` says why.
+    MISMATCHED
+        In check mode, its outputs differed from the reference's.
+    NOT_TRIED
+        Not tried by this tuning: pruned, beyond the level, not chosen by the search, or the
+        kernel's only variant.
+    """
 
     TIMED = "timed"
-    #: Timed, then no longer measured: clearly slower than the leader.
     STOPPED_EARLY = "stopped early"
     FAILED = "failed"
     MISMATCHED = "mismatched"
@@ -100,7 +125,15 @@ Outcome = Timed | Failed | Mismatched | NotTried
 
 @dataclass(frozen=True)
 class VariantResult:
-    """How one variant fared while tuning a key."""
+    """How one variant fared while tuning a key: one of `TuneReport.results`.
+
+    Attributes
+    ----------
+    variant : Variant
+        The variant.
+    outcome
+        What happened to it; its kind is `status`, and the properties below read it.
+    """
 
     variant: Variant
     outcome: Outcome = NOT_TRIED
@@ -155,31 +188,47 @@ class VariantResult:
 
 @dataclass(frozen=True, repr=False)
 class TuneReport:
-    """The outcome of tuning one key, as returned by ``tuned.tune(...)``: its ``key``, the
-    whole ``winner`` (parameters and jit options), where the answer came from (``source``) and
-    one result per variant (``results``)."""
+    """The outcome of tuning one key, as returned by ``tuned.tune(...)``: its key, the whole
+    `winner` (parameters and jit options), where the answer came from and one result per
+    variant.
+
+    Attributes
+    ----------
+    key : Hashable
+        The tuning key.
+    best_index : int
+        Index of the winner in ``results`` (and in the decorator's variant list).
+    source : Source
+        Where the answer came from.
+    results : tuple[VariantResult, ...]
+        One result per variant, in the decorator's order.
+    checked : bool
+        Whether check mode compared the variants' outputs while tuning.
+    compile_s, trial_s, benchmark_s : float
+        Seconds spent in this tuning compiling variants, running them first in a separate
+        process (the ``isolate`` setting), and checking and timing them.
+    screened_out : int
+        Variants timed while others compiled and dropped then, as clearly slower than the
+        best so far: their results are stopped early.
+    compiles : int
+        Kernels compiled for it (variants that differ only in what the launch function reads
+        share one; kernels loaded from disk are not counted).
+    strategy : Strategy
+        The search strategy that chose the variants tried.
+    space : int
+        The number of variants it chose from.
+    """
 
     key: Hashable
-    #: Index of the winner in ``results`` (and in the decorator's variant list).
     best_index: int
-    #: Where the answer came from.
     source: Source
     results: tuple[VariantResult, ...] = field(repr=False)
-    #: Whether check mode compared the variants' outputs while tuning.
     checked: bool = False
-    #: Seconds spent in this tuning compiling variants, running them first in a separate
-    #: process (the ``isolate`` setting), and checking and timing them.
     compile_s: float = 0.0
     benchmark_s: float = 0.0
     trial_s: float = 0.0
-    #: Variants timed while others compiled and dropped then, as clearly slower than the best
-    #: so far (:mod:`numbatune.tuning.screen`): their results are stopped early.
     screened_out: int = 0
-    #: Kernels compiled for it (variants that differ only in what the launch function reads
-    #: share one; kernels loaded from disk are not counted).
     compiles: int = 0
-    #: The search strategy that chose the variants tried (numbatune.tuning.search), and the
-    #: number of variants it chose from.
     strategy: Strategy = Strategy.EXHAUSTIVE
     space: int = 0
 
@@ -204,7 +253,7 @@ class TuneReport:
     def best(self) -> dict[str, Any]:
         """The winning variant's compile-time parameters, without its jit options: the values
         host code reads (a buffer sized from the tuned block count), as Triton's
-        ``best_config.kwargs``. The whole winner is :attr:`winner`."""
+        ``best_config.kwargs``. The whole winner is `winner`."""
         return self.winner.params
 
     def __repr__(self) -> str:
@@ -212,6 +261,17 @@ class TuneReport:
         return f"TuneReport(winner={self.winner!r}, {', '.join(shown)})"
 
     def fastest(self, count: int) -> list[VariantResult]:
-        """The ``count`` fastest timed results, fastest first."""
+        """The ``count`` fastest timed results, fastest first.
+
+        Parameters
+        ----------
+        count
+            How many results at most.
+
+        Returns
+        -------
+        list[VariantResult]
+            The timed results (failed and untried variants left out), fastest first.
+        """
         timed = [result for result in self.results if result.median_s is not None]
         return sorted(timed, key=lambda result: result.outcome.median_s)[:count]
