@@ -62,7 +62,7 @@ def _child_example(mode: str, file: str, function: str, small: bool) -> dict[str
             "trial_s": report.trial_s,
             "screened_out": report.screened_out,
             "compiles": report.compiles,
-            "best": report.best_variant.label,
+            "best": report.winner.label,
             "not timed": {
                 r.variant.label: f"{r.status}: {r.outcome}"[:300]
                 for r in report.results

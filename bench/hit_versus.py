@@ -111,7 +111,7 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
             for name, package in packages.items():
                 tuned, x, out = _tuned(package, kind), make(host), make(np.zeros_like(host))
                 report = tuned.tune(x, out, a)  # each tree tunes: record what it picked
-                winners[f"{kind}, {name}"] = report.best_variant.label
+                winners[f"{kind}, {name}"] = report.winner.label
                 tuned(x, out, a)  # a hit: makes the fast path
                 one[kind, "hit", name] = lambda t=tuned, x=x, o=out: t(x, o, a)
                 one[kind, "host code, launch stubbed", name] = _stubbed(tuned, (x, out, a))

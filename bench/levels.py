@@ -80,7 +80,7 @@ def _level(path: Path, name: str, level: str, args: tuple[Any, ...]) -> dict[str
         "failed": sum(r.error is not None for r in report.results),
         "compiles": tuned.stats["compiles"],
         "winner_index": report.best_index,
-        "winner": report.best_variant.label,
+        "winner": report.winner.label,
     }
 
 

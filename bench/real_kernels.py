@@ -122,7 +122,7 @@ def measure(name: str, smoke: bool) -> dict[str, Any]:
         "device_ratio": (
             device["original"] / device["tuned"] if None not in device.values() else None
         ),
-        "winner": report.best_variant.label,
+        "winner": report.winner.label,
         "tuning": {
             "seconds": tune_s,
             "variants": len(module.TUNED.variants),

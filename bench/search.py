@@ -151,7 +151,7 @@ def _case(example: str, strategy: str, smoke: bool, best_known: str | None) -> d
     started = time.perf_counter()
     report = wide.tune(*args)
     seconds = time.perf_counter() - started
-    best = report.best_variant
+    best = report.winner
     calls = {"winner": lambda: wide.run_variant(best, *args)}
     known = next((v for v in wide.variants if v.label == best_known), None)
     if known is not None and known != best:

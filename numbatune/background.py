@@ -1,4 +1,4 @@
-"""Tuning in a background thread (the ``on_miss=background`` setting).
+"""Tuning in a background thread (``on_miss="background"``: the setting, or a kernel's option).
 
 A call whose key has no stored result launches a variant chosen without measuring (see
 :mod:`numbatune.dispatch`) and hands clones of its arguments, made on its stream before that

@@ -109,7 +109,8 @@ def _parse_non_negative_int(text: str) -> int:
 
 
 class OnMiss(TextEnum):
-    """What a call does with a key that has no stored result (the ``on_miss`` setting).
+    """What a call does with a key that has no stored result (the ``on_miss`` setting, or
+    ``autotune(on_miss=...)``, which wins over it).
 
     Attributes
     ----------
@@ -178,7 +179,8 @@ class Settings:
     #: What a call does with a key that has no stored result (numbatune.dispatch): ``tune``
     #: it now; ``nearest``: launch the winner of the kernel's nearest tuned key (else the
     #: kernel as written), unmeasured, and record the key for a sweep; ``background``: as
-    #: ``nearest``, and tune the key in a background thread, whose winner replaces it.
+    #: ``nearest``, and tune the key in a background thread, whose winner replaces it. A
+    #: kernel's ``autotune(on_miss=...)`` wins over it.
     on_miss: OnMiss = OnMiss.TUNE
     #: A file that records every key each tuned kernel meets (numbatune.record), for
     #: ``numbatune sweep``; None (``off``): no record (``nearest`` and ``background`` then

@@ -35,7 +35,13 @@ from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
 from numbatune.errors import LaunchFunctionError
 from numbatune.launch import fastpath
-from numbatune.launch.config import LaunchConfig, is_empty, launch_config, launch_params
+from numbatune.launch.config import (
+    LaunchConfig,
+    check_launch,
+    is_empty,
+    launch_config,
+    launch_params,
+)
 from numbatune.launch.numbalaunch import numba_launch
 from numbatune.strategies import Budget, Search, Strategy, as_budget, as_strategy
 from numbatune.streams.handles import numba_stream, raw_stream
@@ -49,7 +55,7 @@ from numbatune.variants import Variant, as_variants
 
 logger = logging.getLogger("numbatune")
 
-#: Where a report of a key served without tuning (the ``on_miss`` setting) comes from.
+#: Where a report of a key served without tuning (``on_miss``) comes from.
 _SERVED = (Source.NEAREST, Source.UNTUNED)
 
 #: A launch function slower than this a call (a hit costs about 5 us on an H100) is warned
@@ -72,6 +78,7 @@ def autotune(
     search: str | None = None,
     budget: Budget | int | str | None = None,
     valid: Callable[..., bool] | None = None,
+    on_miss: OnMiss | str | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -97,9 +104,10 @@ def autotune(
         or ``(grid, block, dynamic_shared_memory_bytes)``.
     key
         Which calls share a tuning result. None (the default): calls whose array arguments
-        have the same shapes rounded up to powers of two (`anchor`), dtypes and layouts. A name
-        or a list of names: for each named array its anchored shape, dtype and layout, for each
-        named scalar its value. A function: called with the kernel's arguments, its (hashable)
+        have the same shapes rounded up to powers of two (`anchor`), dtypes and layouts, and
+        whose boolean arguments (mode flags, which select code paths) have the same values. A
+        name or a list of names: for each named array its anchored shape, dtype and layout, for
+        each named scalar its value. A function: called with the kernel's arguments, its (hashable)
         result. The dtype, layout and number of dimensions of every array argument are always
         part of the key.
     name
@@ -138,6 +146,13 @@ def autotune(
         variants valid for the arguments it is tuned with; a call for which the key's winner is
         not valid launches the fastest variant measured for that key that is, and raises
         ``ValueError`` when none is. None: every variant may run on any arguments.
+    on_miss
+        What a call does with a key that has no stored result: ``"tune"`` it now;
+        ``"nearest"``: launch the winner of the kernel's nearest tuned key (else the kernel as
+        written), unmeasured, and record the key for ``numbatune sweep``; ``"background"``: as
+        ``"nearest"``, and tune the key in a background thread, whose winner then replaces it.
+        ``tune(...)`` always tunes. None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``,
+        default ``"tune"``).
 
     Returns
     -------
@@ -154,8 +169,10 @@ def autotune(
         An option with a wrong value: no variants, or one listed twice; a variant parameter
         that neither the kernel, its device functions nor the launch function reads, or that
         the kernel assigns or takes as an argument; an unknown level or search; ``read_only``
-        names that are not arguments; a budget that cannot be read. At a call: no variant
-        valid for the arguments (``valid``).
+        names that are not arguments; a budget that cannot be read; a parameter of the launch
+        function that neither the kernel's arguments nor any variant give a value, with no
+        default; an unknown ``on_miss``. At a call: no variant valid for the arguments
+        (``valid``).
     ImportError
         ``search="model"`` without scikit-learn installed.
 
@@ -180,6 +197,7 @@ def autotune(
     options = dict(
         variants=variants, launch=launch, key=key, name=name, level=level, prune=prune,
         check=check, read_only=read_only, search=search, budget=budget, valid=valid,
+        on_miss=on_miss,
     )  # fmt: skip
     make = functools.partial(TunedKernel, **options)
     return make if kernel is None else make(kernel)
@@ -330,21 +348,19 @@ class TunedKernel:
         search: str | None = None,
         budget: Budget | int | str | None = None,
         valid: Callable[..., bool] | None = None,
+        on_miss: OnMiss | str | None = None,
     ) -> None:
         #: What this kernel was made from, for :meth:`with_variants`.
         self._made_from = dict(
             kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune,
             check=check, read_only=read_only, search=search, budget=budget, valid=valid,
+            on_miss=on_miss,
         )  # fmt: skip
         self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
         self._template = KernelTemplate(kernel, self.name)
         self._variants = as_variants(variants, self.name)
         self._index = {variant: index for index, variant in enumerate(self._variants)}
-        if not callable(launch):
-            raise TypeError(
-                f"autotune({self.name}): launch must be a function of the kernel's arguments "
-                f"returning (grid, block[, shared_memory_bytes]), got {launch!r}"
-            )
+        check_launch(launch, self._variants, self._template.signature, self.name)
         self._launch = launch
         self._launch_params = launch_params(launch, self._variants)
         self._valid = valid
@@ -360,12 +376,13 @@ class TunedKernel:
         self._prune = levels.check_prune(prune, self.name)
         self._check = checks.as_check(check, self.name)
         self._strategy, self._budget = _search_options(search, budget, self.name)
+        self._on_miss = _on_miss_option(on_miss, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
         self.function_id = identity.function_id(self._template.function)
         self._shared = self._share(
             key=key, level=level, prune=prune, check=check, name=name, search=search,
-            budget=budget, valid=valid,
+            budget=budget, valid=valid, on_miss=self._on_miss,
         )  # fmt: skip
         self._compiler = self._shared.compiler
         self._tally, self._benchmarks = Tally(), 0
@@ -545,7 +562,7 @@ class TunedKernel:
         serve: bool = False,
     ) -> tuple[Winner, TuneReport]:
         """The winner for ``key`` from memory, disk or tuning (or, for a call, ``serve``, as
-        the ``on_miss`` setting says), and the report behind it."""
+        the ``on_miss`` option or setting says), and the report behind it."""
         keys.check_hashable(key, self.name)
         self._check_arguments(args)
         stream = numba_stream(stream, args)
@@ -561,7 +578,8 @@ class TunedKernel:
             settings.search_seed,
         )
         searched = search.strategy.for_space(len(plan.first)) is not Strategy.EXHAUSTIVE
-        serving = serve and settings.on_miss is not OnMiss.TUNE
+        on_miss = self._on_miss or settings.on_miss
+        serving = serve and on_miss is not OnMiss.TUNE
         self._record(key, args, serving)
 
         def job(plan: levels.Plan, search: Search, journal: Journal) -> TuneJob:
@@ -590,7 +608,7 @@ class TunedKernel:
                 group, self.name, key, local, share, not searched, len(plan.first)
             ),
         )  # fmt: skip
-        if report.source in _SERVED and settings.on_miss is OnMiss.BACKGROUND:
+        if report.source in _SERVED and on_miss is OnMiss.BACKGROUND:
             background.start(self, arrays.clone_arguments(args, stream), self.name)
         return winner, report
 
@@ -601,7 +619,7 @@ class TunedKernel:
             trials.trials().start()
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
-        self._time_launch_function(job.args, report.best_variant)
+        self._time_launch_function(job.args, report.winner)
         if report.source is Source.BENCHMARK:
             with self._lock:
                 self._benchmarks += 1
@@ -644,7 +662,7 @@ class TunedKernel:
             )
 
     def _served(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> TuneReport:
-        """A key the ``on_miss`` setting says not to tune now: the winner of the nearest tuned
+        """A key ``on_miss`` says not to tune now: the winner of the nearest tuned
         key that the plan allows, else the kernel as written (or the first variant the plan
         tries), unmeasured."""
         allowed = set(plan.allowed)
@@ -968,9 +986,10 @@ class TunedKernel:
         Returns
         -------
         TuneReport
-            The key's report: ``key``, ``best`` (the winner's parameters), ``source`` (where
-            the answer came from: ``"benchmark"``, ``"memory"``, ``"disk"``, ...), the time spent
-            compiling and measuring, and ``results``, one record per variant.
+            The key's report: ``key``, ``winner`` (the winning variant: its parameters and
+            jit options), ``best`` (its parameters alone), ``source`` (where the answer came
+            from: ``"benchmark"``, ``"memory"``, ``"disk"``, ...), the time spent compiling and
+            measuring, and ``results``, one record per variant.
 
         Raises
         ------
@@ -1006,7 +1025,8 @@ class TunedKernel:
         Returns
         -------
         dict
-            The winner's compile-time parameters, e.g. ``{"BLOCK": 128}``.
+            The winner's compile-time parameters, e.g. ``{"BLOCK": 128}``. The whole winner,
+            with its jit options, is ``tune(*args).winner``.
 
         Raises
         ------
@@ -1115,6 +1135,20 @@ def _search_options(
         None if search is None else as_strategy(search, where),
         None if budget is None else as_budget(budget, where),
     )
+
+
+def _on_miss_option(on_miss: OnMiss | str | None, kernel_name: str) -> OnMiss | None:
+    """``autotune(on_miss=)`` checked (None: the ``on_miss`` setting decides)."""
+    if on_miss is None:
+        return None
+    try:
+        return OnMiss(on_miss)
+    except ValueError:
+        choices = ", ".join(member.value for member in OnMiss)
+        raise ValueError(
+            f"autotune({kernel_name}): on_miss must be one of {choices} (or None for the "
+            f"on_miss setting, NUMBATUNE_ON_MISS), got {on_miss!r}"
+        ) from None
 
 
 def _reuse(

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
+
 from numbatune import arrays
 from numbatune.errors import TuningKeyError
 from numbatune.values import is_integer, next_power_of_two
@@ -125,12 +127,15 @@ def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
 
 
 def default_key(args: tuple[Any, ...]) -> Hashable:
-    """The key of ``key=None``: each array argument's anchored shape, dtype name and layout."""
-    key = []
+    """The key of ``key=None``: each array argument's anchored shape, dtype name and layout,
+    and each boolean argument's value (a mode flag: it selects a code path), in order."""
+    key: list[Any] = []
     for value in args:
         found = arrays.read(value)
         if found is not None:
             key.append(default_key_part(found))
+        elif isinstance(value, bool | np.bool_):
+            key.append(bool(value))
     return tuple(key)
 
 
@@ -141,7 +146,8 @@ def build_key(
 ) -> KeyFunction:
     """Turn the ``key=`` argument of :func:`numbatune.autotune` into a function of the arguments.
 
-    - ``None``: the anchored shape, dtype and layout of every array argument.
+    - ``None``: the anchored shape, dtype and layout of every array argument, and the value of
+      every boolean argument.
     - a name or a sequence of names: for each named array its anchored shape, dtype and layout,
       for each named scalar its value; then the dtype, layout and number of dimensions of every
       array argument.

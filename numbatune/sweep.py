@@ -266,4 +266,4 @@ def _tune_one(record: Record) -> Outcome:
         return outcome(Status.FAILED, f"the rebuilt arguments give key {found}, the record "
                        f"says {record.key}")  # fmt: skip
     status = Status.TUNED if report.source is Source.BENCHMARK else Status.STORED
-    return outcome(status, report.best_variant.label)
+    return outcome(status, report.winner.label)

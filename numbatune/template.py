@@ -10,6 +10,7 @@ changes what the variants compute or how fast.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import types
@@ -167,7 +168,7 @@ class KernelTemplate:
         options = self.jit_options_of(variant)
         if SIMULATOR:  # the simulator takes few options
             options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
-        return cuda.jit(**options)(function)
+        return _jit(function, self.function, options)
 
     def specialised_function(self, variant: Variant, write_out: bool = True) -> types.FunctionType:
         """The kernel's Python function with the variant's parameters bound as its globals (and
@@ -239,8 +240,8 @@ class _Specialiser:
             return dispatcher
         key = id(function)
         if key not in self._copies:
-            options = device_options(dispatcher)
-            self._copies[key] = cuda.jit(device=True, **options)(self.function(function))
+            options = {"device": True, **device_options(dispatcher)}
+            self._copies[key] = _jit(self.function(function), function, options)
         return self._copies[key]
 
     def function(self, function: types.FunctionType, write_out: bool = True) -> types.FunctionType:
@@ -275,6 +276,50 @@ class _Specialiser:
         return unroll.written_out(copy) if write_out else copy
 
 
+def _jit(copy: types.FunctionType, original: types.FunctionType, options: dict[str, Any]) -> Any:
+    """``numba.cuda.jit(**options)(copy)`` for a variant's ``copy`` of ``original`` (a kernel,
+    or a device function with ``device=True``).
+
+    Under the simulator, while the copy runs, the module of ``original`` holds the simulator's
+    ``cuda`` too, as it does while ``original`` runs: the simulator puts its ``cuda`` into the
+    globals of the function it runs (the copy's own), and a plain Python helper the kernel
+    calls reads ``cuda`` from its module (``cuda.local.array``, say).
+    """
+    dispatcher = cuda.jit(**options)(copy)
+    if SIMULATOR:
+        dispatcher.__class__ = _simulated_copy_class()
+        dispatcher.original = original
+    return dispatcher
+
+
+class _RunningKernelsCuda:
+    """Under the simulator: stands for the ``cuda`` module of the kernel running now (the
+    simulator makes one per launch, once the launch has begun)."""
+
+    def __getattr__(self, name: str) -> Any:
+        from numba.cuda.simulator.kernel import _get_kernel_context
+
+        return getattr(_get_kernel_context(), name)
+
+
+@functools.cache
+def _simulated_copy_class() -> type:
+    """The class of a variant's kernels and device functions under the simulator: numba's
+    simulated dispatcher, which also gives ``original``'s module the simulator's ``cuda``
+    while it runs (made on first use: its base class exists only under the simulator)."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+    from numba.cuda.simulator.kernelapi import swapped_cuda_module
+
+    class SimulatedCopy(FakeCUDAKernel):
+        original: types.FunctionType
+
+        def __call__(self, *args: Any) -> Any:
+            with swapped_cuda_module(self.original, _RunningKernelsCuda()):
+                return super().__call__(*args)
+
+    return SimulatedCopy
+
+
 def _proxy_module(
     module: Any, attributes: dict[str, Any], reader: types.FunctionType
 ) -> types.ModuleType:
@@ -301,6 +346,13 @@ def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any],
     ``cuda.jit`` kernel, or a plain function (no options, no signatures)."""
     if isinstance(kernel, types.FunctionType):
         return kernel, {}, ()
+    kind = type(kernel)
+    if kind.__module__.partition(".")[0] == "numba_cuda_mlir":
+        raise TypeError(
+            f"autotune({name}): {name} is a numba-cuda-mlir kernel ({kind.__module__}."
+            f"{kind.__qualname__}), which numbatune does not support yet; it supports "
+            "numba-cuda's numba.cuda.jit kernels and plain Python functions"
+        )
     function = getattr(kernel, "py_func", None)
     if not isinstance(function, types.FunctionType):
         raise TypeError(

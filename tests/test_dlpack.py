@@ -15,6 +15,7 @@ from numba.core import types as numba_types
 from numba.np import numpy_support
 
 from numbatune import arrays, native
+from numbatune.keys import default_key
 from numbatune.launch import fastpath
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.monitor import Monitor
@@ -45,6 +46,8 @@ def _numba_type(value):
     """How numba types a device array like ``value`` (numba's own typing needs a GPU)."""
     if isinstance(value, tuple):
         return numba_types.Tuple([_numba_type(item) for item in value])
+    if isinstance(value, bool | np.bool_):
+        return numba_types.boolean
     if not isinstance(value, torch.Tensor):
         return numba_types.float64
     dtype = numpy_support.from_dtype(torch.empty(0, dtype=value.dtype).numpy().dtype)
@@ -63,9 +66,14 @@ def _natural_layout(fields):
     return layout
 
 
-def _fast_path(example, monkeypatch, dlpack=True):
-    """The fast path generated for arguments like ``example``, with the launch capturing the
-    packed parameters (into the returned list) instead of calling the driver."""
+def _general_path(args, stream):
+    raise AssertionError("the fast path handed the call to the general path")
+
+
+def _fast_path(example, monkeypatch, dlpack=True, winners=None):
+    """The fast path generated for arguments like ``example``, launching the ``winners`` of
+    their keys, with the launch capturing the packed parameters (into the returned list)
+    instead of calling the driver."""
     with monkeypatch.context() as patch:
         if not dlpack:
             patch.setattr(native, "dlpack", lambda: None)
@@ -79,8 +87,9 @@ def _fast_path(example, monkeypatch, dlpack=True):
     monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
     monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
         current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
-    hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, None, None, None)
-    path = fastpath._generate(plan, _natural_layout(plan.fields), example, {}, hooks, None, False)
+    hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, _general_path, None, None)
+    layout, winners = _natural_layout(plan.fields), {} if winners is None else winners
+    path = fastpath._generate(plan, layout, example, winners, hooks, None, False)
     path._functions[0] = 1
     return path, launched
 
@@ -150,3 +159,20 @@ def test_arrays_on_another_device_are_refused():
     assert shape == (4,)
     assert struct.unpack("=7q", fields)[2:] == (4, 4, tensor.data_ptr(), 4, 4)
     assert reader.read(api, (tensor,), on_a_gpu) is None
+
+
+@pytest.mark.parametrize("dlpack", [True, False], ids=["dlpack", "python"])
+def test_the_fast_paths_default_key_is_the_general_paths_with_mode_flags(dlpack, monkeypatch):
+    """The key the generated code computes from its reads equals :func:`default_key`: arrays'
+    parts and booleans' values (mode flags), in order; a key tuned on the general path is a
+    hit of the fast path, and the other mode is a new key."""
+    for flag in (True, np.bool_(False)):
+        example = (torch.zeros(5), flag, 2.5, torch.zeros(2, 3), (True, 1.0))
+        winners = {}
+        path, launched = _fast_path(example, monkeypatch, dlpack, winners)
+        winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+        path.call(example, None)
+        assert len(launched) == 1
+        other_mode = (example[0], type(flag)(not flag), *example[2:])
+        with pytest.raises(AssertionError, match="general path"):
+            path.call(other_mode, None)

@@ -57,7 +57,7 @@ def test_a_variant_whose_launch_config_is_invalid_is_recorded():
         ({"variants": []}, "variants is empty"),
         ({"variants": [{"BLOCK": 2}, {"BLOCK": 2}]}, "listed twice"),
         ({"variants": {"BLOCK": 2}}, "variants must be a list"),
-        ({"variants": [{"NOT_READ": 2}]}, r"\['NOT_READ'\] are read neither"),
+        ({"variants": [{"BLOCK": 2, "NOT_READ": 2}]}, r"\['NOT_READ'\] are read neither"),
         ({"variants": [nt.Variant({"BLOCK": 2})], "launch": 5}, "launch must be a function"),
         ({"key": 5}, "key must be None"),
         ({"key": ["a", "nope"]}, r"key names \['nope'\] are not arguments"),

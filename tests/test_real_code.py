@@ -12,6 +12,7 @@ from numba import cuda
 from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform_float32
 
 import numbatune as nt
+from numbatune.arrays import SIMULATOR
 from numbatune.demo import load_module
 from numbatune.testing import assert_variants_agree
 from tests import kernels
@@ -178,10 +179,61 @@ def test_launch_functions_may_be_partials_or_callable_objects(launch):
     assert out.copy_to_host().tolist() == [1.0] * 8
 
 
+def test_a_launch_function_naming_a_parameter_no_variant_has_is_refused_when_defined():
+    message = (
+        r"^autotune\(apply_scaled\): the launch function's parameter SCALEE has no default, and "
+        r"neither the kernel's arguments \(its first 1 positional parameters\) nor any variant "
+        r"give it a value; the launch function takes \(out, \*, SCALEE\), the variants set "
+        r"\['SCALE'\]$"
+    )
+    with pytest.raises(ValueError, match=message):
+        nt.autotune(variants=nt.product(SCALE=[2, 3]), launch=lambda out, *, SCALEE: (1, 8))(
+            apply_scaled
+        )
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        lambda out, *, SCALE, spare=1: (1, 8 * spare),  # a default no variant sets: fine
+        lambda out, SCALE: (1, 8),  # the variant's value by keyword
+        lambda *args, **params: (1, 8),
+    ],
+    ids=["default", "positional", "varargs"],
+)
+def test_launch_functions_whose_parameters_all_get_values_are_accepted(launch):
+    tuned = nt.autotune(variants=nt.product(SCALE=[2, 3]), launch=launch)(apply_scaled)
+    out = cuda.to_device(np.zeros(8, np.float32))
+    tuned(out)
+    assert out.copy_to_host().tolist() in ([4.0 * i for i in range(8)], [6.0 * i for i in range(8)])
+
+
 def test_a_variant_parameter_named_like_an_argument_is_refused():
     with pytest.raises(ValueError, match=r"variant parameters \['out'\] have the names of "):
         nt.autotune(variants=[{"BLOCK": 2, "out": 1}], launch=kernels.accumulate_launch)(
             kernels.accumulate
+        )
+
+
+class MlirDispatcher:
+    """Stands for numba-cuda-mlir's kernels (``from numba_cuda_mlir import cuda``), which
+    cannot be installed here: a dispatcher of a module of that package, with a ``py_func``."""
+
+    __module__ = "numba_cuda_mlir.dispatcher"
+
+    def __init__(self, function):
+        self.py_func, self.__name__ = function, function.__name__
+
+
+def test_a_numba_cuda_mlir_kernel_is_refused_when_defined_saying_what_is_supported():
+    message = (
+        r"autotune\(accumulate\): accumulate is a numba-cuda-mlir kernel "
+        r"\(numba_cuda_mlir\.dispatcher\.MlirDispatcher\), which numbatune does not support "
+        r"yet; it supports numba-cuda's numba\.cuda\.jit kernels and plain Python functions$"
+    )
+    with pytest.raises(TypeError, match=message):
+        nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
+            MlirDispatcher(kernels.accumulate.py_func)
         )
 
 
@@ -372,3 +424,34 @@ def test_an_explicit_signature_is_the_one_compiled():
     dispatcher = tuned._compiler.dispatcher(tuned.variants[0])
     assert list(dispatcher.overloads) == [declared]
     assert tuned.stats["compiles"] == 1
+
+
+def stored_in_local_memory(value):
+    """A plain Python helper (no cuda.jit) using cuda.*: it runs under the simulator only."""
+    scratch = cuda.local.array(1, np.float32)
+    scratch[0] = value
+    return scratch[0]
+
+
+@cuda.jit(device=True)
+def scaled_through_a_helper(x):
+    return stored_in_local_memory(x * SCALE)
+
+
+@cuda.jit
+def apply_helpers(out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = stored_in_local_memory(i) + scaled_through_a_helper(i)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="numba compiles no plain Python helper for a GPU")
+def test_plain_helpers_see_the_simulators_cuda_in_every_variant_as_in_the_kernel():
+    tuned = nt.autotune(variants=nt.product(SCALE=[2, 3]), launch=lambda out: (1, 8))(apply_helpers)
+    for variant in tuned.variants:
+        out = cuda.to_device(np.zeros(8, np.float32))
+        tuned.run_variant(variant, out)
+        expected = np.arange(8) * (1 + variant.params["SCALE"])
+        np.testing.assert_array_equal(out.copy_to_host(), expected)
+    apply_helpers[1, 8](out)  # the kernel as written, after its variants: unchanged
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(8) * (1 + SCALE))

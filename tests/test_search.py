@@ -286,7 +286,7 @@ def test_a_search_fits_its_last_batch_to_what_is_left_of_its_budget_in_seconds(
 
 def test_a_search_starts_from_the_winners_of_the_nearest_keys(fake_times):
     kernel = tuned(search="pattern", budget=30, key=lambda x, out: x.shape[0])
-    winner = kernel.tune(*arguments(32)).best_variant
+    winner = kernel.tune(*arguments(32)).winner
     fake_times.clear()
     kernel.tune(*arguments(64))
     assert winner in fake_times[0][:3]  # after the kernel as written

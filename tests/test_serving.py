@@ -2,6 +2,7 @@
 tuned in the background while the program runs."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -24,11 +25,12 @@ def triple(x, out):
         out[i] = 3 * x[i]
 
 
-def tuned():
+def tuned(**options):
     return nt.autotune(
         variants=nt.product(BLOCK=[2, 4, 8, 16]),
         launch=lambda x, out, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
         key=lambda x, out: x.shape[0],
+        **options,
     )(triple)
 
 
@@ -109,6 +111,40 @@ def test_a_key_served_now_is_tuned_in_the_background_and_its_winner_replaces_it(
     out.copy_to_device(np.zeros(40, np.float32))
     kernel(x, out)
     assert out.copy_to_host().tolist() == [3.0 * i for i in range(40)]
+
+
+def test_the_on_miss_option_of_a_kernel_wins_over_the_setting(on_miss):
+    served = tuned(on_miss="nearest")
+    served(*arrays(40))  # the setting says tune
+    assert winner_of(served, 40).report.source == "untuned" and served.stats["benchmarks"] == 0
+    fewer = served.with_variants(served.variants[:3])  # carries its options, on_miss too
+    fewer(*arrays(64))
+    assert winner_of(fewer, 64).report.source in ("nearest", "untuned")
+    assert fewer.stats["benchmarks"] == 0
+    on_miss("nearest")
+    following = tuned(on_miss=None)  # the setting
+    following(*arrays(128))
+    assert following.stats["benchmarks"] == 0
+    tuning = tuned(on_miss=nt.OnMiss.TUNE)
+    tuning(*arrays(256))
+    assert winner_of(tuning, 256).report.source == "benchmark"
+
+
+def test_on_miss_background_as_an_option_tunes_the_served_key_in_the_background(on_miss):
+    kernel, (x, out) = tuned(on_miss="background"), arrays(40)
+    kernel(x, out)
+    assert nt.wait_for_background_tuning(timeout_s=120)
+    assert winner_of(kernel, 40).report.source == "benchmark" and kernel.stats["benchmarks"] == 1
+
+
+@pytest.mark.parametrize("value", ["later", "NEAREST ", 1])
+def test_an_unknown_on_miss_option_is_refused_when_the_kernel_is_defined(value):
+    message = (
+        r"^autotune\(triple\): on_miss must be one of tune, nearest, background \(or None for "
+        rf"the on_miss setting, NUMBATUNE_ON_MISS\), got {re.escape(repr(value))}$"
+    )
+    with pytest.raises(ValueError, match=message):
+        tuned(on_miss=value)
 
 
 def test_the_record_setting_records_each_key_once_per_process(on_miss, tmp_path, monkeypatch):

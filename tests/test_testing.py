@@ -101,7 +101,7 @@ def test_with_variants_tunes_only_the_given_variants_and_leaves_the_original_alo
     out = cuda.device_array(70, np.float32)
     report = small.tune(np.float32(2.0), x, y, out)
     assert [r.variant for r in report.results] == chosen
-    assert report.best_variant in chosen
+    assert report.winner in chosen
     small(np.float32(2.0), x, y, out)
     np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(70) + 1)
     assert saxpy.stats["benchmarks"] == benchmarks_before

@@ -1,5 +1,6 @@
 """The core paths of a tuned kernel: specialisation, keys, miss, hit, force, data safety."""
 
+import logging
 import threading
 
 import numpy as np
@@ -97,6 +98,25 @@ def test_report_lists_every_variant_and_the_winner_is_the_fastest():
     assert tuned.variants == nt.product(BLOCK=[2, 4, 8])
 
 
+def test_the_report_gives_the_whole_winner_with_its_jit_options(caplog, capsys):
+    from numbatune.cli import main
+
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4], jit={"fastmath": [True]}),
+        launch=kernels.accumulate_launch,
+    )(kernels.accumulate)
+    caplog.set_level(logging.INFO, logger="numbatune")
+    args = device(np.ones(8, np.float32)), device(np.zeros(8, np.float32))
+    report = tuned.tune(*args)
+    assert report.winner.jit == {"fastmath": True}
+    assert report.winner.params == report.best == tuned.best(*args)  # what host code reads
+    assert f"winner={report.winner!r}" in repr(report)  # Variant(BLOCK=..., fastmath=True)
+    top = caplog.text.partition("variants): ")[2]
+    assert top.count("fastmath=True") == 2  # the log of the fastest names them whole
+    assert main(["cache", "show", "accumulate"]) == 0
+    assert capsys.readouterr().out.count("fastmath=True") == 2
+
+
 def test_tune_answers_from_memory_then_force_measures_again():
     tuned = tuned_accumulate()
     args = device(np.ones(8, np.float32)), device(np.zeros(8, np.float32))
@@ -138,6 +158,31 @@ def test_function_key_decides_which_calls_share_a_result():
     for n in (3, 8, 30):
         tuned(device(np.ones(n, np.float32)), device(np.zeros(n, np.float32)))
     assert tuned.stats["benchmarks"] == 1
+
+
+@cuda.jit
+def forward_or_adjoint(x, out, adjoint):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = -x[i] if adjoint else x[i]
+
+
+def _x_out_launch(x, out, flag, *, BLOCK):
+    return nt.cdiv(x.shape[0], BLOCK), BLOCK
+
+
+def test_a_boolean_argument_is_a_mode_flag_of_the_default_key():
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=_x_out_launch)(forward_or_adjoint)
+    x, out = device(np.arange(6, dtype=np.float32)), device(np.zeros(6, np.float32))
+    forward = tuned.tune(x, out, False)
+    adjoint = tuned.tune(x, out, True)
+    assert forward.key == (((8,), "float32", "C"), ((8,), "float32", "C"), False)
+    assert adjoint.key == (*forward.key[:2], True)
+    assert adjoint.source == "benchmark"  # not the forward's winner
+    assert tuned.tune(x, out, np.bool_(True)).source == "memory"  # NumPy's bool: the same mode
+    tuned(x, out, True)
+    np.testing.assert_array_equal(out.copy_to_host(), -np.arange(6))
+    assert tuned.stats["benchmarks"] == 2
 
 
 def test_the_callers_arrays_hold_exactly_one_launch_on_a_miss_and_a_hit():

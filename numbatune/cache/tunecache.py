@@ -130,7 +130,7 @@ class TuneCache:
 
     def winner_of(self, report: TuneReport) -> Winner:
         """The winner ``report`` names."""
-        variant = report.best_variant
+        variant = report.winner
         return Winner(report.best_index, variant, self._launch_params[variant], report)
 
     def lookup(

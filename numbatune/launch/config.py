@@ -30,6 +30,47 @@ def launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> di
     return {v: {k: x for k, x in v.params.items() if k in named} for v in variants}
 
 
+def check_launch(
+    launch: Callable[..., Any],
+    variants: Sequence[Variant],
+    kernel_signature: inspect.Signature,
+    name: str,
+) -> None:
+    """Refuse, when the kernel is defined, a launch function that is not callable, or that has
+    a parameter every call would leave without a value: not one of the positional parameters
+    that take the kernel's arguments, set by no variant, and without a default (a misspelt
+    ``BLOCK``). A parameter with a default that no variant sets is fine."""
+    if not callable(launch):
+        raise TypeError(
+            f"autotune({name}): launch must be a function of the kernel's arguments "
+            f"returning (grid, block[, shared_memory_bytes]), got {launch!r}"
+        )
+    arity = len(kernel_signature.parameters)
+    try:
+        signature = inspect.signature(launch)
+    except (TypeError, ValueError):  # (a builtin: nothing to read)
+        return
+    kinds = inspect.Parameter
+    parameters = list(signature.parameters.values())
+    positional = [
+        p.name for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    arguments = set(positional[:arity])
+    set_by_variants = {parameter for variant in variants for parameter in variant.params}
+    for parameter in parameters:
+        if (
+            parameter.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+            and parameter.default is kinds.empty
+            and parameter.name not in arguments | set_by_variants
+        ):
+            raise ValueError(
+                f"autotune({name}): the launch function's parameter {parameter.name} has no "
+                f"default, and neither the kernel's arguments (its first {arity} positional "
+                f"parameters) nor any variant give it a value; the launch function takes "
+                f"{signature}, the variants set {sorted(set_by_variants)}"
+            )
+
+
 def launch_config(
     launch: Callable[..., Any], args: tuple[Any, ...], params: dict[str, Any], name: str
 ) -> LaunchConfig:

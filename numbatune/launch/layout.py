@@ -51,7 +51,8 @@ class ArgumentPlan:
     ("read", statement) and ("check", condition) in order; with ``classes`` the checks hold
     for the arguments numba types as this signature (classes, and for arrays dtype, rank and
     layout). ``key_parts`` are the default key's parts of the top-level arrays (anchored
-    shape, dtype name and layout, as :func:`numbatune.keys.default_key` makes them).
+    shape, dtype name and layout) and booleans (their value), as
+    :func:`numbatune.keys.default_key` makes them.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
     that give them (one bytes value for the fields listed in ``packed``),
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams).
@@ -122,6 +123,8 @@ class ArgumentPlan:
                 self.add(f"{argument}[{index}]", item_type, item, top=False)
                 for index, (item_type, item) in enumerate(zip(numba_type, value, strict=True))
             )
+        if top and isinstance(value, bool | np.bool_):  # a mode flag: in the default key
+            self.key_parts.append(argument)  # (its class is checked: the same test as there)
         return self._add_scalar(argument, numba_type, value)
 
     def _add_scalar(self, argument: str, numba_type: Any, value: Any) -> bool:

@@ -169,7 +169,7 @@ def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneRepo
         )
         return None
     allowed = set(planned.allowed)
-    if stored.best_variant in allowed:
+    if stored.winner in allowed:
         return stored
     timed = [
         (result.median_s, index)

@@ -9,7 +9,7 @@ with ``dataclasses.replace``.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from numbatune.strategies import Strategy
@@ -186,9 +186,11 @@ class VariantResult:
         return not isinstance(self.outcome, NotTried)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TuneReport:
-    """The outcome of tuning one key, as returned by ``tuned.tune(...)``.
+    """The outcome of tuning one key, as returned by ``tuned.tune(...)``: its key, the whole
+    `winner` (parameters and jit options), where the answer came from and one result per
+    variant.
 
     Attributes
     ----------
@@ -241,14 +243,22 @@ class TuneReport:
         return self.compile_s + self.trial_s + self.benchmark_s
 
     @property
-    def best_variant(self) -> Variant:
-        """The winning variant."""
+    def winner(self) -> Variant:
+        """The whole winner: the winning variant, its compile-time parameters
+        (``winner.params``) and its ``numba.cuda.jit`` options (``winner.jit``), as Triton's
+        ``best_config`` is the whole winning config."""
         return self.results[self.best_index].variant
 
     @property
     def best(self) -> dict[str, Any]:
-        """The winning variant's compile-time parameters."""
-        return self.best_variant.params
+        """The winning variant's compile-time parameters, without its jit options: the values
+        host code reads (a buffer sized from the tuned block count), as Triton's
+        ``best_config.kwargs``. The whole winner is `winner`."""
+        return self.winner.params
+
+    def __repr__(self) -> str:
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        return f"TuneReport(winner={self.winner!r}, {', '.join(shown)})"
 
     def fastest(self, count: int) -> list[VariantResult]:
         """The ``count`` fastest timed results, fastest first.
