@@ -1,7 +1,9 @@
 """Caches that are damaged, read-only, full or out of date: nothing lost, nothing trusted."""
 
+import errno
 import json
 import logging
+import os
 import sqlite3
 
 import numpy as np
@@ -13,6 +15,7 @@ from numbatune.cache import disk as disk_module
 from numbatune.cache.files import export, stored_entries
 from numbatune.cli import main
 from tests import kernels
+from tests.read_only import run_python, run_read_only
 
 
 def _tuned(blocks=(2, 4)):
@@ -31,19 +34,36 @@ def _folder(cache):
     return database.parent
 
 
-def test_a_read_only_cache_is_read_and_new_results_stay_in_memory(
-    numbatune_cache, monkeypatch, caplog
-):
-    _tuned().tune(*_arguments(8))
+READ_ONLY_TUNING = """
+import contextlib
+import io
+import json
+import sys
+import numpy as np
+import numbatune as nt
+from numba import cuda
+from numbatune.cli import main
+from tests import kernels
+from tests.test_cache_failures import _arguments, _tuned
+
+tuned = _tuned()
+sources = [tuned.tune(*_arguments(int(n))).source for n in sys.argv[1:]]
+listed = io.StringIO()
+with contextlib.redirect_stdout(listed):
+    main(["cache", "list", "--json"])
+print(json.dumps({"sources": sources, "listed": json.loads(listed.getvalue())}))
+"""
+
+
+def test_a_read_only_cache_is_read_and_new_results_stay_in_memory(numbatune_cache):
+    """A cache tuned by a process that has ended, then shipped read-only."""
+    assert run_python(READ_ONLY_TUNING, numbatune_cache, "8")["sources"] == ["benchmark"]
     folder = _folder(numbatune_cache)
-    kernels.forget_shared_state(monkeypatch)
-    monkeypatch.setattr(disk_module, "writable", lambda folder: False)
-    tuned = _tuned()
-    with caplog.at_level(logging.INFO, logger="numbatune"):
-        assert tuned.tune(*_arguments(8)).source == "disk"
-        assert tuned.tune(*_arguments(64)).source == "benchmark"
-    assert "is read-only" in caplog.text and "corrupt" not in caplog.text
-    assert tuned.tune(*_arguments(64)).source == "memory"
+    ran = run_read_only(READ_ONLY_TUNING, numbatune_cache, "8", "64", "64")
+    assert ran["sources"] == ["disk", "benchmark", "memory"]
+    assert [(row["keys"], row["damaged"]) for row in ran["listed"]] == [(1, 0)]
+    notes = [line for line in ran["stderr"].splitlines() if "stay in memory" in line]
+    assert len(notes) == 1 and "read-only" in notes[0] and "results are used" in notes[0], notes
     assert _folder(numbatune_cache) == folder  # not moved
     assert len(stored_entries(numbatune_cache)) == 1  # nothing written
 
@@ -67,6 +87,51 @@ def test_a_full_disk_keeps_results_in_memory_with_one_warning(
     warnings = [r for r in caplog.records if "results stay in memory" in r.getMessage()]
     assert len(warnings) == 1 and "disk is full" in warnings[0].getMessage()
     assert "moved" not in caplog.text and not list(numbatune_cache.rglob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize(
+    "full",
+    [sqlite3.OperationalError("database or disk is full"),
+     OSError(errno.ENOSPC, "No space left on device")],
+    ids=["sqlite", "errno"],
+)  # fmt: skip
+def test_keys_stored_before_the_disk_filled_up_are_still_read(
+    numbatune_cache, monkeypatch, caplog, full
+):
+    _tuned().tune(*_arguments(8))
+    kernels.forget_shared_state(monkeypatch)
+
+    def no_space(*args, **kwargs):
+        raise full
+
+    monkeypatch.setattr(disk_module.diskcache, "Cache", no_space)  # SQLite writes as it opens
+    tuned = _tuned()
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert tuned.tune(*_arguments(8)).source == "disk"
+        assert tuned.tune(*_arguments(64)).source == "benchmark"
+    (warning,) = [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
+    assert "the disk is full" in warning and "free some space" in warning
+
+
+@pytest.mark.parametrize("damage", ["emptied", "cut short", "overwritten"])
+def test_keys_stored_after_the_cache_was_damaged_under_a_running_process_are_kept(
+    numbatune_cache, monkeypatch, caplog, damage
+):
+    tuned = _tuned()
+    tuned.tune(*_arguments(8))
+    database = _folder(numbatune_cache) / "cache.db"
+    if damage == "overwritten":
+        database.write_bytes(b"garbage" * 1000)
+    else:
+        os.truncate(database, 0 if damage == "emptied" else database.stat().st_size // 2)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert tuned.tune(*_arguments(64)).source == "benchmark"
+        assert tuned.tune(*_arguments(128)).source == "benchmark"
+    assert caplog.text.count("was damaged while in use") == 1 and "moved it to" in caplog.text
+    assert len(list(numbatune_cache.rglob("*.corrupt-*"))) == 1
+    kernels.forget_shared_state(monkeypatch)
+    again = _tuned()
+    assert [again.tune(*_arguments(n)).source for n in (64, 128)] == ["disk", "disk"]
 
 
 def test_a_corrupt_cache_that_cannot_be_moved_aside_says_so(numbatune_cache, monkeypatch, caplog):
