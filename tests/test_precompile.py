@@ -12,10 +12,11 @@ import numbatune as nt
 from numbatune import processes
 from numbatune.cli import main
 from numbatune.compile import build
-from numbatune.compile.compiler import build_task
+from numbatune.compile.compiler import build_task, worker_environment
 from numbatune.compile.store import KernelStore
 from numbatune.demo import load_module
 from numbatune.precompile import precompile
+from tests.read_only import run_read_only
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
 
@@ -109,7 +110,7 @@ def test_each_kernel_is_kept_as_soon_as_it_is_compiled(module, tmp_path):
     kept = []
     precompile(
         [(two, args)], (9, 0), tmp_path / "cache", workers=1,
-        done=lambda finished, total: kept.append((finished, len(store._open()))),
+        done=lambda finished, total: kept.append((finished, len(store._open().stored_keys()))),
     )  # fmt: skip
     assert kept == [(1, 1), (2, 2)]
 
@@ -226,7 +227,7 @@ def _environment():
 
 @pytest.mark.parametrize(
     ("damage", "loads", "kept"), [("good", True, True), ("garbage", False, False),
-                                  ("foreign", False, False)]
+                                  ("foreign", False, False), ("wrong contents", False, False)]
 )  # fmt: skip
 def test_stored_kernels_that_do_not_load_are_discarded_never_used(
     module, tmp_path, damage, loads, kept
@@ -242,6 +243,31 @@ def test_stored_kernels_that_do_not_load_are_discarded_never_used(
     name, still_there = outcome.value
     assert (name is not None) == loads and "scale" in (name or "scale")
     assert still_there == kept
+
+
+READ_STORE = """
+import json
+import sys
+from pathlib import Path
+
+from numbatune.compile.store import KernelStore
+
+store = KernelStore(Path(sys.argv[1]), (9, 0), sys.argv[2])
+stored = [key for key in store._open().stored_keys() if not key.startswith("ran ")]
+print(json.dumps({"loaded": [store.load(key) is not None for key in stored]}))
+"""
+
+
+def test_a_read_only_kernel_store_loads_its_kernels(module, tmp_path):
+    """A kernel store shipped in an image (read-only) is read, not left unused."""
+    args = (cuda.to_device(np.zeros(8, np.float32)),)
+    two = module.scale.with_variants([{"FACTOR": 2, "BLOCK": 32}, {"FACTOR": 3, "BLOCK": 32}])
+    assert [c.error for c in precompile([(two, args)], (9, 0), tmp_path, workers=1)] == [None] * 2
+    ran = run_read_only(
+        READ_STORE, tmp_path, str(tmp_path), two.function_id, env=worker_environment()
+    )
+    assert ran["loaded"] == [True, True], ran["stderr"]
+    assert "cannot be written" in ran["stderr"] and "compiled kernels are used" in ran["stderr"]
 
 
 def test_every_variant_of_every_example_compiles_for_sm_90(tmp_path, capsys):
