@@ -169,6 +169,33 @@ def test_a_damaged_but_valid_json_entry_is_discarded_and_tuned_again(
     assert "discarded a damaged tune cache entry" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [{"status": "failed", "error": "x", "median_s": "fast"}, {"error": 5},
+     {"params": ["BLOCK", 2]}, {"status": "mismatched", "mismatch": {"output": "out"}}],
+    ids=["a failed result with a time", "a timed result with an error", "params not a mapping",
+         "a mismatch without counts"],
+)  # fmt: skip
+def test_an_entry_whose_results_are_wrong_is_discarded_and_tuned_again(
+    numbatune_cache, monkeypatch, caplog, capsys, damage
+):
+    _tuned().tune(*_arguments())
+    folder = disk_module.Folder(_folder(numbatune_cache), "test")
+    (stored_under,) = folder.stored_keys()
+    entry = json.loads(folder.get(stored_under))
+    other = 1 - entry["best_index"]
+    entry["results"][other] = {**entry["results"][other], **damage}
+    folder.set(stored_under, json.dumps(entry))
+    assert main(["cache", "list", "--json"]) == 0
+    assert [(row["keys"], row["damaged"]) for row in json.loads(capsys.readouterr().out)] == [
+        (0, 1)
+    ]
+    kernels.forget_shared_state(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert _tuned().tune(*_arguments()).source == "benchmark"
+    assert "discarded a damaged tune cache entry" in caplog.text
+
+
 def test_the_command_line_reports_damaged_entries_and_clear_clears_them(numbatune_cache, capsys):
     _tuned().tune(*_arguments())
     folder = disk_module.Folder(_folder(numbatune_cache), "test")
