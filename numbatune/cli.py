@@ -201,8 +201,12 @@ def _cache_import(arguments: argparse.Namespace) -> int:
 
 def _compile(arguments: argparse.Namespace) -> int:
     from numbatune import demo, precompile
+    from numbatune.cache.disk import write_problem
 
     cache_dir = arguments.cache_dir or _needs_cache()
+    problem = write_problem(cache_dir)
+    if problem is not None:
+        raise _Failure(f"no kernel could be kept in {cache_dir}: {problem}")
     cases = []
     for path in arguments.paths:
         for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
@@ -224,13 +228,17 @@ def _compile(arguments: argparse.Namespace) -> int:
     header = ["kernel", "variant", "registers", "spills (st/ld B)", "shared B", "stack B", "s"]
     _print(arguments, [dataclasses.asdict(c) for c in compiled], header, rows)
     failed = sum(c.error is not None for c in compiled)
-    built = sum(c.shares is None and c.error is None for c in compiled)
+    built = [c for c in compiled if c.shares is None and c.error is None]
+    lost = [c.not_kept for c in built if not c.kept]
+    kept = f"kept in {cache_dir}"
+    if lost:
+        kept = f"only {len(built) - len(lost)} of {len(built)} {kept}: {lost[0]}"
     print(
         f"numbatune compile: {len(compiled)} variants for sm_{arguments.cc[0]}{arguments.cc[1]}: "
-        f"{built} kernels built, {failed} variants failed, in {seconds:.1f} s; kept in {cache_dir}",
+        f"{len(built)} kernels built, {failed} variants failed, in {seconds:.1f} s; {kept}",
         file=sys.stderr,
     )
-    return 1 if failed else 0
+    return 1 if failed or lost else 0
 
 
 def _compiled_row(compiled: Any) -> list[str]:
