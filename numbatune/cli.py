@@ -184,19 +184,25 @@ def _cache_export(arguments: argparse.Namespace) -> int:
 
 def _cache_import(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
+    from numbatune.cache.disk import write_problem
     from numbatune.errors import CacheFileError
 
+    cache_dir = _needs_cache()
+    problem = write_problem(cache_dir)
+    if problem is not None:
+        raise _Failure(f"cannot import into {cache_dir}: {problem}")
     try:
-        result = files.import_file(arguments.file, _needs_cache())
+        result = files.import_file(arguments.file, cache_dir)
     except CacheFileError as error:
         raise _Failure(str(error)) from error
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
         f"devices and {result.already_present} already in the cache"
-        + (f"; could not write {result.not_written}" if result.not_written else ""),
+        + (f"; could not write {result.not_written}: {result.why_not_written}"
+           if result.not_written else ""),
         file=sys.stderr,
-    )
-    return 0
+    )  # fmt: skip
+    return 1 if result.not_written else 0
 
 
 def _compile(arguments: argparse.Namespace) -> int:

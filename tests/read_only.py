@@ -34,13 +34,18 @@ def read_only(command: list[str]) -> list[str]:
 
 
 def run(
-    arguments: list[str], cache: Path, command: Callable = list, env: dict | None = None
+    arguments: list[str],
+    cache: Path,
+    command: Callable = list,
+    env: dict | None = None,
+    cwd: Path = ROOT,
 ) -> subprocess.CompletedProcess:
     """Run ``arguments`` (``command`` makes the command line of them) with ``cache`` as the
-    cache directory (and ``env`` in the environment), from the repository's root."""
+    cache directory (and ``env`` in the environment), in ``cwd``."""
+    path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.run(
-        command(arguments), capture_output=True, text=True, cwd=ROOT,
-        env={**os.environ, **(env or {}), "NUMBATUNE_CACHE_DIR": str(cache)},
+        command(arguments), capture_output=True, text=True, cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path, **(env or {}), "NUMBATUNE_CACHE_DIR": str(cache)},
     )  # fmt: skip
 
 

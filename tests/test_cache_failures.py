@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import sqlite3
+import sys
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from numbatune.cache import disk as disk_module
 from numbatune.cache.files import export, stored_entries
 from numbatune.cli import main
 from tests import kernels
-from tests.read_only import run_python, run_read_only
+from tests.read_only import made_read_only, read_only, run, run_python, run_read_only
 
 
 def _tuned(blocks=(2, 4)):
@@ -194,6 +195,30 @@ def test_an_entry_whose_results_are_wrong_is_discarded_and_tuned_again(
     with caplog.at_level(logging.WARNING, logger="numbatune"):
         assert _tuned().tune(*_arguments()).source == "benchmark"
     assert "discarded a damaged tune cache entry" in caplog.text
+
+
+def test_an_import_into_a_cache_it_cannot_write_fails_saying_why(
+    numbatune_cache, tmp_path, monkeypatch, capsys
+):
+    _tuned().tune(*_arguments())
+    export(numbatune_cache, tmp_path / "shipped.json")
+    target = tmp_path / "read-only cache"
+    target.mkdir()
+    with made_read_only(target):
+        command = [sys.executable, "-m", "numbatune", "cache", "import", "shipped.json"]
+        done = run(command, target, read_only, cwd=tmp_path)
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("numbatune cache")]
+    assert done.returncode == 1 and "is read-only" in line and "Traceback" not in done.stderr
+    assert not any(target.iterdir())
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setenv("NUMBATUNE_CACHE_DIR", str(tmp_path / "full"))
+    nt.configure(cache_dir=tmp_path / "full")
+    monkeypatch.setattr(disk_module.diskcache.Cache, "add", full)
+    assert main(["cache", "import", str(tmp_path / "shipped.json")]) == 1
+    assert "could not write 1: the disk is full" in capsys.readouterr().err
 
 
 def test_the_command_line_reports_damaged_entries_and_clear_clears_them(numbatune_cache, capsys):

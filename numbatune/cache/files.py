@@ -151,8 +151,9 @@ class ImportResult:
     other_device: int = 0
     #: Entries already in the cache (the same key and kernel checksum).
     already_present: int = 0
-    #: Entries that could not be written (a read-only or full cache).
+    #: Entries that could not be written (a read-only or full cache), and why (in words).
     not_written: int = 0
+    why_not_written: str | None = None
 
 
 def _load_file(path: Path) -> list[dict[str, Any]]:
@@ -196,6 +197,7 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
             result.imported += 1
         else:
             result.not_written += 1
+            result.why_not_written = folder.problem or result.why_not_written
         folder.close()
     return result
 
