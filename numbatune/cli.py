@@ -173,8 +173,12 @@ def _cache_clear(arguments: argparse.Namespace) -> int:
 
 def _cache_export(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
+    from numbatune.errors import CacheFileError
 
-    count, damaged = files.export(_needs_cache(), arguments.file, arguments.function)
+    try:
+        count, damaged = files.export(_needs_cache(), arguments.file, arguments.function)
+    except CacheFileError as error:
+        raise _Failure(str(error)) from None
     left_out = f"; left out {damaged} damaged" if damaged else ""
     print(
         f"numbatune: exported {count} stored results to {arguments.file}{left_out}", file=sys.stderr
@@ -304,14 +308,15 @@ def _sweep(arguments: argparse.Namespace) -> int:
         raise _Failure(f"no record at {path}: give RECORD, or set NUMBATUNE_RECORD while the "
                        "program runs")  # fmt: skip
     try:
-        records = record.read(path)
+        found = record.read(path)
+        records = found.records
+        result = sweep.sweep(
+            records, arguments.output, arguments.module, arguments.path,
+            ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
+            workers=arguments.workers, unreadable=found.unreadable,
+        )  # fmt: skip
     except CacheFileError as error:
         raise _Failure(str(error)) from None
-    result = sweep.sweep(
-        records, arguments.output, arguments.module, arguments.path,
-        ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
-        workers=arguments.workers,
-    )  # fmt: skip
     rows = [
         [o.function.rpartition(".")[2], o.key or "", o.status, o.detail] for o in result.outcomes
     ]

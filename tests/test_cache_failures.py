@@ -6,6 +6,7 @@ import logging
 import os
 import sqlite3
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -253,3 +254,22 @@ def test_an_import_after_an_upgrade_is_used_instead_of_the_stale_entry(
     kernels.forget_shared_state(monkeypatch)
     assert _tuned().tune(*_arguments()).source == "disk"
     assert document["entries"][0]["entry"]["checksum"] == stale["checksum"]
+
+
+def test_an_export_that_cannot_be_written_leaves_the_earlier_file_whole(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    _tuned().tune(*_arguments())
+    output = tmp_path / "export.json"
+    output.write_text("the earlier export")
+    write_text = Path.write_text
+
+    def half_then_full(self, text, *args, **kwargs):
+        write_text(self, text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_full)
+    with pytest.raises(nt.CacheFileError, match="the disk is full"):
+        export(numbatune_cache, output)
+    assert output.read_text() == "the earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export.json", "numbatune-cache"]
