@@ -47,6 +47,7 @@ def _info(arguments: argparse.Namespace) -> int:
     from numbatune import __version__
     from numbatune.arrays import SIMULATOR
     from numbatune.cache import files
+    from numbatune.cache.disk import write_problem
     from numbatune.devices import device_name
 
     versions = {"python": platform.python_version(), "numbatune": __version__}
@@ -75,6 +76,7 @@ def _info(arguments: argparse.Namespace) -> int:
         "versions": versions,
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "cache_bytes": 0 if cache_dir is None else files.size_bytes(cache_dir),
+        "cache_problem": None if cache_dir is None else write_problem(cache_dir),
     }
     rows = [
         ["simulator", "yes (no CUDA GPU found)" if SIMULATOR else "no"],
@@ -86,6 +88,7 @@ def _info(arguments: argparse.Namespace) -> int:
         *[[name, version] for name, version in versions.items()],
         ["cache", data["cache_dir"] or "off"],
         ["cache size", f"{data['cache_bytes']} bytes"],
+        ["cache state", data["cache_problem"] or ("writable" if cache_dir else "-")],
     ]
     _print(arguments, data, ["", ""], rows)
     return 0

@@ -273,3 +273,38 @@ def test_an_export_that_cannot_be_written_leaves_the_earlier_file_whole(
         export(numbatune_cache, output)
     assert output.read_text() == "the earlier export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export.json", "numbatune-cache"]
+
+
+def test_a_cache_directory_that_is_a_file_is_said_in_words_when_tuning_and_by_info(
+    numbatune_cache, tmp_path, caplog, capsys
+):
+    a_file = tmp_path / "not a folder"
+    a_file.write_text("")
+    nt.configure(cache_dir=a_file)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert _tuned().tune(*_arguments()).source == "benchmark"
+    (warning,) = [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
+    assert f"{a_file} is a file, not a folder" in warning and "give a folder" in warning
+    assert main(["info", "--json"]) == 0
+    assert "is a file, not a folder" in json.loads(capsys.readouterr().out)["cache_problem"]
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [(PermissionError(errno.EPERM, "Operation not permitted", "/shipped"), "is read-only"),
+     (OSError(errno.EROFS, "Read-only file system", "/shipped"), "is read-only"),
+     (OSError(errno.ENOSPC, "No space left on device"), "the disk is full"),
+     (sqlite3.OperationalError("attempt to write a readonly database"), "is read-only")],
+    ids=["EPERM", "EROFS", "ENOSPC", "SQLite's read-only"],
+)  # fmt: skip
+def test_a_cache_that_cannot_be_written_says_why_in_words(
+    numbatune_cache, monkeypatch, caplog, error, words
+):
+    def refuse(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(disk_module.diskcache, "Cache", refuse)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert _tuned().tune(*_arguments()).source == "benchmark"
+    (warning,) = [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
+    assert words in warning

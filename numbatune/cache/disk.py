@@ -80,13 +80,15 @@ def _file_in_the_way(path: Path) -> Path | None:
     return None
 
 
-def in_words(error: BaseException) -> str:
+def in_words(error: BaseException, path: Path | None = None) -> str:
     """What a disk error means, and what to do about it: ``[Errno 20]`` alone says neither.
 
     Parameters
     ----------
     error
         An OSError, an SQLite error or a diskcache timeout.
+    path
+        What was being opened or written, where the error does not name it.
 
     Returns
     -------
@@ -97,7 +99,8 @@ def in_words(error: BaseException) -> str:
     text = str(error)
     number = getattr(error, "errno", None)
     where = getattr(error, "filename", None)
-    in_the_way = None if where is None else _file_in_the_way(Path(where))
+    near = where or path
+    in_the_way = None if near is None else _file_in_the_way(Path(near))
     if number in (errno.ENOTDIR, errno.EEXIST) and in_the_way is not None:
         return (
             f"{in_the_way} is a file, not a folder ({text}): give a folder as the cache "
@@ -134,9 +137,11 @@ def write_problem(directory: Path) -> str | None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        return in_words(NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), directory))
+        return in_words(
+            NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
+        )
     if not writable(existing):
-        return in_words(PermissionError(errno.EACCES, os.strerror(errno.EACCES), existing))
+        return in_words(PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(existing)))
     try:
         probe = existing / f".numbatune-probe-{os.getpid()}"
         probe.write_bytes(b"\0" * 4096)
@@ -146,7 +151,7 @@ def write_problem(directory: Path) -> str | None:
         return in_words(error)
     if space.f_bavail * space.f_frsize < 1 << 20:
         free = space.f_bavail * space.f_frsize
-        return in_words(OSError(errno.ENOSPC, f"{free} bytes free", existing))
+        return in_words(OSError(errno.ENOSPC, f"{free} bytes free", str(existing)))
     return None
 
 
@@ -242,9 +247,7 @@ class Folder:
 
     def _open(self) -> None:
         if self.folder.exists() and not writable(self.folder):
-            self._open_read_only(
-                PermissionError(errno.EACCES, "not writable by this process", str(self.folder))
-            )
+            self._open_read_only(PermissionError(errno.EACCES, "not writable by this process"))
             return
         try:
             self._cache = diskcache.Cache(str(self.folder))
@@ -269,7 +272,7 @@ class Folder:
 
     def _open_read_only(self, error: BaseException) -> None:
         """Read what is there, writing nothing (``error``: why it cannot be written)."""
-        self.mode, self._cache, self.problem = Mode.MEMORY, None, in_words(error)
+        self.mode, self._cache, self.problem = Mode.MEMORY, None, in_words(error, self.folder)
         what = f"the {self._holds.store} at {self.folder}"
         if not (self.folder / _DATABASE).is_file():
             self._say("open", f"{what} cannot be used: {self.problem}")
@@ -356,7 +359,7 @@ class Folder:
             return action(self._cache)
         except DISK_ERRORS as error:
             if not _corrupt(error):
-                self.problem = in_words(error)
+                self.problem = in_words(error, self.folder)
                 self._say("write", f"cannot write the {self._holds.store}: {self.problem}")
                 return False
             self._set_aside(f"was damaged while in use ({error})")
