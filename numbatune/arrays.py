@@ -255,21 +255,24 @@ def strides(array: Any) -> tuple[int, ...]:
 
 
 def laid_out(host: np.ndarray, strides: tuple[int, ...]) -> Any:
-    """A numba device array holding ``host``'s values with the given byte strides (positive,
-    multiples of the item size, not overlapping: a contiguous array or a strided view)."""
+    """A numba device array holding ``host``'s values with the given byte strides (multiples
+    of the item size): a contiguous array, a strided view, a reversed one (negative strides)
+    or a broadcast one (zero strides: the elements that share memory hold one of the values)."""
     itemsize = host.dtype.itemsize
     if strides == tuple(np.ascontiguousarray(host).strides):
         return cuda.to_device(np.ascontiguousarray(host))
     if strides == tuple(np.asfortranarray(host).strides):
         return cuda.to_device(np.asfortranarray(host))
-    extent = 1 + sum((n - 1) * s // itemsize for n, s in zip(host.shape, strides, strict=True))
-    flat = np.zeros(max(extent, 1), host.dtype)
-    view = np.lib.stride_tricks.as_strided(flat, host.shape, strides)
+    spans = [max(n - 1, 0) * s for n, s in zip(host.shape, strides, strict=True)]
+    first = -sum(span for span in spans if span < 0)  # bytes from the lowest to element 0
+    flat = np.zeros(1 + sum(abs(span) for span in spans) // itemsize, host.dtype)
+    view = np.lib.stride_tricks.as_strided(flat[first // itemsize :], host.shape, strides)
     view[...] = host
     if SIMULATOR:
         return _NumbaDeviceArray(view)
-    base = cuda.to_device(flat)
-    return _NumbaDeviceArray(host.shape, strides, host.dtype, gpu_data=base.gpu_data)
+    base = cuda.to_device(flat).gpu_data
+    data = base.view(first) if first else base
+    return _NumbaDeviceArray(host.shape, strides, host.dtype, gpu_data=data)
 
 
 def buffer_of(array: Any) -> Hashable:

@@ -52,6 +52,7 @@ def _info(arguments: argparse.Namespace) -> int:
     from numbatune import __version__, native
     from numbatune.arrays import SIMULATOR
     from numbatune.cache import files
+    from numbatune.cache.disk import write_problem
     from numbatune.config import settings
     from numbatune.devices import device_name
 
@@ -82,6 +83,7 @@ def _info(arguments: argparse.Namespace) -> int:
         "versions": versions,
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "cache_bytes": 0 if cache_dir is None else files.size_bytes(cache_dir),
+        "cache_problem": None if cache_dir is None else write_problem(cache_dir),
     }
     rows = [
         ["simulator", "yes (no CUDA GPU found)" if SIMULATOR else "no"],
@@ -94,6 +96,7 @@ def _info(arguments: argparse.Namespace) -> int:
         *[[name, version] for name, version in versions.items()],
         ["cache", data["cache_dir"] or "off"],
         ["cache size", f"{data['cache_bytes']} bytes"],
+        ["cache state", data["cache_problem"] or ("writable" if cache_dir else "-")],
     ]
     _print(arguments, data, ["", ""], rows)
     return 0
@@ -235,8 +238,12 @@ def _cache_clear(arguments: argparse.Namespace) -> int:
 
 def _cache_export(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
+    from numbatune.errors import CacheFileError
 
-    count, damaged = files.export(_needs_cache(), _output(arguments.file), arguments.function)
+    try:
+        count, damaged = files.export(_needs_cache(), _output(arguments.file), arguments.function)
+    except CacheFileError as error:
+        raise _Failure(str(error)) from None
     left_out = f"; left out {damaged} damaged" if damaged else ""
     print(
         f"numbatune: exported {count} stored results to {arguments.file}{left_out}", file=sys.stderr
@@ -246,22 +253,36 @@ def _cache_export(arguments: argparse.Namespace) -> int:
 
 def _cache_import(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
+    from numbatune.cache.disk import write_problem
+    from numbatune.errors import CacheFileError
 
-    result = files.import_file(arguments.file, _needs_cache())
+    cache_dir = _needs_cache()
+    problem = write_problem(cache_dir)
+    if problem is not None:
+        raise _Failure(f"cannot import into {cache_dir}: {problem}")
+    try:
+        result = files.import_file(arguments.file, cache_dir)
+    except CacheFileError as error:
+        raise _Failure(str(error)) from error
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
         f"devices and {result.already_present} already in the cache"
-        + (f"; could not write {result.not_written}" if result.not_written else ""),
+        + (f"; could not write {result.not_written}: {result.why_not_written}"
+           if result.not_written else ""),
         file=sys.stderr,
-    )
-    return 0
+    )  # fmt: skip
+    return 1 if result.not_written else 0
 
 
 def _compile(arguments: argparse.Namespace) -> int:
     from numbatune import demo, precompile
+    from numbatune.cache.disk import write_problem
     from numbatune.errors import CompilerNotFoundError
 
     cache_dir = arguments.cache_dir or _needs_cache()
+    problem = write_problem(cache_dir)
+    if problem is not None:
+        raise _Failure(f"no kernel could be kept in {cache_dir}: {problem}")
     cases = []
     for path in arguments.paths:
         if not path.exists():
@@ -286,13 +307,17 @@ def _compile(arguments: argparse.Namespace) -> int:
     header = ["kernel", "variant", "registers", "spills (st/ld B)", "shared B", "stack B", "s"]
     _print(arguments, [dataclasses.asdict(c) for c in compiled], header, rows)
     failed = sum(c.error is not None for c in compiled)
-    built = sum(c.shares is None and c.error is None for c in compiled)
+    built = [c for c in compiled if c.shares is None and c.error is None]
+    lost = [c.not_kept for c in built if not c.kept]
+    kept = f"kept in {cache_dir}"
+    if lost:
+        kept = f"only {len(built) - len(lost)} of {len(built)} {kept}: {lost[0]}"
     print(
         f"numbatune compile: {len(compiled)} variants for sm_{arguments.cc[0]}{arguments.cc[1]}: "
-        f"{built} kernels built, {failed} variants failed, in {seconds:.1f} s; kept in {cache_dir}",
+        f"{len(built)} kernels built, {failed} variants failed, in {seconds:.1f} s; {kept}",
         file=sys.stderr,
     )
-    return 1 if failed else 0
+    return 1 if failed or lost else 0
 
 
 def _compiled_row(compiled: Any) -> list[str]:
@@ -343,6 +368,7 @@ def _compute_capability(text: str) -> tuple[int, int]:
 def _sweep(arguments: argparse.Namespace) -> int:
     from numbatune import record, sweep
     from numbatune.config import settings
+    from numbatune.errors import CacheFileError
 
     output = _output(arguments.output)
     path = arguments.record or settings.record
@@ -351,12 +377,15 @@ def _sweep(arguments: argparse.Namespace) -> int:
     if not Path(path).is_file():
         raise _Failure(f"no record at {path}: give RECORD, or set NUMBATUNE_RECORD while the "
                        "program runs")  # fmt: skip
-    records = record.read(path)
-    result = sweep.sweep(
-        records, output, arguments.module, arguments.path,
-        ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
-        workers=arguments.workers,
-    )  # fmt: skip
+    try:
+        found = record.read(path)
+        result = sweep.sweep(
+            found.records, output, arguments.module, arguments.path,
+            ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
+            workers=arguments.workers, unreadable=found.unreadable,
+        )  # fmt: skip
+    except CacheFileError as error:
+        raise _Failure(str(error)) from None
     rows = [
         [o.function.rpartition(".")[2], o.key or "", o.status, o.detail] for o in result.outcomes
     ]
@@ -364,7 +393,7 @@ def _sweep(arguments: argparse.Namespace) -> int:
     _print(arguments, data, ["kernel", "key", "outcome", "winner or why"], rows)
     counts = {s: sum(o.status is s for o in result.outcomes) for s in sweep.Status}
     print(
-        f"numbatune sweep: {len(records)} keys: {counts[sweep.Status.TUNED]} tuned, "
+        f"numbatune sweep: {len(found.records)} keys: {counts[sweep.Status.TUNED]} tuned, "
         f"{counts[sweep.Status.STORED]} stored, {counts[sweep.Status.FAILED]} failed, "
         f"{counts[sweep.Status.SKIPPED]} skipped, over {result.workers} workers "
         f"({result.engine}) in {result.seconds:.1f} s; {result.entries} entries written to "

@@ -47,6 +47,10 @@ class Compiled:
     seconds: float
     #: The variant whose kernel it shares (same code), or None when it was compiled itself.
     shares: str | None = None
+    #: Whether its kernel was kept in the kernel store (a variant that failed: False).
+    kept: bool = False
+    #: Why it was not kept, where it was built (the store's problem, in words).
+    not_kept: str | None = None
 
 
 def precompile(
@@ -57,7 +61,8 @@ def precompile(
     done: Callable[[int, int], None] = lambda finished, total: None,
 ) -> list[Compiled]:
     """Compile every variant of each ``(tuned kernel, example arguments)`` for compute
-    capability ``cc`` into ``cache_dir``'s kernel store; one :class:`Compiled` per variant.
+    capability ``cc`` into ``cache_dir``'s kernel store; one :class:`Compiled` per variant,
+    which says whether its kernel was kept (a read-only store, a full disk keep none or part).
     ``workers`` defaults to the ``compile_workers`` setting; ``done(finished, total)`` reports
     progress. Raises :class:`~numbatune.errors.CompilerNotFoundError` where a CUDA compiler
     library is not installed (once one compile found it missing, no other is started)."""
@@ -66,6 +71,7 @@ def precompile(
         argtypes = tuple(numba.typeof(value) for value in args)
         builds = tuned._template.by_build(tuned.variants)
         jobs += [_Job(tuned, argtypes, kernels) for kernels in builds]
+    stores: dict[str, KernelStore] = {}
     pool = worker_pool(max(1, workers or settings.compile_workers))
     missing: list[str] = []  # a compiler library not found, as a worker's error said
 
@@ -81,7 +87,10 @@ def precompile(
 
     def finished(index: int, outcome: processes.Outcome) -> None:
         # Kept as each kernel is done: a compile stopped part way keeps what it finished.
-        recorded[index] = jobs[index].record(outcome, cc, cache_dir)
+        job = jobs[index]
+        store = stores.setdefault(job.tuned.function_id,
+                                  KernelStore(cache_dir, cc, job.tuned.function_id))  # fmt: skip
+        recorded[index] = job.record(outcome, cc, store)
         done(len(recorded), len(tasks))
         if isinstance(outcome, processes.Raised) and outcome.kind == _LIBRARY_NOT_FOUND:
             missing.append(_install_hint(outcome.message))
@@ -122,7 +131,7 @@ class _Job:
         return build_task(self.tuned._template, self.kernels, self.argtypes, cc)
 
     def record(
-        self, outcome: processes.Outcome, cc: tuple[int, int], cache_dir: Path
+        self, outcome: processes.Outcome, cc: tuple[int, int], store: KernelStore
     ) -> Sequence[Compiled]:
         built = outcome.value if isinstance(outcome, processes.Done) else [None] * len(self.kernels)
         failure = str(outcome)
@@ -131,7 +140,7 @@ class _Job:
         return [
             compiled
             for sharing, kernel in zip(self.kernels, built, strict=True)
-            for compiled in self._recorded(sharing, kernel, failure, cc, cache_dir)
+            for compiled in self._recorded(sharing, kernel, failure, cc, store)
         ]
 
     def _recorded(
@@ -140,21 +149,22 @@ class _Job:
         kernel: build.Built | build.LinkFailed | None,
         failure: str,
         cc: tuple[int, int],
-        cache_dir: Path,
+        store: KernelStore,
     ) -> list[Compiled]:
-        """One kernel's variants: ``kernel`` as built, or None where the build failed
-        (``failure``)."""
+        """One kernel's variants: ``kernel`` as built (and kept in ``store``, if it can), or
+        None where the build failed (``failure``)."""
         signature = ", ".join(str(t) for t in self.argtypes)
         name, first = self.tuned.function_id, sharing[0]
         if isinstance(kernel, build.Built):
             key = store_key(self.tuned._template, first, self.argtypes, cc, kernel.toolchain)
-            KernelStore(cache_dir, cc, name).save(key, kernel.payload)
+            kept = store.save(key, kernel.payload)
             resources, error, seconds = kernel.resources, None, kernel.seconds
         else:
             error = kernel.error if isinstance(kernel, build.LinkFailed) else failure
-            resources, seconds = None, 0.0
+            resources, seconds, kept = None, 0.0, False
+        not_kept = None if kept or error is not None else store.problem or "not kept"
         return [
             Compiled(name, v.label, signature, resources, error, seconds,
-                     None if v == first else first.label)
+                     None if v == first else first.label, kept, not_kept)
             for v in sharing
         ]  # fmt: skip

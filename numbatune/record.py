@@ -2,10 +2,12 @@
 
 With the ``record`` setting (a file), each tuned kernel's first call of each key in a process
 appends one line of JSON to the file: the kernel (its function id, module and qualified name),
-the key's text, and each argument (an array's shape, byte strides and dtype; a scalar's value
-and type). Only a key's first call in a process writes, on the general path: the launches that
+the key's text, and each argument (an array's shape, byte strides and dtype, whatever its
+layout: a reversed view's strides are negative, a broadcast array's zero; a scalar's value and
+type). Only a key's first call in a process writes, on the general path: the launches that
 follow, on the fast path, are untouched. Each line is appended with one write, so processes and
-ranks may share the file; a sweep reads each (kernel, key) once.
+ranks may share the file; a sweep reads each (kernel, key) once, and names each line that is not
+a record (one cut short, say) while it tunes the others.
 
 The same format, written by hand, lists shapes to sweep::
 
@@ -119,26 +121,43 @@ def write(
         os.close(descriptor)
 
 
-def read(path: Path) -> list[Record]:
-    """The records in the file at ``path``, each (kernel, key) once, in the order met.
-    Raises :class:`~numbatune.errors.CacheFileError` naming the line that is not a record."""
+@dataclass(frozen=True)
+class Unreadable:
+    """A line of a record file that is not a record (cut short, damaged, another format)."""
+
+    line: int
+    why: str
+
+
+@dataclass(frozen=True)
+class RecordFile:
+    """What a record file holds: its records, each (kernel, key) once in the order met, and
+    the lines that are not records."""
+
+    records: tuple[Record, ...]
+    unreadable: tuple[Unreadable, ...]
+
+
+def read(path: Path) -> RecordFile:
+    """The records in the file at ``path``, and the lines that are not records (each says
+    why). Raises :class:`~numbatune.errors.CacheFileError` when the file cannot be read."""
     try:
-        lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError as error:
         raise CacheFileError(f"cannot read the record {path}: {error}") from error
     found: dict[tuple[str, str], Record] = {}
+    unreadable = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = _record(json.loads(line))
         except (ValueError, TypeError, KeyError) as error:
-            raise CacheFileError(
-                f"{path}, line {number}: not a numbatune record ({error})"
-            ) from None
+            unreadable.append(Unreadable(number, f"not a numbatune record ({error})"))
+            continue
         same = record.key if record.key is not None else json.dumps(record.arguments)
         found.setdefault((record.function, same), record)
-    return list(found.values())
+    return RecordFile(tuple(found.values()), tuple(unreadable))
 
 
 def _record(item: Any) -> Record:
@@ -158,14 +177,14 @@ def _argument(item: Any) -> bool:
         return False
     if "scalar" in item:
         return isinstance(item.get("type"), str)
-    shape, strides = item.get("shape"), item.get("strides")
+    shape, strides, dtype = item.get("shape"), item.get("strides"), item.get("dtype")
+    if not (isinstance(shape, list) and isinstance(strides, list) and isinstance(dtype, str)):
+        return False
+    itemsize = np.dtype(dtype).itemsize  # TypeError: not a dtype
     return (
-        isinstance(shape, list)
-        and isinstance(strides, list)
-        and len(shape) == len(strides)
-        and all(isinstance(n, int) and n >= 0 for n in shape)
-        and all(isinstance(s, int) and s > 0 for s in strides)
-        and isinstance(item.get("dtype"), str)
+        len(shape) == len(strides)
+        and all(type(n) is int and n >= 0 for n in shape)
+        and all(type(s) is int and s % itemsize == 0 for s in strides)
     )
 
 

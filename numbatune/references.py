@@ -182,6 +182,32 @@ def source_of(function: Callable[..., Any]) -> str:
         return repr((code.co_code, code.co_consts, code.co_names))
 
 
+def helpers(function: Callable[..., Any]) -> list[types.FunctionType]:
+    """The plain Python functions ``function`` (a launch function: a function, a
+    ``functools.partial`` or a callable object) calls, by name, closure or ``module.attribute``,
+    at any depth, that belong to its own top-level package (its code's helpers, not libraries'
+    functions), each once, in a fixed order."""
+    while callable(getattr(function, "func", None)):  # functools.partial
+        function = function.func  # type: ignore[union-attr]
+    if not isinstance(function, types.FunctionType):
+        function = inspect.getattr_static(type(function), "__call__", None)  # an object's
+    if not isinstance(function, types.FunctionType):
+        return []
+    package = (function.__module__ or "").partition(".")[0]
+    seen, found, pending = {id(function)}, [], [function]
+    while pending:
+        for _, value in values_read(pending.pop()):
+            if (
+                isinstance(value, types.FunctionType)
+                and id(value) not in seen
+                and (value.__module__ or "").partition(".")[0] == package
+            ):
+                seen.add(id(value))
+                found.append(value)
+                pending.append(value)
+    return found
+
+
 def value_text(value: Any) -> str:
     """A value as the checksum sees it: :func:`stable_text`, with modules and numba's API by
     name, device functions and arrays by a digest of their code and contents."""

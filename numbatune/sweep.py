@@ -5,9 +5,17 @@ hand), imports each recorded kernel's module by its name, as the program did, fi
 kernel among the module's globals by its function id, rebuilds the arguments and tunes the key.
 The records are split, kernel by kernel, into one share per worker: one worker process per GPU
 of this machine, or with Ray one actor per GPU of the cluster (an actor on CPUs under numba's
-simulator). Each worker tunes into a cache directory of its own; their results are merged into
-one export file, which ``numbatune cache import`` or :func:`numbatune.cache_import` adds to a
-cache, so that the program's calls of those keys are hits.
+simulator). Each worker tunes into a cache directory of its own (a temporary folder removed
+when the sweep ends); their results are merged into one export file, which ``numbatune cache
+import`` or :func:`numbatune.cache_import` adds to a cache, so that the program's calls of those
+keys are hits.
+
+Nothing tuned is lost: each key's result is stored as it is tuned, so the keys a worker tuned
+before it died are exported too. The export file is checked before any tuning (a folder, a
+missing folder, a read-only or full disk are refused), written whole or not at all, and read
+first if it exists: its entries are kept, and a rerun goes on from there (its keys are
+``stored``, not tuned again). A line of the record that is not a record is a row of its own,
+saying why; the others are tuned.
 
 A kernel defined in a script run as ``__main__`` cannot be imported by name: its records are
 skipped, with the reason.
@@ -29,9 +37,11 @@ from typing import Any
 from numbatune import processes
 from numbatune.arrays import SIMULATOR
 from numbatune.cache import files
+from numbatune.cache.disk import write_problem
 from numbatune.config import configure
 from numbatune.dispatch import TunedKernel
-from numbatune.record import Record, rebuild_all
+from numbatune.errors import CacheFileError
+from numbatune.record import Record, Unreadable, rebuild_all
 from numbatune.tuning.results import Source
 from numbatune.values import TextEnum, key_text
 
@@ -90,6 +100,7 @@ def sweep(
     ray_address: str | None = None,
     use_ray: bool = False,
     workers: int | None = None,
+    unreadable: Sequence[Unreadable] = (),
 ) -> SweepResult:
     """Tune every record's key and write one export file to ``output``.
 
@@ -98,17 +109,45 @@ def sweep(
     records are spread over Ray actors, one per GPU of the cluster (at most ``workers``;
     ``workers`` actors on CPUs where it has none); without, over one worker process per GPU of
     this machine (at most ``workers``; ``workers`` of them under the simulator, 1 by
-    default)."""
+    default). ``unreadable``: the record's lines that are not records, one outcome each.
+
+    Raises :class:`~numbatune.errors.CacheFileError`, before tuning anything, where ``output``
+    cannot be written (or is a file that is not an export), and where writing it fails.
+    """
     started = time.perf_counter()
+    earlier = _earlier(Path(output))
     paths = [str(Path(p).resolve()) for p in paths] or [os.getcwd()]
     if use_ray or ray_address is not None:
-        engine, shares = Engine.RAY, _on_ray(records, modules, paths, ray_address, workers)
+        engine = Engine.RAY
+        shares = _on_ray(records, modules, paths, ray_address, workers, earlier)
     else:
-        engine, shares = Engine.LOCAL, _on_this_machine(records, modules, paths, workers)
-    outcomes = tuple(o for share in shares for o in share["outcomes"])
-    items = [item for share in shares for item in share["items"]]
-    files.write_export(output, items)
-    return SweepResult(outcomes, len(items), len(shares), engine, time.perf_counter() - started)
+        engine, shares = Engine.LOCAL, _on_this_machine(records, modules, paths, workers, earlier)
+    outcomes = (
+        *(Outcome(f"line {u.line}", None, Status.SKIPPED, u.why) for u in unreadable),
+        *(o for share in shares for o in share["outcomes"]),
+    )
+    items = [*earlier, *(item for share in shares for item in share["items"])]
+    entries = files.write_export(output, items)
+    return SweepResult(outcomes, entries, len(shares), engine, time.perf_counter() - started)
+
+
+def _earlier(output: Path) -> list[dict[str, Any]]:
+    """The entries of an earlier export at ``output`` (none if there is none), having checked
+    that it can be written."""
+    if output.is_dir():
+        raise CacheFileError(f"{output} is a folder: give the name of the export file to write")
+    if not output.parent.is_dir():
+        raise CacheFileError(f"the folder {output.parent} does not exist: make it, or give an "
+                             "export file in another folder")  # fmt: skip
+    problem = write_problem(output.parent)
+    if problem is not None:
+        raise CacheFileError(f"cannot write {output}: {problem}")
+    if not output.exists():
+        return []
+    try:
+        return files.read_items(output)
+    except CacheFileError as error:
+        raise CacheFileError(f"{error}: the sweep would replace it; give another file") from None
 
 
 def split(records: Sequence[Record], count: int) -> list[list[Record]]:
@@ -126,23 +165,33 @@ def split(records: Sequence[Record], count: int) -> list[list[Record]]:
 
 
 def _on_this_machine(
-    records: Sequence[Record], modules: Sequence[str], paths: Sequence[str], workers: int | None
+    records: Sequence[Record],
+    modules: Sequence[str],
+    paths: Sequence[str],
+    workers: int | None,
+    earlier: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     gpus = _visible_gpus()
     shares = split(records, _share_count(workers, len(gpus)))
-    jobs = []
-    for index, share in enumerate(shares):
-        device = {"CUDA_VISIBLE_DEVICES": gpus[index % len(gpus)]} if gpus else {}
-        environment = processes.environment(SIMULATOR, paths, **device)
-        task = processes.Task(__name__, "tune_records", (share, tuple(modules), tuple(paths)))
-        jobs.append((processes.WorkerPool(1, environment), task, share))
-    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-        done = list(pool.map(lambda job: _run_share(*job), jobs))
-    return done
+    with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as folder:
+        jobs = []
+        for index, share in enumerate(shares):
+            device = {"CUDA_VISIBLE_DEVICES": gpus[index % len(gpus)]} if gpus else {}
+            environment = processes.environment(SIMULATOR, paths, **device)
+            cache_dir = str(Path(folder) / f"worker-{index}")
+            arguments = (share, tuple(modules), tuple(paths), cache_dir, earlier)
+            task = processes.Task(__name__, "tune_records", arguments)
+            jobs.append((processes.WorkerPool(1, environment), task, share, cache_dir, earlier))
+        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+            return list(pool.map(lambda job: _run_share(*job), jobs))
 
 
 def _run_share(
-    pool: processes.WorkerPool, task: processes.Task, share: list[Record]
+    pool: processes.WorkerPool,
+    task: processes.Task,
+    share: list[Record],
+    cache_dir: str,
+    earlier: list[dict[str, Any]],
 ) -> dict[str, Any]:
     try:
         outcome = pool.run([task], WORKER_LIMIT_S)[0]
@@ -150,7 +199,29 @@ def _run_share(
         pool.close()
     if isinstance(outcome, processes.Done):
         return outcome.value
-    return _failed_share(share, f"its worker failed: {outcome}")
+    items = files.export_items(files.stored_entries(Path(cache_dir)))
+    return _kept_share(share, items, earlier, f"its worker failed: {outcome}")
+
+
+def _kept_share(
+    share: Sequence[Record], items: list[dict[str, Any]], earlier: list[dict[str, Any]], why: str
+) -> dict[str, Any]:
+    """The share of a worker that failed (``why``): the keys it had tuned (``items``, stored
+    in its cache as each was tuned) kept, the others failed."""
+    before = {(item["function"], item["key"]) for item in earlier}
+    winners = {
+        (item["function"], item["key"]): item["entry"]["results"][item["entry"]["best_index"]]
+        for item in items
+    }
+
+    def outcome(record: Record) -> Outcome:
+        winner = winners.get((record.function, record.key))
+        if winner is None:
+            return Outcome(record.function, record.key, Status.FAILED, why)
+        done = Status.STORED if (record.function, record.key) in before else Status.TUNED
+        return Outcome(record.function, record.key, done, winner["variant"])
+
+    return {"outcomes": [outcome(record) for record in share], "items": items}
 
 
 def _share_count(workers: int | None, gpus: int) -> int:
@@ -158,13 +229,6 @@ def _share_count(workers: int | None, gpus: int) -> int:
     other's kernels, and a Ray actor waiting for a GPU that no other actor frees waits for
     ever); ``workers`` (default 1) where there are no GPUs."""
     return min(workers or gpus, gpus) if gpus else workers or 1
-
-
-def _failed_share(share: Sequence[Record], why: str) -> dict[str, Any]:
-    return {
-        "outcomes": [Outcome(r.function, r.key, Status.FAILED, why) for r in share],
-        "items": [],
-    }
 
 
 def _visible_gpus() -> list[str]:
@@ -184,6 +248,7 @@ def _on_ray(
     paths: Sequence[str],
     address: str | None,
     workers: int | None,
+    earlier: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     try:
         import ray
@@ -200,15 +265,15 @@ def _on_ray(
         actor = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(Sweeper)
         actors = [actor.remote() for _ in shares]
         pending = [
-            a.tune.remote(s, tuple(modules), tuple(paths))
+            a.tune.remote(s, tuple(modules), tuple(paths), earlier)
             for a, s in zip(actors, shares, strict=True)
         ]
         done, deadline = [], time.perf_counter() + WORKER_LIMIT_S
         for share, future in zip(shares, pending, strict=True):
             try:
                 done.append(ray.get(future, timeout=max(0.0, deadline - time.perf_counter())))
-            except Exception as error:  # an actor that died, a task that raised
-                done.append(_failed_share(share, f"its Ray actor failed: {error}"))
+            except Exception as error:  # an actor that died (its folder with it), or raised
+                done.append(_kept_share(share, [], earlier, f"its Ray actor failed: {error}"))
         return done
     finally:
         if started_here:
@@ -219,23 +284,36 @@ class Sweeper:
     """A Ray actor that tunes a share of the records (:func:`tune_records`)."""
 
     def tune(
-        self, records: Sequence[Record], modules: Sequence[str], paths: Sequence[str]
+        self,
+        records: Sequence[Record],
+        modules: Sequence[str],
+        paths: Sequence[str],
+        earlier: list[dict[str, Any]],
     ) -> dict[str, Any]:
-        return tune_records(records, modules, paths)
+        with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as cache_dir:
+            return tune_records(records, modules, paths, cache_dir, earlier)
 
 
 def tune_records(
-    records: Sequence[Record], modules: Sequence[str], paths: Sequence[str]
+    records: Sequence[Record],
+    modules: Sequence[str],
+    paths: Sequence[str],
+    cache_dir: str,
+    earlier: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """(In a worker) tune each record's key into a fresh cache directory; each record's
-    :class:`Outcome`, and the directory's results as export items."""
+    """(In a worker) tune each record's key into the cache directory ``cache_dir``, which
+    first takes this device's ``earlier`` export items (their keys are not tuned again); each
+    record's :class:`Outcome`, and the directory's results as export items."""
     sys.path[:0] = [p for p in paths if p not in sys.path]
-    cache_dir = Path(tempfile.mkdtemp(prefix="numbatune-sweep-"))
-    configure(cache_dir=cache_dir)
+    configure(cache_dir=Path(cache_dir))
+    files.import_items(earlier, Path(cache_dir))
     for name in modules:
         importlib.import_module(name)
     outcomes = [_tune_one(record) for record in records]
-    return {"outcomes": outcomes, "items": files.export_items(files.stored_entries(cache_dir))}
+    return {
+        "outcomes": outcomes,
+        "items": files.export_items(files.stored_entries(Path(cache_dir))),
+    }
 
 
 def _tune_one(record: Record) -> Outcome:

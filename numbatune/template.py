@@ -195,8 +195,9 @@ class KernelTemplate:
 
         It covers the kernel's source, the values of the globals and closure variables it
         reads, the device functions it calls at any depth (:func:`code_description`), each
-        variant's parameters and jit options, the launch function, and the versions and
-        settings that change generated code (:func:`environment_description`). A stored result
+        variant's parameters and jit options, the launch function and the functions of its own
+        package it calls at any depth (:func:`numbatune.references.helpers`), and the versions
+        and settings that change generated code (:func:`environment_description`). A stored result
         whose checksum differs is tuned again.
         """
         digest = hashlib.sha256()
@@ -205,6 +206,10 @@ class KernelTemplate:
             stable_text({k: v for k, v in self.jit_options.items() if k in JIT_OPTIONS}),
             *code_description(self.function),
             f"launch: {source_of(launch)}",
+            *(
+                f"launch helper {h.__qualname__}: {source_of(h)}"
+                for h in references.helpers(launch)
+            ),
             *(f"variant {v.label}" for v in variants),
         ]
         for part in parts:

@@ -1,8 +1,12 @@
 """Caches that are damaged, read-only, full or out of date: nothing lost, nothing trusted."""
 
+import errno
 import json
 import logging
+import os
 import sqlite3
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +17,7 @@ from numbatune.cache import disk as disk_module
 from numbatune.cache.files import export, stored_entries
 from numbatune.cli import main
 from tests import kernels
+from tests.read_only import made_read_only, read_only, run, run_python, run_read_only
 
 
 def _tuned(blocks=(2, 4)):
@@ -31,19 +36,36 @@ def _folder(cache):
     return database.parent
 
 
-def test_a_read_only_cache_is_read_and_new_results_stay_in_memory(
-    numbatune_cache, monkeypatch, caplog
-):
-    _tuned().tune(*_arguments(8))
+READ_ONLY_TUNING = """
+import contextlib
+import io
+import json
+import sys
+import numpy as np
+import numbatune as nt
+from numba import cuda
+from numbatune.cli import main
+from tests import kernels
+from tests.test_cache_failures import _arguments, _tuned
+
+tuned = _tuned()
+sources = [tuned.tune(*_arguments(int(n))).source for n in sys.argv[1:]]
+listed = io.StringIO()
+with contextlib.redirect_stdout(listed):
+    main(["cache", "list", "--json"])
+print(json.dumps({"sources": sources, "listed": json.loads(listed.getvalue())}))
+"""
+
+
+def test_a_read_only_cache_is_read_and_new_results_stay_in_memory(numbatune_cache):
+    """A cache tuned by a process that has ended, then shipped read-only."""
+    assert run_python(READ_ONLY_TUNING, numbatune_cache, "8")["sources"] == ["benchmark"]
     folder = _folder(numbatune_cache)
-    kernels.forget_shared_state(monkeypatch)
-    monkeypatch.setattr(disk_module, "writable", lambda folder: False)
-    tuned = _tuned()
-    with caplog.at_level(logging.INFO, logger="numbatune"):
-        assert tuned.tune(*_arguments(8)).source == "disk"
-        assert tuned.tune(*_arguments(64)).source == "benchmark"
-    assert "is read-only" in caplog.text and "corrupt" not in caplog.text
-    assert tuned.tune(*_arguments(64)).source == "memory"
+    ran = run_read_only(READ_ONLY_TUNING, numbatune_cache, "8", "64", "64")
+    assert ran["sources"] == ["disk", "benchmark", "memory"]
+    assert [(row["keys"], row["damaged"]) for row in ran["listed"]] == [(1, 0)]
+    notes = [line for line in ran["stderr"].splitlines() if "stay in memory" in line]
+    assert len(notes) == 1 and "read-only" in notes[0] and "results are used" in notes[0], notes
     assert _folder(numbatune_cache) == folder  # not moved
     assert len(stored_entries(numbatune_cache)) == 1  # nothing written
 
@@ -67,6 +89,51 @@ def test_a_full_disk_keeps_results_in_memory_with_one_warning(
     warnings = [r for r in caplog.records if "results stay in memory" in r.getMessage()]
     assert len(warnings) == 1 and "disk is full" in warnings[0].getMessage()
     assert "moved" not in caplog.text and not list(numbatune_cache.rglob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize(
+    "full",
+    [sqlite3.OperationalError("database or disk is full"),
+     OSError(errno.ENOSPC, "No space left on device")],
+    ids=["sqlite", "errno"],
+)  # fmt: skip
+def test_keys_stored_before_the_disk_filled_up_are_still_read(
+    numbatune_cache, monkeypatch, caplog, full
+):
+    _tuned().tune(*_arguments(8))
+    kernels.forget_shared_state(monkeypatch)
+
+    def no_space(*args, **kwargs):
+        raise full
+
+    monkeypatch.setattr(disk_module.diskcache, "Cache", no_space)  # SQLite writes as it opens
+    tuned = _tuned()
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert tuned.tune(*_arguments(8)).source == "disk"
+        assert tuned.tune(*_arguments(64)).source == "benchmark"
+    (warning,) = [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
+    assert "the disk is full" in warning and "free some space" in warning
+
+
+@pytest.mark.parametrize("damage", ["emptied", "cut short", "overwritten"])
+def test_keys_stored_after_the_cache_was_damaged_under_a_running_process_are_kept(
+    numbatune_cache, monkeypatch, caplog, damage
+):
+    tuned = _tuned()
+    tuned.tune(*_arguments(8))
+    database = _folder(numbatune_cache) / "cache.db"
+    if damage == "overwritten":
+        database.write_bytes(b"garbage" * 1000)
+    else:
+        os.truncate(database, 0 if damage == "emptied" else database.stat().st_size // 2)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert tuned.tune(*_arguments(64)).source == "benchmark"
+        assert tuned.tune(*_arguments(128)).source == "benchmark"
+    assert caplog.text.count("was damaged while in use") == 1 and "moved it to" in caplog.text
+    assert len(list(numbatune_cache.rglob("*.corrupt-*"))) == 1
+    kernels.forget_shared_state(monkeypatch)
+    again = _tuned()
+    assert [again.tune(*_arguments(n)).source for n in (64, 128)] == ["disk", "disk"]
 
 
 def test_a_corrupt_cache_that_cannot_be_moved_aside_says_so(numbatune_cache, monkeypatch, caplog):
@@ -104,6 +171,57 @@ def test_a_damaged_but_valid_json_entry_is_discarded_and_tuned_again(
     assert "discarded a damaged tune cache entry" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [{"status": "failed", "error": "x", "median_s": "fast"}, {"error": 5},
+     {"params": ["BLOCK", 2]}, {"status": "mismatched", "mismatch": {"output": "out"}}],
+    ids=["a failed result with a time", "a timed result with an error", "params not a mapping",
+         "a mismatch without counts"],
+)  # fmt: skip
+def test_an_entry_whose_results_are_wrong_is_discarded_and_tuned_again(
+    numbatune_cache, monkeypatch, caplog, capsys, damage
+):
+    _tuned().tune(*_arguments())
+    folder = disk_module.Folder(_folder(numbatune_cache), "test")
+    (stored_under,) = folder.stored_keys()
+    entry = json.loads(folder.get(stored_under))
+    other = 1 - entry["best_index"]
+    entry["results"][other] = {**entry["results"][other], **damage}
+    folder.set(stored_under, json.dumps(entry))
+    assert main(["cache", "list", "--json"]) == 0
+    assert [(row["keys"], row["damaged"]) for row in json.loads(capsys.readouterr().out)] == [
+        (0, 1)
+    ]
+    kernels.forget_shared_state(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert _tuned().tune(*_arguments()).source == "benchmark"
+    assert "discarded a damaged tune cache entry" in caplog.text
+
+
+def test_an_import_into_a_cache_it_cannot_write_fails_saying_why(
+    numbatune_cache, tmp_path, monkeypatch, capsys
+):
+    _tuned().tune(*_arguments())
+    export(numbatune_cache, tmp_path / "shipped.json")
+    target = tmp_path / "read-only cache"
+    target.mkdir()
+    with made_read_only(target):
+        command = [sys.executable, "-m", "numbatune", "cache", "import", "shipped.json"]
+        done = run(command, target, read_only, cwd=tmp_path)
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("numbatune: error")]
+    assert done.returncode == 2 and "is read-only" in line and "Traceback" not in done.stderr
+    assert not any(target.iterdir())
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setenv("NUMBATUNE_CACHE_DIR", str(tmp_path / "full"))
+    nt.configure(cache_dir=tmp_path / "full")
+    monkeypatch.setattr(disk_module.diskcache.Cache, "add", full)
+    assert main(["cache", "import", str(tmp_path / "shipped.json")]) == 1
+    assert "could not write 1: the disk is full" in capsys.readouterr().err
+
+
 def test_the_command_line_reports_damaged_entries_and_clear_clears_them(numbatune_cache, capsys):
     _tuned().tune(*_arguments())
     folder = disk_module.Folder(_folder(numbatune_cache), "test")
@@ -136,3 +254,57 @@ def test_an_import_after_an_upgrade_is_used_instead_of_the_stale_entry(
     kernels.forget_shared_state(monkeypatch)
     assert _tuned().tune(*_arguments()).source == "disk"
     assert document["entries"][0]["entry"]["checksum"] == stale["checksum"]
+
+
+def test_an_export_that_cannot_be_written_leaves_the_earlier_file_whole(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    _tuned().tune(*_arguments())
+    output = tmp_path / "export.json"
+    output.write_text("the earlier export")
+    write_text = Path.write_text
+
+    def half_then_full(self, text, *args, **kwargs):
+        write_text(self, text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_full)
+    with pytest.raises(nt.CacheFileError, match="the disk is full"):
+        export(numbatune_cache, output)
+    assert output.read_text() == "the earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export.json", "numbatune-cache"]
+
+
+def test_a_cache_directory_that_is_a_file_is_said_in_words_when_tuning_and_by_info(
+    numbatune_cache, tmp_path, caplog, capsys
+):
+    a_file = tmp_path / "not a folder"
+    a_file.write_text("")
+    nt.configure(cache_dir=a_file)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert _tuned().tune(*_arguments()).source == "benchmark"
+    (warning,) = [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
+    assert f"{a_file} is a file, not a folder" in warning and "give a folder" in warning
+    assert main(["info", "--json"]) == 0
+    assert "is a file, not a folder" in json.loads(capsys.readouterr().out)["cache_problem"]
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [(PermissionError(errno.EPERM, "Operation not permitted", "/shipped"), "is read-only"),
+     (OSError(errno.EROFS, "Read-only file system", "/shipped"), "is read-only"),
+     (OSError(errno.ENOSPC, "No space left on device"), "the disk is full"),
+     (sqlite3.OperationalError("attempt to write a readonly database"), "is read-only")],
+    ids=["EPERM", "EROFS", "ENOSPC", "SQLite's read-only"],
+)  # fmt: skip
+def test_a_cache_that_cannot_be_written_says_why_in_words(
+    numbatune_cache, monkeypatch, caplog, error, words
+):
+    def refuse(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(disk_module.diskcache, "Cache", refuse)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert _tuned().tune(*_arguments()).source == "benchmark"
+    (warning,) = [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
+    assert words in warning

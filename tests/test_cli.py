@@ -186,7 +186,8 @@ def _long_labelled_results(timed: dict) -> list[dict]:
         results.append(
             {**timed, "variant": label, "params": texts, "jit": jit, "median_s": (1 + i % 7) / 1e4}
         )
-    results[3] |= {"status": "failed", "median_s": None, "spread_s": None, "error": "boom"}
+    results[3] |= {"status": "failed", "median_s": None, "spread_s": None, "runs": 0,
+                   "error": "boom"}  # fmt: skip
     return results
 
 

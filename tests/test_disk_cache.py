@@ -123,3 +123,45 @@ def test_a_corrupted_entry_is_tuned_again(caplog, monkeypatch):
     assert "damaged tune cache entry" in caplog.text
     stored = [json.loads(disk.get(k)) for k in disk.stored_keys()]
     assert stored and all(entry["results"] for entry in stored)
+
+
+LAUNCH_HELPERS = """
+import numbatune as nt
+from numba import cuda
+
+
+def blocks(n, block):
+    return nt.cdiv(n, block){edit}
+
+
+def launch(a, out, *, BLOCK):
+    return blocks(a.shape[0], BLOCK), BLOCK
+
+
+@nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=launch)
+@cuda.jit
+def add(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] + 1
+"""
+
+
+def test_editing_a_helper_of_the_launch_function_invalidates_the_stored_result(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    import numpy as np
+    from numba import cuda
+
+    from numbatune.demo import load_module
+    from tests import kernels
+
+    def tuned(edit):
+        (tmp_path / "launch_helpers.py").write_text(LAUNCH_HELPERS.format(edit=edit))
+        kernels.forget_shared_state(monkeypatch)
+        return load_module(tmp_path / "launch_helpers.py").add
+
+    a, out = cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.zeros(8, np.float32))
+    assert tuned("").tune(a, out).source == "benchmark"
+    assert tuned("").tune(a, out).source == "disk"
+    assert tuned(" + 1  # one block more").tune(a, out).source == "benchmark"

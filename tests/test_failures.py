@@ -1,5 +1,7 @@
 """Failing variants and bad input: recorded, or refused with a clear error."""
 
+import re
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -220,3 +222,43 @@ def test_a_nan_in_a_key_finds_its_result_again():
     for _ in range(3):
         tuned(a, out, float("nan"))
     assert tuned.stats["benchmarks"] == 1
+
+
+@pytest.mark.parametrize("stream", ["0", 1.5, object()], ids=["text", "a float", "an object"])
+def test_a_stream_that_is_not_a_stream_is_refused_naming_the_argument(stream):
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
+        kernels.accumulate
+    )
+    for call in (tuned, tuned.tune, tuned):  # tuning, and a known key's launch
+        with pytest.raises(TypeError, match="stream must be a numba, torch or CuPy stream"):
+            call(*arrays(4), stream=stream)
+        tuned(*arrays(4))
+
+
+@pytest.mark.parametrize(
+    ("config", "beyond"),
+    [(((1,), (2048,)), "a block of 2048 threads; the device allows 1024"),
+     (((1,), (1, 1, 65)), "65 threads in z; the device allows 64"),
+     (((2**31,), (1,)), "2147483648 blocks in x; the device allows 2147483647"),
+     (((1, 65536), (1,)), "65536 blocks in y; the device allows 65535"),
+     (((1,), (1,), 64 * 1024), "65536 bytes of dynamic shared memory; the device allows 49152")],
+    ids=["threads per block", "threads in z", "blocks in x", "blocks in y", "shared memory"],
+)  # fmt: skip
+def test_a_launch_beyond_the_devices_limits_is_refused_before_it_runs(config, beyond):
+    tuned = nt.autotune(variants=[{"BLOCK": 1}], launch=lambda a, out, *, BLOCK: config)(
+        kernels.accumulate
+    )
+    a, out = arrays(4)
+    with pytest.raises(ValueError, match=f"beyond the device's limits: {re.escape(beyond)}"):
+        tuned(a, out)
+    assert out.copy_to_host().tolist() == [0.0] * 4  # nothing ran
+
+
+def test_a_variant_beyond_the_devices_limits_fails_while_tuning_and_the_others_are_tuned():
+    tuned = nt.autotune(variants=nt.product(BLOCK=[4, 2048]), launch=kernels.accumulate_launch)(
+        kernels.accumulate
+    )
+    report = tuned.tune(*arrays(8))
+    assert report.best == {"BLOCK": 4}
+    (failed,) = [r for r in report.results if r.status == "failed"]
+    assert failed.params == {"BLOCK": 2048} and "the device allows 1024" in failed.error

@@ -1,9 +1,12 @@
 """Compiling ahead of time with no GPU: every variant for a compute capability, in workers."""
 
+import errno
 import json
 import os
+import sys
 import textwrap
 from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,12 +14,16 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune import processes
+from numbatune.cache import disk
+from numbatune.cache.disk import KERNELS, Folder
 from numbatune.cli import main
 from numbatune.compile import build
-from numbatune.compile.compiler import build_task
-from numbatune.compile.store import KernelStore
+from numbatune.compile.compiler import build_task, worker_environment
+from numbatune.compile.store import KernelStore, kernels_folder
 from numbatune.demo import load_module
+from numbatune.identity import folder_name
 from numbatune.precompile import precompile
+from tests.read_only import made_read_only, read_only, run, run_read_only
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
 
@@ -121,7 +128,7 @@ def test_each_kernel_is_kept_as_soon_as_it_is_compiled(module, tmp_path):
     kept = []
     precompile(
         [(two, args)], (9, 0), tmp_path / "cache", workers=1,
-        done=lambda finished, total: kept.append((finished, len(store._open()))),
+        done=lambda finished, total: kept.append((finished, len(store._open().stored_keys()))),
     )  # fmt: skip
     assert kept == [(1, 1), (2, 2)]
 
@@ -157,10 +164,10 @@ def test_a_missing_compiler_library_ends_the_compile_in_one_line_naming_the_extr
     argv = ["compile", str(path), "--cc", "9.0", "--cache-dir", str(tmp_path), "--workers", "1"]
     status = main(argv)
     out, err = capsys.readouterr()
-    assert status == 1 and out == ""
+    assert status == 2 and out == ""
     extra = "cu12" if metadata.version("cuda-bindings").startswith("12.") else "cu13"
     assert err.splitlines()[-1] == (
-        "numbatune compile: a CUDA compiler library is not installed (Failure finding "
+        "numbatune: error: a CUDA compiler library is not installed (Failure finding "
         f'"libnvrtc.so.13"); pip install "numbatune[{extra}]" installs them'
     )
     assert calls.read_text() == "compiled\n"  # the other kernels were not tried
@@ -260,7 +267,7 @@ def _environment():
 
 @pytest.mark.parametrize(
     ("damage", "loads", "kept"), [("good", True, True), ("garbage", False, False),
-                                  ("foreign", False, False)]
+                                  ("foreign", False, False), ("wrong contents", False, False)]
 )  # fmt: skip
 def test_stored_kernels_that_do_not_load_are_discarded_never_used(
     module, tmp_path, damage, loads, kept
@@ -276,6 +283,108 @@ def test_stored_kernels_that_do_not_load_are_discarded_never_used(
     name, still_there = outcome.value
     assert (name is not None) == loads and "scale" in (name or "scale")
     assert still_there == kept
+
+
+READ_STORE = """
+import json
+import sys
+from pathlib import Path
+
+from numbatune.compile.store import KernelStore, kernels_folder
+
+store = KernelStore(Path(sys.argv[1]), (9, 0), sys.argv[2])
+stored = [key for key in store._open().stored_keys() if not key.startswith("ran ")]
+print(json.dumps({"loaded": [store.load(key) is not None for key in stored]}))
+"""
+
+
+def test_a_read_only_kernel_store_loads_its_kernels(module, tmp_path):
+    """A kernel store shipped in an image (read-only) is read, not left unused."""
+    args = (cuda.to_device(np.zeros(8, np.float32)),)
+    two = module.scale.with_variants([{"FACTOR": 2, "BLOCK": 32}, {"FACTOR": 3, "BLOCK": 32}])
+    assert [c.error for c in precompile([(two, args)], (9, 0), tmp_path, workers=1)] == [None] * 2
+    ran = run_read_only(
+        READ_STORE, tmp_path, str(tmp_path), two.function_id, env=worker_environment()
+    )
+    assert ran["loaded"] == [True, True], ran["stderr"]
+    assert "cannot be written" in ran["stderr"] and "compiled kernels are used" in ran["stderr"]
+
+
+CLI_MODULE = """
+import numpy as np
+import numbatune as nt
+from numba import cuda
+
+FACTOR = 2
+
+
+@nt.autotune(variants=nt.product(FACTOR=[2, 3]), launch=lambda a, *, FACTOR: (1, 32))
+@cuda.jit
+def doubled(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] *= FACTOR
+
+
+def example(small):
+    return doubled, (cuda.to_device(np.zeros(8, np.float32)),)
+"""
+
+
+@pytest.fixture
+def two_kernels(tmp_path):
+    """A module for ``numbatune compile``: two kernels to build."""
+    path = tmp_path / "two_kernels.py"
+    path.write_text(CLI_MODULE)
+    return path
+
+
+def _compile(module: Path, cache: Path, *options: str) -> list[str]:
+    return ["compile", str(module), "--cc", "9.0", "--cache-dir", str(cache), *options]
+
+
+def test_compile_into_a_file_or_a_read_only_folder_fails_at_once_saying_why(
+    two_kernels, tmp_path, capsys
+):
+    (tmp_path / "a file").write_text("")
+    assert main(_compile(two_kernels, tmp_path / "a file")) == 2
+    assert "a file is a file, not a folder" in capsys.readouterr().err
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    with made_read_only(shipped):
+        arguments = [sys.executable, "-m", "numbatune", *_compile(two_kernels, shipped)]
+        done = run(arguments, shipped, read_only)
+    assert done.returncode == 2 and "shipped is read-only" in done.stderr, done.stderr
+
+
+def test_compile_onto_a_full_disk_says_how_many_were_kept_and_fails(
+    two_kernels, tmp_path, capsys, monkeypatch
+):
+    saved = []
+
+    def set_until_full(cache, key, value, **options):
+        if saved:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved.append(key)
+        return True
+
+    monkeypatch.setattr(disk.diskcache.Cache, "set", set_until_full)
+    assert main(_compile(two_kernels, tmp_path)) == 1
+    assert "2 kernels built" in (err := capsys.readouterr().err)
+    assert "only 1 of 2 kept" in err and "the disk is full" in err
+
+
+def test_compile_into_a_garbage_store_sets_it_aside_and_keeps_every_kernel(
+    two_kernels, tmp_path, capsys
+):
+    doubled = load_module(two_kernels).doubled
+    folder = kernels_folder(tmp_path, (9, 0)) / folder_name(doubled.function_id)
+    folder.mkdir(parents=True)
+    (folder / "cache.db").write_bytes(b"garbage" * 1000)
+    assert main(_compile(two_kernels, tmp_path)) == 0
+    assert "kept in" in capsys.readouterr().err
+    assert len(Folder(folder, "test", KERNELS).stored_keys()) == 2
+    assert len(list(folder.parent.glob("*.corrupt-*"))) == 1
 
 
 def test_every_variant_of_every_example_compiles_for_sm_90(tmp_path, capsys):
@@ -294,6 +403,7 @@ KEY_SCRIPT = """
 import json, sys
 import numbatune
 from numbatune.demo import load_module
+from numbatune.identity import folder_name
 
 module = load_module(__import__("pathlib").Path(sys.argv[1]))
 tuned = module.scale

@@ -34,7 +34,7 @@ def add_one(x, out):
 """
 
 RANK = """
-import datetime, json, os, sys
+import datetime, json, os, sys, time
 import numpy as np
 import torch.distributed as dist
 import numbatune as nt
@@ -54,11 +54,20 @@ def counted(runs, *rest, **options):
 bench.measure = counted
 n = int(os.environ.get("SIZE", "64"))
 x, out = cuda.to_device(np.arange(n, dtype=np.float32)), cuda.to_device(np.zeros(n, np.float32))
+if os.environ.get("SIZE_FIRST"):  # a key tuned together first
+    first = int(os.environ["SIZE_FIRST"])
+    rank_kernels.add_one(cuda.to_device(np.ones(first, np.float32)), cuda.device_array(first))
+waited = os.environ.get("ARRIVE_AFTER")  # a file: this rank's first tuning comes after it exists
+while waited is not None and not os.path.exists(waited):
+    time.sleep(0.05)
+arrived = time.monotonic()
 try:
     rank_kernels.add_one(x, out)
 except nt.TuningError as error:
-    print(json.dumps({"rank": rank, "error": str(error)}))
+    print(json.dumps({"rank": rank, "error": str(error), "waited_s": time.monotonic() - arrived}))
     sys.exit(0)
+finally:
+    open(f"done-{rank}", "w").close()
 assert out.copy_to_host().tolist() == list(range(1, n + 1))
 report = rank_kernels.add_one.tune(x, out)
 (stored,) = files.stored_entries(nt.settings.cache_dir)
@@ -75,7 +84,7 @@ def job(tmp_path):
 
     jobs = iter(range(100))
 
-    def run(size, caches=None, sizes=None, **environment):
+    def run(size, caches=None, sizes=None, timeout_s=20, **environment):
         """Start ``size`` ranks; each one's last line of output, read as JSON."""
         started, rendezvous = [], tmp_path / f"rendezvous-{next(jobs)}"  # one file per job
         for rank in range(size):
@@ -85,9 +94,10 @@ def job(tmp_path):
                 "WORLD_SIZE": str(size),
                 "RENDEZVOUS": str(rendezvous),
                 "NUMBATUNE_CACHE_DIR": str((caches or {}).get(rank, tmp_path / f"cache-{rank}")),
-                "NUMBATUNE_RANK_TIMEOUT_S": "20",
+                "NUMBATUNE_RANK_TIMEOUT_S": str(timeout_s),
                 "SIZE": str((sizes or {}).get(rank, 64)),
-                **environment,
+                **environment.get(f"rank_{rank}", {}),
+                **{k: v for k, v in environment.items() if not k.startswith("rank_")},
             }
             started.append(
                 subprocess.Popen(
@@ -136,7 +146,18 @@ def test_ranks_with_other_keys_tune_them_apart(job):
 
 
 def test_a_rank_that_dies_makes_the_others_fail_with_a_clear_error(job):
-    ranks = job(2, DIE_WHILE_TUNING="1")
+    ranks = job(2, timeout_s=5, DIE_WHILE_TUNING="1")
     assert "died" in ranks[1]
     assert "could not tune key" in ranks[0]["error"]
     assert "a rank died or did not reach this tuning" in ranks[0]["error"]
+
+
+@pytest.mark.parametrize("tuning", ["first", "second"])
+def test_a_rank_that_comes_late_to_a_tuning_makes_every_rank_fail_within_the_timeout(job, tuning):
+    """Rank 1 reaches the tuning only once rank 0 has given up waiting for it."""
+    timeout_s = 3
+    ranks = job(2, timeout_s=timeout_s, rank_1={"ARRIVE_AFTER": "done-0"},
+                SIZE_FIRST="8" if tuning == "second" else "")  # fmt: skip
+    for rank in ranks:
+        assert "a rank died or did not reach this tuning" in rank.get("error", ""), ranks
+        assert rank["waited_s"] < timeout_s + 5, ranks

@@ -157,7 +157,7 @@ def test_the_record_setting_records_each_key_once_per_process(on_miss, tmp_path,
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["key"][:4] for line in lines] == ["(40,", "(64,"]
     assert record.describe(a) == {"scalar": 2.5, "type": "float32"}
-    (again,) = [r for r in record.read(path) if r.key.startswith("(64,")]
+    (again,) = [r for r in record.read(path).records if r.key.startswith("(64,")]
     rebuilt = record.rebuild_all(again.arguments)
     assert rebuilt[0].shape == (64,) and rebuilt[0].dtype == np.float32
 
@@ -165,22 +165,38 @@ def test_the_record_setting_records_each_key_once_per_process(on_miss, tmp_path,
 @pytest.mark.parametrize(
     "line",
     ['{"format": 2}', "not json", '{"format": 1, "function": "f", "module": "m", "qualname": "q", '
-     '"arguments": [{"shape": [4], "strides": [0], "dtype": "float32"}]}'],
-    ids=["another format", "not JSON", "a zero stride"],
+     '"arguments": [{"shape": [4], "strides": [2], "dtype": "float32"}]}',
+     '{"format": 1, "function": "f", "module": "m", "qua'],
+    ids=["another format", "not JSON", "half an element's stride", "a line cut short"],
 )  # fmt: skip
-def test_a_record_line_that_is_not_a_record_is_named(tmp_path, line):
+def test_a_record_line_that_is_not_a_record_is_named_and_the_others_read(tmp_path, line):
     path = tmp_path / "record.jsonl"
-    path.write_text('{"format": 1, "function": "f", "module": "m", "qualname": "q", '
-                    '"arguments": []}\n' + line + "\n")  # fmt: skip
-    with pytest.raises(nt.CacheFileError, match="line 2: not a numbatune record"):
-        record.read(path)
+    good = '{"format": 1, "function": "%s", "module": "m", "qualname": "q", "arguments": []}'
+    path.write_text(f"{good % 'f'}\n{line}\n{good % 'g'}\n")
+    found = record.read(path)
+    assert [r.function for r in found.records] == ["f", "g"]
+    ((number, why),) = [(u.line, u.why) for u in found.unreadable]
+    assert number == 2 and why.startswith("not a numbatune record")
 
 
 @pytest.mark.parametrize(
-    ("strides", "layout"), [((16, 4), "C"), ((4, 12), "F"), ((32, 8), "A")],
-    ids=["C order", "Fortran order", "strided"],
+    ("strides", "layout"),
+    [((16, 4), "C"), ((4, 12), "F"), ((32, 8), "A"), ((-16, 4), "A"), ((16, -8), "A"),
+     ((0, 4), "A")],
+    ids=["C order", "Fortran order", "strided", "rows reversed", "every other column reversed",
+         "broadcast rows"],
 )  # fmt: skip
 def test_a_recorded_array_is_rebuilt_with_its_layout(strides, layout):
     rebuilt = record.rebuild({"shape": [3, 4], "strides": list(strides), "dtype": "float32"})
     assert rebuilt.shape == (3, 4) and tuple(rebuilt.strides) == strides
     assert nt_arrays.read(rebuilt) == ((3, 4), "float32", layout)
+
+
+def test_the_lines_recorded_for_reversed_and_broadcast_arrays_are_read_and_rebuilt(tmp_path):
+    reversed_view = cuda.to_device(np.arange(8, dtype=np.float32))[::-1]
+    broadcast = nt_arrays.laid_out(np.ones(8, np.float32), (0,))
+    path = tmp_path / "keys.jsonl"
+    record.write(path, "m.k", "m", "k", "key", (reversed_view, broadcast))
+    (found,) = record.read(path).records
+    rebuilt = record.rebuild_all(found.arguments)
+    assert [(a.shape, tuple(a.strides)) for a in rebuilt] == [((8,), (-4,)), ((8,), (0,))]

@@ -5,23 +5,34 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from numba import cuda
 
 from numbatune import cli, record, sweep
 from numbatune.arrays import SIMULATOR
+from numbatune.cache import disk
 
 KERNELS = """
+import os
+
 import numbatune as nt
 from numba import cuda
 
 BLOCK = 4
 
 
-@nt.autotune(variants=nt.product(BLOCK=[2, 4, 8]),
-             launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK))
+def launch(x, out, a, *, BLOCK):
+    if os.environ.get("SWEEP_DIES_AT") == str(x.shape[0]):  # a worker that dies at this key
+        os._exit(9)
+    return nt.cdiv(x.shape[0], BLOCK), BLOCK
+
+
+@nt.autotune(variants=nt.product(BLOCK=[2, 4, 8]), launch=launch)
 @cuda.jit
 def scale(x, out, a):
     i = cuda.grid(1)
@@ -81,7 +92,7 @@ def test_a_sweep_of_recorded_keys_makes_them_hits_in_a_fresh_process(program, en
     if engine == "ray":
         pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
     path = recorded(program)
-    assert len(record.read(path)) == 3
+    assert len(record.read(path).records) == 3
     export = program / "export.json"
     options = ["--ray", "--workers", "2"] if engine == "ray" else ["--workers", "2"]
     status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program), *options])
@@ -99,7 +110,7 @@ def test_a_sweep_of_recorded_keys_makes_them_hits_in_a_fresh_process(program, en
 
 def test_records_that_cannot_be_swept_are_named_and_the_sweep_fails(program, tmp_path):
     path = recorded(program)
-    good = record.read(path)[0]
+    good = record.read(path).records[0]
     lost = record.Record("gone.kernel", "gone", "kernel", None, good.arguments)
     script = record.Record("__main__.k (x.py)", "__main__", "k", None, good.arguments)
     wrong = record.Record(good.function, good.module, good.qualname, "(999,)", good.arguments)
@@ -153,3 +164,70 @@ def test_a_ray_sweep_starts_no_more_actors_than_the_cluster_has_gpus(program, ca
         ray.shutdown()
     assert status == 0, capsys.readouterr().err
     assert "3 tuned, 0 stored, 0 failed, 0 skipped, over 1 workers" in capsys.readouterr().err
+
+
+def test_a_sweep_whose_worker_dies_keeps_what_it_tuned_and_a_rerun_goes_on_from_there(
+    program, tmp_path, monkeypatch, capsys
+):
+    path = recorded(program)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    export = program / "export.json"
+    command = ["sweep", str(path), "-o", str(export), "--path", str(program)]
+    monkeypatch.setenv("SWEEP_DIES_AT", "40")  # the last of the worker's three keys
+    assert cli.main(command) == 1
+    assert "2 tuned, 0 stored, 1 failed" in capsys.readouterr().err
+    assert len(json.loads(export.read_text())["entries"]) == 2
+    assert list(temporary.iterdir()) == []
+    monkeypatch.delenv("SWEEP_DIES_AT")
+    assert cli.main(command) == 0
+    assert "1 tuned, 2 stored, 0 failed" in capsys.readouterr().err
+    assert len(json.loads(export.read_text())["entries"]) == 3
+    assert list(temporary.iterdir()) == []
+
+
+def _line(arguments, function="sweep_kernels.scale"):
+    return json.dumps({"format": 1, "function": function, "module": function.rpartition(".")[0],
+                       "qualname": "scale", "arguments": arguments})  # fmt: skip
+
+
+def test_a_sweep_replays_reversed_and_broadcast_arrays_and_names_a_line_cut_short(program, capsys):
+    x, a = cuda.to_device(np.ones(8, np.float32)), record.describe(np.float32(2))
+    out = record.describe(cuda.device_array(8, np.float32))
+    reversed_x = record.describe(x[::-1])
+    broadcast_x = {"shape": [16], "strides": [0], "dtype": "float32"}  # another key
+    lines = [_line([reversed_x, out, a]), _line([broadcast_x, {**out, "shape": [16]}, a]),
+             _line([record.describe(x), out, a])[:50]]  # fmt: skip
+    (program / "keys.jsonl").write_text("\n".join(lines) + "\n")
+    export = program / "export.json"
+    command = ["sweep", str(program / "keys.jsonl"), "-o", str(export), "--path", str(program)]
+    assert cli.main([*command, "--json"]) == 1  # not every line was swept
+    rows = json.loads(capsys.readouterr().out)
+    assert [(row["function"], row["status"]) for row in rows] == [
+        ("line 3", "skipped"), ("sweep_kernels.scale", "tuned"), ("sweep_kernels.scale", "tuned")
+    ]  # fmt: skip
+    assert "not a numbatune record" in rows[0]["detail"]
+    assert len(json.loads(export.read_text())["entries"]) == 2
+
+
+@pytest.mark.parametrize("output", ["a folder", "a missing folder", "a full disk"])
+def test_a_sweep_whose_output_cannot_be_written_fails_before_tuning(
+    program, monkeypatch, capsys, output
+):
+    x = record.describe(cuda.to_device(np.ones(8, np.float32)))
+    (program / "keys.jsonl").write_text(_line([x, x, record.describe(np.float32(2))]) + "\n")
+    path = {"a folder": program, "a missing folder": program / "missing" / "export.json",
+            "a full disk": program / "export.json"}[output]  # fmt: skip
+    if output == "a full disk":
+        monkeypatch.setattr(disk.os, "statvfs", lambda _: SimpleNamespace(f_bavail=0, f_frsize=1))
+    tuned = []
+    monkeypatch.setattr(sweep, "_on_this_machine", lambda *arguments: tuned.append(1) or [])
+    command = ["sweep", str(program / "keys.jsonl"), "-o", str(path), "--path", str(program)]
+    assert cli.main(command) == 1
+    said = capsys.readouterr().err
+    assert tuned == [] and "Traceback" not in said
+    words = {"a folder": "is a folder", "a missing folder": "does not exist",
+             "a full disk": "the disk is full"}[output]  # fmt: skip
+    assert words in said, said

@@ -74,12 +74,19 @@ def device_functions():
 def store_round_trip(cache_dir, cc, payload, damage):
     """Save ``payload`` in a kernel store, damage it as asked, and load it back: what load
     gives (a kernel's name or None), and whether the entry is still there."""
+    import pickle
+    import zlib
     from pathlib import Path
 
+    from numbatune.compile import build
     from numbatune.compile.store import KernelStore
 
     store = KernelStore(Path(cache_dir), cc, "tests.kernel")
-    store.save("key", {"garbage": b"not a kernel", "foreign": payload, "good": payload}[damage])
+    wrong = {"version": build.PAYLOAD_VERSION, "library": {"cubin_cache": {build.full_cc(cc): b""}},
+             "kernel": {}}  # fmt: skip
+    stored = {"garbage": b"not a kernel", "foreign": payload, "good": payload,
+              "wrong contents": zlib.compress(pickle.dumps(wrong))}  # fmt: skip
+    store.save("key", stored[damage])
     loaded = KernelStore(Path(cache_dir), cc if damage != "foreign" else (8, 0), "tests.kernel")
     if damage == "foreign":  # the same entry read for another compute capability
         loaded._folder = store._folder

@@ -1,30 +1,40 @@
-"""One function's folder of the tune cache on disk, and what to do when the disk misbehaves.
+"""One folder of the disk cache (a function's tuning results, or its compiled kernels), and what
+to do when the disk misbehaves.
 
 A folder holds a diskcache database. Opening it can meet four situations, and each is named
 for what it is:
 
 - **writable**: read and write entries;
-- **read-only** (a cache shipped with a package, or owned by another user): read its entries,
-  write none; results tuned here stay in this process's memory;
+- **read-only** (a cache shipped in a container image, a read-only mount, a folder owned by
+  another user, a full disk): its entries are read through SQLite's read-only mode (as an
+  immutable file where the folder cannot take SQLite's shared-memory file), none are written;
+  what this process makes stays in its memory, said once per cache folder;
 - **corrupt** (SQLite says the file is not a database, or is malformed): moved aside to
   ``<folder>.corrupt-<time>`` and started afresh; the warning says where it went, or that it
-  could not be moved and results stay in memory;
-- **unavailable** (disk full, I/O errors, anything else): results stay in memory, with one
-  warning; nothing is moved or deleted.
+  could not be moved and new entries stay in memory;
+- **unavailable** (no database to read, and none can be made): entries stay in memory, with
+  one warning; nothing is moved or deleted.
 
-A write that fails because the disk is full or read-only warns once and leaves the entry in
-memory; nothing else is lost.
+While a process runs, its database can be damaged under it (cut short, overwritten) or
+replaced by another process. Before each write the file is checked: one another process
+replaced (or removed) is opened again; a damaged one is moved aside, with a warning, and the
+entry goes to a fresh one. A write that fails (a full or read-only disk) warns once: the entry
+stays in memory, and the entries stored before are still read. Errors are said in words
+(:func:`in_words`), not as a bare errno.
 """
 
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import os
 import shutil
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +42,12 @@ import diskcache
 
 logger = logging.getLogger("numbatune")
 
-_DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
+DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 _CORRUPT = ("file is not a database", "malformed", "not a database")
+_READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+_DATABASE = "cache.db"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class Mode(enum.Enum):
@@ -44,22 +58,143 @@ class Mode(enum.Enum):
     MEMORY = "memory only"
 
 
+@dataclass(frozen=True)
+class Holds:
+    """What a folder holds, as its messages name it."""
+
+    #: The store, as "the tune cache".
+    store: str
+    #: Its entries, as "results".
+    entries: str
+
+
+RESULTS = Holds("tune cache", "results")
+KERNELS = Holds("kernel store", "compiled kernels")
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The first part of ``path`` that is a file, not a folder, if one is."""
+    for part in (*reversed(path.parents), path):
+        if part.exists() and not part.is_dir():
+            return part
+    return None
+
+
+def in_words(error: BaseException, path: Path | None = None) -> str:
+    """What a disk error means, and what to do about it: ``[Errno 20]`` alone says neither.
+
+    Parameters
+    ----------
+    error
+        An OSError, an SQLite error or a diskcache timeout.
+    path
+        What was being opened or written, where the error does not name it.
+
+    Returns
+    -------
+    str
+        One line: the error's meaning in words ("is a file", "is read-only", "the disk is
+        full", "is damaged"), the error itself in parentheses, and the remedy.
+    """
+    text = str(error)
+    number = getattr(error, "errno", None)
+    where = getattr(error, "filename", None)
+    near = where or path
+    in_the_way = None if near is None else _file_in_the_way(Path(near))
+    if number in (errno.ENOTDIR, errno.EEXIST) and in_the_way is not None:
+        return (
+            f"{in_the_way} is a file, not a folder ({text}): give a folder as the cache "
+            "directory (NUMBATUNE_CACHE_DIR, or --cache-dir)"
+        )
+    if number in _FULL or "disk is full" in text:
+        return f"the disk is full ({text}): free some space on it"
+    if number in _READ_ONLY or "readonly" in text or "read-only" in text:
+        place = f"{where} is" if where else "it is"
+        return (
+            f"{place} read-only ({text}): make it writable, or give a cache directory this "
+            "process can write (NUMBATUNE_CACHE_DIR, or --cache-dir)"
+        )
+    if any(words in text for words in _CORRUPT):
+        return f"it is damaged ({text})"
+    return text
+
+
+def write_problem(directory: Path) -> str | None:
+    """Why nothing can be written under ``directory`` (see :func:`in_words`), or None where
+    it can be (made, if it does not exist yet).
+
+    Parameters
+    ----------
+    directory
+        A cache directory.
+
+    Returns
+    -------
+    str or None
+        The problem in words, with what to do.
+    """
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return in_words(
+            NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
+        )
+    if not writable(existing):
+        return in_words(PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(existing)))
+    try:
+        probe = existing / f".numbatune-probe-{os.getpid()}"
+        probe.write_bytes(b"\0" * 4096)
+        probe.unlink()
+        space = os.statvfs(existing)
+    except OSError as error:
+        return in_words(error)
+    if space.f_bavail * space.f_frsize < 1 << 20:
+        free = space.f_bavail * space.f_frsize
+        return in_words(OSError(errno.ENOSPC, f"{free} bytes free", str(existing)))
+    return None
+
+
 class _ReadOnly:
-    """A diskcache database read through SQLite's read-only mode (small text values only,
-    which is what numbatune stores)."""
+    """A diskcache database read through SQLite's read-only mode, or as an immutable file where
+    the folder cannot take SQLite's shared-memory file (a read-only folder of a database in WAL
+    mode: "attempt to write a readonly database")."""
 
     def __init__(self, folder: Path) -> None:
-        self._connection = sqlite3.connect(f"file:{folder / 'cache.db'}?mode=ro", uri=True)
-        self._connection.execute("SELECT count(*) FROM Cache").fetchone()
+        self._disk = diskcache.Disk(str(folder))
+        self._lock = threading.Lock()
+        database = (folder / _DATABASE).resolve().as_uri()
+        try:
+            self._connection = self._connect(f"{database}?mode=ro")
+        except sqlite3.OperationalError:
+            self._connection = self._connect(f"{database}?mode=ro&immutable=1")
+
+    @staticmethod
+    def _connect(uri: str) -> sqlite3.Connection:
+        connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        try:
+            connection.execute("SELECT count(*) FROM Cache").fetchone()
+        except sqlite3.Error:
+            connection.close()
+            raise
+        return connection
 
     def get(self, key: str) -> Any:
-        row = self._connection.execute(
-            "SELECT value FROM Cache WHERE key = ? AND raw = 1", (key,)
-        ).fetchone()
-        return None if row is None else row[0]
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
+                "AND (expire_time IS NULL OR expire_time > ?)",
+                (key, time.time()),
+            ).fetchone()
+        return None if row is None else self._disk.fetch(*row, read=False)
 
     def iterkeys(self) -> Iterator[str]:
-        yield from (row[0] for row in self._connection.execute("SELECT key FROM Cache"))
+        with self._lock:
+            rows = self._connection.execute("SELECT key, raw FROM Cache ORDER BY key").fetchall()
+        yield from (self._disk.get(key, raw) for key, raw in rows)
+
+    def close(self) -> None:
+        self._connection.close()
 
 
 def writable(folder: Path) -> bool:
@@ -67,78 +202,168 @@ def writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
-class Folder:
-    """The entries of one cache folder, opened as :class:`Mode` allows."""
+def _aside_name(folder: Path) -> Path:
+    """A free name beside ``folder`` for it, damaged: ``<folder>.corrupt-<time>``."""
+    stem = f"{folder.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    aside, number = folder.with_name(stem), 1
+    while aside.exists():
+        aside, number = folder.with_name(f"{stem}-{number}"), number + 1
+    return aside
 
-    def __init__(self, folder: Path, name: str) -> None:
+
+def _corrupt(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.DatabaseError) and any(t in str(error) for t in _CORRUPT)
+
+
+#: The cache folders (and what about them) already said, so that each is said once.
+_said: set[tuple[Path, str]] = set()
+
+
+class Folder:
+    """The entries of one cache folder, opened as :class:`Mode` allows.
+
+    Parameters
+    ----------
+    folder
+        The folder of the diskcache database.
+    name
+        The function it belongs to, for messages.
+    holds
+        What it holds, for messages.
+    """
+
+    def __init__(self, folder: Path, name: str, holds: Holds = RESULTS) -> None:
         self.folder = folder
         self._name = name
+        self._holds = holds
         self.mode = Mode.MEMORY
+        #: Why entries cannot be written here, in words (None while they can).
+        self.problem: str | None = None
         self._cache: Any = None
-        self._warned = False
+        self._identity: tuple[int, int] | None = None
         self._open()
 
+    # -- opening ------------------------------------------------------------------------------
+
     def _open(self) -> None:
-        folder = self.folder
-        if folder.exists() and not writable(folder):
-            self._open_read_only("it is not writable")
+        if self.folder.exists() and not writable(self.folder):
+            self._open_read_only(PermissionError(errno.EACCES, "not writable by this process"))
             return
         try:
-            self._cache = diskcache.Cache(str(folder))
-            self.mode = Mode.WRITABLE
-        except sqlite3.DatabaseError as error:
-            if any(text in str(error) for text in _CORRUPT):
-                self._set_aside(error)
-            elif "readonly" in str(error) or "read-only" in str(error):
-                self._open_read_only(str(error))
+            self._cache = diskcache.Cache(str(self.folder))
+        except DISK_ERRORS as error:
+            if _corrupt(error):
+                self._set_aside(f"is corrupt ({error})")
             else:
-                self._unavailable(error)
-        except _DISK_ERRORS as error:
-            self._unavailable(error)
+                self._open_read_only(error)
+            return
+        self._now_writable()
 
-    def _open_read_only(self, why: str) -> None:
+    def _now_writable(self) -> None:
+        self.mode, self.problem = Mode.WRITABLE, None
+        self._identity = self._identity_on_disk()
+
+    def _identity_on_disk(self) -> tuple[int, int] | None:
+        try:
+            stat = (self.folder / _DATABASE).stat()
+        except OSError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def _open_read_only(self, error: BaseException) -> None:
+        """Read what is there, writing nothing (``error``: why it cannot be written)."""
+        self.mode, self._cache, self.problem = Mode.MEMORY, None, in_words(error, self.folder)
+        what = f"the {self._holds.store} at {self.folder}"
+        if not (self.folder / _DATABASE).is_file():
+            self._say("open", f"{what} cannot be used: {self.problem}")
+            return
         try:
             self._cache = _ReadOnly(self.folder)
-            self.mode = Mode.READ_ONLY
-            logger.info(
-                "numbatune: %s: the tune cache at %s is read-only (%s): its results are used, "
-                "new ones stay in memory",
-                self._name,
-                self.folder,
-                why,
-            )
-        except _DISK_ERRORS as error:
-            self._unavailable(error)
+        except DISK_ERRORS as second:
+            self._say("open", f"{what} cannot be read ({in_words(second)}) nor written")
+            return
+        self.mode = Mode.READ_ONLY
+        self._say(
+            "open",
+            f"{what} cannot be written: {self.problem}; its {self._holds.entries} are used",
+            place=self.folder.parent,
+        )
 
-    def _set_aside(self, error: Exception) -> None:
+    def _set_aside(self, why: str) -> None:
+        """Move the damaged folder aside and start a fresh one (``why``: what is wrong)."""
+        self.close()
+        self.mode, self._cache = Mode.MEMORY, None
         folder = self.folder
-        aside = folder.with_name(f"{folder.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        what = f"the {self._holds.store} at {folder}"
+        aside = _aside_name(folder)
         try:
             shutil.move(str(folder), str(aside))
             self._cache = diskcache.Cache(str(folder))
-            self.mode = Mode.WRITABLE
-        except _DISK_ERRORS as second:
-            logger.warning(
-                "numbatune: %s: the tune cache at %s is corrupt (%s) and could not be moved "
-                "aside (%s): results stay in memory",
-                self._name, folder, error, second,
-            )  # fmt: skip
+        except DISK_ERRORS as second:
+            self.problem = f"{what} {why} and could not be moved aside ({second})"
+            self._say("open", self.problem)
             return
+        self._now_writable()
         logger.warning(
-            "numbatune: %s: the tune cache at %s is corrupt (%s); moved it to %s and started "
-            "a fresh one",
-            self._name, folder, error, aside,
+            "numbatune: %s: %s %s; moved it to %s and started a fresh one",
+            self._name, what, why, aside,
         )  # fmt: skip
 
-    def _unavailable(self, error: Exception) -> None:
-        self.mode = Mode.MEMORY
-        self._cache = None
-        self._warn(f"the tune cache at {self.folder} cannot be used ({error})")
+    def _say(self, about: str, what: str, place: Path | None = None) -> None:
+        """Warn once per folder (or ``place``) and ``about``."""
+        told = (place or self.folder, about)
+        if told not in _said:
+            _said.add(told)
+            logger.warning(
+                "numbatune: %s: %s: new %s stay in memory", self._name, what, self._holds.entries
+            )
 
-    def _warn(self, what: str) -> None:
-        if not self._warned:
-            self._warned = True
-            logger.warning("numbatune: %s: %s: results stay in memory", self._name, what)
+    # -- while it is open ---------------------------------------------------------------------
+
+    def _damage(self) -> str | None:
+        """What is wrong with the database file opened, or None while it is whole; one another
+        process replaced or removed is opened again."""
+        database = self.folder / _DATABASE
+        try:
+            with database.open("rb") as file:
+                stat = os.fstat(file.fileno())
+                header = file.read(100)
+        except FileNotFoundError:
+            header, stat = b"", None
+        except OSError as error:
+            return in_words(error)
+        if stat is None or (stat.st_dev, stat.st_ino) != self._identity:
+            self.close()
+            self._open()
+            return None
+        if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+            return f"it is not a database any more ({len(header)} bytes of a header)"
+        page_size = int.from_bytes(header[16:18], "big")
+        pages = int.from_bytes(header[28:32], "big")
+        counted = pages and header[24:28] == header[92:96]
+        expected = (65536 if page_size == 1 else page_size) * pages
+        if counted and stat.st_size < expected:
+            return f"it was cut short ({stat.st_size} of {expected} bytes)"
+        return None
+
+    def _write(self, action: Callable[[Any], Any]) -> Any:
+        """``action(cache)``, checking first that the file is whole; False where it cannot be
+        done (said once)."""
+        if self.mode is Mode.WRITABLE:
+            damage = self._damage()
+            if damage is not None:
+                self._set_aside(f"was damaged while in use ({damage})")
+        if self.mode is not Mode.WRITABLE:
+            return False
+        try:
+            return action(self._cache)
+        except DISK_ERRORS as error:
+            if not _corrupt(error):
+                self.problem = in_words(error, self.folder)
+                self._say("write", f"cannot write the {self._holds.store}: {self.problem}")
+                return False
+            self._set_aside(f"was damaged while in use ({error})")
+        return self.mode is Mode.WRITABLE and action(self._cache)
 
     def get(self, key: str) -> Any:
         """The value stored under ``key``, or None (also when the disk cannot be read)."""
@@ -146,8 +371,8 @@ class Folder:
             return None
         try:
             return self._cache.get(key)
-        except _DISK_ERRORS as error:
-            self._warn(f"cannot read the tune cache ({error})")
+        except DISK_ERRORS as error:
+            self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
             return None
 
     def stored_keys(self) -> list[str]:
@@ -156,38 +381,26 @@ class Folder:
             return []
         try:
             return list(self._cache.iterkeys())
-        except _DISK_ERRORS as error:
-            self._warn(f"cannot read the tune cache ({error})")
+        except DISK_ERRORS as error:
+            self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
             return []
 
-    def set(self, key: str, value: str) -> bool:
+    def set(self, key: str, value: Any) -> bool:
         """Store ``value``; False (with one warning) where the folder cannot take it."""
-        if self.mode is not Mode.WRITABLE:
-            return False
-        try:
-            self._cache.set(key, value)
-            return True
-        except _DISK_ERRORS as error:
-            self._warn(f"cannot write the tune cache ({error})")
-            return False
+        return bool(self._write(lambda cache: cache.set(key, value)))
 
-    def add(self, key: str, value: str) -> bool:
+    def add(self, key: str, value: Any) -> bool:
         """Store ``value`` unless ``key`` is there; whether it was stored."""
-        if self.mode is not Mode.WRITABLE:
-            return False
-        try:
-            return bool(self._cache.add(key, value))
-        except _DISK_ERRORS as error:
-            self._warn(f"cannot write the tune cache ({error})")
-            return False
+        return bool(self._write(lambda cache: cache.add(key, value)))
 
     def delete(self, key: str) -> None:
-        if self.mode is Mode.WRITABLE:
-            try:
-                self._cache.delete(key)
-            except _DISK_ERRORS as error:
-                self._warn(f"cannot write the tune cache ({error})")
+        """Forget ``key`` (nothing where the folder cannot be written)."""
+        self._write(lambda cache: cache.delete(key))
 
     def close(self) -> None:
-        if self._cache is not None and self.mode is Mode.WRITABLE:
-            self._cache.close()
+        """Close the database (the folder may be opened again)."""
+        if self._cache is not None:
+            try:
+                self._cache.close()
+            except DISK_ERRORS as error:  # a damaged database: nothing left to keep
+                logger.debug("numbatune: %s: closing %s: %s", self._name, self.folder, error)

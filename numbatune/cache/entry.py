@@ -144,7 +144,9 @@ def check(entry: Any) -> dict[str, Any]:
         raise DamagedEntry(f"an entry is a JSON object, got {type(entry).__name__}")
     if entry.get("format") != FORMAT:
         raise DamagedEntry(f"format {entry.get('format')!r}, expected {FORMAT}")
-    for name, kind in (("checksum", str), ("results", list), ("checked", bool)):
+    fields = (("checksum", str), ("function", str), ("key", str), ("results", list),
+              ("checked", bool))  # fmt: skip
+    for name, kind in fields:
         if not isinstance(entry.get(name), kind):
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected a {kind.__name__}")
     _number(entry, "compile_s"), _number(entry, "benchmark_s"), _number(entry, "trial_s")
@@ -172,28 +174,61 @@ def _number(result: Any, name: str) -> float:
     return float(value)
 
 
+def _texts(result: dict[str, Any], name: str) -> None:
+    value = result.get(name)
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise DamagedEntry(f"{name} is {value!r}, expected names and their values' text")
+
+
+def _absent(result: dict[str, Any], status: Status, *names: str) -> None:
+    """A result of ``status`` has no value for ``names`` (what only other outcomes have)."""
+    for name in names:
+        value = result.get(name)
+        if value is not None and (type(value) is not int or value != 0):
+            raise DamagedEntry(f"{name} is {value!r} in a {status.value} result")
+
+
+def _mismatch(found: Any) -> Mismatch:
+    if not isinstance(found, dict) or set(found) != {"output", "count", "size", "largest_error"}:
+        raise DamagedEntry(f"mismatch is {found!r}, expected output, count, size, largest_error")
+    counts = [found["count"], found["size"]]
+    if not isinstance(found["output"], str) or any(type(n) is not int or n < 0 for n in counts):
+        raise DamagedEntry(f"mismatch is {found!r}: a name and counts >= 0 expected")
+    error = found["largest_error"]
+    if isinstance(error, bool) or not isinstance(error, int | float):
+        raise DamagedEntry(f"largest_error is {error!r}, expected a number")
+    return Mismatch(found["output"], found["count"], found["size"], float(error))
+
+
 def _outcome(result: Any) -> Outcome:
+    """The outcome a stored result records; every field is checked, those its status does not
+    have too (a failed result with a time is damaged)."""
     if not isinstance(result, dict) or not isinstance(result.get("variant"), str):
         raise DamagedEntry(f"a result is {result!r}, expected an object naming its variant")
     try:
         status = Status(result.get("status"))
     except ValueError:
         raise DamagedEntry(f"status {result.get('status')!r} is not a status") from None
+    _texts(result, "params"), _texts(result, "jit")
     if status in (Status.TIMED, Status.STOPPED_EARLY):
+        _absent(result, status, "error", "mismatch")
         runs = result.get("runs")
         if type(runs) is not int or runs < 1:
             raise DamagedEntry(f"runs is {runs!r}, expected an integer >= 1")
         median, spread = _number(result, "median_s"), _number(result, "spread_s")
         return Timed(median, spread, runs, status is Status.STOPPED_EARLY)
+    _absent(result, status, "median_s", "spread_s", "runs")
     if status is Status.FAILED:
+        _absent(result, status, "mismatch")
         if not isinstance(result.get("error"), str):
             raise DamagedEntry(f"error is {result.get('error')!r}, expected text")
         return Failed(result["error"])
+    _absent(result, status, "error")
     if status is Status.MISMATCHED:
-        try:
-            return Mismatched(Mismatch(**result["mismatch"]))
-        except (KeyError, TypeError) as error:
-            raise DamagedEntry(f"mismatch is {result.get('mismatch')!r}: {error}") from None
+        return Mismatched(_mismatch(result.get("mismatch")))
+    _absent(result, status, "mismatch")
     return NOT_TRIED
 
 

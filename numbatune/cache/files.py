@@ -20,6 +20,7 @@ cannot be read is reported as damaged by every command, left out of exports, and
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from numbatune.cache import entry as entries
-from numbatune.cache.disk import Folder, Mode
+from numbatune.cache.disk import Folder, Mode, in_words
 from numbatune.cache.tunecache import function_folder
 from numbatune.devices import current_kind
 from numbatune.errors import CacheFileError
@@ -121,8 +122,7 @@ def export(cache_dir: Path, path: Path, function: str | None = None) -> tuple[in
     """Write the stored results (of one function) to the JSON file ``path``; returns how many
     were written and how many damaged ones were left out."""
     found = stored_entries(cache_dir, function)
-    write_export(path, export_items(found))
-    return sum(e.stored is not None for e in found), sum(e.stored is None for e in found)
+    return write_export(path, export_items(found)), sum(e.stored is None for e in found)
 
 
 def export_items(found: list[Entry]) -> list[dict[str, Any]]:
@@ -134,12 +134,24 @@ def export_items(found: list[Entry]) -> list[dict[str, Any]]:
     ]
 
 
-def write_export(path: Path, items: list[dict[str, Any]]) -> None:
+def write_export(path: Path, items: list[dict[str, Any]]) -> int:
     """Write an export file of ``items`` (see :func:`export_items`), each (device, function,
-    key, kernel checksum) once."""
+    key, kernel checksum) once, the last of each kept; how many it holds.
+
+    The file is written whole or not at all: to a temporary file beside it, then renamed.
+    Raises :class:`CacheFileError`, saying why in words, where it cannot be written.
+    """
     unique = {(i["device"], i["function"], i["key"], i["entry"]["checksum"]): i for i in items}
     document = {"format": FILE_FORMAT, "version": FILE_VERSION, "entries": list(unique.values())}
-    Path(path).write_text(json.dumps(document, indent=1))
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(json.dumps(document, indent=1))
+        os.replace(partial, path)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        raise CacheFileError(f"cannot write {path}: {in_words(error)}") from None
+    return len(unique)
 
 
 @dataclass
@@ -151,11 +163,14 @@ class ImportResult:
     other_device: int = 0
     #: Entries already in the cache (the same key and kernel checksum).
     already_present: int = 0
-    #: Entries that could not be written (a read-only or full cache).
+    #: Entries that could not be written (a read-only or full cache), and why (in words).
     not_written: int = 0
+    why_not_written: str | None = None
 
 
-def _load_file(path: Path) -> list[dict[str, Any]]:
+def read_items(path: Path) -> list[dict[str, Any]]:
+    """The entries of the export file at ``path``; :class:`CacheFileError` when it cannot be
+    read, or it or one of its entries is not in the exported format."""
     try:
         document = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -180,7 +195,14 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
     Raises :class:`CacheFileError`, having written nothing, when the file or any entry is not in
     the exported format.
     """
-    items = _load_file(path)
+    return import_items(read_items(path), cache_dir, device)
+
+
+def import_items(
+    items: list[dict[str, Any]], cache_dir: Path, device: str | None = None
+) -> ImportResult:
+    """Add the export items (:func:`read_items`) of this device (``device``: its partition
+    name, the current device's by default) to the cache under ``cache_dir``."""
     device = device or current_kind().partition
     result = ImportResult()
     for item in items:
@@ -196,6 +218,7 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
             result.imported += 1
         else:
             result.not_written += 1
+            result.why_not_written = folder.problem or result.why_not_written
         folder.close()
     return result
 

@@ -2,7 +2,9 @@
 
 When torch.distributed is initialised with more than one rank (and the ``ranks`` setting is
 ``auto``), each tuned kernel's first lookup of a key in a process is a collective of all ranks,
-on a gloo group of numbatune's own (``rank_timeout_s`` bounds every wait):
+exchanged through the key-value store torch.distributed was initialised with (whatever the
+backend; ``rank_timeout_s`` bounds every wait, the job's first tuning's too, as no process
+group has to connect first):
 
 1. Every rank offers what it has: the key's text, its kind of device, the kernel's checksum,
    and the entry its disk cache holds for the key, if any. Ranks that offer the same key, kind
@@ -17,16 +19,19 @@ on a gloo group of numbatune's own (``rank_timeout_s`` bounds every wait):
 
 Every rank must meet the same keys in the same order, as ranks of one program do. A rank that
 dies, or does not reach a key's tuning within ``rank_timeout_s``, makes the others fail with a
-:class:`~numbatune.errors.TuningError` that says so, not hang. Times measured on different
-GPUs of one kind are compared as if on one. Only the level's first set of variants is tried;
-when every variant of it fails, the tuning fails (a rank tuning alone would go on to the next
-priority group).
+:class:`~numbatune.errors.TuningError` that says so, not hang; the rank that comes late fails
+with it too, at once (the ranks that stopped waiting mark the exchange abandoned). Times
+measured on different GPUs of one kind are compared as if on one. Only the level's first set of
+variants is tried; when every variant of it fails, the tuning fails (a rank tuning alone would
+go on to the next priority group).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import pickle
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -57,27 +62,42 @@ class Offer:
 
 
 class RankGroup:
-    """The ranks of the job, on a gloo group numbatune makes for its tunings."""
+    """The ranks of the job, exchanging values through the job's store."""
 
     def __init__(self, distributed: Any) -> None:
-        self._distributed = distributed
         self.rank = distributed.get_rank()
         self.size = distributed.get_world_size()
-        timeout = datetime.timedelta(seconds=settings.rank_timeout_s)
-        self._handle = distributed.new_group(backend="gloo", timeout=timeout)
+        store = distributed.distributed_c10d._get_default_store()
+        self._store = distributed.PrefixStore("numbatune/", store)
+        #: How many exchanges this rank has begun (every rank begins the same ones in order).
+        self._exchanges = 0
+        self._lock = threading.Lock()
 
     def gather(self, value: Any, kernel_name: str, key: str) -> list[Any]:
-        """Every rank's ``value``, in rank order; a :class:`TuningError` when a rank fails."""
-        gathered: list[Any] = [None] * self.size
+        """Every rank's ``value``, in rank order; a :class:`TuningError` when a rank does not
+        give its own within ``rank_timeout_s``, or gave up waiting for this one."""
+        with self._lock:
+            exchange, self._exchanges = self._exchanges, self._exchanges + 1
+        names = [f"{exchange}/{rank}" for rank in range(self.size)]
+        abandoned = f"{exchange}/abandoned"
         try:
-            self._distributed.all_gather_object(gathered, value, group=self._handle)
-        except RuntimeError as error:
+            self._store.set(names[self.rank], pickle.dumps(value))
+            self._store.wait(names, datetime.timedelta(seconds=settings.rank_timeout_s))
+            if self._store.check([abandoned]):
+                raise RuntimeError("the other ranks stopped waiting for this one")
+            gathered = [pickle.loads(self._store.get(name)) for name in names]
+        except RuntimeError as error:  # DistStoreError: a wait timed out; a store gone
+            with contextlib.suppress(RuntimeError):
+                self._store.set(abandoned, b"")
             raise TuningError(
                 f"{kernel_name}: the ranks of the torch.distributed job could not tune key "
                 f"{key} together: a rank died or did not reach this tuning within "
                 f"rank_timeout_s={settings.rank_timeout_s:g} s ({error}). Every rank must meet "
                 "the same keys in the same order; NUMBATUNE_RANKS=off tunes each rank alone"
             ) from error
+        if exchange:  # every rank has read the one before: this rank's value there can go
+            with contextlib.suppress(RuntimeError):
+                self._store.delete_key(f"{exchange - 1}/{self.rank}")
         return gathered
 
 

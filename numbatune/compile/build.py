@@ -262,10 +262,17 @@ def load(payload: bytes, cc: tuple[int, int]) -> Any:
         raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
     if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
         raise ValueError("not a compiled kernel of this numbatune")
-    if full_cc(cc) not in states["library"].get("cubin_cache", {}):
+    library, kernel = states.get("library"), states.get("kernel")
+    if not isinstance(library, dict) or not isinstance(kernel, dict):
+        raise ValueError("not a compiled kernel (no code library and kernel)")
+    cubins = library.get("cubin_cache")
+    if not isinstance(cubins, dict) or full_cc(cc) not in cubins:
         raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
-    library = CUDACodeLibrary._rebuild(**states["library"])
-    return _Kernel._rebuild(codelibrary=library, **states["kernel"])
+    try:
+        rebuilt = CUDACodeLibrary._rebuild(**library)
+        return _Kernel._rebuild(codelibrary=rebuilt, **kernel)
+    except Exception as error:  # this format, but not the parts numba rebuilds a kernel from
+        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
 
 
 _RESOURCES = {

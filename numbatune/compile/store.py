@@ -4,26 +4,24 @@
 decides a kernel's code (:func:`numbatune.compile.build.store_key`: the kernel's code and the
 values it reads, the variant's parameters and jit options, the argument types, the compute
 capability and the toolchain versions). A process whose key is stored launches its winner from
-here with no numba compile. An entry that does not load is discarded with a warning and built
-again, never used.
+here with no numba compile. An entry that does not load (another format, or one of this format
+whose contents are wrong) is discarded with a warning and built again, never used. The folder
+is opened as :mod:`numbatune.cache.disk` does the tune cache's: a read-only store (shipped in
+an image) is read, a damaged one set aside.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
-import diskcache
-
+from numbatune.cache.disk import KERNELS, Folder
 from numbatune.compile import build
 from numbatune.identity import folder_name
 
 logger = logging.getLogger("numbatune")
-
-_DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 
 
 def kernels_folder(cache_dir: Path, cc: tuple[int, int]) -> Path:
@@ -32,7 +30,17 @@ def kernels_folder(cache_dir: Path, cc: tuple[int, int]) -> Path:
 
 
 class KernelStore:
-    """The compiled kernels of one function for one compute capability."""
+    """The compiled kernels of one function for one compute capability.
+
+    Parameters
+    ----------
+    cache_dir
+        The cache directory (None: no store).
+    cc
+        The compute capability.
+    function_id
+        The tuned function's identity.
+    """
 
     def __init__(self, cache_dir: Path | None, cc: tuple[int, int], function_id: str) -> None:
         self._folder = (
@@ -40,29 +48,27 @@ class KernelStore:
         )
         self._cc = cc
         self._name = function_id
-        self._disk: diskcache.Cache | None = None
+        self._disk: Folder | None = None
         self._lock = threading.Lock()
 
-    def _open(self) -> diskcache.Cache | None:
+    def _open(self) -> Folder | None:
         with self._lock:
             if self._disk is None and self._folder is not None:
-                try:
-                    self._disk = diskcache.Cache(str(self._folder))
-                except _DISK_ERRORS as error:
-                    logger.warning("numbatune: %s: no kernel store (%s)", self._name, error)
-                    self._folder = None
+                self._disk = Folder(self._folder, self._name, KERNELS)
             return self._disk
+
+    @property
+    def problem(self) -> str | None:
+        """Why kernels cannot be kept here, in words, or None while they can."""
+        disk = self._open()
+        if disk is None:
+            return "the disk cache is off"
+        return disk.problem
 
     def load(self, key: str) -> Any | None:
         """The kernel stored under ``key``, or None (a damaged entry is discarded)."""
         disk = self._open()
-        if disk is None:
-            return None
-        try:
-            payload = disk.get(key)
-        except _DISK_ERRORS as error:
-            logger.warning("numbatune: %s: cannot read the kernel store (%s)", self._name, error)
-            return None
+        payload = None if disk is None else disk.get(key)
         if payload is None:
             return None
         try:
@@ -79,40 +85,24 @@ class KernelStore:
             self.discard(key)
             return None
 
-    def save(self, key: str, payload: bytes) -> None:
+    def save(self, key: str, payload: bytes) -> bool:
+        """Keep ``payload`` under ``key``; whether it was kept (see :attr:`problem`)."""
         disk = self._open()
-        if disk is None:
-            return
-        try:
-            disk.set(key, payload)
-        except _DISK_ERRORS as error:
-            logger.warning("numbatune: %s: cannot write the kernel store (%s)", self._name, error)
+        return disk is not None and disk.set(key, payload)
 
     def ran(self, key: str) -> bool:
         """Whether what ``key`` names ran on this kind of device (see :meth:`mark_ran`)."""
         disk = self._open()
-        try:
-            return disk is not None and disk.get(f"ran {key}") is not None
-        except _DISK_ERRORS:
-            return False
+        return disk is not None and disk.get(f"ran {key}") is not None
 
     def mark_ran(self, key: str) -> None:
         """Remember that what ``key`` names ran (a variant's trial run, on a kind of device)."""
         disk = self._open()
         if disk is not None:
-            try:
-                disk.set(f"ran {key}", True)
-            except _DISK_ERRORS as error:
-                logger.warning(
-                    "numbatune: %s: cannot write the kernel store (%s)", self._name, error
-                )
+            disk.set(f"ran {key}", True)
 
     def discard(self, key: str) -> None:
+        """Forget the kernel stored under ``key``."""
         disk = self._open()
         if disk is not None:
-            try:
-                disk.delete(key)
-            except _DISK_ERRORS as error:
-                logger.warning(
-                    "numbatune: %s: cannot clean the kernel store (%s)", self._name, error
-                )
+            disk.delete(key)

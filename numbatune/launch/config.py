@@ -2,15 +2,19 @@
 
 A launch function is called as ``launch(*args, **params)`` and returns ``(grid, block)`` or
 ``(grid, block, dynamic_shared_memory_bytes)``, grid and block each a positive integer or a
-tuple of 1 to 3 of them.
+tuple of 1 to 3 of them, within the device's limits (:class:`Limits`: checked before any
+launch, under numba's simulator too, which would otherwise run a block of 2,048 threads as
+2,048 Python threads; a variant whose configuration is beyond them fails while tuning).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from numbatune.arrays import SIMULATOR
 from numbatune.errors import LaunchFunctionError
 from numbatune.values import is_integer
 from numbatune.variants import Variant
@@ -96,9 +100,64 @@ def _dims(value: Any, least: int) -> bool:
     return 1 <= len(values) <= 3 and all(is_integer(v) and v >= least for v in values)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one launch may ask of a device."""
+
+    threads_per_block: int
+    #: The most threads of a block, and blocks of the grid, along x, y and z.
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    #: The most shared memory a block may have without opting in to more (numba does not).
+    shared_bytes: int
+
+
+#: CUDA's limits for every compute capability from 3.0 on, with the shared memory of the
+#: simulator's device (compute capability 5.2).
+SIMULATED = Limits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 * 1024)
+
+_limits: dict[int, Limits] = {}
+
+
+def device_limits() -> Limits:
+    """The current device's :class:`Limits` (read once per device), or the simulated one's."""
+    if SIMULATOR:
+        return SIMULATED
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    found = _limits.get(device.id)
+    if found is None:
+        found = _limits[device.id] = Limits(
+            device.MAX_THREADS_PER_BLOCK,
+            (device.MAX_BLOCK_DIM_X, device.MAX_BLOCK_DIM_Y, device.MAX_BLOCK_DIM_Z),
+            (device.MAX_GRID_DIM_X, device.MAX_GRID_DIM_Y, device.MAX_GRID_DIM_Z),
+            device.MAX_SHARED_MEMORY_PER_BLOCK,
+        )
+    return found
+
+
+def _beyond(config: LaunchConfig, limits: Limits) -> str | None:
+    """Which of the device's limits ``config`` passes, in words; None if none."""
+    grid, block = ((*d, 1, 1)[:3] if isinstance(d, tuple | list) else (d, 1, 1) for d in config[:2])
+    threads = block[0] * block[1] * block[2]
+    if threads > limits.threads_per_block:
+        return f"a block of {threads} threads; the device allows {limits.threads_per_block}"
+    for what, sizes, most in (("threads", block, limits.block), ("blocks", grid, limits.grid)):
+        for axis, size, limit in zip("xyz", sizes, most, strict=True):
+            if size > limit:
+                return f"{size} {what} in {axis}; the device allows {limit}"
+    shared = config[2] if len(config) == 3 else 0
+    if shared > limits.shared_bytes:
+        return (f"{shared} bytes of dynamic shared memory; the device allows "
+                f"{limits.shared_bytes} per block")  # fmt: skip
+    return None
+
+
 def checked_launch_config(config: Any, name: str) -> LaunchConfig:
-    """Validate what a launch function returned: (grid, block[, shared_memory_bytes]). A grid
-    with a dimension of 0 is valid: such a launch launches nothing (:func:`is_empty`)."""
+    """Validate what a launch function returned: (grid, block[, shared_memory_bytes]), within
+    the device's :class:`Limits`; ValueError says what is wrong, naming the limit. A grid with
+    a dimension of 0 is valid: such a launch launches nothing (:func:`is_empty`)."""
     if (
         isinstance(config, tuple | list)
         and len(config) in (2, 3)
@@ -106,7 +165,12 @@ def checked_launch_config(config: Any, name: str) -> LaunchConfig:
         and _dims(config[1], 1)
         and (len(config) == 2 or (is_integer(config[2]) and config[2] >= 0))
     ):
-        return tuple(config)
+        beyond = _beyond(tuple(config), device_limits())
+        if beyond is None:
+            return tuple(config)
+        raise ValueError(
+            f"{name}: the launch function returned {config!r}, beyond the device's limits: {beyond}"
+        )
     raise ValueError(
         f"{name}: the launch function returned {config!r}; expected (grid, block) or "
         "(grid, block, shared_memory_bytes), where grid is a non-negative integer or a tuple "

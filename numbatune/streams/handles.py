@@ -88,7 +88,11 @@ def numba_stream(stream: Any, args: tuple[Any, ...] = ()) -> Any:
                 break
         else:
             return 0
-    if SIMULATOR or isinstance(stream, cuda.cudadrv.driver.Stream):
+    if SIMULATOR:
+        if not isinstance(stream, int | type(cuda.default_stream())):
+            _read_handle(stream)  # what is not a stream is refused, as on a GPU
+        return stream
+    if isinstance(stream, cuda.cudadrv.driver.Stream):
         return stream
     handle = stream_handle(stream)
     return 0 if handle == 0 else cuda.external_stream(handle)
