@@ -74,7 +74,9 @@ def test_a_variant_that_fails_its_trial_never_runs_here_and_the_others_tune(isol
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator's forms of these failures")
-def test_variants_run_together_and_one_that_dies_among_them_is_found(isolated, monkeypatch):
+def test_variants_run_together_and_one_that_dies_or_hangs_among_them_is_found_at_once(
+    isolated, monkeypatch
+):
     sent = []
     original = processes.WorkerPool.run
 
@@ -113,7 +115,14 @@ def test_variants_run_together_and_one_that_dies_among_them_is_found(isolated, m
     report = _fragile([8, 9, 2, 10, 11]).tune(a, out)  # mode 2 ends the worker
     assert [r.error is None for r in report.results] == [True, True, False, True, True]
     assert "died (exit status 3)" in report.results[2].error
-    assert sent == [5, 1, 1, 1, 2]  # all; one at a time until the culprit; the rest together
+    assert sent == [5, 2]  # all (the worker says which one died); the rest together
+
+    sent.clear()
+    compiled.clear()
+    report = _fragile([1, 12, 13]).tune(a, out)  # mode 1 hangs: one time limit, not two
+    assert [r.error is None for r in report.results] == [False, True, True]
+    assert "passed the time limit of 5 s" in report.results[0].error
+    assert sent == [3, 2]
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator's form of this failure")

@@ -143,9 +143,10 @@ def write_problem(directory: Path) -> str | None:
     if not writable(existing):
         return in_words(PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(existing)))
     try:
-        probe = existing / f".numbatune-probe-{os.getpid()}"
-        probe.write_bytes(b"\0" * 4096)
-        probe.unlink()
+        if existing == directory:  # a write tells what permission bits do not (a mount's)
+            probe = directory / f".numbatune-probe-{os.getpid()}"
+            probe.write_bytes(b"\0" * 4096)
+            probe.unlink()
         space = os.statvfs(existing)
     except OSError as error:
         return in_words(error)
@@ -241,6 +242,7 @@ class Folder:
         self.problem: str | None = None
         self._cache: Any = None
         self._identity: tuple[int, int] | None = None
+        self._writing = threading.RLock()
         self._open()
 
     # -- opening ------------------------------------------------------------------------------
@@ -349,6 +351,10 @@ class Folder:
     def _write(self, action: Callable[[Any], Any]) -> Any:
         """``action(cache)``, checking first that the file is whole; False where it cannot be
         done (said once)."""
+        with self._writing:
+            return self._checked_write(action)
+
+    def _checked_write(self, action: Callable[[Any], Any]) -> Any:
         if self.mode is Mode.WRITABLE:
             damage = self._damage()
             if damage is not None:
@@ -367,20 +373,22 @@ class Folder:
 
     def get(self, key: str) -> Any:
         """The value stored under ``key``, or None (also when the disk cannot be read)."""
-        if self._cache is None:
+        cache = self._cache  # (another thread may set a damaged database aside meanwhile)
+        if cache is None:
             return None
         try:
-            return self._cache.get(key)
+            return cache.get(key)
         except DISK_ERRORS as error:
             self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
             return None
 
     def stored_keys(self) -> list[str]:
         """Every key stored (none when the disk cannot be read)."""
-        if self._cache is None:
+        cache = self._cache
+        if cache is None:
             return []
         try:
-            return list(self._cache.iterkeys())
+            return list(cache.iterkeys())
         except DISK_ERRORS as error:
             self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
             return []

@@ -20,8 +20,13 @@ Kernels are tried as they compile (:class:`Pipeline`, a thread of the caller's p
 the others still compile: the kernels given since the last task go to the worker in one task,
 which runs them one after another and stops at the first failure (the worker then ends: its
 context may be spoilt); the rest go in the next task. A tuning with nothing to try does not
-copy its arguments. A task that dies or passes the time limit does not say which variant did it:
-the variants are then tried one at a time until that one is found, and together again after it.
+copy its arguments. The worker notes in a small shared file which kernel of a task it is running,
+and since when (:class:`_Progress`): when a task dies or passes the time limit, the kernels
+before that one ran, and that one failed, with the reason; the rest go together in the next
+task. A kernel that passed the limit after the kernels before it had taken a noticeable part of
+it (more than a tenth, or a second) is tried again alone, with the whole limit; where the worker
+noted nothing, the variants are tried one at a time until the one that failed is found. So a
+variant that hangs costs one time limit, not one for its task and one more alone.
 
 What is isolated: a variant's first run on this kind of device, at the first key it is tuned
 for. What is not: its later runs (timing it, and launching it when it wins), at that key or
@@ -37,8 +42,10 @@ import contextlib
 import mmap
 import os
 import queue
+import struct
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
@@ -126,22 +133,49 @@ def _device_copy(entry: Any, buffer: Any) -> Any:
     return entry
 
 
+#: What the progress file holds: the index of the kernel running, and since when (time.time()).
+_PROGRESS = struct.Struct("<qd")
+
+
+class _Progress:
+    """Which kernel of a trial task the worker is running, and since when: a small shared file
+    the worker writes before each kernel, which this process reads when a task is lost."""
+
+    def __init__(self, descriptor: int, path: str) -> None:
+        self.descriptor, self.path = descriptor, path
+
+    def reset(self) -> None:
+        """Before a task: no kernel running."""
+        os.pwrite(self.descriptor, _PROGRESS.pack(-1, 0.0), 0)
+
+    def running(self) -> tuple[int, float] | None:
+        """The index of the kernel the task was running, and since when; None if none."""
+        index, since = _PROGRESS.unpack(os.pread(self.descriptor, _PROGRESS.size, 0))
+        return None if index < 0 else (index, since)
+
+
 def trial(
-    token: str, kernels: Sequence[tuple[bytes, tuple[Any, ...]]], cc: tuple[int, int] | None
+    token: str,
+    kernels: Sequence[tuple[bytes, tuple[Any, ...]]],
+    cc: tuple[int, int] | None,
+    progress: str,
 ) -> list[str | None] | processes.Done:
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
     arguments, restored first, and wait for it: None for each that ran. The first that fails
-    ends the list, with why, and the worker (its context may be spoilt)."""
+    ends the list, with why, and the worker (its context may be spoilt). Before each kernel,
+    its index and the time are written to the file at ``progress`` (:class:`_Progress`)."""
     if _staged.get("token") != token:
         raise NotStaged(token)
     reasons: list[str | None] = []
-    for kernel, config in kernels:
-        try:
-            _run_once(kernel, config, cc)
-        except Exception as error:
-            reasons.append(f"{type(error).__name__}: {error}")
-            return processes.Done(reasons, ended=True)
-        reasons.append(None)
+    with open(progress, "r+b", buffering=0) as noted:
+        for index, (kernel, config) in enumerate(kernels):
+            os.pwrite(noted.fileno(), _PROGRESS.pack(index, time.time()), 0)
+            try:
+                _run_once(kernel, config, cc)
+            except Exception as error:
+                reasons.append(f"{type(error).__name__}: {error}")
+                return processes.Done(reasons, ended=True)
+            reasons.append(None)
     return reasons
 
 
@@ -206,7 +240,8 @@ class Trials:
                     yield None, shared
                 yield stack.enter_context(_shared_copies(args, stream))
 
-            yield Session(self._pool, uuid.uuid4().hex, cc, ways())
+            progress = _Progress(*stack.enter_context(_shared_file(_PROGRESS.size)))
+            yield Session(self._pool, uuid.uuid4().hex, cc, ways(), progress)
 
 
 class Session:
@@ -221,8 +256,10 @@ class Session:
         token: str,
         cc: tuple[int, int] | None,
         ways: Iterator[tuple[str | None, tuple[Any, ...]]],
+        progress: _Progress,
     ) -> None:
         self.pool, self.token, self.cc, self._ways = pool, token, cc, ways
+        self._progress = progress
         #: The way being tried, taken at the first staging (inside a run: the device is held).
         self._way: tuple[str | None, tuple[Any, ...]] | None = None
 
@@ -232,11 +269,20 @@ class Session:
         reasons: list[str | None] = []
         batch = len(kernels)
         while len(reasons) < len(kernels):
+            self._progress.reset()
+            started = time.time()
             outcome = self._run(kernels[len(reasons) :][:batch])
+            running = self._progress.running()
             if isinstance(outcome, processes.Done):
                 reasons += [None if r is None else _why(r) for r in outcome.value]
             elif isinstance(outcome, _Unstaged):
                 return reasons + [outcome.why] * (len(kernels) - len(reasons))
+            elif running is not None and _failed_alone(running, started):
+                reasons += [None] * running[0] + [_why(str(outcome))]  # the one running failed
+                batch = len(kernels)
+            elif running is not None:
+                reasons += [None] * running[0]  # those before ran; the next alone, fully timed
+                batch = 1
             elif batch > 1:
                 batch = 1  # which variant failed is not known: one at a time until found
             else:
@@ -248,7 +294,9 @@ class Session:
         self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]
     ) -> processes.Outcome | _Unstaged:
         """One trial task, the arguments staged first in a worker that does not hold them."""
-        task = processes.Task(__name__, "trial", (self.token, kernels, self.cc))
+        task = processes.Task(
+            __name__, "trial", (self.token, kernels, self.cc, self._progress.path)
+        )
         outcome = self.pool.run([task], settings.trial_timeout_s)[0]
         if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
             why = self._stage()
@@ -272,6 +320,17 @@ class Session:
             if way is None:
                 return staged
             self._way = way
+
+
+def _failed_alone(running: tuple[int, float], started: float) -> bool:
+    """Whether the kernel ``running`` (its index in a lost task, and since when it ran) failed
+    as it would alone: it died, or it was the task's first, or it passed the time limit after
+    the kernels before it had taken no more than a tenth of it, or a second. Else (they took
+    more) it is tried again alone, with the whole limit."""
+    index, since = running
+    limit, now = settings.trial_timeout_s, time.time()
+    timed_out = now - started >= limit
+    return not timed_out or index == 0 or now - since >= limit - min(1.0, limit / 10)
 
 
 @dataclass(frozen=True)
