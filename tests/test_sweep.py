@@ -225,9 +225,9 @@ def test_a_sweep_whose_output_cannot_be_written_fails_before_tuning(
     tuned = []
     monkeypatch.setattr(sweep, "_on_this_machine", lambda *arguments: tuned.append(1) or [])
     command = ["sweep", str(program / "keys.jsonl"), "-o", str(path), "--path", str(program)]
-    assert cli.main(command) == 1
+    assert cli.main(command) == 2
     said = capsys.readouterr().err
     assert tuned == [] and "Traceback" not in said
-    words = {"a folder": "is a folder", "a missing folder": "does not exist",
+    words = {"a folder": "is a folder", "a missing folder": "no folder",
              "a full disk": "the disk is full"}[output]  # fmt: skip
     assert words in said, said
