@@ -19,6 +19,7 @@ LAYERS = [
     ["cache"],
     ["compile"],
     ["launch"],
+    ["spec", "shared", "resolver"],
     ["dispatch"],
     [
         "testing",

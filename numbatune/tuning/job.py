@@ -11,6 +11,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from numbatune import config
+from numbatune.config import Snapshot
 from numbatune.strategies import Search
 from numbatune.tuning.checks import Check
 from numbatune.tuning.levels import Plan
@@ -109,3 +111,6 @@ class TuneJob:
     #: KernelTemplate.build_key`): variants with the same are built for about the cost of one,
     #: so a search measures them together.
     build_key: Callable[[Variant], Hashable] = alone
+    #: The settings when the tuning began: a tuning reads these, never the settings of the
+    #: moment (``numbatune.configure`` while it runs changes the next tuning, not this one).
+    settings: Snapshot = field(default_factory=lambda: config.settings.snapshot())
