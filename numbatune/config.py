@@ -178,7 +178,7 @@ class Snapshot:
     #: Check mode for every tuned kernel: each variant's outputs are compared with the first
     #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.tuning.checks).
     check: bool = False
-    #: What a call does with a key that has no stored result (numbatune.dispatch): ``tune``
+    #: What a call does with a key that has no stored result (numbatune.resolver): ``tune``
     #: it now; ``nearest``: launch the winner of the kernel's nearest tuned key (else the
     #: kernel as written), unmeasured, and record the key for a sweep; ``background``: as
     #: ``nearest``, and tune the key in a background thread, whose winner replaces it. A

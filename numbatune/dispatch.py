@@ -1,12 +1,13 @@
-"""The ``@autotune`` decorator and the tuned kernel it returns.
+"""The ``@autotune`` decorator and the tuned kernel it returns: the thin call path.
 
-A call looks its fast path up by the classes of its arguments (one dictionary lookup, skipped
-while one set of classes has a fast path: that path checks the classes itself); the fast path
-computes the key, finds the winner in the winner table and launches it: that is the whole
-hot path. Anything else goes to the general path, which finds the winner in memory, on disk, or
-by tuning the key (once, however many threads ask), and launches it on the caller's arguments.
-State that belongs to a device (its winners, its fast paths, its disk partition) is kept per
-device.
+A call enters through its binder (:mod:`numbatune.binder`): the fast path of its argument
+classes, which computes the key, finds the winner in the winner table and launches it: that is
+the whole hot path. Anything else goes to the general path here, which checks the arguments,
+finds the winner in the device's winner table or asks the resolver (:mod:`numbatune.resolver`:
+disk, the ranks, the miss policy or tuning, once however many threads ask), and launches it on
+the caller's arguments. The options live in a :class:`~numbatune.spec.KernelSpec`; state that
+belongs to a device (its winners, its fast paths, its disk partition) in
+:mod:`numbatune.shared`.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import multiprocessing
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, background, devices, identity, keys, processes, references
+from numbatune import arrays, background, devices, identity, keys, references
 from numbatune._backend import require_a_backend
 from numbatune.arrays import SIMULATOR, is_array, library_of
-from numbatune.cache.tunecache import Winner, stored_anywhere
+from numbatune.binder import Binder
+from numbatune.cache.tunecache import Winner
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
@@ -40,7 +41,6 @@ from numbatune.streams.monitor import monitor
 from numbatune.tuning import checks, levels
 from numbatune.tuning.job import Arrived, Launcher
 from numbatune.tuning.results import Failed, TuneReport
-from numbatune.values import canonical_key
 from numbatune.variants import Variant
 
 
@@ -248,7 +248,7 @@ class _Trying:
 class TunedKernel:
     """A kernel with several compile-time variants that launches the fastest for each key.
 
-    Made by `autotune`, whose parameters it takes. Call it like the kernel:
+    Made by `autotune`, from the kernel and its options. Call it like the kernel:
     ``kernel(*args)`` or ``kernel(*args, stream=s)``; `tune` and `best` tune without
     launching and say what was chosen.
 
@@ -259,11 +259,16 @@ class TunedKernel:
     """
 
     def __init__(self, spec: KernelSpec) -> None:
-        """Made by `autotune` from the kernel and its options (``spec``)."""
+        """Made by `autotune`.
+
+        Parameters
+        ----------
+        spec
+            The kernel and `autotune`'s options, checked (``numbatune.spec.KernelSpec``).
+        """
         self._spec = spec
         self.name = spec.kernel_name
         self._template = spec.template
-        self._variants = spec.variants
         self._parameters = spec.parameters
         self._key = spec.key_function
         self._array_parameters = references.array_parameters(self._template.function)
@@ -276,9 +281,9 @@ class TunedKernel:
         self._resolver = Resolver(
             spec, self.function_id, self._compiler, self._compile_variants, self._tally
         )
-        self._binder = _Binder(len(self._parameters), self._dispatch)
+        self._binder = Binder(len(self._parameters), self._dispatch)
         self._hooks = self._fast_path_hooks()
-        _prepare_workers(self._compiler, self._variants, self.function_id)
+        self._shared.prepare_workers(settings.cache_dir)
 
     def _fast_path_hooks(self) -> fastpath.Hooks:
         """What this kernel's fast paths call back into it."""
@@ -335,7 +340,7 @@ class TunedKernel:
         self._check_arguments(args)
         state = self._device_state()
         key = self._key(args)
-        winner = _known(state, key, self.name)
+        winner = state.known(key, self.name)
         spec = self._spec
         if winner is None:
             if is_empty(spec.launch_config(args, spec.reference_variant)):
@@ -590,7 +595,7 @@ class TunedKernel:
     @property
     def variants(self) -> list[Variant]:
         """The variants, in the order given."""
-        return list(self._variants)
+        return list(self._spec.variants)
 
     def with_variants(
         self, variants: Iterable[Variant | Mapping[str, Any]], **options: Any
@@ -685,7 +690,7 @@ class TunedKernel:
         """
         self._check_arguments(args)
         state, key = self._device_state(), self._key(args)
-        known = _known(state, key, self.name)
+        known = state.known(key, self.name)
         served = known is not None and known.report.source in SERVED
         winner, report = self._answer(state, key, args, stream, force=force or served)
         spec = self._spec
@@ -738,7 +743,7 @@ class TunedKernel:
         )
 
     def __repr__(self) -> str:
-        return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
+        return f"<numbatune.TunedKernel {self.name} with {len(self._spec.variants)} variants>"
 
 
 def _can_be(use: str, value: Any) -> bool:
@@ -746,57 +751,3 @@ def _can_be(use: str, value: Any) -> bool:
     if is_array(value):
         return True
     return use == "indexed" and isinstance(value, tuple)
-
-
-def _known(state: DeviceState, key: Hashable, name: str) -> Winner | None:
-    """The winner the table holds for ``key``, or None; a clear error for unhashable keys."""
-    try:
-        return state.cache.winners.get(key) or state.cache.winners.get(canonical_key(key))
-    except TypeError:
-        keys.check_hashable(key, name)
-        raise
-
-
-def _prepare_workers(compiler: Compiler, variants: Sequence[Variant], function_id: str) -> None:
-    """Start the compile workers' fork server for a kernel just defined, if it is likely to be
-    tuned in this process: the cache directory has nothing of it, and this is the user's
-    process (not a ``multiprocessing`` child nor a numbatune worker, which import the user's
-    modules again)."""
-    if processes.in_worker() or multiprocessing.parent_process() is not None:
-        return
-    directory = settings.cache_dir
-    if directory is None or not stored_anywhere(directory, function_id):
-        compiler.prepare(variants)
-
-
-class _Binder:
-    """A tuned kernel's entry: ``entry(args, stream)`` is the fast path itself while one set of
-    argument classes has one (its code checks the classes), else ``by_classes``, which looks the
-    fast path up by the classes of the arguments, or calls ``general`` when there is none."""
-
-    def __init__(self, arity: int, general: Callable[[tuple[Any, ...], Any], None]) -> None:
-        self.paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]] = {}
-        names = "".join(f"a{i}, " for i in range(arity))
-        classes = "".join(f"type(a{i}), " for i in range(arity))
-        code = "\n".join(
-            [
-                "def by_classes(args, stream):",
-                f"    if len(args) != {arity}:",
-                "        return _general(args, stream)",
-                *([f"    {names}= args"] if arity else []),
-                f"    path = _binder.paths.get(({classes}))",
-                "    if path is None:",
-                "        return _general(args, stream)",
-                "    return path(args, stream)",
-            ]
-        )
-        namespace = {"_binder": self, "_general": general}
-        exec(compile(code, "<numbatune binder>", "exec"), namespace)
-        self.by_classes: Callable[[tuple[Any, ...], Any], None] = namespace["by_classes"]
-        self.entry = self.by_classes
-
-    def point(self, paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]]) -> None:
-        """Take the fast paths of a device (after one was added, or on another device)."""
-        self.paths = paths
-        only = list(paths.values())  # one read, while another thread may add a path
-        self.entry = only[0] if len(only) == 1 else self.by_classes

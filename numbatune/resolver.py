@@ -147,8 +147,9 @@ class Resolver:
         if spec.valid is not None:
             plan = plan.keeping(lambda v: spec.is_valid(v, miss.args), spec.kernel_name)
         policy = (spec.on_miss or taken.on_miss) if miss.serve else OnMiss.TUNE
-        check = spec.check or (checks.Check() if taken.check else None)
-        strategy, budget = spec.search or taken.search, spec.budget or taken.search_budget
+        check = spec.checking or (checks.Check() if taken.check else None)
+        strategy = spec.strategy or taken.search
+        budget = spec.search_budget or taken.search_budget
         return _Walk(miss, plan, policy, check, Search(strategy, budget, taken.search_seed), taken)
 
     def _found(self, cache: TuneCache, claim: Claim, walk: _Walk) -> TuneReport:

@@ -9,21 +9,20 @@ kernels, the kernel's checksum, and one :class:`DeviceState` per device and cach
 from __future__ import annotations
 
 import collections
+import multiprocessing
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from numbatune import devices, identity
+from numbatune import devices, identity, keys, processes
 from numbatune.arrays import SIMULATOR
-from numbatune.cache.tunecache import TuneCache
+from numbatune.binder import Call
+from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile.compiler import Compiler
 from numbatune.launch import fastpath
 from numbatune.spec import KernelSpec
-
-#: A fast path's entry: ``call(args, stream)``.
-Call = Callable[[tuple[Any, ...], Any], None]
 
 
 class DeviceState:
@@ -36,6 +35,15 @@ class DeviceState:
         self.paths: dict[tuple[type, ...], Call] = {}
         #: numba signature -> its fast path, or None where the fast launch has no plan.
         self.signatures: dict[tuple[Any, ...], fastpath.FastPath | None] = {}
+
+    def known(self, key: Hashable, kernel_name: str) -> Winner | None:
+        """The winner the table holds for ``key``, or None; a clear error for unhashable
+        keys."""
+        try:
+            return self.cache.get(key)
+        except TypeError:
+            keys.check_hashable(key, kernel_name)
+            raise
 
 
 class SharedState:
@@ -55,6 +63,16 @@ class SharedState:
         if self._checksum is None:
             self._checksum = self._spec.template.checksum(self._spec.variants, self._spec.launch)
         return self._checksum
+
+    def prepare_workers(self, cache_dir: Path | None) -> None:
+        """Start the compile workers' fork server for a kernel just defined, if it is likely to
+        be tuned in this process: ``cache_dir`` has nothing of it, and this is the user's
+        process (not a ``multiprocessing`` child nor a numbatune worker, which import the
+        user's modules again)."""
+        if processes.in_worker() or multiprocessing.parent_process() is not None:
+            return
+        if cache_dir is None or not stored_anywhere(cache_dir, self._function_id):
+            self.compiler.prepare(self._spec.variants)
 
     def on_current_device(self, cache_dir: Path | None) -> DeviceState:
         """The state on the current device with the cache directory ``cache_dir`` (a test that

@@ -29,10 +29,12 @@ from numbatune.variants import Variant, as_variants
 class KernelSpec:
     """The options of one tuned kernel, as `autotune` documents them.
 
-    Made with the values `autotune` takes; each is checked, and held in its checked form
-    (``variants`` as `Variant` objects, ``check=True`` as a `Check`, ``search`` as a
-    `Strategy`, ...), so that a ``dataclasses.replace`` of a spec checks only what it changes
-    again. What the options imply (the kernel as a template, each variant's launch parameters,
+    Made with the values `autotune` takes, each checked when the spec is made (a
+    ``dataclasses.replace`` of a spec makes a new one, checked again). The options hold what
+    was given (``variants`` as `Variant` objects, ``read_only`` as a frozenset), and ``check``,
+    ``search`` and ``budget`` as spelt: tuned kernels share their state only with those whose
+    options are spelt alike (:meth:`sharing_options`). What the options imply (the kernel as a
+    template, ``check``, ``search`` and ``budget`` as values, each variant's launch parameters,
     the key function) is derived once, when the spec is made.
     """
 
@@ -43,10 +45,10 @@ class KernelSpec:
     name: str | None = None
     level: str | None = None
     prune: levels.Prune | None = None
-    check: checks.Check | None = None
+    check: bool | checks.Check | None = None
     read_only: frozenset[str] = frozenset()
-    search: Strategy | None = None
-    budget: Budget | None = None
+    search: str | Strategy | None = None
+    budget: Budget | int | str | None = None
     valid: Callable[..., bool] | None = None
     on_miss: OnMiss | None = None
 
@@ -64,6 +66,11 @@ class KernelSpec:
     parameters: tuple[str, ...] = field(init=False)
     #: The key of a call's arguments.
     key_function: keys.KeyFunction = field(init=False)
+    #: Check mode (``check``), or None where the kernel leaves it to the ``check`` setting.
+    checking: checks.Check | None = field(init=False)
+    #: ``search`` and ``budget``, or None where the kernel leaves them to the settings.
+    strategy: Strategy | None = field(init=False)
+    search_budget: Budget | None = field(init=False)
 
     def __post_init__(self) -> None:
         name = self.name or getattr(self.kernel, "__name__", type(self.kernel).__name__)
@@ -83,10 +90,10 @@ class KernelSpec:
         derive("key_function", keys.build_key(self.key, self.template.signature, name))
         derive("level", levels.check_level(self.level, name))
         derive("prune", levels.check_prune(self.prune, name))
-        derive("check", checks.as_check(self.check, name))
+        derive("checking", checks.as_check(self.check, name))
         where = f"autotune({name})"
-        derive("search", None if self.search is None else as_strategy(self.search, where))
-        derive("budget", None if self.budget is None else as_budget(self.budget, where))
+        derive("strategy", None if self.search is None else as_strategy(self.search, where))
+        derive("search_budget", None if self.budget is None else as_budget(self.budget, where))
         derive("on_miss", _on_miss_option(self.on_miss, name))
 
     def replaced(self, changes: Mapping[str, Any], where: str) -> KernelSpec:

@@ -19,7 +19,7 @@ LAYERS = [
     ["cache"],
     ["compile"],
     ["launch"],
-    ["spec", "shared", "resolver"],
+    ["binder", "spec", "shared", "resolver"],
     ["dispatch"],
     [
         "testing",

@@ -154,8 +154,9 @@ class TuneCache:
         return Winner(report.best_index, variant, self._launch_params[variant], report)
 
     def get(self, key: Hashable) -> Winner | None:
-        """The winner the table holds for ``key`` (canonical), or None."""
-        return self.winners.get(key)
+        """The winner the table holds for ``key`` (looked up as given first: a call's key is
+        most often canonical already), or None; a TypeError for an unhashable key."""
+        return self.winners.get(key) or self.winners.get(canonical_key(key))
 
     def claim(self, key: Hashable, force: bool = False) -> Winner | Claim:
         """The winner for ``key`` (canonical) where the table holds one (unless ``force``),
