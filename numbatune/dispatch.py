@@ -539,6 +539,11 @@ class TunedKernel:
 
     # -- introspection ----------------------------------------------------------------------
 
+    def checksum(self) -> str:
+        """The digest of the kernel, its variants, launch function and the versions that decide
+        whether a stored result holds (computed once, on first use)."""
+        return self._shared.checksum()
+
     @property
     def py_func(self) -> Callable[..., None]:
         """The Python function behind the kernel, as on numba's dispatchers."""
