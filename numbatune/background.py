@@ -1,7 +1,7 @@
 """Tuning in a background thread (``on_miss="background"``: the setting, or a kernel's option).
 
 A call whose key has no stored result launches a variant chosen without measuring (see
-:mod:`numbatune.dispatch`) and hands clones of its arguments, made on its stream before that
+:mod:`numbatune.resolver`) and hands clones of its arguments, made on its stream before that
 launch, to a thread that tunes the key on a stream of its own. When the tuning ends its winner
 replaces the served variant in the winner table, so later calls launch it; a tuning that fails
 leaves the served variant, with a warning. The times it measures are taken while the program

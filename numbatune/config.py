@@ -144,9 +144,11 @@ class Ranks(TextEnum):
     OFF = "off"
 
 
-@dataclasses.dataclass
-class Settings:
-    """numbatune's settings; the environment variable of each is ``NUMBATUNE_<NAME>``."""
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """numbatune's settings at one moment: a tuning takes one when it begins and reads only
+    it, so that ``configure`` while it runs changes the next tuning, not this one. The
+    environment variable of each setting is ``NUMBATUNE_<NAME>``."""
 
     #: Where tuning results are kept on disk; ``None`` (``off``) keeps them in memory only.
     cache_dir: Path | None = dataclasses.field(default_factory=_default_cache_dir)
@@ -176,7 +178,7 @@ class Settings:
     #: Check mode for every tuned kernel: each variant's outputs are compared with the first
     #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.tuning.checks).
     check: bool = False
-    #: What a call does with a key that has no stored result (numbatune.dispatch): ``tune``
+    #: What a call does with a key that has no stored result (numbatune.resolver): ``tune``
     #: it now; ``nearest``: launch the winner of the kernel's nearest tuned key (else the
     #: kernel as written), unmeasured, and record the key for a sweep; ``background``: as
     #: ``nearest``, and tune the key in a background thread, whose winner replaces it. A
@@ -219,6 +221,23 @@ class Settings:
     ranks: Ranks = Ranks.AUTO
     #: Seconds a rank waits for the others at a key's tuning before it fails.
     rank_timeout_s: float = 1800.0
+
+
+class Settings(Snapshot):
+    """numbatune's settings now (``numbatune.settings``, changed by :func:`configure`): a
+    :class:`Snapshot` whose values can change."""
+
+    __hash__ = None  # type: ignore[assignment]  # (its values change)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+
+    def snapshot(self) -> Snapshot:
+        """The settings as they are now, frozen."""
+        return Snapshot(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {

@@ -1,67 +1,47 @@
-"""The ``@autotune`` decorator and the tuned kernel it returns.
+"""The ``@autotune`` decorator and the tuned kernel it returns: the thin call path.
 
-A call looks its fast path up by the classes of its arguments (one dictionary lookup, skipped
-while one set of classes has a fast path: that path checks the classes itself); the fast path
-computes the key, finds the winner in the winner table and launches it: that is the whole
-hot path. Anything else goes to the general path, which finds the winner in memory, on disk, or
-by tuning the key (once, however many threads ask), and launches it on the caller's arguments.
-State that belongs to a device (its winners, its fast paths, its disk partition) is kept per
-device.
+A call enters through its binder (:mod:`numbatune.binder`): the fast path of its argument
+classes, which computes the key, finds the winner in the winner table and launches it: that is
+the whole hot path. Anything else goes to the general path here, which checks the arguments,
+finds the winner in the device's winner table or asks the resolver (:mod:`numbatune.resolver`:
+disk, the ranks, the miss policy or tuning, once however many threads ask), and launches it on
+the caller's arguments. The options live in a :class:`~numbatune.spec.KernelSpec`; state that
+belongs to a device (its winners, its fast paths, its disk partition) in
+:mod:`numbatune.shared`.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import functools
-import logging
-import multiprocessing
-import os
-import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, background, devices, identity, keys, processes, record, references
+from numbatune import arrays, background, devices, identity, keys, references
 from numbatune._backend import require_a_backend
 from numbatune.arrays import SIMULATOR, is_array, library_of
-from numbatune.cache import ranks
-from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
+from numbatune.binder import Binder
+from numbatune.cache.tunecache import Winner
 from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
-from numbatune.errors import LaunchFunctionError
 from numbatune.launch import fastpath
-from numbatune.launch.config import (
-    LaunchConfig,
-    check_launch,
-    is_empty,
-    launch_config,
-    launch_params,
-)
+from numbatune.launch.config import LaunchConfig, is_empty, launch_config
 from numbatune.launch.numbalaunch import numba_launch
-from numbatune.strategies import Budget, Search, Strategy, as_budget, as_strategy
+from numbatune.resolver import SERVED, Miss, Resolver
+from numbatune.shared import DeviceState, shared_state
+from numbatune.spec import OPTIONS, KernelSpec
+from numbatune.strategies import Budget
 from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
-from numbatune.template import KernelTemplate
-from numbatune.tuning import checks, levels, tuner
-from numbatune.tuning.job import Arrived, Journal, Launcher, NoJournal, TuneJob
-from numbatune.tuning.results import Failed, Source, TuneReport, VariantResult
-from numbatune.values import canonical_key, key_text
-from numbatune.variants import Variant, as_variants
-
-logger = logging.getLogger("numbatune")
-
-#: Where a report of a key served without tuning (``on_miss``) comes from.
-_SERVED = (Source.NEAREST, Source.UNTUNED)
-
-#: A launch function slower than this a call (a hit costs about 5 us on an H100) is warned
-#: about, timed over so many calls once a key is tuned.
-_SLOW_LAUNCH_FUNCTION_S = 20e-6
-_LAUNCH_FUNCTION_CALLS = 5
+from numbatune.tuning import checks, levels
+from numbatune.tuning.job import Arrived, Launcher
+from numbatune.tuning.results import Failed, TuneReport
+from numbatune.variants import Variant
 
 
 def autotune(
@@ -193,68 +173,13 @@ def autotune(
     ```
     """
 
+    given = {option: value for option, value in locals().items() if option in OPTIONS}
     require_a_backend()
-    options = dict(
-        variants=variants, launch=launch, key=key, name=name, level=level, prune=prune,
-        check=check, read_only=read_only, search=search, budget=budget, valid=valid,
-        on_miss=on_miss,
-    )  # fmt: skip
-    make = functools.partial(TunedKernel, **options)
+
+    def make(kernel: Any) -> TunedKernel:
+        return TunedKernel(KernelSpec(**{**given, "kernel": kernel}))
+
     return make if kernel is None else make(kernel)
-
-
-class _Shared:
-    """What tuned kernels with the same sharing key share in a process
-    (:func:`numbatune.identity.sharing_key`): the compiled kernels, the state per device and
-    cache directory (the winner tables), and the checksum."""
-
-    def __init__(self, compiler: Compiler) -> None:
-        self.compiler = compiler
-        self.devices: dict[tuple[Any, Any], _DeviceState] = {}
-        self.checksum: str | None = None
-        self.lock = threading.RLock()
-
-
-#: Shared states by sharing key, the most recently made last; the oldest are dropped past
-#: _SHARED_LIMIT (a factory making kernels with ever new closure values stays bounded).
-_shared: collections.OrderedDict[str, _Shared] = collections.OrderedDict()
-_shared_lock = threading.Lock()
-_SHARED_LIMIT = 1024
-
-
-def _after_fork_in_child() -> None:
-    """In a forked child, locks other threads of the parent held stay held: replace them."""
-    global _shared_lock
-    _shared_lock = threading.Lock()
-    for shared in _shared.values():
-        shared.lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _shared_state(key: str, make: Callable[[], _Shared]) -> _Shared:
-    with _shared_lock:
-        shared = _shared.get(key)
-        if shared is None:
-            shared = _shared[key] = make()
-            if len(_shared) > _SHARED_LIMIT:
-                _shared.popitem(last=False)
-        _shared.move_to_end(key)
-        return shared
-
-
-class _DeviceState:
-    """What a tuned kernel keeps per device: its tune cache (with the winner table) and its
-    fast paths, found by argument classes and by numba signature."""
-
-    def __init__(self, cache: TuneCache) -> None:
-        self.cache = cache
-        #: Argument classes -> the newest fast path's ``call`` for those classes.
-        self.paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]] = {}
-        #: numba signature -> its fast path, or None where the fast launch has no plan.
-        self.signatures: dict[tuple[Any, ...], fastpath.FastPath | None] = {}
 
 
 class _Trying:
@@ -323,7 +248,7 @@ class _Trying:
 class TunedKernel:
     """A kernel with several compile-time variants that launches the fastest for each key.
 
-    Made by `autotune`, whose parameters it takes. Call it like the kernel:
+    Made by `autotune`, from the kernel and its options. Call it like the kernel:
     ``kernel(*args)`` or ``kernel(*args, stream=s)``; `tune` and `best` tune without
     launching and say what was chosen.
 
@@ -333,93 +258,46 @@ class TunedKernel:
         The name in messages and logs (``autotune(name=...)``, or the kernel function's).
     """
 
-    def __init__(
-        self,
-        kernel: Any,
-        *,
-        variants: Iterable[Variant | Mapping[str, Any]],
-        launch: Callable[..., LaunchConfig],
-        key: str | Sequence[str] | Callable[..., Hashable] | None = None,
-        name: str | None = None,
-        level: str | None = None,
-        prune: levels.Prune | None = None,
-        check: bool | checks.Check | None = None,
-        read_only: Sequence[str] = (),
-        search: str | None = None,
-        budget: Budget | int | str | None = None,
-        valid: Callable[..., bool] | None = None,
-        on_miss: OnMiss | str | None = None,
-    ) -> None:
-        #: What this kernel was made from, for :meth:`with_variants`.
-        self._made_from = dict(
-            kernel=kernel, launch=launch, key=key, name=name, level=level, prune=prune,
-            check=check, read_only=read_only, search=search, budget=budget, valid=valid,
-            on_miss=on_miss,
-        )  # fmt: skip
-        self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
-        self._template = KernelTemplate(kernel, self.name)
-        self._variants = as_variants(variants, self.name)
-        self._index = {variant: index for index, variant in enumerate(self._variants)}
-        check_launch(launch, self._variants, self._template.signature, self.name)
-        self._launch = launch
-        self._launch_params = launch_params(launch, self._variants)
-        self._valid = valid
-        self._valid_params = _valid_params(valid, self._variants, self.name)
-        launch_reads = {name for params in self._launch_params.values() for name in params}
-        self._template.check_params(self._variants, launch_reads)
-        self._parameters = tuple(self._template.signature.parameters)
-        _check_parameter_names(self._variants, self._parameters, self.name)
-        self._read_only = _checked_read_only(read_only, self._parameters, self.name)
+    def __init__(self, spec: KernelSpec) -> None:
+        """Made by `autotune`.
+
+        Parameters
+        ----------
+        spec
+            The kernel and `autotune`'s options, checked (``numbatune.spec.KernelSpec``).
+        """
+        self._spec = spec
+        self.name = spec.kernel_name
+        self._template = spec.template
+        self._parameters = spec.parameters
+        self._key = spec.key_function
         self._array_parameters = references.array_parameters(self._template.function)
-        self._key = keys.build_key(key, self._template.signature, self.name)
-        self._level = levels.check_level(level, self.name)
-        self._prune = levels.check_prune(prune, self.name)
-        self._check = checks.as_check(check, self.name)
-        self._strategy, self._budget = _search_options(search, budget, self.name)
-        self._on_miss = _on_miss_option(on_miss, self.name)
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
         self.function_id = identity.function_id(self._template.function)
-        self._shared = self._share(
-            key=key, level=level, prune=prune, check=check, name=name, search=search,
-            budget=budget, valid=valid, on_miss=self._on_miss,
-        )  # fmt: skip
+        self._shared = shared_state(spec, self.function_id)
         self._compiler = self._shared.compiler
-        self._tally, self._benchmarks = Tally(), 0
-        self._warned_slow_launch = False
-        self._binder = _Binder(len(self._parameters), self._dispatch)
+        self._tally = Tally()
+        self._resolver = Resolver(
+            spec, self.function_id, self._compiler, self._compile_variants, self._tally
+        )
+        self._binder = Binder(len(self._parameters), self._dispatch)
         self._hooks = self._fast_path_hooks()
-        _prepare_workers(self._compiler, self._variants, self.function_id)
+        self._shared.prepare_workers(settings.cache_dir)
 
     def _fast_path_hooks(self) -> fastpath.Hooks:
         """What this kernel's fast paths call back into it."""
+        spec = self._spec
         return fastpath.Hooks(
             self.name,
-            self._launch,
+            spec.launch,
             None if self._key is keys.default_key else self._key,
             self._dispatch,
             self._binder.by_classes,
             self._numba_launch,
-            self._valid,
-            tuple(self._valid_params),
+            spec.valid,
+            spec.valid_params,
         )
-
-    def _share(self, **settings: Any) -> _Shared:
-        """The state this kernel shares with tuned kernels of the same code and settings."""
-        template = self._template
-        key = identity.sharing_key(
-            template.code_text(),
-            template.jit_options,
-            template.signatures,
-            self._variants,
-            self._launch,
-            settings,
-        )
-        return _shared_state(key, lambda: _Shared(Compiler(template, self.function_id)))
-
-    @property
-    def _lock(self) -> threading.RLock:
-        return self._shared.lock
 
     # -- the hot path -----------------------------------------------------------------------
 
@@ -462,21 +340,22 @@ class TunedKernel:
         self._check_arguments(args)
         state = self._device_state()
         key = self._key(args)
-        winner = _known(state, key, self.name)
+        winner = state.known(key, self.name)
+        spec = self._spec
         if winner is None:
-            if is_empty(self._launch_config(args, self.reference_variant)):
+            if is_empty(spec.launch_config(args, spec.reference_variant)):
                 return  # nothing to do, and nothing to tune (empty inputs, say)
             winner, _ = self._answer(state, key, args, stream, force=False, serve=True)
-        if self._valid is not None and not self.is_valid(winner.variant, *args):
-            winner = self._valid_winner(winner, args)
+        if spec.valid is not None and not spec.is_valid(winner.variant, args):
+            winner = spec.valid_winner(winner, args)
         self._launch_winner(state, winner, args, stream)
 
     def _launch_winner(
-        self, state: _DeviceState, winner: Winner, args: tuple[Any, ...], stream: Any
+        self, state: DeviceState, winner: Winner, args: tuple[Any, ...], stream: Any
     ) -> None:
         """Launch ``winner`` through the fast path for the signature of ``args`` (made if
         needed), or through numba where no fast path serves them."""
-        config = launch_config(self._launch, args, winner.params, self.name)
+        config = launch_config(self._spec.launch, args, winner.params, self.name)
         if is_empty(config):
             return
         kernel = self._compiled(winner.variant, args)
@@ -491,12 +370,12 @@ class TunedKernel:
         numba_launch(kernel, self.name)(args, config, stream)
 
     def _fast_path(
-        self, state: _DeviceState, kernel: Any, args: tuple[Any, ...]
+        self, state: DeviceState, kernel: Any, args: tuple[Any, ...]
     ) -> fastpath.FastPath | None:
         """The fast path for the signature of ``args`` on this device, made on first use."""
         classes = tuple(map(type, args))
         signature = (*classes, *(kernel.typeof_pyval(a) for a in args))
-        with self._lock:
+        with self._shared.lock:
             if signature not in state.signatures:
                 older = state.paths.get(classes, self._dispatch)
                 path = fastpath.build(kernel, args, state.cache.winners, self._hooks, older)
@@ -511,58 +390,25 @@ class TunedKernel:
     ) -> None:
         numba_launch(self._compiled(winner.variant, args), self.name)(args, config, stream)
 
-    def _device_state(self) -> _DeviceState:
-        """This kernel's state on the current device (and cache directory: a test that gives
-        itself a cache of its own gets a state of its own); the binder is pointed at its
-        paths."""
-        if SIMULATOR:
-            device: Any = "simulator"
-        else:
-            from numba import cuda
-
-            device = int(cuda.current_context().handle)
-        place = (device, settings.cache_dir)
-        states = self._shared.devices
-        state = states.get(place)
-        if state is None:
-            with self._lock:
-                state = states.get(place)
-                if state is None:
-                    state = states[place] = _DeviceState(self._new_cache())
+    def _device_state(self) -> DeviceState:
+        """This kernel's state on the current device and cache directory; the binder is
+        pointed at its paths."""
+        state = self._shared.on_current_device(settings.cache_dir)
         self._binder.point(state.paths)
         return state
 
-    def _new_cache(self) -> TuneCache:
-        directory = settings.cache_dir
-        return TuneCache(
-            self.function_id,
-            self._variants,
-            self._launch_params,
-            None if directory is None else directory / devices.current_kind().partition,
-            self.checksum,
-        )
-
-    def checksum(self) -> str:
-        """The digest of the kernel, its variants, launch function and the versions that decide
-        whether a stored result holds (computed once, on first use)."""
-        shared = self._shared
-        if shared.checksum is None:
-            shared.checksum = self._template.checksum(self._variants, self._launch)
-        return shared.checksum
-
-    # -- the miss path ----------------------------------------------------------------------
-
     def _answer(
         self,
-        state: _DeviceState,
+        state: DeviceState,
         key: Hashable,
         args: tuple[Any, ...],
         stream: Any,
         force: bool,
         serve: bool = False,
     ) -> tuple[Winner, TuneReport]:
-        """The winner for ``key`` from memory, disk or tuning (or, for a call, ``serve``, as
-        the ``on_miss`` option or setting says), and the report behind it."""
+        """The winner for ``key`` (:mod:`numbatune.resolver`: from memory, disk or tuning, or,
+        for a call, ``serve``, as the ``on_miss`` option or setting says), and the report
+        behind it. A key served under ``on_miss="background"`` is tuned on a thread."""
         keys.check_hashable(key, self.name)
         self._check_arguments(args)
         stream = numba_stream(stream, args)
@@ -570,134 +416,11 @@ class TunedKernel:
         handle = raw_stream(stream)
         if handle != monitor.stream:
             monitor.watch(handle, tuple(a for a in args if is_array(a)), None, stream)
-        plan = self._plan(key, args)
-        check = self._check or (checks.Check() if settings.check else None)
-        search = Search(
-            self._strategy or settings.search,
-            self._budget or settings.search_budget,
-            settings.search_seed,
-        )
-        searched = search.strategy.for_space(len(plan.first)) is not Strategy.EXHAUSTIVE
-        on_miss = self._on_miss or settings.on_miss
-        serving = serve and on_miss is not OnMiss.TUNE
-        self._record(key, args, serving)
-
-        def job(plan: levels.Plan, search: Search, journal: Journal) -> TuneJob:
-            return TuneJob(
-                self.name, key, self._variants, args, self._parameters, stream, plan,
-                self._compile_variants, check, self.reference_variant, self._unrestored(args),
-                search, self._starts(state, key, plan) if searched else (), journal,
-                self._template.build_key,
-            )  # fmt: skip
-
-        def whole() -> TuneReport:
-            return self._tuned(job(plan, search, state.cache.journal(key, fresh=force)))
-
-        def share(index: int, count: int) -> TuneReport:  # ranks tuning together
-            if count == 1:
-                return whole()
-            part = levels.Plan(plan.level, (tuple(plan.first[index::count]),), 1, plan.pruned)
-            exhaustive = dataclasses.replace(search, strategy=Strategy.EXHAUSTIVE)
-            return self._tuned(job(part, exhaustive, NoJournal()))
-
-        group = ranks.group() if not serving and len(plan.first) > 1 else None
-        tune = functools.partial(self._served, state, key, plan) if serving else whole
-        winner, report = state.cache.lookup(
-            key, tune, force=force, reuse=lambda stored: _reuse(stored, plan, check, searched),
-            agree=None if group is None else lambda local: state.cache.agreed(
-                group, self.name, key, local, share, not searched, len(plan.first)
-            ),
-        )  # fmt: skip
-        if report.source in _SERVED and on_miss is OnMiss.BACKGROUND:
+        miss = Miss(key, args, stream, self._unrestored(args), force, serve)
+        resolved = self._resolver.resolve(state.cache, miss)
+        if resolved.tune_later:
             background.start(self, arrays.clone_arguments(args, stream), self.name)
-        return winner, report
-
-    def _tuned(self, job: TuneJob) -> TuneReport:
-        """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
-        self._compiler.warm_up(job.plan.first)
-        if settings.isolate is not Isolate.OFF:
-            trials.trials().start()
-        compiles, trial_s = self._tally.compiles, self._tally.trial_s
-        report = tuner.tune(job)
-        self._time_launch_function(job.args, report.winner)
-        if report.source is Source.BENCHMARK:
-            with self._lock:
-                self._benchmarks += 1
-        trial_s = self._tally.trial_s - trial_s  # timed by the tuner as compiling
-        return dataclasses.replace(
-            report,
-            compiles=self._tally.compiles - compiles,
-            compile_s=report.compile_s - trial_s,
-            trial_s=trial_s,
-        )
-
-    def _plan(self, key: Hashable, args: tuple[Any, ...]) -> levels.Plan:
-        """The variants a tuning of ``key`` tries: pruned, valid for ``args``, by level."""
-        level = self._level or settings.level
-        plan = levels.plan(self.name, key, self._variants, level, self._prune)
-        if self._valid is None:
-            return plan
-        return plan.keeping(lambda variant: self.is_valid(variant, *args), self.name)
-
-    def _time_launch_function(self, args: tuple[Any, ...], variant: Variant) -> None:
-        """Time the launch function for the tuned winner (it runs on every launch); warn once,
-        naming it, when it is slow (a copy from the device in it, say)."""
-        params = self._launch_params[variant]
-        times = []
-        for _ in range(_LAUNCH_FUNCTION_CALLS):
-            started = time.perf_counter()
-            self._launch(*args, **params)
-            times.append(time.perf_counter() - started)
-        cost = sorted(times)[len(times) // 2]
-        if cost > _SLOW_LAUNCH_FUNCTION_S and not self._warned_slow_launch:
-            self._warned_slow_launch = True
-            logger.warning(
-                "numbatune: %s: its launch function %s takes %.0f us a call (median of %d "
-                "while tuning), paid on every launch; compute values it reads from the device "
-                "once and pass them as scalar arguments instead (see the porting guide)",
-                self.name,
-                getattr(self._launch, "__qualname__", repr(self._launch)),
-                cost * 1e6,
-                _LAUNCH_FUNCTION_CALLS,
-            )
-
-    def _served(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> TuneReport:
-        """A key ``on_miss`` says not to tune now: the winner of the nearest tuned
-        key that the plan allows, else the kernel as written (or the first variant the plan
-        tries), unmeasured."""
-        allowed = set(plan.allowed)
-        nearest = [v for v in state.cache.winners_near(key) if v in allowed][:1]
-        if nearest:
-            variant, source = nearest[0], Source.NEAREST
-        else:
-            written = self.reference_variant
-            variant = written if written in allowed else plan.first[0]
-            source = Source.UNTUNED
-        results = tuple(VariantResult(v) for v in self._variants)
-        return TuneReport(key, self._index[variant], source, results)
-
-    def _record(self, key: Hashable, args: tuple[Any, ...], serving: bool) -> None:
-        """Record the key (numbatune.record) where the settings ask for it."""
-        path = settings.record
-        if path is None and serving and settings.cache_dir is not None:
-            path = record.served_keys_path(settings.cache_dir)
-        if path is None:
-            return
-        function = self._template.function
-        try:
-            record.write(
-                path, self.function_id, function.__module__, function.__qualname__,
-                key_text(key), args,
-            )  # fmt: skip
-        except (OSError, TypeError) as error:
-            logger.warning("numbatune: %s: could not record key %r in %s: %s",
-                           self.name, key, path, error)  # fmt: skip
-
-    def _starts(self, state: _DeviceState, key: Hashable, plan: levels.Plan) -> tuple[Variant, ...]:
-        """Where a search starts: the kernel as written, the variants of the highest priority
-        (when priorities differ), and the winners of this kernel's other keys, nearest first."""
-        highest = plan.groups[0] if len(plan.groups) > 1 else ()
-        return (self.reference_variant, *highest, *state.cache.winners_near(key))
+        return resolved.winner, resolved.report
 
     def _check_arguments(self, args: tuple[Any, ...]) -> None:
         """Refuse, naming the argument, calls numba would fail on less clearly."""
@@ -745,7 +468,7 @@ class TunedKernel:
     def _unrestored(self, args: tuple[Any, ...]) -> frozenset[str]:
         """The arguments tuning need not copy back before each run: those named ``read_only``,
         and the arrays whose elements the kernel only reads or only writes."""
-        unchanged = set(self._read_only)
+        unchanged = set(self._spec.read_only)
         for name, value in zip(self._parameters, args, strict=True):
             use = self._element_uses.get(name)
             if use is None or not arrays.is_array(value):
@@ -759,14 +482,10 @@ class TunedKernel:
         """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""
         return self._compiler.compiled(variant, args, self._tally)
 
-    def _launch_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
-        """The launch configuration the launch function gives ``variant`` for ``args``."""
-        return launch_config(self._launch, args, self._launch_params[variant], self.name)
-
     def _runnable_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
         """The launch configuration of ``variant`` for ``args``, for tuning to run: an empty
         one is refused (an empty launch has nothing to measure)."""
-        config = self._launch_config(args, variant)
+        config = self._spec.launch_config(args, variant)
         if is_empty(config):
             raise ValueError(
                 f"{self.name}: the launch function gives {variant.params} an empty grid "
@@ -820,6 +539,11 @@ class TunedKernel:
 
     # -- introspection ----------------------------------------------------------------------
 
+    def checksum(self) -> str:
+        """The digest of the kernel, its variants, launch function and the versions that decide
+        whether a stored result holds (computed once, on first use)."""
+        return self._shared.checksum()
+
     @property
     def py_func(self) -> Callable[..., None]:
         """The Python function behind the kernel, as on numba's dispatchers."""
@@ -835,20 +559,20 @@ class TunedKernel:
         return {
             "compiles": self._tally.compiles,
             "loaded": self._tally.loaded,
-            "benchmarks": self._benchmarks,
+            "benchmarks": self._resolver.benchmarks,
         }
 
     @property
     def written_variant(self) -> Variant | None:
         """The variant equal to the kernel as written (its parameters have the values the
         kernel's module gives them), or None when no variant is."""
-        return self._template.default_variant(self._variants)
+        return self._spec.written_variant
 
     @property
     def reference_variant(self) -> Variant:
         """The variant that check mode and `numbatune.testing.assert_variants_agree` compare
         the others with: `written_variant`, else the first."""
-        return self.written_variant or self._variants[0]
+        return self._spec.reference_variant
 
     def is_valid(self, variant: Variant, *args: Any) -> bool:
         """Whether ``variant`` may run on ``args``, as the kernel's ``valid`` function says.
@@ -871,39 +595,12 @@ class TunedKernel:
         LaunchFunctionError
             The ``valid`` function raised; the message names the parameters it was called with.
         """
-        if self._valid is None:
-            return True
-        params = self._valid_params[self._index[variant]]
-        try:
-            return bool(self._valid(*args, **params))
-        except Exception as error:
-            raise LaunchFunctionError(
-                f"{self.name}: the valid function raised {type(error).__name__}: {error} "
-                f"(called with the arguments and {params})"
-            ) from error
-
-    def _valid_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
-        """For a call the key's ``winner`` is not valid for: the fastest variant measured for
-        the key that is."""
-        timed = sorted(
-            (result.median_s, self._index[result.variant])
-            for result in winner.report.results
-            if result.median_s is not None and self.is_valid(result.variant, *args)
-        )
-        if not timed:
-            raise ValueError(
-                f"{self.name}: the winner for key {key_text(winner.report.key)} "
-                f"({winner.variant.label}) is not valid for these arguments, and no other "
-                "variant measured for that key is; give a key that tells these arguments apart "
-                "(key=...), so that they are tuned on their own"
-            )
-        variant = self._variants[timed[0][1]]
-        return Winner(timed[0][1], variant, self._launch_params[variant], winner.report)
+        return self._spec.is_valid(variant, args)
 
     @property
     def variants(self) -> list[Variant]:
         """The variants, in the order given."""
-        return list(self._variants)
+        return list(self._spec.variants)
 
     def with_variants(
         self, variants: Iterable[Variant | Mapping[str, Any]], **options: Any
@@ -935,10 +632,8 @@ class TunedKernel:
         ValueError
             As `autotune` raises for the new variants and options.
         """
-        unknown = sorted(set(options) - set(self._made_from) - {"kernel", "launch"})
-        if unknown:
-            raise TypeError(f"{self.name}.with_variants: unknown options {unknown}")
-        return TunedKernel(variants=variants, **{**self._made_from, **options})
+        changes = {**options, "variants": variants}
+        return TunedKernel(self._spec.replaced(changes, f"{self.name}.with_variants"))
 
     def run_variant(
         self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = None
@@ -963,12 +658,12 @@ class TunedKernel:
             The arguments are not what the kernel takes, as for a call.
         """
         variant = variant if isinstance(variant, Variant) else Variant(variant)
-        if variant not in self._index:
+        if variant not in self._spec.index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
         self._check_arguments(args)
         if not self.is_valid(variant, *args):
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
-        if not is_empty(self._launch_config(args, variant)):
+        if not is_empty(self._spec.launch_config(args, variant)):
             self._launcher(variant, self._compiled(variant, args), args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
@@ -1000,13 +695,14 @@ class TunedKernel:
         """
         self._check_arguments(args)
         state, key = self._device_state(), self._key(args)
-        known = _known(state, key, self.name)
-        served = known is not None and known.report.source in _SERVED
+        known = state.known(key, self.name)
+        served = known is not None and known.report.source in SERVED
         winner, report = self._answer(state, key, args, stream, force=force or served)
-        if self._valid is not None and not self.is_valid(winner.variant, *args):
-            winner = self._valid_winner(winner, args)
+        spec = self._spec
+        if spec.valid is not None and not spec.is_valid(winner.variant, args):
+            winner = spec.valid_winner(winner, args)
             report = dataclasses.replace(report, best_index=winner.index)
-        launch_config(self._launch, args, winner.params, self.name)
+        launch_config(spec.launch, args, winner.params, self.name)
         return report
 
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
@@ -1052,50 +748,7 @@ class TunedKernel:
         )
 
     def __repr__(self) -> str:
-        return f"<numbatune.TunedKernel {self.name} with {len(self._variants)} variants>"
-
-
-def _check_parameter_names(
-    variants: Sequence[Variant], parameters: Sequence[str], name: str
-) -> None:
-    """Refuse a variant parameter named like an argument of the kernel: the launch function
-    would be given both."""
-    clash = sorted({p for v in variants for p in v.params} & set(parameters))
-    if clash:
-        raise ValueError(
-            f"autotune({name}): variant parameters {clash} have the names of arguments of the "
-            f"kernel ({', '.join(parameters)}); the launch function gets both, so rename the "
-            "parameters (and the globals the kernel reads)"
-        )
-
-
-def _valid_params(
-    valid: Callable[..., bool] | None, variants: Sequence[Variant], name: str
-) -> list[dict[str, Any]]:
-    """Validate ``valid=``; the parameters it takes, by variant index."""
-    if valid is None:
-        return []
-    if not callable(valid):
-        raise TypeError(
-            f"autotune({name}): valid must be a function (*args, **params) -> bool saying "
-            f"whether a variant may run on the arguments, got {valid!r}"
-        )
-    return list(launch_params(valid, variants).values())
-
-
-def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> frozenset[str]:
-    """Validate ``read_only=``: names of the kernel's arguments."""
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        raise TypeError(
-            f"autotune({name}): read_only must be a list of argument names, got {names!r}"
-        )
-    unknown = sorted(set(names) - set(parameters))
-    if unknown:
-        raise ValueError(
-            f"autotune({name}): read_only names {unknown}, which are not arguments of the "
-            f"kernel; its arguments are {list(parameters)}"
-        )
-    return frozenset(names)
+        return f"<numbatune.TunedKernel {self.name} with {len(self._spec.variants)} variants>"
 
 
 def _can_be(use: str, value: Any) -> bool:
@@ -1103,92 +756,3 @@ def _can_be(use: str, value: Any) -> bool:
     if is_array(value):
         return True
     return use == "indexed" and isinstance(value, tuple)
-
-
-def _known(state: _DeviceState, key: Hashable, name: str) -> Winner | None:
-    """The winner the table holds for ``key``, or None; a clear error for unhashable keys."""
-    try:
-        return state.cache.winners.get(key) or state.cache.winners.get(canonical_key(key))
-    except TypeError:
-        keys.check_hashable(key, name)
-        raise
-
-
-def _prepare_workers(compiler: Compiler, variants: Sequence[Variant], function_id: str) -> None:
-    """Start the compile workers' fork server for a kernel just defined, if it is likely to be
-    tuned in this process: the cache directory has nothing of it, and this is the user's
-    process (not a ``multiprocessing`` child nor a numbatune worker, which import the user's
-    modules again)."""
-    if processes.in_worker() or multiprocessing.parent_process() is not None:
-        return
-    directory = settings.cache_dir
-    if directory is None or not stored_anywhere(directory, function_id):
-        compiler.prepare(variants)
-
-
-def _search_options(
-    search: str | None, budget: Budget | int | str | None, kernel_name: str
-) -> tuple[Strategy | None, Budget | None]:
-    """``autotune(search=, budget=)`` checked (None: the settings decide)."""
-    where = f"autotune({kernel_name})"
-    return (
-        None if search is None else as_strategy(search, where),
-        None if budget is None else as_budget(budget, where),
-    )
-
-
-def _on_miss_option(on_miss: OnMiss | str | None, kernel_name: str) -> OnMiss | None:
-    """``autotune(on_miss=)`` checked (None: the ``on_miss`` setting decides)."""
-    if on_miss is None:
-        return None
-    try:
-        return OnMiss(on_miss)
-    except ValueError:
-        choices = ", ".join(member.value for member in OnMiss)
-        raise ValueError(
-            f"autotune({kernel_name}): on_miss must be one of {choices} (or None for the "
-            f"on_miss setting, NUMBATUNE_ON_MISS), got {on_miss!r}"
-        ) from None
-
-
-def _reuse(
-    stored: TuneReport, plan: levels.Plan, check: checks.Check | None, searched: bool
-) -> TuneReport | None:
-    """A stored report as the answer, or None to tune again: in check mode, one tuned without
-    checks is tuned again; otherwise as :func:`numbatune.tuning.levels.reuse` decides."""
-    if check is not None and not stored.checked:
-        return None
-    return levels.reuse(stored, plan, searched)
-
-
-class _Binder:
-    """A tuned kernel's entry: ``entry(args, stream)`` is the fast path itself while one set of
-    argument classes has one (its code checks the classes), else ``by_classes``, which looks the
-    fast path up by the classes of the arguments, or calls ``general`` when there is none."""
-
-    def __init__(self, arity: int, general: Callable[[tuple[Any, ...], Any], None]) -> None:
-        self.paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]] = {}
-        names = "".join(f"a{i}, " for i in range(arity))
-        classes = "".join(f"type(a{i}), " for i in range(arity))
-        code = "\n".join(
-            [
-                "def by_classes(args, stream):",
-                f"    if len(args) != {arity}:",
-                "        return _general(args, stream)",
-                *([f"    {names}= args"] if arity else []),
-                f"    path = _binder.paths.get(({classes}))",
-                "    if path is None:",
-                "        return _general(args, stream)",
-                "    return path(args, stream)",
-            ]
-        )
-        namespace = {"_binder": self, "_general": general}
-        exec(compile(code, "<numbatune binder>", "exec"), namespace)
-        self.by_classes: Callable[[tuple[Any, ...], Any], None] = namespace["by_classes"]
-        self.entry = self.by_classes
-
-    def point(self, paths: dict[tuple[type, ...], Callable[[tuple[Any, ...], Any], None]]) -> None:
-        """Take the fast paths of a device (after one was added, or on another device)."""
-        self.paths = paths
-        only = list(paths.values())  # one read, while another thread may add a path
-        self.entry = only[0] if len(only) == 1 else self.by_classes

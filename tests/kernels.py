@@ -70,9 +70,9 @@ def forget_shared_state(monkeypatch) -> None:
     process (kernels of the same code share their winners within a process)."""
     import collections
 
-    from numbatune import dispatch
+    from numbatune import shared
 
-    monkeypatch.setattr(dispatch, "_shared", collections.OrderedDict())
+    monkeypatch.setattr(shared, "_shared", collections.OrderedDict())
 
 
 @cuda.jit

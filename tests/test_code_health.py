@@ -19,6 +19,7 @@ LAYERS = [
     ["cache"],
     ["compile"],
     ["launch"],
+    ["binder", "spec", "shared", "resolver"],
     ["dispatch"],
     [
         "testing",

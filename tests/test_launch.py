@@ -440,10 +440,10 @@ def test_cooperative_kernels_take_the_fast_path():
 
 
 def test_calls_go_straight_to_a_kernels_one_fast_path_and_by_classes_once_it_has_two():
-    from numbatune.dispatch import _Binder
+    from numbatune.binder import Binder
 
     taken = []
-    binder = _Binder(2, lambda args, stream: taken.append("general"))
+    binder = Binder(2, lambda args, stream: taken.append("general"))
 
     def ints(args, stream):
         taken.append("ints")

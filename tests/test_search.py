@@ -49,7 +49,7 @@ def fake_times(monkeypatch):
     """Tuning measures with ``cost`` instead of a stopwatch; each measured batch is kept."""
     batches = []
 
-    def measure(runs, stream=0, inputs=(), restore=lambda: None):
+    def measure(runs, stream=0, inputs=(), restore=lambda: None, taken=None):
         batches.append(list(runs))
         return {variant: Timed(cost(variant) * 1e-6, 0.0, 10) for variant in runs}
 

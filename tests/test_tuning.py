@@ -281,3 +281,21 @@ def test_a_kernel_defined_with_nothing_stored_gets_its_compile_workers_ready(
     monkeypatch.setattr(processes, "_in_worker", True)  # a worker imports the user's modules
     tuned_accumulate()
     assert prepared == [len(tuned.variants)]
+
+
+def test_a_tuning_keeps_the_settings_it_began_with(monkeypatch):
+    """Settings changed while a key is tuned (here by its launch function, which runs as the
+    variants compile) apply to the next tuning, not to the one under way."""
+    runs = nt.settings.simulator_runs
+    monkeypatch.setattr(nt.settings, "simulator_runs", runs)  # restored after the test
+
+    def launch(a, out, *, BLOCK):
+        nt.configure(simulator_runs=runs + 3)
+        return nt.cdiv(a.shape[0], BLOCK), BLOCK
+
+    tuned = nt.autotune(variants=nt.product(BLOCK=[2, 4, 8]), launch=launch)(kernels.accumulate)
+    a, out = device(np.ones(16, np.float32)), device(np.zeros(16, np.float32))
+    first = tuned.tune(a, out)
+    assert {result.runs for result in first.results} == {runs}
+    again = tuned.tune(a, out, force=True)
+    assert {result.runs for result in again.results} == {runs + 3}

@@ -34,15 +34,12 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from numbatune.config import Ranks, settings
+from numbatune.config import Ranks
 from numbatune.errors import TuningError
-
-#: ``tune_share(index, count)``: the stored form of the entry of share ``index`` of ``count``.
-TuneShare = Callable[[int, int], dict[str, Any]]
 
 _group: RankGroup | None = None
 _lock = threading.Lock()
@@ -73,16 +70,17 @@ class RankGroup:
         self._exchanges = 0
         self._lock = threading.Lock()
 
-    def gather(self, value: Any, kernel_name: str, key: str) -> list[Any]:
+    def gather(self, value: Any, kernel_name: str, key: str, timeout_s: float) -> list[Any]:
         """Every rank's ``value``, in rank order; a :class:`TuningError` when a rank does not
-        give its own within ``rank_timeout_s``, or gave up waiting for this one."""
+        give its own within ``timeout_s`` (the ``rank_timeout_s`` setting), or gave up waiting
+        for this one."""
         with self._lock:
             exchange, self._exchanges = self._exchanges, self._exchanges + 1
         names = [f"{exchange}/{rank}" for rank in range(self.size)]
         abandoned = f"{exchange}/abandoned"
         try:
             self._store.set(names[self.rank], pickle.dumps(value))
-            self._store.wait(names, datetime.timedelta(seconds=settings.rank_timeout_s))
+            self._store.wait(names, datetime.timedelta(seconds=timeout_s))
             if self._store.check([abandoned]):
                 raise RuntimeError("the other ranks stopped waiting for this one")
             gathered = [pickle.loads(self._store.get(name)) for name in names]
@@ -92,7 +90,7 @@ class RankGroup:
             raise TuningError(
                 f"{kernel_name}: the ranks of the torch.distributed job could not tune key "
                 f"{key} together: a rank died or did not reach this tuning within "
-                f"rank_timeout_s={settings.rank_timeout_s:g} s ({error}). Every rank must meet "
+                f"rank_timeout_s={timeout_s:g} s ({error}). Every rank must meet "
                 "the same keys in the same order; NUMBATUNE_RANKS=off tunes each rank alone"
             ) from error
         if exchange:  # every rank has read the one before: this rank's value there can go
@@ -101,12 +99,13 @@ class RankGroup:
         return gathered
 
 
-def group() -> RankGroup | None:
-    """The job's ranks when tuning is collective (see the module), else None. Looks at
-    torch.distributed only if torch is imported."""
+def group(setting: Ranks) -> RankGroup | None:
+    """The job's ranks when tuning is collective (see the module) and the ``ranks``
+    ``setting`` lets them be, else None. Looks at torch.distributed only if torch is
+    imported."""
     global _group
     torch = sys.modules.get("torch")
-    if settings.ranks is Ranks.OFF or torch is None:
+    if setting is Ranks.OFF or torch is None:
         return None
     distributed = getattr(torch, "distributed", None)
     if distributed is None or not distributed.is_available() or not distributed.is_initialized():
@@ -119,34 +118,58 @@ def group() -> RankGroup | None:
         return _group
 
 
-def tune_together(
-    ranks: RankGroup,
-    kernel_name: str,
-    offer: Offer,
-    tune_share: TuneShare,
-    split: bool,
-    space: int,
-    order: Mapping[str, int],
-) -> dict[str, Any]:
-    """The entry this rank's group agrees on (see the module): an offered one, or the merge of
-    the shares its members tuned. ``split``: whether the members may split the ``space``
-    variants; ``order``: each variant label's place in the kernel's variants."""
-    offers: list[Offer] = ranks.gather(offer, kernel_name, offer.key)
-    members = [rank for rank, other in enumerate(offers) if other.same_tuning(offer)]
+@dataclass(frozen=True)
+class Meeting:
+    """What the ranks decided when they met at a key's tuning (see the module)."""
+
+    #: The entry a member of this rank's group offered (the lowest such member's), or None.
+    offered: dict[str, Any] | None
+    #: The ranks of this rank's group, in rank order.
+    members: tuple[int, ...]
+    #: How many shares the group tunes (0 when an entry was offered).
+    count: int
+    #: This rank's place among the members.
+    position: int
+    #: How many variants the shares split between them.
+    space: int
+
+    @property
+    def share(self) -> int | None:
+        """The share this rank tunes (of :attr:`count`), or None when it tunes none."""
+        return self.position if self.position < self.count else None
+
+
+def meet(
+    ranks: RankGroup, kernel_name: str, offer: Offer, split: bool, space: int, timeout_s: float
+) -> Meeting:
+    """Gather every rank's offer: what this rank's group takes, or tunes in how many shares.
+    ``split``: whether the members may split the ``space`` variants between them."""
+    offers: list[Offer] = ranks.gather(offer, kernel_name, offer.key, timeout_s)
+    members = tuple(rank for rank, other in enumerate(offers) if other.same_tuning(offer))
     offered = [offers[rank].entry for rank in members if offers[rank].entry is not None]
     count = 0 if offered else max(1, min(len(members), space // 2)) if split else 1
     position = members.index(ranks.rank)
-    share: dict[str, Any] | None = None
-    if position < count:
-        try:
-            share = {"entry": tune_share(position, count)}
-        except TuningError as error:
-            share = {"error": str(error)}
-    shares = ranks.gather(share, kernel_name, offer.key)
-    if offered:
-        return offered[0]  # type: ignore[return-value]
-    merged = merge([shares[rank] for rank in members[:count]], kernel_name, offer.key, order)
-    return {**merged, "space": space} if count > 1 else merged
+    return Meeting(offered[0] if offered else None, members, count, position, space)
+
+
+def settle(
+    ranks: RankGroup,
+    kernel_name: str,
+    key: str,
+    meeting: Meeting,
+    share: dict[str, Any] | None,
+    order: Mapping[str, int],
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Gather the shares (this rank's: ``{"entry": ...}``, ``{"error": ...}``, or None when it
+    tuned none): the entry the group agrees on, an offered one or the merge of the shares.
+    ``order``: each variant label's place in the kernel's variants."""
+    shares = ranks.gather(share, kernel_name, key, timeout_s)
+    if meeting.offered is not None:
+        return meeting.offered
+    count = meeting.count
+    merged = merge([shares[rank] for rank in meeting.members[:count]], kernel_name, key, order)
+    return {**merged, "space": meeting.space} if count > 1 else merged
 
 
 def merge(

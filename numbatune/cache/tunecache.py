@@ -1,11 +1,14 @@
 """The tune cache of one tuned kernel on one kind of device: winners in memory, reports on disk.
 
-Memory holds the winner table, the one table the hot path reads (key -> :class:`Winner`), and,
-while a key is being tuned, a pending entry that other threads wait on (cubecl's ``Pending``).
-On a memory miss the disk is consulted: a stored entry counts only if its checksum matches the
-kernel's (entries are stored under their key and checksum), else the key is tuned again. The
-disk cache lives in ``<cache_dir>/<device>/<function>/`` (:mod:`numbatune.cache.disk` says
-what happens when it is read-only, corrupt or full); a damaged entry is discarded.
+The cache is passive: it answers and keeps, and never tunes; the resolver
+(:mod:`numbatune.resolver`) walks it. Memory holds the winner table, the one table the hot
+path reads (key -> :class:`Winner`: :meth:`TuneCache.get`, :meth:`TuneCache.publish`), and,
+while a key is being found, the :class:`Claim` on it that other threads wait on (cubecl's
+``Pending``). On disk (:meth:`TuneCache.load`, :meth:`TuneCache.store`) a stored entry counts
+only if its checksum matches the kernel's (entries are stored under their key and checksum),
+else the key is tuned again. The disk cache lives in ``<cache_dir>/<device>/<function>/``
+(:mod:`numbatune.cache.disk` says what happens when it is read-only, corrupt or full); a
+damaged entry is discarded.
 """
 
 from __future__ import annotations
@@ -75,6 +78,26 @@ class _Pending:
         self.error: BaseException | None = None
 
 
+@dataclass(frozen=True)
+class Claim:
+    """The claim on finding one key's winner, taken once per key however many threads ask:
+    the thread that ``holds`` it finds the answer and publishes it (or abandons the claim);
+    the others :meth:`wait` for that answer."""
+
+    #: The key, canonical.
+    key: Hashable
+    held: bool
+    _pending: _Pending
+
+    def wait(self) -> Winner:
+        """The winner the holder published; a :class:`TuningError` if it failed."""
+        self._pending.done.wait()
+        if self._pending.error is not None:
+            raise TuningError(str(self._pending.error)) from self._pending.error
+        assert self._pending.answer is not None
+        return self._pending.answer
+
+
 _caches: weakref.WeakSet[TuneCache] = weakref.WeakSet()
 
 
@@ -85,9 +108,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-#: ``reuse(stored)``: a report read from disk as the answer, or None to tune again.
-Reuse = Callable[[TuneReport], TuneReport | None]
 
 
 class TuneCache:
@@ -133,86 +153,64 @@ class TuneCache:
         variant = report.winner
         return Winner(report.best_index, variant, self._launch_params[variant], report)
 
-    def lookup(
-        self,
-        key: Hashable,
-        tune: Callable[[], TuneReport],
-        force: bool = False,
-        reuse: Reuse | None = None,
-        agree: Callable[[TuneReport | None], TuneReport] | None = None,
-    ) -> tuple[Winner, TuneReport]:
-        """The winner for ``key`` and the report it came from: from memory, else disk, else
-        by calling ``tune`` (once, however many threads ask).
+    def get(self, key: Hashable) -> Winner | None:
+        """The winner the table holds for ``key`` (looked up as given first: a call's key is
+        most often canonical already), or None; a TypeError for an unhashable key."""
+        return self.winners.get(key) or self.winners.get(canonical_key(key))
 
-        With ``force`` the key is tuned again even when a result is known; the known winner
-        serves other calls until the new one is ready, and stays if tuning fails. ``reuse``
-        turns a report read from disk into the answer, or None when it does not serve.
-        ``agree(report from disk or None)``, in a job whose ranks tune together
-        (:meth:`agreed`), gives the answer instead of ``tune``; no lock file is taken then.
-        """
-        key = canonical_key(key)
+    def claim(self, key: Hashable, force: bool = False) -> Winner | Claim:
+        """The winner for ``key`` (canonical) where the table holds one (unless ``force``),
+        else the claim on finding it: held by this thread, or by one that finds it already.
+        With ``force`` the known winner serves other calls until the new one is published,
+        and stays if the claim is abandoned."""
         with self._lock:
             known = self.winners.get(key)
             if known is not None and not force:
-                return known, dataclasses.replace(known.report, source=Source.MEMORY)
+                return known
             pending = self._pending.get(key)
-            owner = pending is None
-            if owner:
+            held = pending is None
+            if held:
                 pending = self._pending[key] = _Pending()
         assert pending is not None
-        if not owner:
-            pending.done.wait()
-            if pending.error is not None:
-                raise TuningError(str(pending.error)) from pending.error
-            assert pending.answer is not None
-            return pending.answer, dataclasses.replace(pending.answer.report, source=Source.MEMORY)
-        try:
-            # Processes sharing the cache tune a key once (ranks: by agreeing).
-            with contextlib.nullcontext() if agree else self._process_lock(key):
-                report = None if force else self._load(key)
-                if report is not None and reuse is not None:
-                    report = reuse(report)
-                if agree is not None:
-                    report = agree(report)
-                elif report is None:
-                    report = tune()
-                if report.source in (Source.BENCHMARK, Source.RANKS):
-                    self._store(key, report)
-            winner = self.winner_of(report)
-        except BaseException as error:
-            with self._lock:
-                del self._pending[key]
-            pending.error = error
-            pending.done.set()
-            raise
+        return Claim(key, held, pending)
+
+    def publish(self, claim: Claim, winner: Winner) -> None:
+        """Put ``winner`` in the winner table under the key of the held ``claim``, and
+        release the claim: the threads waiting on it take the winner."""
         with self._lock:
-            self.winners[key] = winner
-            del self._pending[key]
-        pending.answer = winner
-        pending.done.set()
-        return winner, report
+            self.winners[claim.key] = winner
+            del self._pending[claim.key]
+        claim._pending.answer = winner
+        claim._pending.done.set()
+
+    def abandon(self, claim: Claim, error: BaseException) -> None:
+        """Release the held ``claim`` without a winner: the threads waiting on it raise
+        ``error``; the known winner, if any, stays."""
+        with self._lock:
+            del self._pending[claim.key]
+        claim._pending.error = error
+        claim._pending.done.set()
 
     # -- disk -------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _process_lock(self, key: Hashable) -> Iterator[None]:
-        """Hold the lock of ``key`` among processes that share this cache directory; past the
-        ``lock_timeout_s`` setting, or where the lock cannot be taken, go on without it."""
-        from numbatune.config import settings
-
+    def exclusive(self, key: Hashable, timeout_s: float) -> Iterator[None]:
+        """Hold the lock of ``key`` among processes that share this cache directory, so that
+        they tune it once; past ``timeout_s`` (the ``lock_timeout_s`` setting), or where the
+        lock cannot be taken, go on without it."""
         if self._directory is None:
             yield
             return
         digest = hashlib.sha256(key_text(key).encode()).hexdigest()[:16]
         path = self._directory / "locks" / f"{folder_name(self.function_id)}-{digest}"
-        lock = filelock.FileLock(str(path) + ".lock", timeout=settings.lock_timeout_s)
+        lock = filelock.FileLock(str(path) + ".lock", timeout=timeout_s)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             lock.acquire()
         except filelock.Timeout:
             logger.warning(
                 "numbatune: %s: another process has tuned %s for %g s; tuning it here too",
-                self.function_id, key_text(key), settings.lock_timeout_s,
+                self.function_id, key_text(key), timeout_s,
             )  # fmt: skip
             yield
             return
@@ -225,30 +223,26 @@ class TuneCache:
         finally:
             lock.release()
 
-    def agreed(
-        self,
-        group: ranks.RankGroup,
-        kernel_name: str,
-        key: Hashable,
-        local: TuneReport | None,
-        tune_share: Callable[[int, int], TuneReport],
-        split: bool,
-        space: int,
+    def offer(self, key: Hashable, local: TuneReport | None) -> ranks.Offer:
+        """What this rank brings to the tuning of ``key`` by the job's ranks
+        (:mod:`numbatune.cache.ranks`): its stored report ``local``, if any."""
+        entry = None if local is None else self.encoded(key, local)
+        return ranks.Offer(key_text(key), current_kind().partition, self.checksum, entry)
+
+    def encoded(self, key: Hashable, report: TuneReport) -> dict[str, Any]:
+        """``report`` as the entry stored for ``key``."""
+        return entries.encode(report, self.checksum, self.function_id, key_text(key))
+
+    @property
+    def order(self) -> dict[str, int]:
+        """Each variant label's place among the kernel's variants."""
+        return {variant.label: index for index, variant in enumerate(self._variants)}
+
+    def adopt(
+        self, key: Hashable, agreed: dict[str, Any], offer: ranks.Offer, local: TuneReport | None
     ) -> TuneReport:
-        """The report the job's ranks agree on for ``key`` (numbatune.cache.ranks), given this
-        rank's stored ``local`` one; ``tune_share(index, count)`` tunes one share."""
-        text = key_text(key)
-
-        def encoded(report: TuneReport) -> dict[str, Any]:
-            return entries.encode(report, self.checksum, self.function_id, text)
-
-        offer = ranks.Offer(
-            text, current_kind().partition, self.checksum, None if local is None else encoded(local)
-        )
-        order = {variant.label: index for index, variant in enumerate(self._variants)}
-        agreed = ranks.tune_together(
-            group, kernel_name, offer, lambda i, n: encoded(tune_share(i, n)), split, space, order
-        )
+        """The report of the entry the ranks ``agreed`` on for ``key``: ``local`` where it is
+        this rank's own ``offer``, else the entry read (its source: ranks)."""
         if local is not None and agreed == offer.entry:
             return local
         report = entries.decode(agreed, key, self._by_label, self.checksum)
@@ -294,7 +288,9 @@ class TuneCache:
             )
         return self._disk
 
-    def _load(self, key: Hashable) -> TuneReport | None:
+    def load(self, key: Hashable) -> TuneReport | None:
+        """The report stored on disk for ``key`` under this checksum, or None (none, stale, or
+        damaged: then discarded)."""
         disk = self._open()
         if disk is None:
             return None
@@ -321,7 +317,9 @@ class TuneCache:
             disk.delete(entries.storage_key(text, self.checksum))
             return None
 
-    def _store(self, key: Hashable, report: TuneReport) -> None:
+    def store(self, key: Hashable, report: TuneReport) -> None:
+        """Keep ``report`` on disk as ``key``'s entry (it replaces the key's journal and its
+        entries for other versions of the kernel)."""
         disk = self._open()
         if disk is None:
             return

@@ -44,7 +44,7 @@ from numba import cuda
 
 from numbatune import arrays
 from numbatune.arrays import SIMULATOR
-from numbatune.config import settings
+from numbatune.config import Snapshot, settings
 from numbatune.tuning.results import Timed
 
 #: A function that queues one launch of a variant.
@@ -61,15 +61,19 @@ def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
     return Timed(statistics.median(samples), spread, len(samples), stopped_early)
 
 
-def early_stopped(samples: Mapping[Hashable, Sequence[float]], rounds: int) -> set[Hashable]:
+def early_stopped(
+    samples: Mapping[Hashable, Sequence[float]], rounds: int, taken: Snapshot | None = None
+) -> set[Hashable]:
     """The variants to stop measuring after ``rounds`` timed rounds (rule 5 above).
 
-    ``samples`` holds the timed runs of each variant still measured.
+    ``samples`` holds the timed runs of each variant still measured; ``taken``: the settings
+    of the tuning (None: the settings now).
     """
+    taken = taken or settings.snapshot()
     timed = {name: runs for name, runs in samples.items() if runs}
-    if rounds < settings.early_stop_rounds or len(timed) < 2:
+    if rounds < taken.early_stop_rounds or len(timed) < 2:
         return set()
-    limit = settings.early_stop_ratio * min(statistics.median(runs) for runs in timed.values())
+    limit = taken.early_stop_ratio * min(statistics.median(runs) for runs in timed.values())
     return {name for name, runs in timed.items() if min(runs) > limit}
 
 
@@ -78,9 +82,11 @@ def working_set_bytes(inputs: Iterable[Any]) -> int:
     return sum(arrays.nbytes(value) for value in inputs if arrays.is_array(value))
 
 
-def flush_bytes(working_set: int, l2_bytes: int) -> int:
-    """Size of the buffer to write before each run: ``2 * l2_bytes`` if needed, else 0 (rule 4)."""
-    return 2 * l2_bytes if settings.flush_l2 and working_set < 2 * l2_bytes else 0
+def flush_bytes(working_set: int, l2_bytes: int, taken: Snapshot | None = None) -> int:
+    """Size of the buffer to write before each run: ``2 * l2_bytes`` if needed, else 0 (rule 4;
+    ``taken``: the settings of the tuning, None: the settings now)."""
+    flush_l2 = (taken or settings.snapshot()).flush_l2
+    return 2 * l2_bytes if flush_l2 and working_set < 2 * l2_bytes else 0
 
 
 class _WallClock:
@@ -225,6 +231,7 @@ def measure(
     inputs: Iterable[Any] = (),
     restore: Run = _nothing,
     rounds: int | None = None,
+    taken: Snapshot | None = None,
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``), as the module says.
 
@@ -232,17 +239,18 @@ def measure(
     ``restore`` queues what puts them back as they were, before every run (warm-up runs too),
     outside the timed region. A run that raises is recorded with its exception and not run
     again; the others go on. ``rounds``: exactly this many timed rounds (on a GPU), not the
-    settings' budget.
+    settings' budget. ``taken``: the settings of the tuning (None: the settings now).
     """
+    taken = taken or settings.snapshot()
     if SIMULATOR:
         stopwatch: _WallClock | _Events = _WallClock(restore)
         warmup_s, budget_s = None, 0.0
-        fewest = most = settings.simulator_runs
+        fewest = most = taken.simulator_runs
     else:
-        flush = flush_bytes(working_set_bytes(inputs), _l2_bytes())
+        flush = flush_bytes(working_set_bytes(inputs), _l2_bytes(), taken)
         stopwatch = _Events(stream, flush, restore)
-        warmup_s, budget_s = settings.warmup_s, settings.budget_s
-        fewest, most = (settings.min_runs, settings.max_runs) if rounds is None else (rounds,) * 2
+        warmup_s, budget_s = taken.warmup_s, taken.budget_s
+        fewest, most = (taken.min_runs, taken.max_runs) if rounds is None else (rounds,) * 2
     samples: dict[Hashable, list[float]] = {name: [] for name in runs}
     failed: dict[Hashable, Exception] = {}
     stopped: set[Hashable] = set()
@@ -273,7 +281,7 @@ def measure(
     while live() and more():
         one_round(rounds, timed=True)
         rounds += 1
-        stopped |= early_stopped({name: samples[name] for name in live()}, rounds)
+        stopped |= early_stopped({name: samples[name] for name in live()}, rounds, taken)
     return {
         name: failed[name] if name in failed else summary(samples[name], name in stopped)
         for name in runs

@@ -1,8 +1,10 @@
 """A tuning job: everything one key's tuning needs, in one frozen object.
 
-The tuned kernel makes a job on a miss and hands it to the tuner (cubecl's ``TuneJob``): which
-kernel and key, the variants and the plan of which to try (levels, priorities, prune), the
-caller's arguments and stream, check mode, how to compile variants, and how to search them.
+The resolver (:mod:`numbatune.resolver`) makes a job on a miss and hands it to the tuner
+(cubecl's ``TuneJob``): which kernel and key, the variants and the plan of which to try (levels,
+priorities, prune), the caller's arguments and stream, check mode, how to compile variants, how
+to search them, and the snapshot of the settings taken when the miss began, which the tuning
+reads instead of the settings of the moment.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from numbatune import config
+from numbatune.config import Snapshot
 from numbatune.strategies import Search
 from numbatune.tuning.checks import Check
 from numbatune.tuning.levels import Plan
@@ -78,7 +82,7 @@ class NoJournal:
 
 @dataclass(frozen=True)
 class TuneJob:
-    """One key's tuning, from the tuned kernel through levels and the tuner to the timing."""
+    """One key's tuning, from the resolver through the tuner to the timing."""
 
     #: The tuned kernel's name, for messages.
     kernel_name: str
@@ -109,3 +113,6 @@ class TuneJob:
     #: KernelTemplate.build_key`): variants with the same are built for about the cost of one,
     #: so a search measures them together.
     build_key: Callable[[Variant], Hashable] = alone
+    #: The settings when the tuning began: a tuning reads these, never the settings of the
+    #: moment (``numbatune.configure`` while it runs changes the next tuning, not this one).
+    settings: Snapshot = field(default_factory=lambda: config.settings.snapshot())

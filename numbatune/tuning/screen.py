@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from numbatune import devices
-from numbatune.config import settings
+from numbatune.config import Snapshot, settings
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench
 from numbatune.tuning.job import Launcher, bound
@@ -34,10 +34,14 @@ from numbatune.variants import Variant
 
 class Screen:
     """Screening of one measurement's variants, on ``args`` (the tuning's clones, put back by
-    ``restore``) on numba's ``stream``, while they compile."""
+    ``restore``) on numba's ``stream``, while they compile, under the settings ``taken`` of the
+    tuning (None: the settings now)."""
 
-    def __init__(self, args: tuple[Any, ...], stream: Any, restore: bench.Run) -> None:
+    def __init__(
+        self, args: tuple[Any, ...], stream: Any, restore: bench.Run, taken: Snapshot | None = None
+    ) -> None:
         self._args, self._stream, self._restore = args, stream, restore
+        self._taken = taken or settings.snapshot()
         self._arrivals: queue.SimpleQueue[tuple[Variant, Launcher] | None] = queue.SimpleQueue()
         self._dropped: dict[Variant, Timed | Exception] = {}
         self._best: tuple[Variant, Launcher] | None = None
@@ -75,8 +79,9 @@ class Screen:
             launchers.setdefault(*self._best)
         runs = {v: bound(launcher, self._args, self._stream) for v, launcher in launchers.items()}
         with bench.device_lock:
+            rounds = self._taken.early_stop_rounds
             timings = bench.measure(
-                runs, self._stream, self._args, self._restore, rounds=settings.early_stop_rounds
+                runs, self._stream, self._args, self._restore, rounds=rounds, taken=self._taken
             )
             self._restore()
             synchronize(self._stream)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from numbatune import arrays
-from numbatune.config import settings
+from numbatune.config import Snapshot
 from numbatune.errors import TuningError
 from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
@@ -163,7 +163,7 @@ def _search(
         variants,
         job.starts,
         search.randomness_for(job.search.seed, stable_text(job.key)),
-        max(_BATCH, settings.compile_workers),
+        max(_BATCH, job.settings.compile_workers),
     )
     # Variants built together (one compile) are measured together, except by an exhaustive
     # search, which measures each anyway.
@@ -187,7 +187,7 @@ def _search(
             job.journal.record(outcomes)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
-        room = _room(budget, strategy, started, batch_started, builds)
+        room = _room(budget, strategy, started, batch_started, builds, job.settings)
         logger.debug(
             "numbatune: %s: %d of %d variants measured; the best so far: %s",
             job.kernel_name,
@@ -233,7 +233,12 @@ def _fastest(
 
 
 def _room(
-    budget: Budget, strategy: Strategy, started: float, batch_started: float, builds: int
+    budget: Budget,
+    strategy: Strategy,
+    started: float,
+    batch_started: float,
+    builds: int,
+    taken: Snapshot,
 ) -> float:
     """How many builds the next batch may take: with a budget in seconds, as many as fit in
     the seconds left at the pace of the last batch, which took ``builds``, counted in rounds
@@ -241,7 +246,7 @@ def _room(
     few it holds); else any number."""
     if strategy is Strategy.EXHAUSTIVE or budget.seconds is None:
         return math.inf
-    workers = max(1, settings.compile_workers)
+    workers = max(1, taken.compile_workers)
     now = time.perf_counter()
     per_round = (now - batch_started) / math.ceil(builds / workers)
     return workers * ((budget.seconds - (now - started)) // max(per_round, 1e-9))
@@ -264,7 +269,7 @@ def _measure(
     check those not checked ``earlier``, and time the others together; each one's outcome."""
     done = len(earlier)
     started = time.perf_counter()
-    screen = Screen(clones, job.stream, restore) if _screening(variants) else None
+    screen = Screen(clones, job.stream, restore, job.settings) if _screening(variants) else None
     try:
         compiled = job.compile(
             variants,
@@ -297,7 +302,7 @@ def _measure(
     }
     progress.step(done + len(variants), f"compiled; measuring {len(runs)}")
     with bench.device_lock:  # other tunings' trial runs and screening wait
-        timings = bench.measure(runs, job.stream, clones, restore)
+        timings = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     outcomes.update({variant: _outcome(timing) for variant, timing in timings.items()})
     clock.benchmark_s += time.perf_counter() - started
     return outcomes

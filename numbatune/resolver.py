@@ -1,0 +1,315 @@
+"""Finding a key's winner: the one walk from the winner table to a tuning.
+
+A call whose key the winner table does not hold, and every ``tune``, ask the resolver. It
+takes a snapshot of the settings (:meth:`numbatune.config.Settings.snapshot`) and walks,
+control going down only (the tune cache is passive, tuning gets values):
+
+1. **memory**: the winner table of the device's tune cache (unless forced);
+2. **claim**: one thread per key finds the answer; the others wait for the one it publishes;
+3. under the lock of the key among processes sharing the cache directory (not for ranks):
+   - **disk**: the stored entry, if it serves the plan (:func:`_reuse`);
+   - **ranks** (torch.distributed): the job's ranks meet; they take an offered entry, or
+     tune shares of the variants and merge them (:mod:`numbatune.cache.ranks`);
+   - **nearest** / **background** (the miss policy, :class:`~numbatune.config.OnMiss`, for a
+     call): the winner of the nearest tuned key, else the kernel as written, unmeasured;
+   - **tune**: a :class:`~numbatune.tuning.job.TuneJob`, run by :func:`numbatune.tuning.
+     tuner.tune`;
+   - a measured answer (benchmark, ranks) is stored on disk;
+4. **publish**: the winner goes in the winner table, where the fast path reads it, and the
+   claim is released. A key served under the ``background`` policy comes back marked to be
+   tuned later (:attr:`Resolved.tune_later`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from numbatune import record
+from numbatune.cache import ranks
+from numbatune.cache.tunecache import Claim, TuneCache, Winner
+from numbatune.compile import trials
+from numbatune.compile.compiler import Compiler, Tally
+from numbatune.config import Isolate, OnMiss, Snapshot, settings
+from numbatune.errors import TuningError
+from numbatune.spec import KernelSpec
+from numbatune.strategies import Search, Strategy
+from numbatune.tuning import checks, levels, tuner
+from numbatune.tuning.job import Compile, Journal, NoJournal, TuneJob
+from numbatune.tuning.results import Source, TuneReport, VariantResult
+from numbatune.values import canonical_key, key_text
+from numbatune.variants import Variant
+
+logger = logging.getLogger("numbatune")
+
+#: Where a report of a key served without tuning (``on_miss``) comes from.
+SERVED = (Source.NEAREST, Source.UNTUNED)
+
+#: A launch function slower than this a call (a hit costs about 5 us on an H100) is warned
+#: about, timed over so many calls once a key is tuned.
+_SLOW_LAUNCH_FUNCTION_S = 20e-6
+_LAUNCH_FUNCTION_CALLS = 5
+
+
+@dataclass(frozen=True)
+class Miss:
+    """One request for a key's winner."""
+
+    key: Hashable
+    #: The caller's arguments (tuning runs on clones) and numba's stream for tuning.
+    args: tuple[Any, ...]
+    stream: Any
+    #: The arguments tuning need not copy back before each run.
+    unrestored: frozenset[str] = frozenset()
+    #: Find the winner again, even where one is known.
+    force: bool = False
+    #: A call, not ``tune``: the miss policy (``on_miss``) applies.
+    serve: bool = False
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The resolver's answer: the winner, the report behind it, and whether the key was served
+    unmeasured under the ``background`` policy (the caller then tunes it on a thread)."""
+
+    winner: Winner
+    report: TuneReport
+    tune_later: bool = False
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """One walk of the resolver, fixed when it begins."""
+
+    miss: Miss
+    #: The variants a tuning of the key tries.
+    plan: levels.Plan
+    policy: OnMiss
+    check: checks.Check | None
+    search: Search
+    #: The settings when the walk began.
+    settings: Snapshot
+
+    @property
+    def searched(self) -> bool:
+        """Whether a tuning searches (tries fewer than every variant of the plan's first set)."""
+        return self.search.strategy.for_space(len(self.plan.first)) is not Strategy.EXHAUSTIVE
+
+
+class Resolver:
+    """Finds the winners of one tuned kernel's keys (see the module)."""
+
+    def __init__(
+        self,
+        spec: KernelSpec,
+        function_id: str,
+        compiler: Compiler,
+        compile_variants: Compile,
+        tally: Tally,
+    ) -> None:
+        self._spec, self._function_id, self._compiler = spec, function_id, compiler
+        self._compile_variants, self._tally = compile_variants, tally
+        #: Keys whose variants were measured here.
+        self.benchmarks = 0
+        self._lock = threading.Lock()
+        self._warned_slow_launch = False
+
+    def resolve(self, cache: TuneCache, miss: Miss) -> Resolved:
+        """The winner for ``miss``'s key, from ``cache`` (the current device's) or found."""
+        walk = self._walk(miss, settings.snapshot())
+        self._record(walk)
+        found = cache.claim(canonical_key(miss.key), miss.force)
+        if isinstance(found, Winner):
+            return Resolved(found, _from_memory(found))
+        if not found.held:
+            winner = found.wait()
+            return Resolved(winner, _from_memory(winner))
+        try:
+            report = self._found(cache, found, walk)
+            winner = cache.winner_of(report)
+        except BaseException as error:
+            cache.abandon(found, error)
+            raise
+        cache.publish(found, winner)
+        later = report.source in SERVED and walk.policy is OnMiss.BACKGROUND
+        return Resolved(winner, report, later)
+
+    def _walk(self, miss: Miss, taken: Snapshot) -> _Walk:
+        spec = self._spec
+        plan = levels.plan(spec.kernel_name, miss.key, spec.variants, spec.level or taken.level,
+                           spec.prune)  # fmt: skip
+        if spec.valid is not None:
+            plan = plan.keeping(lambda v: spec.is_valid(v, miss.args), spec.kernel_name)
+        policy = (spec.on_miss or taken.on_miss) if miss.serve else OnMiss.TUNE
+        check = spec.checking or (checks.Check() if taken.check else None)
+        strategy = spec.strategy or taken.search
+        budget = spec.search_budget or taken.search_budget
+        return _Walk(miss, plan, policy, check, Search(strategy, budget, taken.search_seed), taken)
+
+    def _found(self, cache: TuneCache, claim: Claim, walk: _Walk) -> TuneReport:
+        """The answer for the claimed key: from disk, the ranks, the miss policy or tuning;
+        stored on disk when it was measured."""
+        key, miss, taken = claim.key, walk.miss, walk.settings
+        tunes = walk.policy is OnMiss.TUNE
+        group = ranks.group(taken.ranks) if tunes and len(walk.plan.first) > 1 else None
+        # Processes sharing the cache tune a key once (ranks: by agreeing).
+        with contextlib.nullcontext() if group else cache.exclusive(key, taken.lock_timeout_s):
+            stored = None if miss.force else cache.load(key)
+            if stored is not None:
+                stored = _reuse(stored, walk)
+            if group is not None:
+                report = self._agreed(cache, key, walk, group, stored)
+            elif stored is not None:
+                report = stored
+            elif not tunes:
+                report = self._served(cache, walk)
+            else:
+                journal = cache.journal(miss.key, fresh=miss.force)
+                report = self._tuned(self._job(cache, walk, walk.plan, walk.search, journal))
+            if report.source in (Source.BENCHMARK, Source.RANKS):
+                cache.store(key, report)
+        return report
+
+    def _agreed(
+        self,
+        cache: TuneCache,
+        key: Hashable,
+        walk: _Walk,
+        group: ranks.RankGroup,
+        local: TuneReport | None,
+    ) -> TuneReport:
+        """The report the job's ranks agree on for ``key``, given this rank's stored ``local``
+        one (:mod:`numbatune.cache.ranks`)."""
+        name, timeout_s = self._spec.kernel_name, walk.settings.rank_timeout_s
+        offer = cache.offer(key, local)
+        space = len(walk.plan.first)
+        meeting = ranks.meet(group, name, offer, not walk.searched, space, timeout_s)
+        share: dict[str, Any] | None = None
+        if meeting.share is not None:
+            try:
+                tuned = self._share(cache, walk, meeting.share, meeting.count)
+                share = {"entry": cache.encoded(key, tuned)}
+            except TuningError as error:
+                share = {"error": str(error)}
+        agreed = ranks.settle(group, name, offer.key, meeting, share, cache.order, timeout_s)
+        return cache.adopt(key, agreed, offer, local)
+
+    def _share(self, cache: TuneCache, walk: _Walk, index: int, count: int) -> TuneReport:
+        """Tune share ``index`` of ``count`` of the plan's first set (all of it for one)."""
+        miss, plan = walk.miss, walk.plan
+        if count == 1:
+            journal = cache.journal(miss.key, fresh=miss.force)
+            return self._tuned(self._job(cache, walk, plan, walk.search, journal))
+        part = levels.Plan(plan.level, (tuple(plan.first[index::count]),), 1, plan.pruned)
+        exhaustive = dataclasses.replace(walk.search, strategy=Strategy.EXHAUSTIVE)
+        return self._tuned(self._job(cache, walk, part, exhaustive, NoJournal()))
+
+    def _job(
+        self, cache: TuneCache, walk: _Walk, plan: levels.Plan, search: Search, journal: Journal
+    ) -> TuneJob:
+        spec, miss = self._spec, walk.miss
+        starts = self._starts(cache, miss.key, plan) if walk.searched else ()
+        return TuneJob(
+            spec.kernel_name, miss.key, spec.variants, miss.args, spec.parameters, miss.stream,
+            plan, self._compile_variants, walk.check, spec.reference_variant, miss.unrestored,
+            search, starts, journal, spec.template.build_key, walk.settings,
+        )  # fmt: skip
+
+    def _tuned(self, job: TuneJob) -> TuneReport:
+        """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
+        self._compiler.warm_up(job.plan.first)
+        if job.settings.isolate is not Isolate.OFF:
+            trials.trials().start()
+        compiles, trial_s = self._tally.compiles, self._tally.trial_s
+        report = tuner.tune(job)
+        self._time_launch_function(job.args, report.winner)
+        if report.source is Source.BENCHMARK:
+            with self._lock:
+                self.benchmarks += 1
+        trial_s = self._tally.trial_s - trial_s  # timed by the tuner as compiling
+        return dataclasses.replace(
+            report,
+            compiles=self._tally.compiles - compiles,
+            compile_s=report.compile_s - trial_s,
+            trial_s=trial_s,
+        )
+
+    def _served(self, cache: TuneCache, walk: _Walk) -> TuneReport:
+        """A key the miss policy says not to tune now: the winner of the nearest tuned key
+        that the plan allows, else the kernel as written (or the first variant the plan
+        tries), unmeasured."""
+        spec, key = self._spec, walk.miss.key
+        allowed = set(walk.plan.allowed)
+        nearest = [v for v in cache.winners_near(key) if v in allowed][:1]
+        if nearest:
+            variant, source = nearest[0], Source.NEAREST
+        else:
+            written = spec.reference_variant
+            variant = written if written in allowed else walk.plan.first[0]
+            source = Source.UNTUNED
+        results = tuple(VariantResult(v) for v in spec.variants)
+        return TuneReport(key, spec.index[variant], source, results)
+
+    def _starts(self, cache: TuneCache, key: Hashable, plan: levels.Plan) -> tuple[Variant, ...]:
+        """Where a search starts: the kernel as written, the variants of the highest priority
+        (when priorities differ), and the winners of this kernel's other keys, nearest first."""
+        highest = plan.groups[0] if len(plan.groups) > 1 else ()
+        return (self._spec.reference_variant, *highest, *cache.winners_near(key))
+
+    def _record(self, walk: _Walk) -> None:
+        """Record the key (numbatune.record) where the settings ask for it."""
+        taken, miss = walk.settings, walk.miss
+        path = taken.record
+        if path is None and walk.policy is not OnMiss.TUNE and taken.cache_dir is not None:
+            path = record.served_keys_path(taken.cache_dir)
+        if path is None:
+            return
+        function, name = self._spec.template.function, self._spec.kernel_name
+        try:
+            record.write(
+                path, self._function_id, function.__module__, function.__qualname__,
+                key_text(miss.key), miss.args,
+            )  # fmt: skip
+        except (OSError, TypeError) as error:
+            logger.warning("numbatune: %s: could not record key %r in %s: %s",
+                           name, miss.key, path, error)  # fmt: skip
+
+    def _time_launch_function(self, args: tuple[Any, ...], variant: Variant) -> None:
+        """Time the launch function for the tuned winner (it runs on every launch); warn once,
+        naming it, when it is slow (a copy from the device in it, say)."""
+        launch, params = self._spec.launch, self._spec.launch_params[variant]
+        times = []
+        for _ in range(_LAUNCH_FUNCTION_CALLS):
+            started = time.perf_counter()
+            launch(*args, **params)
+            times.append(time.perf_counter() - started)
+        cost = sorted(times)[len(times) // 2]
+        if cost > _SLOW_LAUNCH_FUNCTION_S and not self._warned_slow_launch:
+            self._warned_slow_launch = True
+            logger.warning(
+                "numbatune: %s: its launch function %s takes %.0f us a call (median of %d "
+                "while tuning), paid on every launch; compute values it reads from the device "
+                "once and pass them as scalar arguments instead (see the porting guide)",
+                self._spec.kernel_name,
+                getattr(launch, "__qualname__", repr(launch)),
+                cost * 1e6,
+                _LAUNCH_FUNCTION_CALLS,
+            )
+
+
+def _from_memory(winner: Winner) -> TuneReport:
+    return dataclasses.replace(winner.report, source=Source.MEMORY)
+
+
+def _reuse(stored: TuneReport, walk: _Walk) -> TuneReport | None:
+    """A stored report as the answer, or None to tune again: in check mode, one tuned without
+    checks is tuned again; otherwise as :func:`numbatune.tuning.levels.reuse` decides."""
+    if walk.check is not None and not stored.checked:
+        return None
+    return levels.reuse(stored, walk.plan, walk.searched)

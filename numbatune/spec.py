@@ -1,0 +1,224 @@
+"""A tuned kernel's specification: ``autotune``'s options, written once, checked once.
+
+`autotune` builds a :class:`KernelSpec` from its keyword arguments; the tuned kernel, the
+resolver and its tunings read the options from it, checked; ``with_variants`` is a
+``dataclasses.replace`` of it. Every check of an option is here, with the message that names
+the kernel and the option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from numbatune import keys
+from numbatune.cache.tunecache import Winner
+from numbatune.config import OnMiss
+from numbatune.errors import LaunchFunctionError
+from numbatune.launch.config import LaunchConfig, check_launch, launch_config, launch_params
+from numbatune.strategies import Budget, Strategy, as_budget, as_strategy
+from numbatune.template import KernelTemplate
+from numbatune.tuning import checks, levels
+from numbatune.values import key_text
+from numbatune.variants import Variant, as_variants
+
+
+@dataclass(frozen=True, eq=False)
+class KernelSpec:
+    """The options of one tuned kernel, as `autotune` documents them.
+
+    Made with the values `autotune` takes, each checked when the spec is made (a
+    ``dataclasses.replace`` of a spec makes a new one, checked again). The options hold what
+    was given (``variants`` as `Variant` objects, ``read_only`` as a frozenset), and ``check``,
+    ``search`` and ``budget`` as spelt: tuned kernels share their state only with those whose
+    options are spelt alike (:meth:`sharing_options`). What the options imply (the kernel as a
+    template, ``check``, ``search`` and ``budget`` as values, each variant's launch parameters,
+    the key function) is derived once, when the spec is made.
+    """
+
+    kernel: Any
+    variants: tuple[Variant, ...]
+    launch: Callable[..., LaunchConfig]
+    key: str | Sequence[str] | Callable[..., Hashable] | None = None
+    name: str | None = None
+    level: str | None = None
+    prune: levels.Prune | None = None
+    check: bool | checks.Check | None = None
+    read_only: frozenset[str] = frozenset()
+    search: str | Strategy | None = None
+    budget: Budget | int | str | None = None
+    valid: Callable[..., bool] | None = None
+    on_miss: OnMiss | None = None
+
+    #: The name in messages and logs: ``name``, else the kernel function's.
+    kernel_name: str = field(init=False)
+    #: The kernel function, from which each variant's kernel is compiled.
+    template: KernelTemplate = field(init=False)
+    #: Each variant's place among the variants.
+    index: Mapping[Variant, int] = field(init=False)
+    #: For each variant, the parameters its launch function takes.
+    launch_params: Mapping[Variant, dict[str, Any]] = field(init=False)
+    #: For each variant (by index), the parameters ``valid`` takes; empty without ``valid``.
+    valid_params: tuple[dict[str, Any], ...] = field(init=False)
+    #: The kernel's parameter names, in order.
+    parameters: tuple[str, ...] = field(init=False)
+    #: The key of a call's arguments.
+    key_function: keys.KeyFunction = field(init=False)
+    #: Check mode (``check``), or None where the kernel leaves it to the ``check`` setting.
+    checking: checks.Check | None = field(init=False)
+    #: ``search`` and ``budget``, or None where the kernel leaves them to the settings.
+    strategy: Strategy | None = field(init=False)
+    search_budget: Budget | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        name = self.name or getattr(self.kernel, "__name__", type(self.kernel).__name__)
+        derive = _setter(self)
+        derive("kernel_name", name)
+        derive("template", KernelTemplate(self.kernel, name))
+        derive("variants", as_variants(self.variants, name))
+        derive("index", {variant: index for index, variant in enumerate(self.variants)})
+        check_launch(self.launch, self.variants, self.template.signature, name)
+        derive("launch_params", launch_params(self.launch, self.variants))
+        derive("valid_params", _valid_params(self.valid, self.variants, name))
+        launch_reads = {name for params in self.launch_params.values() for name in params}
+        self.template.check_params(self.variants, launch_reads)
+        derive("parameters", tuple(self.template.signature.parameters))
+        _check_parameter_names(self.variants, self.parameters, name)
+        derive("read_only", _checked_read_only(self.read_only, self.parameters, name))
+        derive("key_function", keys.build_key(self.key, self.template.signature, name))
+        derive("level", levels.check_level(self.level, name))
+        derive("prune", levels.check_prune(self.prune, name))
+        derive("checking", checks.as_check(self.check, name))
+        where = f"autotune({name})"
+        derive("strategy", None if self.search is None else as_strategy(self.search, where))
+        derive("search_budget", None if self.budget is None else as_budget(self.budget, where))
+        derive("on_miss", _on_miss_option(self.on_miss, name))
+
+    def replaced(self, changes: Mapping[str, Any], where: str) -> KernelSpec:
+        """This spec with the options ``changes`` names changed (checked again); a TypeError
+        naming ``where`` and the unknown ones for names that are not options."""
+        unknown = sorted(set(changes) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"{where}: unknown options {unknown}")
+        return dataclasses.replace(self, **changes)
+
+    def sharing_options(self) -> dict[str, Any]:
+        """The options that tuned kernels of the same code must also have in common to share
+        their compiled kernels and winners (:func:`numbatune.identity.sharing_key`)."""
+        shared = ("key", "name", "level", "prune", "check", "search", "budget", "valid", "on_miss")
+        return {option: getattr(self, option) for option in shared}
+
+    @property
+    def written_variant(self) -> Variant | None:
+        """The variant equal to the kernel as written, or None when no variant is."""
+        return self.template.default_variant(self.variants)
+
+    @property
+    def reference_variant(self) -> Variant:
+        """The variant check mode compares the others with: `written_variant`, else the
+        first."""
+        return self.written_variant or self.variants[0]
+
+    def launch_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
+        """The launch configuration the launch function gives ``variant`` for ``args``."""
+        return launch_config(self.launch, args, self.launch_params[variant], self.kernel_name)
+
+    def is_valid(self, variant: Variant, args: tuple[Any, ...]) -> bool:
+        """Whether ``variant`` may run on ``args``, as ``valid`` says (True without one); a
+        :class:`LaunchFunctionError` naming the parameters when ``valid`` raises."""
+        if self.valid is None:
+            return True
+        params = self.valid_params[self.index[variant]]
+        try:
+            return bool(self.valid(*args, **params))
+        except Exception as error:
+            raise LaunchFunctionError(
+                f"{self.kernel_name}: the valid function raised {type(error).__name__}: "
+                f"{error} (called with the arguments and {params})"
+            ) from error
+
+    def valid_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
+        """For a call the key's ``winner`` is not valid for: the fastest variant measured for
+        the key that is; a ValueError when none is."""
+        timed = sorted(
+            (result.median_s, self.index[result.variant])
+            for result in winner.report.results
+            if result.median_s is not None and self.is_valid(result.variant, args)
+        )
+        if not timed:
+            raise ValueError(
+                f"{self.kernel_name}: the winner for key {key_text(winner.report.key)} "
+                f"({winner.variant.label}) is not valid for these arguments, and no other "
+                "variant measured for that key is; give a key that tells these arguments apart "
+                "(key=...), so that they are tuned on their own"
+            )
+        variant = self.variants[timed[0][1]]
+        return Winner(timed[0][1], variant, self.launch_params[variant], winner.report)
+
+
+#: The options, by the names `autotune` takes them under.
+OPTIONS = tuple(f.name for f in dataclasses.fields(KernelSpec) if f.init)
+
+
+def _setter(spec: KernelSpec) -> Callable[[str, Any], None]:
+    """Sets a field of the frozen ``spec`` while it is made."""
+    return lambda name, value: object.__setattr__(spec, name, value)
+
+
+def _check_parameter_names(
+    variants: Sequence[Variant], parameters: Sequence[str], name: str
+) -> None:
+    """Refuse a variant parameter named like an argument of the kernel: the launch function
+    would be given both."""
+    clash = sorted({p for v in variants for p in v.params} & set(parameters))
+    if clash:
+        raise ValueError(
+            f"autotune({name}): variant parameters {clash} have the names of arguments of the "
+            f"kernel ({', '.join(parameters)}); the launch function gets both, so rename the "
+            "parameters (and the globals the kernel reads)"
+        )
+
+
+def _valid_params(
+    valid: Callable[..., bool] | None, variants: Sequence[Variant], name: str
+) -> tuple[dict[str, Any], ...]:
+    """Validate ``valid=``; the parameters it takes, by variant index."""
+    if valid is None:
+        return ()
+    if not callable(valid):
+        raise TypeError(
+            f"autotune({name}): valid must be a function (*args, **params) -> bool saying "
+            f"whether a variant may run on the arguments, got {valid!r}"
+        )
+    return tuple(launch_params(valid, variants).values())
+
+
+def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> frozenset[str]:
+    """Validate ``read_only=``: names of the kernel's arguments."""
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(
+            f"autotune({name}): read_only must be a list of argument names, got {names!r}"
+        )
+    unknown = sorted(set(names) - set(parameters))
+    if unknown:
+        raise ValueError(
+            f"autotune({name}): read_only names {unknown}, which are not arguments of the "
+            f"kernel; its arguments are {list(parameters)}"
+        )
+    return frozenset(names)
+
+
+def _on_miss_option(on_miss: OnMiss | str | None, kernel_name: str) -> OnMiss | None:
+    """``autotune(on_miss=)`` checked (None: the ``on_miss`` setting decides)."""
+    if on_miss is None:
+        return None
+    try:
+        return OnMiss(on_miss)
+    except ValueError:
+        choices = ", ".join(member.value for member in OnMiss)
+        raise ValueError(
+            f"autotune({kernel_name}): on_miss must be one of {choices} (or None for the "
+            f"on_miss setting, NUMBATUNE_ON_MISS), got {on_miss!r}"
+        ) from None
