@@ -126,7 +126,7 @@ def test_records_that_cannot_be_swept_are_named_and_the_sweep_fails(program, tmp
     assert "a script run as __main__" in statuses["__main__.k (x.py)", None][1]
     assert statuses[good.function, "(999,)"][0] == "failed"
     assert "the rebuilt arguments give key" in statuses[good.function, "(999,)"][1]
-    assert not result.complete and result.entries == 1
+    assert not result.complete and result.written.results == 1
 
 
 def test_records_split_into_shares_keep_a_kernels_keys_together():
