@@ -22,30 +22,16 @@ from numbatune.demo import load_module
 from numbatune.identity import folder_name
 from numbatune.precompile import precompile
 from tests.test_cli import error_line, run
+from tests.test_precompile import CLI_MODULE
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
-
-MODULE = """
-import numbatune as nt
-from numba import cuda
-
-FACTOR = 2
-
-
-@nt.autotune(variants=nt.product(FACTOR=[2, 3]), launch=lambda a, *, FACTOR: (1, 32))
-@cuda.jit
-def doubled(a):
-    i = cuda.grid(1)
-    if i < a.shape[0]:
-        a[i] *= FACTOR
-"""
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     """A cache with one tuned key of ``doubled`` and its two kernels compiled for sm_90."""
     folder = tmp_path_factory.mktemp("source")
-    (folder / "shipped_kernels.py").write_text(MODULE)
+    (folder / "shipped_kernels.py").write_text(CLI_MODULE)  # doubled, two kernels
     doubled = load_module(folder / "shipped_kernels.py").doubled
     cache, previous = folder / "cache", nt.settings.cache_dir
     nt.configure(cache_dir=cache)
