@@ -256,8 +256,8 @@ def _cache_export(arguments: argparse.Namespace) -> int:
 
 def _written(written: Written) -> str:
     """What an export file holds, in words."""
-    size = f"{written.size_bytes / 1e6:.1f} MB" if written.size_bytes >= 1e5 else (
-        f"{written.size_bytes / 1e3:.0f} kB")  # fmt: skip
+    megabytes = written.size_bytes / 1e6
+    size = f"{megabytes:.1f} MB" if megabytes >= 1 else f"{megabytes * 1e3:.1f} kB"
     return f"{written.results} stored results and {written.kernels} compiled kernels ({size})"
 
 
@@ -277,7 +277,8 @@ def _cache_import(arguments: argparse.Namespace) -> int:
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
         f"devices and {result.already_present} already in the cache; imported "
-        f"{result.kernels} compiled kernels ({result.kernels_present} already in the store)"
+        f"{result.kernels_imported} compiled kernels ({result.kernels_present} already in the "
+        "store)"
         + (f"; could not write {result.not_written}: {result.why_not_written}"
            if result.not_written else ""),
         file=sys.stderr,

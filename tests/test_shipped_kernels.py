@@ -123,7 +123,6 @@ def test_a_damaged_kernel_is_refused_in_one_line_and_nothing_is_imported(
     run(capsys, "cache", "clear")
     status, _, err = run(capsys, "cache", "import", str(shipped))
     assert status == 2 and str(shipped) in error_line(err) and says in error_line(err)
-    assert "nothing was imported" in error_line(err)
     assert stored_kernels(cache, source.function) == {}
     assert files.stored_entries(cache) == []
 
@@ -147,7 +146,7 @@ def test_kernels_of_another_compute_capability_are_kept_in_their_folder_and_neve
     shipped.write_text(json.dumps(document))
     fresh = tmp_path / "fresh"
     result = files.import_file(shipped, fresh)
-    assert (result.imported, result.kernels) == (1, 2)
+    assert (result.imported, result.kernels_imported) == (1, 2)
     assert stored_kernels(fresh, source.function, (8, 0)) == stored_kernels(cache, source.function)
     assert stored_kernels(fresh, source.function) == {}
     store = KernelStore(fresh, (9, 0), source.function)
@@ -162,4 +161,4 @@ def test_an_export_written_before_kernels_were_shipped_still_imports(
     del document["kernels"]
     shipped.write_text(json.dumps(document))
     result = files.import_file(shipped, tmp_path / "fresh")
-    assert (result.imported, result.kernels, result.not_written) == (1, 0, 0)
+    assert (result.imported, result.kernels_imported, result.not_written) == (1, 0, 0)

@@ -213,7 +213,7 @@ class ImportResult:
     not_written: int = 0
     why_not_written: str | None = None
     #: Compiled kernels written into the kernel store (for any compute capability).
-    kernels: int = 0
+    kernels_imported: int = 0
     #: Compiled kernels the kernel store held already.
     kernels_present: int = 0
 
@@ -259,8 +259,8 @@ def _kernels(path: Path, found: Any) -> list[compiled.Kernel]:
         except compiled.DamagedKernel as error:
             what = item.get("function") if isinstance(item, dict) else None
             of = f" ({item.get('arch')}, {what})" if isinstance(what, str) else ""
-            raise CacheFileError(f"{path}: compiled kernel #{index}{of} is damaged: {error}; "
-                                 "nothing was imported") from None  # fmt: skip
+            damaged = f"{path}: compiled kernel #{index}{of} is damaged: {error}"
+            raise CacheFileError(damaged) from None
     return kernels
 
 
@@ -277,7 +277,7 @@ def import_file(path: Path, cache_dir: Path, device: str | None = None) -> Impor
     kernels = compiled.add(shipped.kernels, Path(cache_dir))
     return dataclasses.replace(
         result,
-        kernels=kernels.written,
+        kernels_imported=kernels.written,
         kernels_present=kernels.already_present,
         not_written=result.not_written + kernels.not_written,
         why_not_written=result.why_not_written or kernels.why_not_written,
@@ -335,7 +335,7 @@ def cache_import(path: str | Path) -> ImportResult:
     ImportResult
         Counts of the entries: ``imported``, ``other_device`` (for another device),
         ``already_present`` (the same key and kernel checksum) and ``not_written`` (a
-        read-only or full cache; kernels too); of the compiled kernels: ``kernels`` (written)
+        read-only or full cache; kernels too); of the compiled kernels: ``kernels_imported``
         and ``kernels_present`` (held already).
 
     Raises
