@@ -18,9 +18,12 @@ import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from numbatune.errors import NumbatuneError
+
+if TYPE_CHECKING:
+    from numbatune.cache.files import Written
 
 
 def _demo(arguments: argparse.Namespace) -> int:
@@ -241,14 +244,21 @@ def _cache_export(arguments: argparse.Namespace) -> int:
     from numbatune.errors import CacheFileError
 
     try:
-        count, damaged = files.export(_needs_cache(), _output(arguments.file), arguments.function)
+        written, damaged = files.export(
+            _needs_cache(), _output(arguments.file), arguments.function, arguments.kernels
+        )
     except CacheFileError as error:
         raise _Failure(str(error)) from None
     left_out = f"; left out {damaged} damaged" if damaged else ""
-    print(
-        f"numbatune: exported {count} stored results to {arguments.file}{left_out}", file=sys.stderr
-    )
+    print(f"numbatune: exported {_written(written)} to {arguments.file}{left_out}", file=sys.stderr)
     return 0
+
+
+def _written(written: Written) -> str:
+    """What an export file holds, in words."""
+    megabytes = written.size_bytes / 1e6
+    size = f"{megabytes:.1f} MB" if megabytes >= 1 else f"{megabytes * 1e3:.1f} kB"
+    return f"{written.results} stored results and {written.kernels} compiled kernels ({size})"
 
 
 def _cache_import(arguments: argparse.Namespace) -> int:
@@ -266,7 +276,9 @@ def _cache_import(arguments: argparse.Namespace) -> int:
         raise _Failure(str(error)) from error
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
-        f"devices and {result.already_present} already in the cache"
+        f"devices and {result.already_present} already in the cache; imported "
+        f"{result.kernels_imported} compiled kernels ({result.kernels_present} already in the "
+        "store)"
         + (f"; could not write {result.not_written}: {result.why_not_written}"
            if result.not_written else ""),
         file=sys.stderr,
@@ -382,7 +394,7 @@ def _sweep(arguments: argparse.Namespace) -> int:
         result = sweep.sweep(
             found.records, output, arguments.module, arguments.path,
             ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
-            workers=arguments.workers, unreadable=found.unreadable,
+            workers=arguments.workers, unreadable=found.unreadable, kernels=arguments.kernels,
         )  # fmt: skip
     except CacheFileError as error:
         raise _Failure(str(error)) from None
@@ -396,7 +408,7 @@ def _sweep(arguments: argparse.Namespace) -> int:
         f"numbatune sweep: {len(found.records)} keys: {counts[sweep.Status.TUNED]} tuned, "
         f"{counts[sweep.Status.STORED]} stored, {counts[sweep.Status.FAILED]} failed, "
         f"{counts[sweep.Status.SKIPPED]} skipped, over {result.workers} workers "
-        f"({result.engine}) in {result.seconds:.1f} s; {result.entries} entries written to "
+        f"({result.engine}) in {result.seconds:.1f} s; {_written(result.written)} written to "
         f"{arguments.output}",
         file=sys.stderr,
     )
@@ -453,7 +465,15 @@ def _add_sweep(commands: Any) -> None:
         help="spread the keys over a Ray cluster (auto, HOST:PORT; none: start one here)",
     )  # fmt: skip
     sweep.add_argument("--workers", type=int, help="workers (default: one per GPU)")
+    _with_no_kernels(sweep)
     sweep.set_defaults(run=_sweep)
+
+
+def _with_no_kernels(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--no-kernels", dest="kernels", action="store_false",
+        help="leave the compiled kernels out of the export (smaller; importers compile)",
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -490,9 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
     clear = actions.add_parser("clear", help="delete stored results (all, or one function's)")
     clear.add_argument("function", nargs="?")
     clear.set_defaults(run=_cache_clear)
-    export = actions.add_parser("export", help="write stored results to a JSON file")
+    export = actions.add_parser(
+        "export", help="write stored results and their compiled kernels to a JSON file"
+    )
     export.add_argument("file", type=Path)
     export.add_argument("--function", help="only this function's results")
+    _with_no_kernels(export)
     export.set_defaults(run=_cache_export)
     load = actions.add_parser("import", help="add an exported file's results for this device")
     load.add_argument("file", type=Path)

@@ -81,7 +81,8 @@ class SweepResult:
     """What a sweep did: each record's outcome, and the export it wrote."""
 
     outcomes: tuple[Outcome, ...]
-    entries: int
+    #: What the export file holds.
+    written: files.Written
     workers: int
     engine: Engine
     seconds: float
@@ -101,8 +102,11 @@ def sweep(
     use_ray: bool = False,
     workers: int | None = None,
     unreadable: Sequence[Unreadable] = (),
+    kernels: bool = True,
 ) -> SweepResult:
-    """Tune every record's key and write one export file to ``output``.
+    """Tune every record's key and write one export file to ``output``, with the winners'
+    compiled kernels (every kernel the workers compiled for the tuned functions, and those of
+    the earlier export) unless ``kernels`` is False.
 
     ``modules`` are imported in each worker before the records' own; ``paths`` are put first on
     its ``sys.path``. With ``use_ray`` (or a ``ray_address``: ``auto`` or ``HOST:PORT``) the
@@ -115,7 +119,8 @@ def sweep(
     cannot be written (or is a file that is not an export), and where writing it fails.
     """
     started = time.perf_counter()
-    earlier = _earlier(Path(output))
+    found = _earlier(Path(output))
+    earlier = found.items
     paths = [str(Path(p).resolve()) for p in paths] or [os.getcwd()]
     if use_ray or ray_address is not None:
         engine = Engine.RAY
@@ -127,13 +132,14 @@ def sweep(
         *(o for share in shares for o in share["outcomes"]),
     )
     items = [*earlier, *(item for share in shares for item in share["items"])]
-    entries = files.write_export(output, items)
-    return SweepResult(outcomes, entries, len(shares), engine, time.perf_counter() - started)
+    compiled = [*found.kernels, *(k for share in shares for k in share["kernels"])]
+    written = files.write_export(output, items, compiled if kernels else ())
+    return SweepResult(outcomes, written, len(shares), engine, time.perf_counter() - started)
 
 
-def _earlier(output: Path) -> list[dict[str, Any]]:
-    """The entries of an earlier export at ``output`` (none if there is none), having checked
-    that it can be written."""
+def _earlier(output: Path) -> files.ExportFile:
+    """The entries and kernels of an earlier export at ``output`` (none if there is none),
+    having checked that it can be written."""
     if output.is_dir():
         raise CacheFileError(f"{output} is a folder: give the name of the export file to write")
     if not output.parent.is_dir():
@@ -143,9 +149,9 @@ def _earlier(output: Path) -> list[dict[str, Any]]:
     if problem is not None:
         raise CacheFileError(f"cannot write {output}: {problem}")
     if not output.exists():
-        return []
+        return files.ExportFile([], [])
     try:
-        return files.read_items(output)
+        return files.read_export(output)
     except CacheFileError as error:
         raise CacheFileError(f"{error}: the sweep would replace it; give another file") from None
 
@@ -199,15 +205,23 @@ def _run_share(
         pool.close()
     if isinstance(outcome, processes.Done):
         return outcome.value
-    items = files.export_items(files.stored_entries(Path(cache_dir)))
-    return _kept_share(share, items, earlier, f"its worker failed: {outcome}")
+    kept = _results(Path(cache_dir))
+    return _kept_share(share, kept, earlier, f"its worker failed: {outcome}")
+
+
+def _results(cache_dir: Path) -> dict[str, Any]:
+    """A worker's results: the items of its cache directory's entries, and the compiled
+    kernels of their functions."""
+    items = files.export_items(files.stored_entries(cache_dir))
+    return {"items": items, "kernels": files.export_kernels(cache_dir, items)}
 
 
 def _kept_share(
-    share: Sequence[Record], items: list[dict[str, Any]], earlier: list[dict[str, Any]], why: str
+    share: Sequence[Record], kept: dict[str, Any], earlier: list[dict[str, Any]], why: str
 ) -> dict[str, Any]:
-    """The share of a worker that failed (``why``): the keys it had tuned (``items``, stored
-    in its cache as each was tuned) kept, the others failed."""
+    """The share of a worker that failed (``why``): the keys it had tuned (``kept``: the
+    :func:`_results` stored in its cache as each was tuned) kept, the others failed."""
+    items = kept["items"]
     before = {(item["function"], item["key"]) for item in earlier}
     winners = {
         (item["function"], item["key"]): item["entry"]["results"][item["entry"]["best_index"]]
@@ -221,7 +235,7 @@ def _kept_share(
         done = Status.STORED if (record.function, record.key) in before else Status.TUNED
         return Outcome(record.function, record.key, done, winner["variant"])
 
-    return {"outcomes": [outcome(record) for record in share], "items": items}
+    return {"outcomes": [outcome(record) for record in share], **kept}
 
 
 def _share_count(workers: int | None, gpus: int) -> int:
@@ -273,7 +287,8 @@ def _on_ray(
             try:
                 done.append(ray.get(future, timeout=max(0.0, deadline - time.perf_counter())))
             except Exception as error:  # an actor that died (its folder with it), or raised
-                done.append(_kept_share(share, [], earlier, f"its Ray actor failed: {error}"))
+                nothing = {"items": [], "kernels": []}
+                done.append(_kept_share(share, nothing, earlier, f"its Ray actor failed: {error}"))
         return done
     finally:
         if started_here:
@@ -303,17 +318,14 @@ def tune_records(
 ) -> dict[str, Any]:
     """(In a worker) tune each record's key into the cache directory ``cache_dir``, which
     first takes this device's ``earlier`` export items (their keys are not tuned again); each
-    record's :class:`Outcome`, and the directory's results as export items."""
+    record's :class:`Outcome`, and the directory's results (:func:`_results`)."""
     sys.path[:0] = [p for p in paths if p not in sys.path]
     configure(cache_dir=Path(cache_dir))
     files.import_items(earlier, Path(cache_dir))
     for name in modules:
         importlib.import_module(name)
     outcomes = [_tune_one(record) for record in records]
-    return {
-        "outcomes": outcomes,
-        "items": files.export_items(files.stored_entries(Path(cache_dir))),
-    }
+    return {"outcomes": outcomes, **_results(Path(cache_dir))}
 
 
 def _tune_one(record: Record) -> Outcome:

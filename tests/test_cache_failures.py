@@ -230,7 +230,8 @@ def test_the_command_line_reports_damaged_entries_and_clear_clears_them(numbatun
         assert main(command) == 0
     listed = capsys.readouterr().out
     assert "damaged" in listed
-    assert export(numbatune_cache, numbatune_cache / "out.json") == (1, 1)
+    written, damaged = export(numbatune_cache, numbatune_cache / "out.json")
+    assert (written.results, damaged) == (1, 1)
     assert main(["cache", "clear"]) == 0
     assert stored_entries(numbatune_cache) == []
 

@@ -15,7 +15,7 @@ from numba import cuda
 
 from numbatune import cli, record, sweep
 from numbatune.arrays import SIMULATOR
-from numbatune.cache import disk
+from numbatune.cache import compiled, disk, files
 
 KERNELS = """
 import os
@@ -126,7 +126,7 @@ def test_records_that_cannot_be_swept_are_named_and_the_sweep_fails(program, tmp
     assert "a script run as __main__" in statuses["__main__.k (x.py)", None][1]
     assert statuses[good.function, "(999,)"][0] == "failed"
     assert "the rebuilt arguments give key" in statuses[good.function, "(999,)"][1]
-    assert not result.complete and result.entries == 1
+    assert not result.complete and result.written.results == 1
 
 
 def test_records_split_into_shares_keep_a_kernels_keys_together():
@@ -231,3 +231,45 @@ def test_a_sweep_whose_output_cannot_be_written_fails_before_tuning(
     words = {"a folder": "is a folder", "a missing folder": "no folder",
              "a full disk": "the disk is full"}[output]  # fmt: skip
     assert words in said, said
+
+
+def test_a_rerun_sweep_keeps_the_kernels_of_the_export_it_goes_on_from(program, capsys):
+    x = record.describe(cuda.to_device(np.ones(8, np.float32)))
+    (program / "keys.jsonl").write_text(_line([x, x, record.describe(np.float32(2))]) + "\n")
+    export = program / "export.json"
+    earlier = compiled.Kernel("sm_90", "sweep_kernels.scale", "ab" * 20, b"a compiled kernel")
+    files.write_export(export, [], [earlier])
+    command = ["sweep", str(program / "keys.jsonl"), "-o", str(export), "--path", str(program)]
+    assert cli.main(command) == 0, capsys.readouterr().err
+    assert earlier in files.read_export(export).kernels
+    assert cli.main([*command, "--no-kernels"]) == 0
+    assert "1 stored, 0 failed" in (said := capsys.readouterr().err)
+    assert "1 stored results and 0 compiled kernels" in said
+    assert files.read_export(export).kernels == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("route", ["sweep", "cache export"])
+def test_a_shipped_export_launches_every_key_in_a_fresh_process_with_no_compile(
+    program, route, capsys
+):
+    """The user's story: keys tuned in one cache, shipped in an export (a sweep's, or the
+    cache's), imported into a fresh cache by a fresh process, whose every call is a hit that
+    loads its winner's kernel and compiles nothing."""
+    path = recorded(program)  # the program ran, tuning its three keys into cache-recording
+    export = program / "export.json"
+    if route == "sweep":
+        status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program)])
+    else:
+        status = subprocess.run(
+            [sys.executable, "-m", "numbatune", "cache", "export", str(export)],
+            env={**os.environ, "NUMBATUNE_CACHE_DIR": str(program / "cache-recording")},
+            timeout=300,
+        ).returncode
+    assert status == 0, capsys.readouterr().err
+    major, minor = cuda.get_current_device().compute_capability
+    assert f"sm_{major}{minor}" in {k.arch for k in files.read_export(export).kernels}
+    fresh = run_program(program, program / "cache-fresh", export)
+    assert fresh["sources"] == ["memory", "memory", "memory"]
+    stats = fresh["stats"]
+    assert (stats["benchmarks"], stats["compiles"]) == (0, 0) and stats["loaded"] > 0, stats

@@ -412,3 +412,25 @@ class Folder:
                 self._cache.close()
             except DISK_ERRORS as error:  # a damaged database: nothing left to keep
                 logger.debug("numbatune: %s: closing %s: %s", self._name, self.folder, error)
+
+
+@dataclass
+class Additions:
+    """Entries added to folders one by one (:meth:`add`), each unless its key is there."""
+
+    written: int = 0
+    #: Entries whose key the folder held already (kept as they were).
+    already_present: int = 0
+    #: Entries that could not be written (a read-only or full cache), and why (in words).
+    not_written: int = 0
+    why_not_written: str | None = None
+
+    def add(self, folder: Folder, key: str, value: Any) -> None:
+        """Add ``value`` under ``key`` to ``folder`` unless the key is there, and count it."""
+        if folder.get(key) is not None:
+            self.already_present += 1
+        elif folder.add(key, value):
+            self.written += 1
+        else:
+            self.not_written += 1
+            self.why_not_written = folder.problem or self.why_not_written

@@ -6,29 +6,39 @@ team can tune once and ship the results with its package::
 
     {"format": "numbatune-cache", "version": 1, "entries": [
         {"device": "NVIDIA_H100_80GB_HBM3-sm90-132sm", "function": "pkg.mod.kernel",
-         "key": "(((1024,), 'float32', 'C'),)", "entry": {... the stored entry ...}}]}
+         "key": "(((1024,), 'float32', 'C'),)", "entry": {... the stored entry ...}}],
+     "kernels": [
+        {"arch": "sm_90", "function": "pkg.mod.kernel", "key": "3f0c...", "sha256": "...",
+         "payload": "... base64 ..."}]}
 
-Importing validates the file and each entry, skips entries of other devices, and writes the
-others one by one (each write is atomic): a bad file changes nothing. Entries are stored under
-their key and the kernel's checksum, so an imported entry never replaces a result of the same
-code already there (``already present``) and never collides with a stale one (tuned for an
-older version of the kernel): a kernel uses the entry whose checksum is its own. An entry that
-cannot be read is reported as damaged by every command, left out of exports, and cleared by
-``clear``.
+``kernels`` (optional: a file without it has none) carries the compiled kernels the kernel
+store keeps for the exported functions (:mod:`numbatune.cache.compiled`), so that a process
+that imports the file launches the winners with no compile. numbatune versions that predate it
+read the entries and leave the kernels aside.
+
+Importing validates the file, each entry and each kernel, skips entries of other devices, and
+writes the others one by one (each write is atomic): a bad file changes nothing. Kernels go to
+the folder of their compute capability, whatever the device. Entries are stored under their key
+and the kernel's checksum, so an imported entry never replaces a result of the same code already
+there (``already present``) and never collides with a stale one (tuned for an older version of
+the kernel): a kernel uses the entry whose checksum is its own. An entry that cannot be read is
+reported as damaged by every command, left out of exports, and cleared by ``clear``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from numbatune.cache import compiled
 from numbatune.cache import entry as entries
-from numbatune.cache.disk import Folder, Mode, in_words
+from numbatune.cache.disk import Additions, Folder, Mode, in_words
 from numbatune.cache.tunecache import function_folder
 from numbatune.devices import current_kind
 from numbatune.errors import CacheFileError
@@ -112,17 +122,37 @@ def clear(cache_dir: Path, function: str | None = None) -> int:
                 folder.delete(stored_under)
                 deleted += 1
         folder.close()
-    for kernels in (cache_dir / "kernels").glob("*/*") if cache_dir.is_dir() else ():
+    for kernels in (cache_dir / compiled.STORE).glob("*/*") if cache_dir.is_dir() else ():
         if function is None or function in kernels.name:
             shutil.rmtree(kernels, ignore_errors=True)
     return deleted
 
 
-def export(cache_dir: Path, path: Path, function: str | None = None) -> tuple[int, int]:
-    """Write the stored results (of one function) to the JSON file ``path``; returns how many
-    were written and how many damaged ones were left out."""
+@dataclass(frozen=True)
+class Written:
+    """What an export file holds, as :func:`write_export` wrote it."""
+
+    #: Stored results.
+    results: int
+    #: Compiled kernels.
+    kernels: int
+    #: The size of the file.
+    size_bytes: int
+
+
+def export(
+    cache_dir: Path, path: Path, function: str | None = None, kernels: bool = True
+) -> tuple[Written, int]:
+    """Write the stored results (of one function) to the JSON file ``path``, with the compiled
+    kernels the kernel store keeps for their functions unless ``kernels`` is False; what was
+    written, and how many damaged results were left out.
+
+    Raises :class:`CacheFileError`, saying why in words, where the file cannot be written.
+    """
     found = stored_entries(cache_dir, function)
-    return write_export(path, export_items(found)), sum(e.stored is None for e in found)
+    items = export_items(found)
+    shipped = export_kernels(cache_dir, items) if kernels else []
+    return write_export(path, items, shipped), sum(e.stored is None for e in found)
 
 
 def export_items(found: list[Entry]) -> list[dict[str, Any]]:
@@ -134,24 +164,39 @@ def export_items(found: list[Entry]) -> list[dict[str, Any]]:
     ]
 
 
-def write_export(path: Path, items: list[dict[str, Any]]) -> int:
+def export_kernels(cache_dir: Path, items: list[dict[str, Any]]) -> list[compiled.Kernel]:
+    """The compiled kernels under ``cache_dir`` of the functions of export ``items``."""
+    return compiled.stored(Path(cache_dir), (item["function"] for item in items))
+
+
+def write_export(
+    path: Path, items: list[dict[str, Any]], kernels: Sequence[compiled.Kernel] = ()
+) -> Written:
     """Write an export file of ``items`` (see :func:`export_items`), each (device, function,
-    key, kernel checksum) once, the last of each kept; how many it holds.
+    key, kernel checksum) once, the last of each kept, and of compiled ``kernels``, each
+    (compute capability, function, key) once.
 
     The file is written whole or not at all: to a temporary file beside it, then renamed.
     Raises :class:`CacheFileError`, saying why in words, where it cannot be written.
     """
     unique = {(i["device"], i["function"], i["key"], i["entry"]["checksum"]): i for i in items}
-    document = {"format": FILE_FORMAT, "version": FILE_VERSION, "entries": list(unique.values())}
+    once = {(k.arch, k.function, k.key): k for k in kernels}
+    document = {
+        "format": FILE_FORMAT,
+        "version": FILE_VERSION,
+        "entries": list(unique.values()),
+        "kernels": [compiled.encode(kernel) for kernel in once.values()],
+    }
     path = Path(path)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    text = json.dumps(document, indent=1)
     try:
-        partial.write_text(json.dumps(document, indent=1))
+        partial.write_text(text)
         os.replace(partial, path)
     except OSError as error:
         partial.unlink(missing_ok=True)
         raise CacheFileError(f"cannot write {path}: {in_words(error)}") from None
-    return len(unique)
+    return Written(len(unique), len(once), len(text))
 
 
 @dataclass
@@ -163,14 +208,29 @@ class ImportResult:
     other_device: int = 0
     #: Entries already in the cache (the same key and kernel checksum).
     already_present: int = 0
-    #: Entries that could not be written (a read-only or full cache), and why (in words).
+    #: Entries and kernels that could not be written (a read-only or full cache), and why (in
+    #: words).
     not_written: int = 0
     why_not_written: str | None = None
+    #: Compiled kernels written into the kernel store (for any compute capability).
+    kernels_imported: int = 0
+    #: Compiled kernels the kernel store held already.
+    kernels_present: int = 0
 
 
-def read_items(path: Path) -> list[dict[str, Any]]:
-    """The entries of the export file at ``path``; :class:`CacheFileError` when it cannot be
-    read, or it or one of its entries is not in the exported format."""
+@dataclass(frozen=True)
+class ExportFile:
+    """What an export file holds: its results' items (:func:`export_items`) and its compiled
+    kernels."""
+
+    items: list[dict[str, Any]]
+    kernels: list[compiled.Kernel]
+
+
+def read_export(path: Path) -> ExportFile:
+    """The entries and compiled kernels of the export file at ``path``;
+    :class:`CacheFileError` when it cannot be read, or it or one of its entries or kernels is
+    not in the exported format."""
     try:
         document = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -185,42 +245,63 @@ def read_items(path: Path) -> list[dict[str, Any]]:
     items = document.get("entries")
     if not isinstance(items, list) or not all(_valid(item) for item in items):
         raise CacheFileError(f"{path}: an entry is not (device, function, key, entry)")
-    return items
+    return ExportFile(items, _kernels(path, document.get("kernels", [])))
+
+
+def _kernels(path: Path, found: Any) -> list[compiled.Kernel]:
+    """The compiled kernels of an export file's ``kernels`` section."""
+    if not isinstance(found, list):
+        raise CacheFileError(f"{path}: kernels is {type(found).__name__}, expected a list")
+    kernels = []
+    for index, item in enumerate(found):
+        try:
+            kernels.append(compiled.decode(item))
+        except compiled.DamagedKernel as error:
+            what = item.get("function") if isinstance(item, dict) else None
+            of = f" ({item.get('arch')}, {what})" if isinstance(what, str) else ""
+            damaged = f"{path}: compiled kernel #{index}{of} is damaged: {error}"
+            raise CacheFileError(damaged) from None
+    return kernels
 
 
 def import_file(path: Path, cache_dir: Path, device: str | None = None) -> ImportResult:
     """Add the entries of an exported file for this device (``device``: its partition name,
-    the current device's by default) to the cache under ``cache_dir``.
+    the current device's by default) and all its compiled kernels to the cache under
+    ``cache_dir``.
 
-    Raises :class:`CacheFileError`, having written nothing, when the file or any entry is not in
-    the exported format.
+    Raises :class:`CacheFileError`, having written nothing, when the file or any entry or
+    kernel is not in the exported format.
     """
-    return import_items(read_items(path), cache_dir, device)
+    shipped = read_export(path)
+    result = import_items(shipped.items, cache_dir, device)
+    kernels = compiled.add(shipped.kernels, Path(cache_dir))
+    return dataclasses.replace(
+        result,
+        kernels_imported=kernels.written,
+        kernels_present=kernels.already_present,
+        not_written=result.not_written + kernels.not_written,
+        why_not_written=result.why_not_written or kernels.why_not_written,
+    )
 
 
 def import_items(
     items: list[dict[str, Any]], cache_dir: Path, device: str | None = None
 ) -> ImportResult:
-    """Add the export items (:func:`read_items`) of this device (``device``: its partition
+    """Add the export items (:func:`read_export`) of this device (``device``: its partition
     name, the current device's by default) to the cache under ``cache_dir``."""
     device = device or current_kind().partition
-    result = ImportResult()
+    added, other_device = Additions(), 0
     for item in items:
         if item["device"] != device:
-            result.other_device += 1
+            other_device += 1
             continue
         directory = function_folder(Path(cache_dir) / device, item["function"])
         folder = Folder(directory, item["function"])
-        stored_under = entries.storage_key(item["key"], item["entry"]["checksum"])
-        if folder.get(stored_under) is not None:
-            result.already_present += 1
-        elif folder.add(stored_under, json.dumps(item["entry"])):
-            result.imported += 1
-        else:
-            result.not_written += 1
-            result.why_not_written = folder.problem or result.why_not_written
+        added.add(folder, entries.storage_key(item["key"], item["entry"]["checksum"]),
+                  json.dumps(item["entry"]))  # fmt: skip
         folder.close()
-    return result
+    return ImportResult(added.written, other_device, added.already_present, added.not_written,
+                        added.why_not_written)  # fmt: skip
 
 
 def _valid(item: Any) -> bool:
@@ -240,7 +321,9 @@ def cache_import(path: str | Path) -> ImportResult:
 
     For a package that ships tuned results (``numbatune cache export``) and imports them at
     start-up. Entries for another kind of device are left out; entries already present are
-    kept.
+    kept. The file's compiled kernels go to the kernel store, each in the folder of its compute
+    capability: a process that launches them on such a device, with the same toolchain, loads
+    them and compiles nothing.
 
     Parameters
     ----------
@@ -252,13 +335,15 @@ def cache_import(path: str | Path) -> ImportResult:
     ImportResult
         Counts of the entries: ``imported``, ``other_device`` (for another device),
         ``already_present`` (the same key and kernel checksum) and ``not_written`` (a
-        read-only or full cache).
+        read-only or full cache; kernels too); of the compiled kernels: ``kernels_imported``
+        and ``kernels_present`` (held already).
 
     Raises
     ------
     CacheFileError
         The disk cache is off (the ``cache_dir`` setting), or the file cannot be read or it or
-        one of its entries is not numbatune's format; nothing is written then.
+        one of its entries or kernels is not numbatune's format (a kernel whose payload does
+        not match its digest); nothing is written then.
     """
     from numbatune.config import settings
 

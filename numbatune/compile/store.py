@@ -17,16 +17,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from numbatune.cache.compiled import kernels_folder
 from numbatune.cache.disk import KERNELS, Folder
 from numbatune.compile import build
 from numbatune.identity import folder_name
 
 logger = logging.getLogger("numbatune")
-
-
-def kernels_folder(cache_dir: Path, cc: tuple[int, int]) -> Path:
-    """Where compiled kernels for compute capability ``cc`` are kept under ``cache_dir``."""
-    return cache_dir / "kernels" / f"sm_{cc[0]}{cc[1]}"
 
 
 class KernelStore:
