@@ -8,11 +8,34 @@ and numbatune launches through cuda-bindings (``numbatune info`` says which it u
 
 The example kernels live in ``examples/`` at the top of the repository and are installed as
 ``numbatune/examples`` (``numbatune demo`` tunes them).
+
+The package index shows README.md with its links to files of the repository (``docs/...``)
+written out as text: there they would lead nowhere.
 """
+
+import re
+from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
 
+#: A Markdown link to a path of the repository: not to a web address nor to an anchor.
+_LOCAL_LINK = re.compile(r"\[([^\]]+)\]\((?!https?://|#)([^)]+)\)")
+
+
+def _index_description() -> str:
+    """README.md for the package index: each local link as its text and the path."""
+    readme = (Path(__file__).parent / "README.md").read_text(encoding="utf-8")
+
+    def as_text(link: re.Match) -> str:
+        text, path = link.groups()
+        return f"`{path}`" if text.strip("`") == path else f"{text} (`{path}` in the source tree)"
+
+    return _LOCAL_LINK.sub(as_text, readme)
+
+
 setup(
+    long_description=_index_description(),
+    long_description_content_type="text/markdown",
     packages=[*find_packages(include=["numbatune", "numbatune.*"]), "numbatune.examples"],
     package_dir={"numbatune.examples": "examples"},
     ext_modules=[

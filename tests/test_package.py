@@ -92,8 +92,18 @@ def test_the_sdist_holds_what_its_tests_need(sdist):
     with tarfile.open(sdist) as archive:
         files = {name.partition("/")[2] for name in archive.getnames()}
     tests = {str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("*.py")}
-    assert {"conftest.py", "LICENSE", "mkdocs.yml", *tests} <= files
+    data = {str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "data").iterdir()}
+    assert {"conftest.py", "LICENSE", "mkdocs.yml", *tests, *data} <= files
     assert {"examples/saxpy.py", "docs/index.md", "numbatune/_native.c"} <= files
+
+
+def test_the_package_index_description_has_no_links_to_files_of_the_repository(sdist):
+    with tarfile.open(sdist) as archive:
+        info = next(name for name in archive.getnames() if name.endswith("/PKG-INFO"))
+        description = archive.extractfile(info).read().decode()
+    assert "# numbatune" in description
+    assert "](docs/" not in description and "](bench/" not in description
+    assert "`docs/howto/porting.md`" in description
 
 
 def test_the_install_built_the_c_extension():
