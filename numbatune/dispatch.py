@@ -17,8 +17,6 @@ import dataclasses
 import functools
 import logging
 import multiprocessing
-import os
-import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -34,6 +32,7 @@ from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, OnMiss, settings
 from numbatune.errors import LaunchFunctionError
+from numbatune.forking import ForkSafeLock
 from numbatune.launch import fastpath
 from numbatune.launch.config import (
     LaunchConfig,
@@ -212,26 +211,14 @@ class _Shared:
         self.compiler = compiler
         self.devices: dict[tuple[Any, Any], _DeviceState] = {}
         self.checksum: str | None = None
-        self.lock = threading.RLock()
+        self.lock = ForkSafeLock(reentrant=True)
 
 
 #: Shared states by sharing key, the most recently made last; the oldest are dropped past
 #: _SHARED_LIMIT (a factory making kernels with ever new closure values stays bounded).
 _shared: collections.OrderedDict[str, _Shared] = collections.OrderedDict()
-_shared_lock = threading.Lock()
+_shared_lock = ForkSafeLock()
 _SHARED_LIMIT = 1024
-
-
-def _after_fork_in_child() -> None:
-    """In a forked child, locks other threads of the parent held stay held: replace them."""
-    global _shared_lock
-    _shared_lock = threading.Lock()
-    for shared in _shared.values():
-        shared.lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _shared_state(key: str, make: Callable[[], _Shared]) -> _Shared:
@@ -418,7 +405,7 @@ class TunedKernel:
         return _shared_state(key, lambda: _Shared(Compiler(template, self.function_id)))
 
     @property
-    def _lock(self) -> threading.RLock:
+    def _lock(self) -> ForkSafeLock:
         return self._shared.lock
 
     # -- the hot path -----------------------------------------------------------------------

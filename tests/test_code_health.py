@@ -11,7 +11,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "numbatune"
 #: The layers of the path of one call, lowest first: a module may import from its own layer
 #: and the ones below, never from one above (docs/architecture.md).
 LAYERS = [
-    ["_version", "errors", "values", "strategies", "config", "_backend", "processes", "native"],
+    [
+        "_version",
+        "errors",
+        "values",
+        "strategies",
+        "config",
+        "_backend",
+        "processes",
+        "native",
+        "forking",
+    ],
     ["arrays", "devices", "intrinsics", "unroll", "variants", "references"],
     ["keys", "template", "identity", "record", "background"],
     ["streams"],

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 import pickle
 import sys
 import threading
@@ -40,12 +39,13 @@ from typing import Any
 
 from numbatune.config import Ranks, settings
 from numbatune.errors import TuningError
+from numbatune.forking import PerProcess
 
 #: ``tune_share(index, count)``: the stored form of the entry of share ``index`` of ``count``.
 TuneShare = Callable[[int, int], dict[str, Any]]
 
-_group: RankGroup | None = None
-_lock = threading.Lock()
+#: The job's ranks (one group; a forked child is not a rank of its parent's group).
+_group: PerProcess[RankGroup] = PerProcess()
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,6 @@ class RankGroup:
 def group() -> RankGroup | None:
     """The job's ranks when tuning is collective (see the module), else None. Looks at
     torch.distributed only if torch is imported."""
-    global _group
     torch = sys.modules.get("torch")
     if settings.ranks is Ranks.OFF or torch is None:
         return None
@@ -113,10 +112,7 @@ def group() -> RankGroup | None:
         return None
     if distributed.get_world_size() < 2:
         return None
-    with _lock:
-        if _group is None:
-            _group = RankGroup(distributed)
-        return _group
+    return _group.get(lambda: RankGroup(distributed))
 
 
 def tune_together(
@@ -178,13 +174,3 @@ def merge(
         "compiles": sum(entry["compiles"] for entry in entries),
         "results": results,
     }
-
-
-def _after_fork_in_child() -> None:
-    """A forked child is not a rank of its parent's group."""
-    global _group, _lock
-    _group, _lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

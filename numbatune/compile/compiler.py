@@ -14,11 +14,9 @@ simulator nothing is compiled.
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +26,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.compile import build
 from numbatune.compile.store import KernelStore
 from numbatune.config import settings
+from numbatune.forking import ForkSafeLock, PerProcess
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
 from numbatune.values import stable_text
@@ -39,21 +38,9 @@ CodeKey = tuple[str, str]
 #: A kernel to compile: the variants that share it, and the argument types to compile it for.
 _Waiting = tuple[list[Variant], tuple[Any, ...]]
 
-_pools: dict[int, processes.WorkerPool] = {}
-_pools_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child starts its own workers (the parent's are not its to talk to)."""
-    global _pools, _pools_lock
-    _pools, _pools_lock = {}, threading.Lock()
-    for compiler in list(_compilers):
-        compiler._lock = threading.RLock()
-
-
-_compilers: weakref.WeakSet[Compiler] = weakref.WeakSet()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+#: The compile worker pools by size (a forked child starts its own: the parent's are not its
+#: to talk to).
+_pools: PerProcess[processes.WorkerPool] = PerProcess()
 
 
 def worker_environment() -> dict[str, str]:
@@ -85,11 +72,7 @@ def compile_pool() -> processes.WorkerPool | None:
     size = settings.compile_workers
     if size < 2 or not processes.available():
         return None
-    with _pools_lock:
-        pool = _pools.get(size)
-        if pool is None:
-            pool = _pools[size] = worker_pool(size)
-        return pool
+    return _pools.get(lambda: worker_pool(size), key=size)
 
 
 class RebuildError(Exception):
@@ -187,8 +170,7 @@ class Compiler:
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
         self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
         self._ran: set[str] = set()
-        self._lock = threading.RLock()
-        _compilers.add(self)
+        self._lock = ForkSafeLock(reentrant=True)
 
     def prepare(self, variants: Sequence[Variant]) -> None:
         """Start the fork server of the compile workers ``variants`` would need (none for one
@@ -539,11 +521,6 @@ def _current_cc() -> tuple[int, int]:
     return tuple(cuda.get_current_device().compute_capability)
 
 
-_toolchain_versions: tuple[str, ...] | None = None
-
-
+@functools.cache
 def _toolchain() -> tuple[str, ...]:
-    global _toolchain_versions
-    if _toolchain_versions is None:
-        _toolchain_versions = build.toolchain()
-    return _toolchain_versions
+    return build.toolchain()

@@ -56,6 +56,7 @@ import numpy as np
 from numbatune import arrays, devices, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.config import settings
+from numbatune.forking import PerProcess
 from numbatune.streams.handles import synchronize, wait_for
 from numbatune.tuning import bench
 
@@ -486,24 +487,10 @@ def _copy_to_host(view: Any, target: np.ndarray, layout: str, stream: Any) -> No
         target[...] = host
 
 
-_trials: Trials | None = None
-_trials_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child starts its own trial worker."""
-    global _trials, _trials_lock
-    _trials, _trials_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+#: This process's trial worker (a forked child starts its own).
+_trials: PerProcess[Trials] = PerProcess()
 
 
 def trials() -> Trials:
     """This process's trial worker (made on first use)."""
-    global _trials
-    with _trials_lock:
-        if _trials is None:
-            _trials = Trials()
-        return _trials
+    return _trials.get(Trials)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import threading
 import time
 from collections.abc import Hashable, Iterator, Sequence
@@ -33,6 +32,7 @@ from numba import cuda
 
 from numbatune.arrays import SIMULATOR, buffer_of, library_of
 from numbatune.errors import ProfileError
+from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
 from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, current_stream
 from numbatune.streams.order import new_order
@@ -104,6 +104,11 @@ class Monitor:
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = {}
+
+    def after_fork_in_child(self) -> None:
+        """A forked child's monitor starts afresh: its parent's streams and events are not
+        its."""
+        self.__init__()  # type: ignore[misc]
 
     @property
     def order(self) -> Any:
@@ -349,15 +354,7 @@ def _needs_keeping(array: Any, stream: int) -> bool:
 
 
 monitor = Monitor()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child's monitor starts afresh: its parent's streams and events are not its."""
-    monitor.__init__()  # type: ignore[misc]
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+renew_in_child(monitor)
 
 
 def start_profile() -> ProfileToken:
