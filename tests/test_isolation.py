@@ -277,7 +277,9 @@ def test_arguments_that_cannot_be_shared_in_place_reach_the_worker_through_the_h
     monkeypatch.setattr(
         trials,
         "_shared_in_place",
-        lambda args: tuple(trials._Shared(UnopenableHandle()) if is_array(a) else a for a in args),
+        lambda args: tuple(
+            trials._OpenedByIpc(UnopenableHandle()) if is_array(a) else a for a in args
+        ),
     )
     monkeypatch.setattr(trials, "_shared_copies", lambda *a: copies.append(1) or copy(*a))
     report = _fragile([0, 4]).tune(*_arguments())

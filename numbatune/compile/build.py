@@ -293,9 +293,9 @@ def resources_of(info_log: str) -> Resources | None:
     return Resources(**found) if re.search(_RESOURCES["registers"], info_log or "") else None
 
 
-def store_key(
+def digest(
     code: str, argtypes: tuple[Any, ...], cc: tuple[int, int], tools: tuple[str, ...]
 ) -> str:
-    """The key a built kernel is kept under: a digest of what decides its code."""
+    """A digest of what decides a built kernel's code (its kernel store key is made of it)."""
     parts = [code, repr(argtypes), f"sm_{cc[0]}{cc[1]}", *tools, f"payload {PAYLOAD_VERSION}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]

@@ -359,7 +359,7 @@ class Compiler:
             return build_task(self._template, [members for members, _ in kernels],
                               kernels[0][1], cc)  # fmt: skip
 
-        def finished(index: int, outcome: processes.Outcome) -> None:
+        def finished(index: int, outcome: processes.TaskOutcome) -> None:
             kernels = builds[index]
             if isinstance(outcome, processes.Done):
                 for (members, argtypes), built in zip(kernels, outcome.value, strict=True):
@@ -468,10 +468,7 @@ class Compiler:
             return store
 
     def _key(self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int]) -> str:
-        code = "\0".join(
-            [self._template.code_text(), stable_text(self._template.code_key(variant))]
-        )
-        return build.store_key(code, argtypes, cc, _toolchain())
+        return store_key(self._template, variant, argtypes, cc, _toolchain())
 
     def _load(self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally) -> bool:
         """Add the stored kernel for ``argtypes`` to the variant's dispatcher, if one is
@@ -512,7 +509,7 @@ def store_key(
 ) -> str:
     """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store."""
     code = "\0".join([template.code_text(), stable_text(template.code_key(variant))])
-    return build.store_key(code, argtypes, cc, tools)
+    return build.digest(code, argtypes, cc, tools)
 
 
 def _current_cc() -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Compiled kernels on disk, beside the tuning results.
 
 ``<cache_dir>/kernels/sm_90/<function>/``, a diskcache per function, keyed by a digest of what
-decides a kernel's code (:func:`numbatune.compile.build.store_key`: the kernel's code and the
+decides a kernel's code (:func:`numbatune.compile.compiler.store_key`: the kernel's code and the
 values it reads, the variant's parameters and jit options, the argument types, the compute
 capability and the toolchain versions). A process whose key is stored launches its winner from
 here with no numba compile. An entry that does not load (another format, or one of this format

@@ -90,7 +90,7 @@ class _Slot:
 
 
 @dataclass(frozen=True)
-class _Shared:
+class _OpenedByIpc:
     """An array argument the worker copies straight from the caller's device memory, opened
     by CUDA IPC (numba's ``IpcArrayHandle``)."""
 
@@ -107,7 +107,7 @@ def warm() -> None:
 
 def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
     """(In the worker) keep device copies of the arguments ``layout`` describes (for an array
-    a :class:`_Shared` handle, or a :class:`_Slot` in the file at ``path``; else the value)
+    a :class:`_OpenedByIpc` handle, or a :class:`_Slot` in the file at ``path``; else the value)
     for the trials that name ``token``."""
 
     buffer: Any = b""
@@ -126,7 +126,7 @@ def _device_copy(entry: Any, buffer: Any) -> Any:
 
     if isinstance(entry, _Slot):
         return cuda.to_device(entry.view(buffer))
-    if isinstance(entry, _Shared):
+    if isinstance(entry, _OpenedByIpc):
         with entry.handle as opened:  # the caller's memory: copied, then let go
             copy = arrays.clone(opened)
             cuda.synchronize()
@@ -293,7 +293,7 @@ class Session:
 
     def _run(
         self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]
-    ) -> processes.Outcome | _Unstaged:
+    ) -> processes.TaskOutcome | _Unstaged:
         """One trial task, the arguments staged first in a worker that does not hold them."""
         task = processes.Task(
             __name__, "trial", (self.token, kernels, self.cc, self._progress.path)
@@ -306,7 +306,7 @@ class Session:
             outcome = self.pool.run([task], settings.trial_timeout_s)[0]
         return outcome
 
-    def _stage(self) -> processes.Outcome | None:
+    def _stage(self) -> processes.TaskOutcome | None:
         """Give the worker the arguments, by the next way where one fails; None when it has
         them, else why the last way failed."""
         if self._way is None:
@@ -415,7 +415,7 @@ def _why(reason: str) -> str:
 
 def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The layout by which the worker copies each array of ``args`` from this process's device
-    memory (a :class:`_Shared` for each), or None where one cannot be shared so (the simulator,
+    memory (a :class:`_OpenedByIpc` for each), or None where one cannot be shared so (the simulator,
     memory that CUDA IPC cannot share, another platform)."""
     if SIMULATOR:
         return None
@@ -425,7 +425,7 @@ def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
             layout.append(arg)
             continue
         try:
-            layout.append(_Shared(arrays.device_view(arg).get_ipc_handle()))
+            layout.append(_OpenedByIpc(arrays.device_view(arg).get_ipc_handle()))
         except Exception:  # numba's and the driver's many refusals
             return None
     return tuple(layout)
