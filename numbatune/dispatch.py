@@ -12,7 +12,6 @@ device.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -28,9 +27,8 @@ from numbatune._backend import require_a_backend
 from numbatune.arrays import SIMULATOR, is_array, library_of
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
-from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
-from numbatune.config import Isolate, OnMiss, settings
+from numbatune.config import OnMiss, settings
 from numbatune.errors import LaunchFunctionError
 from numbatune.forking import ForkSafeLock
 from numbatune.launch import fastpath
@@ -46,6 +44,7 @@ from numbatune.strategies import Budget, Search, Strategy, as_budget, as_strateg
 from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
 from numbatune.template import KernelTemplate
+from numbatune.trials import trying
 from numbatune.tuning import checks, levels, tuner
 from numbatune.tuning.job import Arrived, Journal, Launcher, NoJournal, TuneJob
 from numbatune.tuning.results import Failed, Source, TuneReport, VariantResult
@@ -244,69 +243,6 @@ class _DeviceState:
         self.signatures: dict[tuple[Any, ...], fastpath.FastPath | None] = {}
 
 
-class _Trying:
-    """The trial runs of one tuning's variants (:mod:`numbatune.compile.trials`): each kernel
-    the ``isolate`` setting asks for is tried as soon as it compiles, while others compile."""
-
-    def __init__(
-        self,
-        compiler: Compiler,
-        tally: Tally,
-        config: Callable[[Variant], tuple[Any, ...]],
-        args: tuple[Any, ...],
-        stream: Any,
-        may_run: Callable[[Variant], None],
-    ) -> None:
-        self._compiler, self._tally, self._config, self._args = compiler, tally, config, args
-        self._may_run = may_run
-        self._made: set[Variant] = set()
-        self._failed: dict[Variant, Failed] = {}
-        self._pipeline = None
-        if settings.isolate is not Isolate.OFF:
-            cc = None if SIMULATOR else devices.current_kind().compute_capability
-            self._pipeline = trials.Pipeline(args, stream, cc, self._tried)
-
-    def add(self, members: Sequence[Variant], made: bool) -> None:
-        """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
-        this tuning ``made`` their kernel, tell ``may_run`` of each as it may run (now, or once
-        through its trial)."""
-        if made:
-            self._made.update(members)
-        for variant in members:
-            if self._pipeline is None or (
-                settings.isolate is Isolate.NEW and self._compiler.has_run(variant, self._args)
-            ):
-                if made:
-                    self._may_run(variant)
-                continue
-            try:
-                payload = self._compiler.trial_payload(variant, self._args)
-                self._pipeline.add(variant, payload, self._config(variant))
-            except Exception as error:
-                self._failed[variant] = Failed.of(error)
-
-    def _tried(self, variant: Hashable, why: str | None) -> None:
-        if why is None and variant in self._made:
-            assert isinstance(variant, Variant)
-            self._may_run(variant)
-
-    def finish(self) -> dict[Variant, Failed]:
-        """Wait for the trials; the variants that failed theirs (or could not be given one).
-        The time this waits is the tuning's trial time (the rest ran while variants
-        compiled)."""
-        if self._pipeline is None:
-            return {}
-        waited = time.perf_counter()
-        reasons = self._pipeline.finish()
-        self._tally.trial_s += time.perf_counter() - waited
-        for variant, why in reasons.items():
-            if why is None:
-                self._compiler.mark_run(variant, self._args)
-            else:
-                self._failed[variant] = Failed(why)
-        return self._failed
-
-
 class TunedKernel:
     """A kernel with several compile-time variants that launches the fastest for each key.
 
@@ -373,6 +309,9 @@ class TunedKernel:
         )  # fmt: skip
         self._compiler = self._shared.compiler
         self._tally, self._benchmarks = Tally(), 0
+        self._kernels = trying.KernelVariants(
+            self.name, self._compiler, self._tally, launch, self._launch_params
+        )
         self._warned_slow_launch = False
         self._binder = _Binder(len(self._parameters), self._dispatch)
         self._hooks = self._fast_path_hooks()
@@ -602,8 +541,7 @@ class TunedKernel:
     def _tuned(self, job: TuneJob) -> TuneReport:
         """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
         self._compiler.warm_up(job.plan.first)
-        if settings.isolate is not Isolate.OFF:
-            trials.trials().start()
+        trying.start_worker()
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
         self._time_launch_function(job.args, report.winner)
@@ -750,24 +688,6 @@ class TunedKernel:
         """The launch configuration the launch function gives ``variant`` for ``args``."""
         return launch_config(self._launch, args, self._launch_params[variant], self.name)
 
-    def _runnable_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
-        """The launch configuration of ``variant`` for ``args``, for tuning to run: an empty
-        one is refused (an empty launch has nothing to measure)."""
-        config = self._launch_config(args, variant)
-        if is_empty(config):
-            raise ValueError(
-                f"{self.name}: the launch function gives {variant.params} an empty grid "
-                f"{config[0]} for these arguments: nothing to run"
-            )
-        return config
-
-    def _launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
-        """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
-        configuration its launch function gives for ``args``."""
-        config = self._runnable_config(args, variant)
-        launch = numba_launch(kernel)
-        return lambda args, stream: launch(args, config, stream)
-
     def _compile_variants(
         self,
         variants: Sequence[Variant],
@@ -776,34 +696,9 @@ class TunedKernel:
         done: Callable[[int], None],
         arrived: Arrived,
     ) -> dict[Variant, Launcher | Failed]:
-        """Each variant compiled, tried (the ``isolate`` setting) and made a launcher, or why
-        it failed; ``arrived`` as each may run (kernels of one signature)."""
-
-        def may_run(variant: Variant) -> None:
-            if len(self._template.signatures) > 1:  # which overload args take: not known yet
-                return
-            with contextlib.suppress(Exception):  # it fails again below, as its error
-                dispatcher = self._compiler.dispatcher(variant)
-                arrived(variant, self._launcher(variant, dispatcher, args))
-
-        config = functools.partial(self._runnable_config, args)
-        trying = _Trying(self._compiler, self._tally, config, args, stream, may_run)
-        try:
-            compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
-        finally:  # also when compiling is interrupted: the trial worker is freed
-            failed = trying.finish()
-        compiled.update(
-            {v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)}
-        )
-        launchers: dict[Variant, Launcher | Failed] = {}
-        for variant, kernel in compiled.items():
-            try:
-                launchers[variant] = (
-                    kernel if isinstance(kernel, Failed) else self._launcher(variant, kernel, args)
-                )
-            except Exception as error:
-                launchers[variant] = Failed.of(error)
-        return launchers
+        """Each variant compiled, tried and made a launcher, or why it failed
+        (:func:`numbatune.trials.trying.compile_and_try`)."""
+        return trying.compile_and_try(self._kernels, variants, args, stream, done, arrived)
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -956,7 +851,7 @@ class TunedKernel:
         if not self.is_valid(variant, *args):
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
         if not is_empty(self._launch_config(args, variant)):
-            self._launcher(variant, self._compiled(variant, args), args)(args, stream)
+            self._kernels.launcher(variant, self._compiled(variant, args), args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed, without launching on them.

@@ -29,6 +29,7 @@ LAYERS = [
     ["cache"],
     ["compile"],
     ["launch"],
+    ["trials"],
     ["dispatch"],
     [
         "testing",

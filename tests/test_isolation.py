@@ -10,9 +10,9 @@ from numba import cuda
 import numbatune as nt
 from numbatune import processes
 from numbatune.arrays import SIMULATOR, is_array
-from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler
 from numbatune.config import Isolate
+from numbatune.trials import runs as trials
 from tests.kernels import fill_with, non_blocking_stream, open_gate, wait_for_gate
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")

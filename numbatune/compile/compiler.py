@@ -125,7 +125,7 @@ def build_task(
 @dataclass
 class Tally:
     """The kernels compiled, and loaded from the kernel store, for one tuned kernel, and the
-    seconds their trial runs (:mod:`numbatune.compile.trials`) took."""
+    seconds their trial runs (:mod:`numbatune.trials`) took."""
 
     compiles: int = 0
     loaded: int = 0
@@ -169,8 +169,13 @@ class Compiler:
         self._functions: dict[CodeKey, Any] = {}
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
         self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
-        self._ran: set[str] = set()
         self._lock = ForkSafeLock(reentrant=True)
+
+    @property
+    def overloaded(self) -> bool:
+        """Whether the kernel was declared with several signatures: which one a call's
+        arguments take is known only once every one is compiled."""
+        return len(self._template.signatures) > 1
 
     def prepare(self, variants: Sequence[Variant]) -> None:
         """Start the fork server of the compile workers ``variants`` would need (none for one
@@ -414,11 +419,9 @@ class Compiler:
             self._payloads.setdefault((self._template.code_key(variant), argtypes), built.payload)
         return dispatcher
 
-    # -- trial runs (numbatune.compile.trials) ---------------------------------------------
-
-    def trial_payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
-        """The variant's compiled kernel for ``args``, serialised for a trial run (under the
-        simulator: its specialised function)."""
+    def payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
+        """The variant's compiled kernel for (the first signature of) ``args``, serialised, as
+        a worker process loads it (under the simulator: its specialised function)."""
         if SIMULATOR:
             return build.dumps_function(self._function(variant))
         dispatcher = self.dispatcher(variant)
@@ -429,33 +432,20 @@ class Compiler:
                 self._payloads[key] = build.dumps_kernel(dispatcher.overloads[argtypes])
             return self._payloads[key]
 
-    def _ran_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
-        from numbatune.devices import current_kind
-
+    def kernel_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
+        """The kernel store's key of the variant's kernel for (the first signature of)
+        ``args`` on the current device (under the simulator: its code key as text)."""
         if SIMULATOR:
-            return f"{variant.label} simulator"
-        dispatcher = self.dispatcher(variant)
-        argtypes = self._signatures(dispatcher, args)[0]
-        kind = current_kind().partition
-        return f"{self._key(variant, argtypes, _current_cc())} {variant.label} {kind}"
+            return stable_text(self._template.code_key(variant))
+        argtypes = self._signatures(self.dispatcher(variant), args)[0]
+        return self._key(variant, argtypes, _current_cc())
 
-    def has_run(self, variant: Variant, args: tuple[Any, ...]) -> bool:
-        """Whether the variant ran on this kind of device for these argument types (here, or
-        in an earlier process whose kernel store this one reads)."""
-        key = self._ran_key(variant, args)
-        if key in self._ran:
-            return True
-        if SIMULATOR or settings.cache_dir is None or not self._store(_current_cc()).ran(key):
-            return False
-        self._ran.add(key)
-        return True
-
-    def mark_run(self, variant: Variant, args: tuple[Any, ...]) -> None:
-        """Remember that the variant ran, in this process and in the kernel store."""
-        key = self._ran_key(variant, args)
-        self._ran.add(key)
-        if not SIMULATOR and settings.cache_dir is not None:
-            self._store(_current_cc()).mark_ran(key)
+    def kernel_store(self) -> KernelStore | None:
+        """The kernel store of the current device and cache directory; None where kernels are
+        not kept (no cache directory, the simulator)."""
+        if SIMULATOR or settings.cache_dir is None:
+            return None
+        return self._store(_current_cc())
 
     # -- the kernel store -------------------------------------------------------------------
 
