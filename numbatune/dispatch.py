@@ -46,8 +46,8 @@ from numbatune.streams.monitor import monitor
 from numbatune.template import KernelTemplate
 from numbatune.trials import trying
 from numbatune.tuning import checks, levels, tuner
-from numbatune.tuning.job import Arrived, Journal, Launcher, NoJournal, TuneJob
-from numbatune.tuning.results import Failed, Source, TuneReport, VariantResult
+from numbatune.tuning.job import Journal, NoJournal, TuneJob
+from numbatune.tuning.results import Source, TuneReport, VariantResult
 from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant, as_variants
 
@@ -309,13 +309,18 @@ class TunedKernel:
         )  # fmt: skip
         self._compiler = self._shared.compiler
         self._tally, self._benchmarks = Tally(), 0
-        self._kernels = trying.KernelVariants(
-            self.name, self._compiler, self._tally, launch, self._launch_params
-        )
+        self._compile = functools.partial(trying.compile_and_try, self._kernels)
         self._warned_slow_launch = False
         self._binder = _Binder(len(self._parameters), self._dispatch)
         self._hooks = self._fast_path_hooks()
         _prepare_workers(self._compiler, self._variants, self.function_id)
+
+    @functools.cached_property
+    def _kernels(self) -> trying.KernelVariants:
+        """What compiling, trying and launching the variants takes."""
+        return trying.KernelVariants(
+            self.name, self._compiler, self._tally, self._launch, self._launch_params
+        )
 
     def _fast_path_hooks(self) -> fastpath.Hooks:
         """What this kernel's fast paths call back into it."""
@@ -511,7 +516,7 @@ class TunedKernel:
         def job(plan: levels.Plan, search: Search, journal: Journal) -> TuneJob:
             return TuneJob(
                 self.name, key, self._variants, args, self._parameters, stream, plan,
-                self._compile_variants, check, self.reference_variant, self._unrestored(args),
+                self._compile, check, self.reference_variant, self._unrestored(args),
                 search, self._starts(state, key, plan) if searched else (), journal,
                 self._template.build_key,
             )  # fmt: skip
@@ -687,18 +692,6 @@ class TunedKernel:
     def _launch_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
         """The launch configuration the launch function gives ``variant`` for ``args``."""
         return launch_config(self._launch, args, self._launch_params[variant], self.name)
-
-    def _compile_variants(
-        self,
-        variants: Sequence[Variant],
-        args: tuple[Any, ...],
-        stream: Any,
-        done: Callable[[int], None],
-        arrived: Arrived,
-    ) -> dict[Variant, Launcher | Failed]:
-        """Each variant compiled, tried and made a launcher, or why it failed
-        (:func:`numbatune.trials.trying.compile_and_try`)."""
-        return trying.compile_and_try(self._kernels, variants, args, stream, done, arrived)
 
     # -- introspection ----------------------------------------------------------------------
 
