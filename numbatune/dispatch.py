@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, background, devices, identity, keys, processes, record, references
+from numbatune import background, devices, identity, keys, processes, record, references
 from numbatune._backend import require_a_backend
-from numbatune.arrays import SIMULATOR, is_array, library_of
+from numbatune.arrays import SIMULATOR, Arguments, ArrayView
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile.compiler import Compiler, Tally
@@ -495,12 +495,12 @@ class TunedKernel:
         """The winner for ``key`` from memory, disk or tuning (or, for a call, ``serve``, as
         the ``on_miss`` option or setting says), and the report behind it."""
         keys.check_hashable(key, self.name)
-        self._check_arguments(args)
+        arguments = self._check_arguments(args)
         stream = numba_stream(stream, args)
         # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
         handle = raw_stream(stream)
         if handle != monitor.stream:
-            monitor.watch(handle, tuple(a for a in args if is_array(a)), None, stream)
+            monitor.watch(handle, arguments.arrays, None, stream)
         plan = self._plan(key, args)
         check = self._check or (checks.Check() if settings.check else None)
         search = Search(
@@ -516,7 +516,7 @@ class TunedKernel:
         def job(plan: levels.Plan, search: Search, journal: Journal) -> TuneJob:
             return TuneJob(
                 self.name, key, self._variants, args, self._parameters, stream, plan,
-                self._compile, check, self.reference_variant, self._unrestored(args),
+                self._compile, check, self.reference_variant, self._unrestored(arguments),
                 search, self._starts(state, key, plan) if searched else (), journal,
                 self._template.build_key,
             )  # fmt: skip
@@ -540,7 +540,7 @@ class TunedKernel:
             ),
         )  # fmt: skip
         if report.source in _SERVED and on_miss is OnMiss.BACKGROUND:
-            background.start(self, arrays.clone_arguments(args, stream), self.name)
+            background.start(self, arguments.clone(stream), self.name)
         return winner, report
 
     def _tuned(self, job: TuneJob) -> TuneReport:
@@ -629,23 +629,25 @@ class TunedKernel:
         highest = plan.groups[0] if len(plan.groups) > 1 else ()
         return (self.reference_variant, *highest, *state.cache.winners_near(key))
 
-    def _check_arguments(self, args: tuple[Any, ...]) -> None:
-        """Refuse, naming the argument, calls numba would fail on less clearly."""
+    def _check_arguments(self, args: tuple[Any, ...]) -> Arguments:
+        """Refuse, naming the argument, calls numba would fail on less clearly; the arguments,
+        read once."""
         if len(args) != len(self._parameters):
             raise TypeError(
                 f"{self.name}() takes {len(self._parameters)} arguments "
                 f"({', '.join(self._parameters)}), got {len(args)}"
             )
-        for name, value in zip(self._parameters, args, strict=True):
+        arguments = Arguments.read(args)
+        for name, value, view in zip(self._parameters, args, arguments.views, strict=True):
             host = isinstance(value, np.ndarray) and value.ndim > 0
-            if host or (library_of(type(value)) == "torch" and not value.is_cuda):
-                kind = "a host (NumPy) array" if host else f"a torch tensor on {value.device}"
+            refused = "a host (NumPy) array" if host else view and view.kind.refusal(value)
+            if refused:
                 raise TypeError(
-                    f"{self.name}: argument {name!r} is {kind}; pass a device array "
+                    f"{self.name}: argument {name!r} is {refused}; pass a device array "
                     "(numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
                 )
             use = self._array_parameters.get(name)
-            if use is not None and not _can_be(use, value):
+            if use is not None and not _can_be(use, value, view):
                 expected = "a device array" + (" or a tuple" if use == "indexed" else "")
                 how = "indexed" if use == "indexed" else f"read as {name}{use}"
                 raise TypeError(
@@ -653,13 +655,16 @@ class TunedKernel:
                     f"{expected} (numba, CuPy or torch); got {type(value).__name__} {value!r:.60}"
                 )
         if devices.several():
-            self._check_devices(args)
+            self._check_devices(arguments)
+        return arguments
 
-    def _check_devices(self, args: tuple[Any, ...]) -> None:
+    def _check_devices(self, arguments: Arguments) -> None:
         """Refuse arrays on another GPU than the one the kernel launches on."""
         here = devices.current_index()
-        for name, value in zip(self._parameters, args, strict=True):
-            there = devices.array_device(value)
+        for name, value, view in zip(
+            self._parameters, arguments.values, arguments.views, strict=True
+        ):
+            there = None if view is None else devices.array_device(value, view.kind)
             if there not in (None, here):
                 raise ValueError(
                     f"{self.name}: argument {name!r} is on GPU {there}, but the kernel "
@@ -672,16 +677,15 @@ class TunedKernel:
         """How the kernel's own code uses each parameter's elements (its source read once)."""
         return references.element_uses(self._template.function)
 
-    def _unrestored(self, args: tuple[Any, ...]) -> frozenset[str]:
+    def _unrestored(self, arguments: Arguments) -> frozenset[str]:
         """The arguments tuning need not copy back before each run: those named ``read_only``,
         and the arrays whose elements the kernel only reads or only writes."""
         unchanged = set(self._read_only)
-        for name, value in zip(self._parameters, args, strict=True):
+        for name, view in zip(self._parameters, arguments.views, strict=True):
             use = self._element_uses.get(name)
-            if use is None or not arrays.is_array(value):
+            if use is None or view is None:
                 continue
-            view = arrays.device_view(value)
-            if use.rerun_changes_nothing(view.ndim, view.dtype.fields is not None):
+            if use.rerun_changes_nothing(len(view.shape), view.record):
                 unchanged.add(name)
         return frozenset(unchanged)
 
@@ -973,9 +977,10 @@ def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> froz
     return frozenset(names)
 
 
-def _can_be(use: str, value: Any) -> bool:
-    """Whether ``value`` can be an argument the kernel uses as ``use`` says."""
-    if is_array(value):
+def _can_be(use: str, value: Any, view: ArrayView | None) -> bool:
+    """Whether ``value`` (read as ``view``) can be an argument the kernel uses as ``use``
+    says."""
+    if view is not None:
         return True
     return use == "indexed" and isinstance(value, tuple)
 

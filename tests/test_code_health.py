@@ -22,7 +22,7 @@ LAYERS = [
         "native",
         "forking",
     ],
-    ["arrays", "devices", "intrinsics", "unroll", "variants", "references"],
+    ["arraykinds", "arrays", "devices", "intrinsics", "unroll", "variants", "references"],
     ["keys", "template", "identity", "record", "background"],
     ["streams"],
     ["tuning"],

@@ -207,9 +207,9 @@ def _generate(
         "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
         **{
-            f"_{library}_stream": stream_getter(library)
-            for library in stream[1]
-            if library not in plan.current_streams
+            f"_{kind.name}_stream": stream_getter(kind)
+            for kind in stream[1]
+            if kind not in plan.current_streams
         },
         "_wait": monitor.wait,
         "_blocking": monitor.blocking,

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from numbatune.arrays import SIMULATOR, library_of
+from numbatune.arrays import SIMULATOR, is_array
 from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
 
@@ -39,7 +39,7 @@ def numba_launch(dispatcher: Any, name: str | None = None) -> Launch:
         if name is not None:
             handle = raw_stream(stream)
             if handle != monitor.stream:
-                arrays = tuple(a for a in args if library_of(type(a)) is not None)
+                arrays = tuple(a for a in args if is_array(a))
                 watched = monitor.watch(handle, arrays, name, stream)
         if SIMULATOR:
             with _simulator_lock:

@@ -30,11 +30,12 @@ from typing import Any
 
 from numba import cuda
 
-from numbatune.arrays import SIMULATOR, buffer_of, library_of
+from numbatune.arraykinds import SIMULATOR, kind_of
+from numbatune.arrays import buffer_of
 from numbatune.errors import ProfileError
 from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
-from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, current_stream
+from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY
 from numbatune.streams.order import new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
@@ -349,8 +350,8 @@ def keep(stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
 def _needs_keeping(array: Any, stream: int) -> bool:
     """True for a torch or CuPy array launched on a stream other than its library's current
     one: its caching allocator would hand its memory out again on that one when it is freed."""
-    library = library_of(type(array))
-    return library in ("torch", "cupy") and current_stream(library, array) != stream
+    kind = kind_of(type(array))
+    return kind is not None and kind.stream is not None and kind.stream.of(array) != stream
 
 
 monitor = Monitor()
