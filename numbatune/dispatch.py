@@ -339,7 +339,7 @@ class TunedKernel:
         """The state this kernel shares with tuned kernels of the same code and settings."""
         template = self._template
         key = identity.sharing_key(
-            template.code_text(),
+            f"{template.compiler.identity()}\0{template.code_text()}",
             template.jit_options,
             template.signatures,
             self._variants,
@@ -426,7 +426,7 @@ class TunedKernel:
     ) -> fastpath.FastPath | None:
         """The fast path for the signature of ``args`` on this device, made on first use."""
         classes = tuple(map(type, args))
-        signature = (*classes, *(kernel.typeof_pyval(a) for a in args))
+        signature = (*classes, *self._template.compiler.argument_types(kernel, args))
         with self._lock:
             if signature not in state.signatures:
                 older = state.paths.get(classes, self._dispatch)

@@ -23,6 +23,7 @@ from numba import cuda
 from numbatune import references, unroll
 from numbatune._version import __version__
 from numbatune.arrays import SIMULATOR
+from numbatune.compilers import KernelCompiler, compiler_for
 from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
 from numbatune.variants import JIT_OPTIONS, LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
@@ -41,17 +42,14 @@ CODEGEN_SETTINGS = (
 )
 
 
-def environment_description() -> list[str]:
-    """The versions and settings that change generated code: numbatune, numba, numba-cuda,
-    the NVVM and driver versions on a GPU, and numba's code-generation settings."""
+def environment_description(compiler: KernelCompiler) -> list[str]:
+    """The versions and settings that change generated code: numbatune, numba, the kernel's
+    compiler (its name and version), cuda-bindings, the NVVM and driver versions on a GPU, and
+    numba's code-generation settings."""
     from numba.cuda.core import config
 
-    parts = [f"numbatune {__version__}"]
-    for package in ("numba", "numba-cuda", "cuda-bindings"):
-        try:
-            parts.append(f"{package} {metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{package} missing")
+    parts = [f"numbatune {__version__}", _package_version("numba"), compiler.identity()]
+    parts.append(_package_version("cuda-bindings"))
     parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
     if not SIMULATOR:
         from numba.cuda.cudadrv import nvvm
@@ -62,11 +60,23 @@ def environment_description() -> list[str]:
     return parts
 
 
+def _package_version(package: str) -> str:
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return f"{package} missing"
+
+
 class KernelTemplate:
-    """The user's kernel function, from which each variant's kernel is compiled."""
+    """The user's kernel function, from which each variant's kernel is compiled by the
+    compiler the kernel object chooses (:func:`numbatune.compilers.compiler_for`)."""
 
     def __init__(self, kernel: Any, name: str) -> None:
-        self.function, self.jit_options, self.signatures = _unwrap(kernel, name)
+        #: The compiler of the kernel's variants.
+        self.compiler = compiler_for(kernel, name)
+        unwrapped = self.compiler.unwrap(kernel, name)
+        self.function, self.jit_options = unwrapped.function, unwrapped.jit_options
+        self.signatures = unwrapped.signatures
         self.name = name
         self.signature = inspect.signature(self.function)
         self._functions = references.reachable(self.function)
@@ -202,7 +212,7 @@ class KernelTemplate:
         """
         digest = hashlib.sha256()
         parts = [
-            *environment_description(),
+            *environment_description(self.compiler),
             stable_text({k: v for k, v in self.jit_options.items() if k in JIT_OPTIONS}),
             *code_description(self.function),
             f"launch: {source_of(launch)}",
@@ -344,63 +354,3 @@ def device_options(dispatcher: Any) -> dict[str, Any]:
     if SIMULATOR:
         return {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
     return {k: v for k, v in dispatcher.targetoptions.items() if k != "device"}
-
-
-def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any], tuple]:
-    """The Python function, jit options and explicit signatures (argument types) behind a
-    ``cuda.jit`` kernel, or a plain function (no options, no signatures)."""
-    if isinstance(kernel, types.FunctionType):
-        return kernel, {}, ()
-    kind = type(kernel)
-    if kind.__module__.partition(".")[0] == "numba_cuda_mlir":
-        raise TypeError(
-            f"autotune({name}): {name} is a numba-cuda-mlir kernel ({kind.__module__}."
-            f"{kind.__qualname__}), which numbatune does not support yet; it supports "
-            "numba-cuda's numba.cuda.jit kernels and plain Python functions"
-        )
-    function = getattr(kernel, "py_func", None)
-    if not isinstance(function, types.FunctionType):
-        raise TypeError(
-            f"autotune({name}): expected a numba.cuda.jit kernel or a plain Python function, "
-            f"got {type(kernel).__name__}"
-        )
-    if SIMULATOR:
-        options = {"fastmath": kernel._fastmath, "debug": kernel._debug}
-        is_device = kernel._device  # the simulator keeps these private
-        signatures: tuple = ()  # and ignores signatures
-    else:
-        options = dict(kernel.targetoptions)
-        is_device = options.pop("device", False)
-        # numba compiles explicit signatures at decoration and then allows no other compile;
-        # overloads compiled lazily (by earlier calls) are not signatures.
-        signatures = () if kernel._can_compile else tuple(kernel.overloads)
-    if is_device:
-        raise TypeError(
-            f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
-            "autotune kernels, which are launched from the host"
-        )
-    return function, {k: v for k, v in options.items() if not _is_default(k, v)}, signatures
-
-
-#: Values of numba.cuda.jit's options that mean "as numba does by default". numba resolves
-#: its defaults when a kernel is decorated (a GPU process sees lto=True, opt=True, ...) and its
-#: simulator keeps only two options: a kernel's options are what differs from these, the same
-#: in both, so that its checksum and compiled-kernel keys are too.
-_DEFAULT_OPTIONS: dict[str, tuple[Any, ...]] = {
-    "debug": (False, None),
-    "fastmath": (False,),
-    "opt": (True, None),
-    "lineinfo": (False,),
-    "launch_bounds": (None,),
-    "lto": (True, None),
-    "forceinline": (False,),
-    "inline": ("never",),
-    "shared_memory_carveout": (None,),
-    "extensions": ([], (), None),
-    "link": ((), [], None),
-    "max_registers": (None,),
-}
-
-
-def _is_default(name: str, value: Any) -> bool:
-    return value in _DEFAULT_OPTIONS.get(name, ())

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from numbatune.compile import liveness
+from numbatune.compilers import NUMBA_CUDA
+from numbatune.compilers.numba_cuda import code_library
 from numbatune.template import device_options
 
 #: Bump when the payload's layout changes: entries of another version are not loaded.
@@ -99,14 +101,13 @@ def dumps_function(function: Any) -> bytes:
 
 
 def toolchain() -> tuple[str, ...]:
-    """The versions that decide the code a build makes: numba-cuda, NVVM and nvJitLink."""
-    from importlib.metadata import version
-
+    """The versions that decide the code a build makes: the compiler (numba-cuda, its name and
+    version), NVVM and nvJitLink."""
     from cuda.bindings import nvjitlink
     from numba.cuda.cudadrv import nvvm
 
     return (
-        f"numba-cuda {version('numba-cuda')}",
+        NUMBA_CUDA.identity(),
         f"nvvm {nvvm.NVVM().get_version()}",
         f"nvjitlink {nvjitlink.version()}",
     )
@@ -211,7 +212,7 @@ def build(
     with _target(cc):
         dispatcher = cuda.jit(**options)(function)
         kernel = _Kernel(dispatcher.py_func, argtypes, **dispatcher.targetoptions)
-        library = kernel._codelibrary
+        library = code_library(kernel)
         library.get_ltoir(cc=target) if library._lto else library.get_asm_str(cc=target)
         compiled_s = time.perf_counter() - started
         with ThreadPoolExecutor(len(max_registers)) as links:
@@ -225,7 +226,7 @@ def _linked(kernel: Any, cap: int | None, target: Any, compiled_s: float) -> Bui
     from numba.cuda.cudadrv import driver
 
     started = time.perf_counter()
-    library = kernel._codelibrary
+    library = code_library(kernel)
     try:
         linker = driver._Linker(max_registers=cap, cc=target, lto=library._lto)
         library._link_all(linker, target)
@@ -243,7 +244,7 @@ def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
     """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed;
     ``linked``: its code library's cubin, linker log and register cap, where they were linked
     apart from the library."""
-    library = kernel._codelibrary
+    library = code_library(kernel)
     states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
     library_states = {**library._reduce_states(), "llvm_strs": [], **(linked or {})}
     payload = {"version": PAYLOAD_VERSION, "kernel": states, "library": library_states}

@@ -164,6 +164,8 @@ class Compiler:
 
     def __init__(self, template: KernelTemplate, function_id: str) -> None:
         self._template = template
+        #: The kernel compiler of its variants (the seam: :mod:`numbatune.compilers`).
+        self._kernels = template.compiler
         self._function_id = function_id
         self._dispatchers: dict[CodeKey, Any] = {}
         self._functions: dict[CodeKey, Any] = {}
@@ -216,19 +218,15 @@ class Compiler:
 
     def _add(self, dispatcher: Any, argtypes: tuple[Any, ...], kernel: Any = None) -> bool:
         """Add ``kernel`` for ``argtypes`` to ``dispatcher`` (compile one when None); False
-        when it already has one. With one declared signature the dispatcher is then specialised
-        as numba's ``cuda.jit(signature)`` makes it: only then, for numba's compile of a
-        specialised dispatcher returns the kernel it holds."""
+        when it already has one (:meth:`numbatune.compilers.base.KernelCompiler.add`)."""
         with self._lock:
-            if argtypes in dispatcher.overloads:
+            if self._has(dispatcher, argtypes):
                 return False
-            if kernel is None:
-                dispatcher.compile(argtypes)
-            else:
-                dispatcher.add_overload(kernel, argtypes)
-            if len(self._template.signatures) == 1:
-                dispatcher._specialized = True
+            self._kernels.add(dispatcher, argtypes, kernel, len(self._template.signatures))
             return True
+
+    def _has(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> bool:
+        return self._kernels.compiled(dispatcher, argtypes) is not None
 
     def _function(self, variant: Variant) -> Any:
         """The variant's specialised Python function, made once per code key (writing out
@@ -245,7 +243,7 @@ class Compiler:
         """The argument types to compile for: the declared signatures, else those of ``args``."""
         if self._template.signatures:
             return list(self._template.signatures)
-        return [tuple(dispatcher.typeof_pyval(a) for a in args)]
+        return [self._kernels.argument_types(dispatcher, args)]
 
     def compiled(self, variant: Variant, args: tuple[Any, ...], tally: Tally) -> Any:
         """The variant's dispatcher, compiled (or loaded) for ``args`` here; a compile error
@@ -254,11 +252,11 @@ class Compiler:
         if SIMULATOR:
             return dispatcher
         for argtypes in self._signatures(dispatcher, args):
-            if argtypes in dispatcher.overloads or self._load(variant, argtypes, tally):
+            if self._has(dispatcher, argtypes) or self._load(variant, argtypes, tally):
                 continue
             if self._add(dispatcher, argtypes):
                 tally.compiles += 1
-            self._save(variant, dispatcher.overloads[argtypes], argtypes)
+            self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes)
         return dispatcher
 
     def compile_all(
@@ -312,7 +310,7 @@ class Compiler:
         return [
             argtypes
             for argtypes in signatures
-            if (existing is None or argtypes not in existing.overloads)
+            if (existing is None or not self._has(existing, argtypes))
             and not self._load(variant, argtypes, tally)
         ]
 
@@ -429,7 +427,8 @@ class Compiler:
         key = (self._template.code_key(variant), argtypes)
         with self._lock:
             if key not in self._payloads:
-                self._payloads[key] = build.dumps_kernel(dispatcher.overloads[argtypes])
+                compiled = self._kernels.compiled(dispatcher, argtypes)
+                self._payloads[key] = build.dumps_kernel(compiled)
             return self._payloads[key]
 
     def kernel_key(self, variant: Variant, args: tuple[Any, ...]) -> str:

@@ -350,44 +350,6 @@ def function_handle(function: Any) -> int:
     return int(resolved) if not error else handle
 
 
-def overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
-    """The compiled overload numba launches for ``args``, and why it cannot be launched fast
-    (or None).
-
-    That is the overload of the arguments' own types, or, for a kernel declared with
-    signatures, the declared overload numba converts them to (arrays of layout ``A`` take any
-    layout, Python ints, floats and bools become the declared scalar types).
-    """
-    if SIMULATOR:
-        return None, "running under numba's simulator"
-    signature = tuple(dispatcher.typeof_pyval(a) for a in args)
-    kernel = dispatcher.overloads.get(signature) or _declared_overload(dispatcher, signature)
-    if kernel is None:
-        return None, f"no compiled overload for {signature}"
-    if kernel.debug or kernel.extensions:
-        return None, "a debug kernel, or one with extensions"
-    if getattr(kernel, "launch_config_sensitive", False):
-        return None, "the kernel depends on its launch configuration"
-    return kernel, None
-
-
-def _declared_overload(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """The compiled overload numba would convert arguments typed ``signature`` to, as it
-    chooses one for a kernel declared with signatures; None where none (or several) would
-    take them."""
-    from numba.core import types
-    from numba.core.typing import signature as make_signature
-
-    cases = [make_signature(types.void, *argtypes) for argtypes in dispatcher.overloads]
-    try:
-        chosen = dispatcher.typingctx.resolve_overload(
-            dispatcher.py_func, cases, signature, {}, allow_ambiguous=False
-        )
-    except TypeError:  # ambiguous: numba refuses the call too
-        return None
-    return None if chosen is None else dispatcher.overloads.get(tuple(chosen.args))
-
-
 def planned_type(declared: Any, actual: Any) -> Any:
     """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
     overload's type ``declared``; None where the plan cannot convert it as numba does.

@@ -1,0 +1,166 @@
+"""numba-cuda as a :class:`~numbatune.compilers.base.KernelCompiler`: every numba-cuda internal
+numbatune reads is read here (its dispatchers' overloads and typing, its code library's
+compiled function, the flag a declared signature sets, its launch)."""
+
+from __future__ import annotations
+
+import threading
+import types
+from importlib import metadata
+from typing import Any
+
+from numbatune.arraykinds import SIMULATOR
+from numbatune.compilers.base import KernelCompiler, Unwrapped
+
+# The simulator runs one kernel at a time in a process, and numba's simulated kernel keeps
+# its grid on itself: launches from several threads configure and run it in turns.
+_simulator_lock = threading.Lock()
+
+
+def _dispatcher_class() -> type:
+    if SIMULATOR:
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+        return FakeCUDAKernel
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    return CUDADispatcher
+
+
+def code_library(kernel: Any) -> Any:
+    """A compiled kernel's code library (its LLVM IR, PTX, cubins and linking)."""
+    return kernel._codelibrary
+
+
+class NumbaCuda(KernelCompiler):
+    """numba-cuda's ``numba.cuda.jit``: its kernels, and plain Python functions."""
+
+    name = "numba-cuda"
+
+    @property
+    def version(self) -> str:
+        """numba-cuda's version."""
+        try:
+            return metadata.version("numba-cuda")
+        except metadata.PackageNotFoundError:
+            return "missing"
+
+    def claims(self, kernel: Any) -> bool:
+        """Plain Python functions and ``numba.cuda.jit`` dispatchers."""
+        return isinstance(kernel, types.FunctionType | _dispatcher_class())
+
+    def unwrap(self, kernel: Any, name: str) -> Unwrapped:
+        """The Python function, jit options and explicit signatures (argument types) behind a
+        ``cuda.jit`` kernel, or a plain function (no options, no signatures)."""
+        if isinstance(kernel, types.FunctionType):
+            return Unwrapped(kernel, {}, ())
+        function = kernel.py_func
+        if SIMULATOR:
+            options = {"fastmath": kernel._fastmath, "debug": kernel._debug}
+            is_device = kernel._device  # the simulator keeps these private
+            signatures: tuple = ()  # and ignores signatures
+        else:
+            options = dict(kernel.targetoptions)
+            is_device = options.pop("device", False)
+            # numba compiles explicit signatures at decoration and then allows no other
+            # compile; overloads compiled lazily (by earlier calls) are not signatures.
+            signatures = () if kernel._can_compile else tuple(kernel.overloads)
+        if is_device:
+            raise TypeError(
+                f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
+                "autotune kernels, which are launched from the host"
+            )
+        jit_options = {k: v for k, v in options.items() if not _is_default(k, v)}
+        return Unwrapped(function, jit_options, signatures)
+
+    def argument_types(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """numba's types of ``args``."""
+        return tuple(kernel.typeof_pyval(a) for a in args)
+
+    def compiled(self, kernel: Any, argtypes: tuple[Any, ...]) -> Any:
+        """The dispatcher's overload for ``argtypes``, or None."""
+        return kernel.overloads.get(argtypes)
+
+    def add(self, kernel: Any, argtypes: tuple[Any, ...], compiled: Any, declared: int) -> None:
+        """Compile, or add an overload; with one declared signature the dispatcher is then
+        specialised as numba's ``cuda.jit(signature)`` makes it: only then, for numba's compile
+        of a specialised dispatcher returns the kernel it holds."""
+        if compiled is None:
+            kernel.compile(argtypes)
+        else:
+            kernel.add_overload(compiled, argtypes)
+        if declared == 1:
+            kernel._specialized = True
+
+    def overload_for(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
+        """The overload of the arguments' own types, or, for a kernel declared with
+        signatures, the declared overload numba converts them to (arrays of layout ``A`` take
+        any layout, Python ints, floats and bools become the declared scalar types)."""
+        if SIMULATOR:
+            return None, "running under numba's simulator"
+        signature = self.argument_types(kernel, args)
+        compiled = kernel.overloads.get(signature) or _declared_overload(kernel, signature)
+        if compiled is None:
+            return None, f"no compiled overload for {signature}"
+        if compiled.debug or compiled.extensions:
+            return None, "a debug kernel, or one with extensions"
+        if getattr(compiled, "launch_config_sensitive", False):
+            return None, "the kernel depends on its launch configuration"
+        return compiled, None
+
+    def function_of(self, compiled: Any) -> Any:
+        """The code library's ``CUfunction`` wrapper in the current context."""
+        return code_library(compiled).get_cufunc()
+
+    def launch(
+        self, kernel: Any, args: tuple[Any, ...], config: tuple[Any, ...], stream: Any
+    ) -> None:
+        """numba's ``kernel[grid, block, stream, shared](*args)``."""
+        grid, block = config[0], config[1]
+        shared = config[2] if len(config) > 2 else 0
+        if SIMULATOR:
+            with _simulator_lock:
+                kernel[grid, block, stream, shared](*args)
+        else:
+            kernel[grid, block, stream, shared](*args)
+
+
+def _declared_overload(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """The compiled overload numba would convert arguments typed ``signature`` to, as it
+    chooses one for a kernel declared with signatures; None where none (or several) would
+    take them."""
+    from numba.core import types as numba_types
+    from numba.core.typing import signature as make_signature
+
+    cases = [make_signature(numba_types.void, *argtypes) for argtypes in dispatcher.overloads]
+    try:
+        chosen = dispatcher.typingctx.resolve_overload(
+            dispatcher.py_func, cases, signature, {}, allow_ambiguous=False
+        )
+    except TypeError:  # ambiguous: numba refuses the call too
+        return None
+    return None if chosen is None else dispatcher.overloads.get(tuple(chosen.args))
+
+
+#: Values of numba.cuda.jit's options that mean "as numba does by default". numba resolves
+#: its defaults when a kernel is decorated (a GPU process sees lto=True, opt=True, ...) and its
+#: simulator keeps only two options: a kernel's options are what differs from these, the same
+#: in both, so that its checksum and compiled-kernel keys are too.
+_DEFAULT_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "debug": (False, None),
+    "fastmath": (False,),
+    "opt": (True, None),
+    "lineinfo": (False,),
+    "launch_bounds": (None,),
+    "lto": (True, None),
+    "forceinline": (False,),
+    "inline": ("never",),
+    "shared_memory_carveout": (None,),
+    "extensions": ([], (), None),
+    "link": ((), [], None),
+    "max_registers": (None,),
+}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    return value in _DEFAULT_OPTIONS.get(name, ())
