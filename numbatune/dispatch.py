@@ -309,14 +309,14 @@ class TunedKernel:
         )  # fmt: skip
         self._compiler = self._shared.compiler
         self._tally, self._benchmarks = Tally(), 0
-        self._compile = functools.partial(trying.compile_and_try, self._kernels)
+        self._compile = functools.partial(trying.compile_and_try, self._compiling)
         self._warned_slow_launch = False
         self._binder = _Binder(len(self._parameters), self._dispatch)
         self._hooks = self._fast_path_hooks()
         _prepare_workers(self._compiler, self._variants, self.function_id)
 
     @functools.cached_property
-    def _kernels(self) -> trying.KernelVariants:
+    def _compiling(self) -> trying.KernelVariants:
         """What compiling, trying and launching the variants takes."""
         return trying.KernelVariants(
             self.name, self._compiler, self._tally, self._launch, self._launch_params
@@ -848,7 +848,7 @@ class TunedKernel:
         if not self.is_valid(variant, *args):
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
         if not is_empty(self._launch_config(args, variant)):
-            self._kernels.launcher(variant, self._compiled(variant, args), args)(args, stream)
+            self._compiling.launcher(variant, self._compiled(variant, args), args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed, without launching on them.

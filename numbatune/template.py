@@ -10,15 +10,12 @@ changes what the variants compute or how fast.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence, Set
 from importlib import metadata
 from typing import Any
-
-from numba import cuda
 
 from numbatune import references, unroll
 from numbatune._version import __version__
@@ -178,14 +175,14 @@ class KernelTemplate:
         options = self.jit_options_of(variant)
         if SIMULATOR:  # the simulator takes few options
             options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
-        return _jit(function, self.function, options)
+        return self.compiler.specialise(function, self.function, options)
 
     def specialised_function(self, variant: Variant, write_out: bool = True) -> types.FunctionType:
         """The kernel's Python function with the variant's parameters bound as its globals (and
         closure variables), its ``static_range`` loops written out (unless ``write_out`` is
         false: :func:`numbatune.unroll.written_out` does it later, in a compile worker),
         calling device functions specialised likewise."""
-        specialiser = _Specialiser(variant.params, self.names_read)
+        specialiser = _Specialiser(variant.params, self.names_read, self.compiler)
         return specialiser.function(self.function, write_out)
 
     def written_out_size(self, variant: Variant) -> int:
@@ -232,8 +229,11 @@ class _Specialiser:
     """Copies of a kernel and of the device functions it reaches that read any of ``params``,
     with the parameters bound and the copies calling each other."""
 
-    def __init__(self, params: Mapping[str, Any], names_read: Set[str]) -> None:
+    def __init__(
+        self, params: Mapping[str, Any], names_read: Set[str], compiler: KernelCompiler
+    ) -> None:
         self._params = dict(params)
+        self._compiler = compiler
         self._relevant = set(params) & names_read
         self._copies: dict[int, Any] = {}
         self._affected: dict[int, bool] = {}
@@ -255,8 +255,9 @@ class _Specialiser:
             return dispatcher
         key = id(function)
         if key not in self._copies:
-            options = {"device": True, **device_options(dispatcher)}
-            self._copies[key] = _jit(self.function(function), function, options)
+            options = {"device": True, **self._compiler.device_options(dispatcher)}
+            copy = self.function(function)
+            self._copies[key] = self._compiler.specialise(copy, function, options)
         return self._copies[key]
 
     def function(self, function: types.FunctionType, write_out: bool = True) -> types.FunctionType:
@@ -291,50 +292,6 @@ class _Specialiser:
         return unroll.written_out(copy) if write_out else copy
 
 
-def _jit(copy: types.FunctionType, original: types.FunctionType, options: dict[str, Any]) -> Any:
-    """``numba.cuda.jit(**options)(copy)`` for a variant's ``copy`` of ``original`` (a kernel,
-    or a device function with ``device=True``).
-
-    Under the simulator, while the copy runs, the module of ``original`` holds the simulator's
-    ``cuda`` too, as it does while ``original`` runs: the simulator puts its ``cuda`` into the
-    globals of the function it runs (the copy's own), and a plain Python helper the kernel
-    calls reads ``cuda`` from its module (``cuda.local.array``, say).
-    """
-    dispatcher = cuda.jit(**options)(copy)
-    if SIMULATOR:
-        dispatcher.__class__ = _simulated_copy_class()
-        dispatcher.original = original
-    return dispatcher
-
-
-class _RunningKernelsCuda:
-    """Under the simulator: stands for the ``cuda`` module of the kernel running now (the
-    simulator makes one per launch, once the launch has begun)."""
-
-    def __getattr__(self, name: str) -> Any:
-        from numba.cuda.simulator.kernel import _get_kernel_context
-
-        return getattr(_get_kernel_context(), name)
-
-
-@functools.cache
-def _simulated_copy_class() -> type:
-    """The class of a variant's kernels and device functions under the simulator: numba's
-    simulated dispatcher, which also gives ``original``'s module the simulator's ``cuda``
-    while it runs (made on first use: its base class exists only under the simulator)."""
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
-    from numba.cuda.simulator.kernelapi import swapped_cuda_module
-
-    class SimulatedCopy(FakeCUDAKernel):
-        original: types.FunctionType
-
-        def __call__(self, *args: Any) -> Any:
-            with swapped_cuda_module(self.original, _RunningKernelsCuda()):
-                return super().__call__(*args)
-
-    return SimulatedCopy
-
-
 def _proxy_module(
     module: Any, attributes: dict[str, Any], reader: types.FunctionType
 ) -> types.ModuleType:
@@ -347,10 +304,3 @@ def _proxy_module(
     for attribute, value in attributes.items():
         setattr(proxy, attribute, value)
     return proxy
-
-
-def device_options(dispatcher: Any) -> dict[str, Any]:
-    """The options a device function was made with (the simulator keeps two, privately)."""
-    if SIMULATOR:
-        return {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
-    return {k: v for k, v in dispatcher.targetoptions.items() if k != "device"}

@@ -35,6 +35,12 @@ class FakeCompiler(KernelCompiler):
     def unwrap(self, kernel, name):
         return Unwrapped(kernel.function, {}, ())
 
+    def specialise(self, function, original, options):
+        return FakeKernel(function)
+
+    def device_options(self, device_function):
+        return {}
+
     def argument_types(self, kernel, args):
         return tuple(type(a) for a in args)
 
@@ -46,6 +52,12 @@ class FakeCompiler(KernelCompiler):
 
     def overload_for(self, kernel, args):
         return None, "a fake compiler"
+
+    def serialise(self, compiled):
+        raise NotImplementedError
+
+    def load(self, payload, cc):
+        raise NotImplementedError
 
     def function_of(self, compiled):
         raise NotImplementedError

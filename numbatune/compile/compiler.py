@@ -408,7 +408,7 @@ class Compiler:
         """The variant's dispatcher, with the kernel a worker built for ``argtypes`` loaded
         into it (and kept in the kernel store, and for a trial run as built)."""
         dispatcher = self.dispatcher(variant)
-        kernel = build.load(built.payload, cc)
+        kernel = self._kernels.load(built.payload, cc)
         kernel.bind()
         if self._add(dispatcher, argtypes, kernel):
             tally.compiles += 1
@@ -428,7 +428,7 @@ class Compiler:
         with self._lock:
             if key not in self._payloads:
                 compiled = self._kernels.compiled(dispatcher, argtypes)
-                self._payloads[key] = build.dumps_kernel(compiled)
+                self._payloads[key] = self._kernels.serialise(compiled)
             return self._payloads[key]
 
     def kernel_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
@@ -452,7 +452,7 @@ class Compiler:
         with self._lock:
             store = self._stores.get((settings.cache_dir, cc))
             if store is None:
-                store = KernelStore(settings.cache_dir, cc, self._function_id)
+                store = KernelStore(settings.cache_dir, cc, self._function_id, self._kernels)
                 self._stores[(settings.cache_dir, cc)] = store
             return store
 
@@ -476,7 +476,7 @@ class Compiler:
         if settings.cache_dir is None:
             return
         try:
-            payload = build.dumps_kernel(kernel)
+            payload = self._kernels.serialise(kernel)
         except Exception as error:  # numba serialises no kernel that links extra files
             logger.debug("%s: not kept on disk: %s", self._function_id, error)
             return

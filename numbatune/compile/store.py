@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from numbatune.cache.disk import KERNELS, Folder
-from numbatune.compile import build
+from numbatune.compilers import NUMBA_CUDA, KernelCompiler
 from numbatune.identity import folder_name
 
 logger = logging.getLogger("numbatune")
@@ -42,11 +42,19 @@ class KernelStore:
         The tuned function's identity.
     """
 
-    def __init__(self, cache_dir: Path | None, cc: tuple[int, int], function_id: str) -> None:
+    def __init__(
+        self,
+        cache_dir: Path | None,
+        cc: tuple[int, int],
+        function_id: str,
+        compiler: KernelCompiler = NUMBA_CUDA,
+    ) -> None:
         self._folder = (
             None if cache_dir is None else kernels_folder(cache_dir, cc) / folder_name(function_id)
         )
         self._cc = cc
+        #: The compiler whose kernels these are (it loads them).
+        self._compiler = compiler
         self._name = function_id
         self._disk: Folder | None = None
         self._lock = threading.Lock()
@@ -74,7 +82,7 @@ class KernelStore:
         try:
             if not isinstance(payload, bytes):
                 raise ValueError(f"a {type(payload).__name__} where a kernel was expected")
-            return build.load(payload, self._cc)
+            return self._compiler.load(payload, self._cc)
         except ValueError as error:
             logger.warning(
                 "numbatune: %s: discarded a compiled kernel that does not load (%s); "

@@ -61,6 +61,18 @@ class KernelCompiler(abc.ABC):
         """
 
     @abc.abstractmethod
+    def specialise(
+        self, function: types.FunctionType, original: types.FunctionType, options: dict[str, Any]
+    ) -> Any:
+        """A new kernel object of ``function``, a variant's copy of ``original`` (the user's
+        kernel, or a device function it calls: ``options`` then say so), compiled with
+        ``options``."""
+
+    @abc.abstractmethod
+    def device_options(self, device_function: Any) -> dict[str, Any]:
+        """The options of a device function the kernel calls (its copies get the same)."""
+
+    @abc.abstractmethod
     def argument_types(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """The compiler's types of ``args``, as ``kernel`` types them."""
 
@@ -78,6 +90,21 @@ class KernelCompiler(abc.ABC):
     def overload_for(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
         """The compiled overload a launch on ``args`` takes, and why the fast path cannot
         launch it (None where it can)."""
+
+    @abc.abstractmethod
+    def serialise(self, compiled: Any) -> bytes:
+        """A compiled overload as bytes, for the kernel store and trial runs (without the
+        intermediate code: only what loading it takes)."""
+
+    @abc.abstractmethod
+    def load(self, payload: bytes, cc: tuple[int, int]) -> Any:
+        """The overload :meth:`serialise` made, for a device of compute capability ``cc``.
+
+        Raises
+        ------
+        ValueError
+            ``payload`` is not one, or holds no code for ``cc``.
+        """
 
     @abc.abstractmethod
     def function_of(self, compiled: Any) -> Any:

@@ -191,7 +191,7 @@ def _run_once(kernel: bytes, config: tuple[Any, ...], cc: tuple[int, int] | None
 
         cuda.jit(cloudpickle.loads(kernel))[grid, block, 0, shared[0] if shared else 0](*args)
     else:
-        from numbatune.compile.build import load
+        from numbatune.compilers.numba_cuda import load
 
         stream = cuda.default_stream()  # numba's launch takes a stream object
         load(kernel, cc).launch(args, _dims(grid), _dims(block), stream, shared[0] if shared else 0)
