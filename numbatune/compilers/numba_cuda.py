@@ -1,6 +1,13 @@
-"""numba-cuda as a :class:`~numbatune.compilers.base.KernelCompiler`: every numba-cuda internal
-numbatune reads is read here (its dispatchers' overloads and typing, its code library's
-compiled function, the flag a declared signature sets, its launch)."""
+"""numba-cuda as a :class:`~numbatune.compilers.base.KernelCompiler`.
+
+The numba-cuda internals that dispatch, compiling, the kernel store and the fast path read are
+read here: unwrapping a ``cuda.jit`` kernel, specialised dispatchers (and their simulator
+copies), overloads and argument typing, the flag a declared signature sets, a kernel's code
+library and its compiled function, the serialised form of a kernel, numba's launch. Still
+numba-cuda's own elsewhere: the build in the compile workers (:mod:`numbatune.compile.build`,
+with :mod:`numbatune.compilers.numba_liveness`), the trial worker's launch, and the fast path's
+parameter plan (:mod:`numbatune.launch.layout`), which follows numba's parameter layout.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ from numbatune.compilers.base import KernelCompiler, Unwrapped
 _simulator_lock = threading.Lock()
 
 
+@functools.cache
 def _dispatcher_class() -> type:
     if SIMULATOR:
         from numba.cuda.simulator.kernel import FakeCUDAKernel
