@@ -197,7 +197,7 @@ class Snapshot:
     #: Seconds one variant's compile may take in a worker before the worker is stopped and the
     #: variant recorded as failed.
     compile_timeout_s: float = 300.0
-    #: Which variants run first in a separate process (numbatune.compile.trials): ``new`` those
+    #: Which variants run first in a separate process (numbatune.trials): ``new`` those
     #: that never ran on this kind of device, ``all`` every variant at every tuning, ``off``
     #: none. Default: ``new`` on a GPU, ``off`` under the simulator.
     isolate: Isolate = dataclasses.field(default_factory=lambda: _default_isolation())

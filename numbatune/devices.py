@@ -15,9 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from numbatune.arrays import SIMULATOR, library_of
+from numbatune.arraykinds import SIMULATOR, ArrayKind, kind_of
 
 
 @dataclass(frozen=True)
@@ -82,17 +80,12 @@ def several() -> bool:
     return len(cuda.gpus) > 1
 
 
-def array_device(array: Any) -> int | None:
+def array_device(array: Any, kind: ArrayKind | None = None) -> int | None:
     """The index of the GPU whose memory holds ``array``'s data, as its library says; None
     where every device can read it (numba's mapped and managed arrays), where the library
-    does not say (other ``__cuda_array_interface__`` objects), and under the simulator."""
-    library = library_of(type(array))
-    if SIMULATOR or library is None:
+    does not say (other ``__cuda_array_interface__`` objects), and under the simulator, as
+    its kind (:mod:`numbatune.arraykinds`; found from its class unless given) reads it."""
+    kind = kind or kind_of(type(array))
+    if SIMULATOR or kind is None:
         return None
-    if library == "torch":
-        return array.get_device() if array.is_cuda else None
-    if library == "cupy":
-        return int(array.data.device_id)
-    if isinstance(array, np.ndarray):  # numba's mapped and managed arrays
-        return None
-    return int(array.gpu_data.context.device.id)
+    return kind.device(array)

@@ -12,23 +12,20 @@ belongs to a device (its winners, its fast paths, its disk partition) in
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, background, devices, identity, keys, references
+from numbatune import background, devices, identity, keys, references
 from numbatune._backend import require_a_backend
-from numbatune.arrays import SIMULATOR, is_array, library_of
+from numbatune.arrays import SIMULATOR, Arguments, ArrayView
 from numbatune.binder import Binder
 from numbatune.cache.tunecache import Winner
-from numbatune.compile import trials
-from numbatune.compile.compiler import Compiler, Tally
-from numbatune.config import Isolate, OnMiss, settings
+from numbatune.compile.compiler import Tally
+from numbatune.config import OnMiss, settings
 from numbatune.launch import fastpath
 from numbatune.launch.config import LaunchConfig, is_empty, launch_config
 from numbatune.launch.numbalaunch import numba_launch
@@ -38,9 +35,9 @@ from numbatune.spec import OPTIONS, KernelSpec
 from numbatune.strategies import Budget
 from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
+from numbatune.trials import trying
 from numbatune.tuning import checks, levels
-from numbatune.tuning.job import Arrived, Launcher
-from numbatune.tuning.results import Failed, TuneReport
+from numbatune.tuning.results import TuneReport
 from numbatune.variants import Variant
 
 
@@ -182,69 +179,6 @@ def autotune(
     return make if kernel is None else make(kernel)
 
 
-class _Trying:
-    """The trial runs of one tuning's variants (:mod:`numbatune.compile.trials`): each kernel
-    the ``isolate`` setting asks for is tried as soon as it compiles, while others compile."""
-
-    def __init__(
-        self,
-        compiler: Compiler,
-        tally: Tally,
-        config: Callable[[Variant], tuple[Any, ...]],
-        args: tuple[Any, ...],
-        stream: Any,
-        may_run: Callable[[Variant], None],
-    ) -> None:
-        self._compiler, self._tally, self._config, self._args = compiler, tally, config, args
-        self._may_run = may_run
-        self._made: set[Variant] = set()
-        self._failed: dict[Variant, Failed] = {}
-        self._pipeline = None
-        if settings.isolate is not Isolate.OFF:
-            cc = None if SIMULATOR else devices.current_kind().compute_capability
-            self._pipeline = trials.Pipeline(args, stream, cc, self._tried)
-
-    def add(self, members: Sequence[Variant], made: bool) -> None:
-        """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
-        this tuning ``made`` their kernel, tell ``may_run`` of each as it may run (now, or once
-        through its trial)."""
-        if made:
-            self._made.update(members)
-        for variant in members:
-            if self._pipeline is None or (
-                settings.isolate is Isolate.NEW and self._compiler.has_run(variant, self._args)
-            ):
-                if made:
-                    self._may_run(variant)
-                continue
-            try:
-                payload = self._compiler.trial_payload(variant, self._args)
-                self._pipeline.add(variant, payload, self._config(variant))
-            except Exception as error:
-                self._failed[variant] = Failed.of(error)
-
-    def _tried(self, variant: Hashable, why: str | None) -> None:
-        if why is None and variant in self._made:
-            assert isinstance(variant, Variant)
-            self._may_run(variant)
-
-    def finish(self) -> dict[Variant, Failed]:
-        """Wait for the trials; the variants that failed theirs (or could not be given one).
-        The time this waits is the tuning's trial time (the rest ran while variants
-        compiled)."""
-        if self._pipeline is None:
-            return {}
-        waited = time.perf_counter()
-        reasons = self._pipeline.finish()
-        self._tally.trial_s += time.perf_counter() - waited
-        for variant, why in reasons.items():
-            if why is None:
-                self._compiler.mark_run(variant, self._args)
-            else:
-                self._failed[variant] = Failed(why)
-        return self._failed
-
-
 class TunedKernel:
     """A kernel with several compile-time variants that launches the fastest for each key.
 
@@ -278,9 +212,12 @@ class TunedKernel:
         self._shared = shared_state(spec, self.function_id)
         self._compiler = self._shared.compiler
         self._tally = Tally()
-        self._resolver = Resolver(
-            spec, self.function_id, self._compiler, self._compile_variants, self._tally
+        self._kernel_variants = trying.KernelVariants(
+            self.name, self._compiler, self._tally, spec.launch, spec.launch_params
         )
+        compile_and_try = functools.partial(trying.compile_and_try, self._kernel_variants)
+        self._resolver = Resolver(spec, self.function_id, self._compiler, compile_and_try,
+                                  self._tally)  # fmt: skip
         self._binder = Binder(len(self._parameters), self._dispatch)
         self._hooks = self._fast_path_hooks()
         self._shared.prepare_workers(settings.cache_dir)
@@ -374,7 +311,7 @@ class TunedKernel:
     ) -> fastpath.FastPath | None:
         """The fast path for the signature of ``args`` on this device, made on first use."""
         classes = tuple(map(type, args))
-        signature = (*classes, *(kernel.typeof_pyval(a) for a in args))
+        signature = (*classes, *self._template.compiler.argument_types(kernel, args))
         with self._shared.lock:
             if signature not in state.signatures:
                 older = state.paths.get(classes, self._dispatch)
@@ -410,35 +347,37 @@ class TunedKernel:
         for a call, ``serve``, as the ``on_miss`` option or setting says), and the report
         behind it. A key served under ``on_miss="background"`` is tuned on a thread."""
         keys.check_hashable(key, self.name)
-        self._check_arguments(args)
+        arguments = self._check_arguments(args)
         stream = numba_stream(stream, args)
         # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
         handle = raw_stream(stream)
         if handle != monitor.stream:
-            monitor.watch(handle, tuple(a for a in args if is_array(a)), None, stream)
-        miss = Miss(key, args, stream, self._unrestored(args), force, serve)
+            monitor.watch(handle, arguments.arrays, None, stream)
+        miss = Miss(key, args, stream, self._unrestored(arguments), force, serve)
         resolved = self._resolver.resolve(state.cache, miss)
         if resolved.tune_later:
-            background.start(self, arrays.clone_arguments(args, stream), self.name)
+            background.start(self, arguments.clone(stream), self.name)
         return resolved.winner, resolved.report
 
-    def _check_arguments(self, args: tuple[Any, ...]) -> None:
-        """Refuse, naming the argument, calls numba would fail on less clearly."""
+    def _check_arguments(self, args: tuple[Any, ...]) -> Arguments:
+        """Refuse, naming the argument, calls numba would fail on less clearly; the arguments,
+        read once."""
         if len(args) != len(self._parameters):
             raise TypeError(
                 f"{self.name}() takes {len(self._parameters)} arguments "
                 f"({', '.join(self._parameters)}), got {len(args)}"
             )
-        for name, value in zip(self._parameters, args, strict=True):
+        arguments = Arguments.read(args)
+        for name, value, view in zip(self._parameters, args, arguments.views, strict=True):
             host = isinstance(value, np.ndarray) and value.ndim > 0
-            if host or (library_of(type(value)) == "torch" and not value.is_cuda):
-                kind = "a host (NumPy) array" if host else f"a torch tensor on {value.device}"
+            refused = "a host (NumPy) array" if host else view and view.kind.refusal(value)
+            if refused:
                 raise TypeError(
-                    f"{self.name}: argument {name!r} is {kind}; pass a device array "
+                    f"{self.name}: argument {name!r} is {refused}; pass a device array "
                     "(numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
                 )
             use = self._array_parameters.get(name)
-            if use is not None and not _can_be(use, value):
+            if use is not None and not _can_be(use, value, view):
                 expected = "a device array" + (" or a tuple" if use == "indexed" else "")
                 how = "indexed" if use == "indexed" else f"read as {name}{use}"
                 raise TypeError(
@@ -446,13 +385,16 @@ class TunedKernel:
                     f"{expected} (numba, CuPy or torch); got {type(value).__name__} {value!r:.60}"
                 )
         if devices.several():
-            self._check_devices(args)
+            self._check_devices(arguments)
+        return arguments
 
-    def _check_devices(self, args: tuple[Any, ...]) -> None:
+    def _check_devices(self, arguments: Arguments) -> None:
         """Refuse arrays on another GPU than the one the kernel launches on."""
         here = devices.current_index()
-        for name, value in zip(self._parameters, args, strict=True):
-            there = devices.array_device(value)
+        for name, value, view in zip(
+            self._parameters, arguments.values, arguments.views, strict=True
+        ):
+            there = None if view is None else devices.array_device(value, view.kind)
             if there not in (None, here):
                 raise ValueError(
                     f"{self.name}: argument {name!r} is on GPU {there}, but the kernel "
@@ -465,77 +407,21 @@ class TunedKernel:
         """How the kernel's own code uses each parameter's elements (its source read once)."""
         return references.element_uses(self._template.function)
 
-    def _unrestored(self, args: tuple[Any, ...]) -> frozenset[str]:
+    def _unrestored(self, arguments: Arguments) -> frozenset[str]:
         """The arguments tuning need not copy back before each run: those named ``read_only``,
         and the arrays whose elements the kernel only reads or only writes."""
         unchanged = set(self._spec.read_only)
-        for name, value in zip(self._parameters, args, strict=True):
+        for name, view in zip(self._parameters, arguments.views, strict=True):
             use = self._element_uses.get(name)
-            if use is None or not arrays.is_array(value):
+            if use is None or view is None:
                 continue
-            view = arrays.device_view(value)
-            if use.rerun_changes_nothing(view.ndim, view.dtype.fields is not None):
+            if use.rerun_changes_nothing(len(view.shape), view.record):
                 unchanged.add(name)
         return frozenset(unchanged)
 
     def _compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
         """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""
         return self._compiler.compiled(variant, args, self._tally)
-
-    def _runnable_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
-        """The launch configuration of ``variant`` for ``args``, for tuning to run: an empty
-        one is refused (an empty launch has nothing to measure)."""
-        config = self._spec.launch_config(args, variant)
-        if is_empty(config):
-            raise ValueError(
-                f"{self.name}: the launch function gives {variant.params} an empty grid "
-                f"{config[0]} for these arguments: nothing to run"
-            )
-        return config
-
-    def _launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
-        """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
-        configuration its launch function gives for ``args``."""
-        config = self._runnable_config(args, variant)
-        launch = numba_launch(kernel)
-        return lambda args, stream: launch(args, config, stream)
-
-    def _compile_variants(
-        self,
-        variants: Sequence[Variant],
-        args: tuple[Any, ...],
-        stream: Any,
-        done: Callable[[int], None],
-        arrived: Arrived,
-    ) -> dict[Variant, Launcher | Failed]:
-        """Each variant compiled, tried (the ``isolate`` setting) and made a launcher, or why
-        it failed; ``arrived`` as each may run (kernels of one signature)."""
-
-        def may_run(variant: Variant) -> None:
-            if len(self._template.signatures) > 1:  # which overload args take: not known yet
-                return
-            with contextlib.suppress(Exception):  # it fails again below, as its error
-                dispatcher = self._compiler.dispatcher(variant)
-                arrived(variant, self._launcher(variant, dispatcher, args))
-
-        config = functools.partial(self._runnable_config, args)
-        trying = _Trying(self._compiler, self._tally, config, args, stream, may_run)
-        try:
-            compiled = self._compiler.compile_all(variants, args, done, self._tally, trying.add)
-        finally:  # also when compiling is interrupted: the trial worker is freed
-            failed = trying.finish()
-        compiled.update(
-            {v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)}
-        )
-        launchers: dict[Variant, Launcher | Failed] = {}
-        for variant, kernel in compiled.items():
-            try:
-                launchers[variant] = (
-                    kernel if isinstance(kernel, Failed) else self._launcher(variant, kernel, args)
-                )
-            except Exception as error:
-                launchers[variant] = Failed.of(error)
-        return launchers
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -664,7 +550,9 @@ class TunedKernel:
         if not self.is_valid(variant, *args):
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
         if not is_empty(self._spec.launch_config(args, variant)):
-            self._launcher(variant, self._compiled(variant, args), args)(args, stream)
+            self._kernel_variants.launcher(variant, self._compiled(variant, args), args)(
+                args, stream
+            )
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed, without launching on them.
@@ -751,8 +639,9 @@ class TunedKernel:
         return f"<numbatune.TunedKernel {self.name} with {len(self._spec.variants)} variants>"
 
 
-def _can_be(use: str, value: Any) -> bool:
-    """Whether ``value`` can be an argument the kernel uses as ``use`` says."""
-    if is_array(value):
+def _can_be(use: str, value: Any, view: ArrayView | None) -> bool:
+    """Whether ``value`` (read as ``view``) can be an argument the kernel uses as ``use``
+    says."""
+    if view is not None:
         return True
     return use == "indexed" and isinstance(value, tuple)

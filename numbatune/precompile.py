@@ -85,7 +85,7 @@ def precompile(
     tasks = processes.LazyTasks(len(jobs), task)
     recorded: dict[int, Sequence[Compiled]] = {}
 
-    def finished(index: int, outcome: processes.Outcome) -> None:
+    def finished(index: int, outcome: processes.TaskOutcome) -> None:
         # Kept as each kernel is done: a compile stopped part way keeps what it finished.
         job = jobs[index]
         store = stores.setdefault(job.tuned.function_id,
@@ -131,7 +131,7 @@ class _Job:
         return build_task(self.tuned._template, self.kernels, self.argtypes, cc)
 
     def record(
-        self, outcome: processes.Outcome, cc: tuple[int, int], store: KernelStore
+        self, outcome: processes.TaskOutcome, cc: tuple[int, int], store: KernelStore
     ) -> Sequence[Compiled]:
         built = outcome.value if isinstance(outcome, processes.Done) else [None] * len(self.kernels)
         failure = str(outcome)

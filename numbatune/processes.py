@@ -112,7 +112,7 @@ class Lost:
         return self.reason
 
 
-Outcome = Done | Raised | Lost
+TaskOutcome = Done | Raised | Lost
 
 
 class LazyTasks(Sequence[Task]):
@@ -258,7 +258,7 @@ class _Worker:
             env=dict(environment),
         )
 
-    def run(self, task: Task, limit_s: float) -> Outcome:
+    def run(self, task: Task, limit_s: float) -> TaskOutcome:
         """Run ``task``; its time limit starts once the worker has started."""
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
@@ -324,8 +324,8 @@ class WorkerPool:
         self,
         tasks: Sequence[Task],
         limit_s: float,
-        done: Callable[[int, Outcome], None] = lambda index, outcome: None,
-    ) -> list[Outcome]:
+        done: Callable[[int, TaskOutcome], None] = lambda index, outcome: None,
+    ) -> list[TaskOutcome]:
         """Run ``tasks`` on up to ``size`` workers at once; their outcomes, in order.
         ``done(index, outcome)`` is called as each task finishes."""
         with self._lock:
@@ -339,9 +339,9 @@ class WorkerPool:
             self._start_timer()
 
     def _run(
-        self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, Outcome], None]
-    ) -> list[Outcome]:
-        outcomes: list[Outcome | None] = [None] * len(tasks)
+        self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, TaskOutcome], None]
+    ) -> list[TaskOutcome]:
+        outcomes: list[TaskOutcome | None] = [None] * len(tasks)
         pending = queue.SimpleQueue()
         for index in range(len(tasks)):
             pending.put(index)
@@ -564,7 +564,7 @@ def _serve() -> None:
         try:
             module = __import__(task.module, fromlist=[task.function])
             value = getattr(module, task.function)(*task.args)
-            outcome: Outcome = value if isinstance(value, Done) else Done(value)
+            outcome: TaskOutcome = value if isinstance(value, Done) else Done(value)
         except BaseException as error:  # answered, not raised: the worker goes on
             ended = bool(getattr(error, "end_worker", False))  # the task spoilt this process
             outcome = Raised(type(error).__name__, str(error), traceback.format_exc(), ended)

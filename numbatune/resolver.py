@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -34,12 +33,13 @@ from typing import Any
 from numbatune import record
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import Claim, TuneCache, Winner
-from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler, Tally
-from numbatune.config import Isolate, OnMiss, Snapshot, settings
+from numbatune.config import OnMiss, Snapshot, settings
 from numbatune.errors import TuningError
+from numbatune.forking import ForkSafeLock
 from numbatune.spec import KernelSpec
 from numbatune.strategies import Search, Strategy
+from numbatune.trials import trying
 from numbatune.tuning import checks, levels, tuner
 from numbatune.tuning.job import Compile, Journal, NoJournal, TuneJob
 from numbatune.tuning.results import Source, TuneReport, VariantResult
@@ -117,7 +117,7 @@ class Resolver:
         self._compile_variants, self._tally = compile_variants, tally
         #: Keys whose variants were measured here.
         self.benchmarks = 0
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._warned_slow_launch = False
 
     def resolve(self, cache: TuneCache, miss: Miss) -> Resolved:
@@ -224,8 +224,7 @@ class Resolver:
     def _tuned(self, job: TuneJob) -> TuneReport:
         """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
         self._compiler.warm_up(job.plan.first)
-        if job.settings.isolate is not Isolate.OFF:
-            trials.trials().start()
+        trying.start_worker(job.settings.isolate)
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
         self._time_launch_function(job.args, report.winner)

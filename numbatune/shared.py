@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
-import os
-import threading
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.binder import Call
 from numbatune.cache.tunecache import TuneCache, Winner, stored_anywhere
 from numbatune.compile.compiler import Compiler
+from numbatune.forking import ForkSafeLock
 from numbatune.launch import fastpath
 from numbatune.spec import KernelSpec
 
@@ -53,7 +52,7 @@ class SharedState:
     def __init__(self, spec: KernelSpec, function_id: str) -> None:
         self.compiler = Compiler(spec.template, function_id)
         self.devices: dict[tuple[Any, Path | None], DeviceState] = {}
-        self.lock = threading.RLock()
+        self.lock = ForkSafeLock(reentrant=True)
         self._spec, self._function_id = spec, function_id
         self._checksum: str | None = None
 
@@ -101,27 +100,15 @@ class SharedState:
 #: Shared states by sharing key, the most recently made last; the oldest are dropped past
 #: _SHARED_LIMIT (a factory making kernels with ever new closure values stays bounded).
 _shared: collections.OrderedDict[str, SharedState] = collections.OrderedDict()
-_shared_lock = threading.Lock()
+_shared_lock = ForkSafeLock()
 _SHARED_LIMIT = 1024
-
-
-def _after_fork_in_child() -> None:
-    """In a forked child, locks other threads of the parent held stay held: replace them."""
-    global _shared_lock
-    _shared_lock = threading.Lock()
-    for shared in _shared.values():
-        shared.lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shared_state(spec: KernelSpec, function_id: str) -> SharedState:
     """The state a tuned kernel of ``spec`` shares with those of the same code and options."""
     template = spec.template
     key = identity.sharing_key(
-        template.code_text(),
+        f"{template.compiler.identity()}\0{template.code_text()}",
         template.jit_options,
         template.signatures,
         spec.variants,

@@ -67,7 +67,7 @@ class Status(TextEnum):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SweepOutcome:
     """One record's outcome: the winner's label, or why it failed or was skipped."""
 
     function: str
@@ -80,7 +80,7 @@ class Outcome:
 class SweepResult:
     """What a sweep did: each record's outcome, and the export it wrote."""
 
-    outcomes: tuple[Outcome, ...]
+    outcomes: tuple[SweepOutcome, ...]
     #: What the export file holds.
     written: files.Written
     workers: int
@@ -128,7 +128,7 @@ def sweep(
     else:
         engine, shares = Engine.LOCAL, _on_this_machine(records, modules, paths, workers, earlier)
     outcomes = (
-        *(Outcome(f"line {u.line}", None, Status.SKIPPED, u.why) for u in unreadable),
+        *(SweepOutcome(f"line {u.line}", None, Status.SKIPPED, u.why) for u in unreadable),
         *(o for share in shares for o in share["outcomes"]),
     )
     items = [*earlier, *(item for share in shares for item in share["items"])]
@@ -228,12 +228,12 @@ def _kept_share(
         for item in items
     }
 
-    def outcome(record: Record) -> Outcome:
+    def outcome(record: Record) -> SweepOutcome:
         winner = winners.get((record.function, record.key))
         if winner is None:
-            return Outcome(record.function, record.key, Status.FAILED, why)
+            return SweepOutcome(record.function, record.key, Status.FAILED, why)
         done = Status.STORED if (record.function, record.key) in before else Status.TUNED
-        return Outcome(record.function, record.key, done, winner["variant"])
+        return SweepOutcome(record.function, record.key, done, winner["variant"])
 
     return {"outcomes": [outcome(record) for record in share], **kept}
 
@@ -318,7 +318,7 @@ def tune_records(
 ) -> dict[str, Any]:
     """(In a worker) tune each record's key into the cache directory ``cache_dir``, which
     first takes this device's ``earlier`` export items (their keys are not tuned again); each
-    record's :class:`Outcome`, and the directory's results (:func:`_results`)."""
+    record's :class:`SweepOutcome`, and the directory's results (:func:`_results`)."""
     sys.path[:0] = [p for p in paths if p not in sys.path]
     configure(cache_dir=Path(cache_dir))
     files.import_items(earlier, Path(cache_dir))
@@ -328,9 +328,9 @@ def tune_records(
     return {"outcomes": outcomes, **_results(Path(cache_dir))}
 
 
-def _tune_one(record: Record) -> Outcome:
-    def outcome(status: Status, detail: str) -> Outcome:
-        return Outcome(record.function, record.key, status, detail)
+def _tune_one(record: Record) -> SweepOutcome:
+    def outcome(status: Status, detail: str) -> SweepOutcome:
+        return SweepOutcome(record.function, record.key, status, detail)
 
     if record.module == "__main__":
         return outcome(Status.SKIPPED, "its kernel is defined in a script run as __main__; "

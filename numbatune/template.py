@@ -10,7 +10,6 @@ changes what the variants compute or how fast.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
 import types
@@ -18,11 +17,10 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from importlib import metadata
 from typing import Any
 
-from numba import cuda
-
 from numbatune import references, unroll
 from numbatune._version import __version__
 from numbatune.arrays import SIMULATOR
+from numbatune.compilers import KernelCompiler, compiler_for
 from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
 from numbatune.variants import JIT_OPTIONS, LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
@@ -41,17 +39,14 @@ CODEGEN_SETTINGS = (
 )
 
 
-def environment_description() -> list[str]:
-    """The versions and settings that change generated code: numbatune, numba, numba-cuda,
-    the NVVM and driver versions on a GPU, and numba's code-generation settings."""
+def environment_description(compiler: KernelCompiler) -> list[str]:
+    """The versions and settings that change generated code: numbatune, numba, the kernel's
+    compiler (its name and version), cuda-bindings, the NVVM and driver versions on a GPU, and
+    numba's code-generation settings."""
     from numba.cuda.core import config
 
-    parts = [f"numbatune {__version__}"]
-    for package in ("numba", "numba-cuda", "cuda-bindings"):
-        try:
-            parts.append(f"{package} {metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{package} missing")
+    parts = [f"numbatune {__version__}", _package_version("numba"), compiler.identity()]
+    parts.append(_package_version("cuda-bindings"))
     parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
     if not SIMULATOR:
         from numba.cuda.cudadrv import nvvm
@@ -62,11 +57,23 @@ def environment_description() -> list[str]:
     return parts
 
 
+def _package_version(package: str) -> str:
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return f"{package} missing"
+
+
 class KernelTemplate:
-    """The user's kernel function, from which each variant's kernel is compiled."""
+    """The user's kernel function, from which each variant's kernel is compiled by the
+    compiler the kernel object chooses (:func:`numbatune.compilers.compiler_for`)."""
 
     def __init__(self, kernel: Any, name: str) -> None:
-        self.function, self.jit_options, self.signatures = _unwrap(kernel, name)
+        #: The compiler of the kernel's variants.
+        self.compiler = compiler_for(kernel, name)
+        unwrapped = self.compiler.unwrap(kernel, name)
+        self.function, self.jit_options = unwrapped.function, unwrapped.jit_options
+        self.signatures = unwrapped.signatures
         self.name = name
         self.signature = inspect.signature(self.function)
         self._functions = references.reachable(self.function)
@@ -168,14 +175,14 @@ class KernelTemplate:
         options = self.jit_options_of(variant)
         if SIMULATOR:  # the simulator takes few options
             options = {k: v for k, v in options.items() if k in SIMULATOR_JIT_OPTIONS}
-        return _jit(function, self.function, options)
+        return self.compiler.specialise(function, self.function, options)
 
     def specialised_function(self, variant: Variant, write_out: bool = True) -> types.FunctionType:
         """The kernel's Python function with the variant's parameters bound as its globals (and
         closure variables), its ``static_range`` loops written out (unless ``write_out`` is
         false: :func:`numbatune.unroll.written_out` does it later, in a compile worker),
         calling device functions specialised likewise."""
-        specialiser = _Specialiser(variant.params, self.names_read)
+        specialiser = _Specialiser(variant.params, self.names_read, self.compiler)
         return specialiser.function(self.function, write_out)
 
     def written_out_size(self, variant: Variant) -> int:
@@ -202,7 +209,7 @@ class KernelTemplate:
         """
         digest = hashlib.sha256()
         parts = [
-            *environment_description(),
+            *environment_description(self.compiler),
             stable_text({k: v for k, v in self.jit_options.items() if k in JIT_OPTIONS}),
             *code_description(self.function),
             f"launch: {source_of(launch)}",
@@ -222,8 +229,11 @@ class _Specialiser:
     """Copies of a kernel and of the device functions it reaches that read any of ``params``,
     with the parameters bound and the copies calling each other."""
 
-    def __init__(self, params: Mapping[str, Any], names_read: Set[str]) -> None:
+    def __init__(
+        self, params: Mapping[str, Any], names_read: Set[str], compiler: KernelCompiler
+    ) -> None:
         self._params = dict(params)
+        self._compiler = compiler
         self._relevant = set(params) & names_read
         self._copies: dict[int, Any] = {}
         self._affected: dict[int, bool] = {}
@@ -245,8 +255,9 @@ class _Specialiser:
             return dispatcher
         key = id(function)
         if key not in self._copies:
-            options = {"device": True, **device_options(dispatcher)}
-            self._copies[key] = _jit(self.function(function), function, options)
+            options = {"device": True, **self._compiler.device_options(dispatcher)}
+            copy = self.function(function)
+            self._copies[key] = self._compiler.specialise(copy, function, options)
         return self._copies[key]
 
     def function(self, function: types.FunctionType, write_out: bool = True) -> types.FunctionType:
@@ -281,50 +292,6 @@ class _Specialiser:
         return unroll.written_out(copy) if write_out else copy
 
 
-def _jit(copy: types.FunctionType, original: types.FunctionType, options: dict[str, Any]) -> Any:
-    """``numba.cuda.jit(**options)(copy)`` for a variant's ``copy`` of ``original`` (a kernel,
-    or a device function with ``device=True``).
-
-    Under the simulator, while the copy runs, the module of ``original`` holds the simulator's
-    ``cuda`` too, as it does while ``original`` runs: the simulator puts its ``cuda`` into the
-    globals of the function it runs (the copy's own), and a plain Python helper the kernel
-    calls reads ``cuda`` from its module (``cuda.local.array``, say).
-    """
-    dispatcher = cuda.jit(**options)(copy)
-    if SIMULATOR:
-        dispatcher.__class__ = _simulated_copy_class()
-        dispatcher.original = original
-    return dispatcher
-
-
-class _RunningKernelsCuda:
-    """Under the simulator: stands for the ``cuda`` module of the kernel running now (the
-    simulator makes one per launch, once the launch has begun)."""
-
-    def __getattr__(self, name: str) -> Any:
-        from numba.cuda.simulator.kernel import _get_kernel_context
-
-        return getattr(_get_kernel_context(), name)
-
-
-@functools.cache
-def _simulated_copy_class() -> type:
-    """The class of a variant's kernels and device functions under the simulator: numba's
-    simulated dispatcher, which also gives ``original``'s module the simulator's ``cuda``
-    while it runs (made on first use: its base class exists only under the simulator)."""
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
-    from numba.cuda.simulator.kernelapi import swapped_cuda_module
-
-    class SimulatedCopy(FakeCUDAKernel):
-        original: types.FunctionType
-
-        def __call__(self, *args: Any) -> Any:
-            with swapped_cuda_module(self.original, _RunningKernelsCuda()):
-                return super().__call__(*args)
-
-    return SimulatedCopy
-
-
 def _proxy_module(
     module: Any, attributes: dict[str, Any], reader: types.FunctionType
 ) -> types.ModuleType:
@@ -337,70 +304,3 @@ def _proxy_module(
     for attribute, value in attributes.items():
         setattr(proxy, attribute, value)
     return proxy
-
-
-def device_options(dispatcher: Any) -> dict[str, Any]:
-    """The options a device function was made with (the simulator keeps two, privately)."""
-    if SIMULATOR:
-        return {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
-    return {k: v for k, v in dispatcher.targetoptions.items() if k != "device"}
-
-
-def _unwrap(kernel: Any, name: str) -> tuple[types.FunctionType, dict[str, Any], tuple]:
-    """The Python function, jit options and explicit signatures (argument types) behind a
-    ``cuda.jit`` kernel, or a plain function (no options, no signatures)."""
-    if isinstance(kernel, types.FunctionType):
-        return kernel, {}, ()
-    kind = type(kernel)
-    if kind.__module__.partition(".")[0] == "numba_cuda_mlir":
-        raise TypeError(
-            f"autotune({name}): {name} is a numba-cuda-mlir kernel ({kind.__module__}."
-            f"{kind.__qualname__}), which numbatune does not support yet; it supports "
-            "numba-cuda's numba.cuda.jit kernels and plain Python functions"
-        )
-    function = getattr(kernel, "py_func", None)
-    if not isinstance(function, types.FunctionType):
-        raise TypeError(
-            f"autotune({name}): expected a numba.cuda.jit kernel or a plain Python function, "
-            f"got {type(kernel).__name__}"
-        )
-    if SIMULATOR:
-        options = {"fastmath": kernel._fastmath, "debug": kernel._debug}
-        is_device = kernel._device  # the simulator keeps these private
-        signatures: tuple = ()  # and ignores signatures
-    else:
-        options = dict(kernel.targetoptions)
-        is_device = options.pop("device", False)
-        # numba compiles explicit signatures at decoration and then allows no other compile;
-        # overloads compiled lazily (by earlier calls) are not signatures.
-        signatures = () if kernel._can_compile else tuple(kernel.overloads)
-    if is_device:
-        raise TypeError(
-            f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
-            "autotune kernels, which are launched from the host"
-        )
-    return function, {k: v for k, v in options.items() if not _is_default(k, v)}, signatures
-
-
-#: Values of numba.cuda.jit's options that mean "as numba does by default". numba resolves
-#: its defaults when a kernel is decorated (a GPU process sees lto=True, opt=True, ...) and its
-#: simulator keeps only two options: a kernel's options are what differs from these, the same
-#: in both, so that its checksum and compiled-kernel keys are too.
-_DEFAULT_OPTIONS: dict[str, tuple[Any, ...]] = {
-    "debug": (False, None),
-    "fastmath": (False,),
-    "opt": (True, None),
-    "lineinfo": (False,),
-    "launch_bounds": (None,),
-    "lto": (True, None),
-    "forceinline": (False,),
-    "inline": ("never",),
-    "shared_memory_carveout": (None,),
-    "extensions": ([], (), None),
-    "link": ((), [], None),
-    "max_registers": (None,),
-}
-
-
-def _is_default(name: str, value: Any) -> bool:
-    return value in _DEFAULT_OPTIONS.get(name, ())

@@ -11,14 +11,34 @@ PACKAGE = Path(__file__).resolve().parents[1] / "numbatune"
 #: The layers of the path of one call, lowest first: a module may import from its own layer
 #: and the ones below, never from one above (docs/architecture.md).
 LAYERS = [
-    ["_version", "errors", "values", "strategies", "config", "_backend", "processes", "native"],
-    ["arrays", "devices", "intrinsics", "unroll", "variants", "references"],
+    [
+        "_version",
+        "errors",
+        "values",
+        "strategies",
+        "config",
+        "_backend",
+        "processes",
+        "native",
+        "forking",
+    ],
+    [
+        "arraykinds",
+        "compilers",
+        "arrays",
+        "devices",
+        "intrinsics",
+        "unroll",
+        "variants",
+        "references",
+    ],
     ["keys", "template", "identity", "record", "background"],
     ["streams"],
     ["tuning"],
     ["cache"],
     ["compile"],
     ["launch"],
+    ["trials"],
     ["binder", "spec", "shared", "resolver"],
     ["dispatch"],
     [

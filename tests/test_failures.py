@@ -114,7 +114,7 @@ def test_an_array_on_another_gpu_than_the_current_one_is_refused_by_name(monkeyp
     a, out = arrays()
     monkeypatch.setattr(devices, "several", lambda: True)
     monkeypatch.setattr(devices, "current_index", lambda: 0)
-    monkeypatch.setattr(devices, "array_device", lambda array: 1 if array is out else 0)
+    monkeypatch.setattr(devices, "array_device", lambda array, kind: 1 if array is out else 0)
     tuned = tuned_accumulate()
     expected = r"argument 'out' is on GPU 1, but the kernel launches on GPU 0 .*gpus\[1\]"
     with pytest.raises(ValueError, match=expected):

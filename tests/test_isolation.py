@@ -10,9 +10,9 @@ from numba import cuda
 import numbatune as nt
 from numbatune import processes
 from numbatune.arrays import SIMULATOR, is_array
-from numbatune.compile import trials
 from numbatune.compile.compiler import Compiler
 from numbatune.config import Isolate
+from numbatune.trials import runs as trials
 from tests.kernels import fill_with, non_blocking_stream, open_gate, wait_for_gate
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="worker processes need POSIX")
@@ -277,7 +277,9 @@ def test_arguments_that_cannot_be_shared_in_place_reach_the_worker_through_the_h
     monkeypatch.setattr(
         trials,
         "_shared_in_place",
-        lambda args: tuple(trials._Shared(UnopenableHandle()) if is_array(a) else a for a in args),
+        lambda args: tuple(
+            trials._OpenedByIpc(UnopenableHandle()) if is_array(a) else a for a in args
+        ),
     )
     monkeypatch.setattr(trials, "_shared_copies", lambda *a: copies.append(1) or copy(*a))
     report = _fragile([0, 4]).tune(*_arguments())

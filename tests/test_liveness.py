@@ -1,4 +1,4 @@
-"""numbatune's live-variable analysis (numbatune.compile.liveness) computes numba's, faster."""
+"""numbatune's live-variable analysis (compilers.numba_liveness) computes numba's, faster."""
 
 import numba
 import pytest
@@ -8,7 +8,8 @@ from numba.cuda.core import analysis
 from numba.cuda.core.controlflow import CFGraph
 
 from numbatune import processes
-from numbatune.compile import compiler, liveness
+from numbatune.compile import compiler
+from numbatune.compilers import numba_liveness as liveness
 from tests.kernels import load_example
 
 NAMES = [f"v{i}" for i in range(12)]

@@ -666,7 +666,7 @@ def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(libra
 def test_tuning_on_a_miss_keeps_the_callers_stream_order_and_leaves_other_streams_alone(
     isolate, monkeypatch
 ):
-    from numbatune.compile import trials
+    from numbatune.trials import runs as trials
     from numbatune.tuning import bench
 
     monkeypatch.setattr(nt.settings, "isolate", isolate)

@@ -57,9 +57,9 @@ def sleep(seconds):
 
 def load_kernel(payload, cc):
     """Load a compiled kernel in a process outside the simulator; its name and types."""
-    from numbatune.compile import build
+    from numbatune.compilers import NUMBA_CUDA
 
-    kernel = build.load(payload, cc)
+    kernel = NUMBA_CUDA.load(payload, cc)
     return kernel.entry_name, str(kernel.argument_types)
 
 
@@ -78,12 +78,16 @@ def store_round_trip(cache_dir, cc, payload, damage):
     import zlib
     from pathlib import Path
 
-    from numbatune.compile import build
     from numbatune.compile.store import KernelStore
+    from numbatune.compilers import numba_cuda
 
     store = KernelStore(Path(cache_dir), cc, "tests.kernel")
-    wrong = {"version": build.PAYLOAD_VERSION, "library": {"cubin_cache": {build.full_cc(cc): b""}},
-             "kernel": {}}  # fmt: skip
+    cubins = {numba_cuda.full_cc(cc): b""}
+    wrong = {
+        "version": numba_cuda.PAYLOAD_VERSION,
+        "library": {"cubin_cache": cubins},
+        "kernel": {},
+    }
     stored = {"garbage": b"not a kernel", "foreign": payload, "good": payload,
               "wrong contents": zlib.compress(pickle.dumps(wrong))}  # fmt: skip
     store.save("key", stored[damage])
@@ -120,7 +124,8 @@ def built_counting_compiles(function_bytes, options, argtypes, cc, max_registers
     each kernel's register cap and resources, and the count."""
     from numba.cuda import dispatcher
 
-    from numbatune.compile import build, compiler
+    from numbatune.compile import compiler
+    from numbatune.compilers import NUMBA_CUDA, numba_cuda
 
     compile_cuda, calls = dispatcher.compile_cuda, []
 
@@ -133,7 +138,7 @@ def built_counting_compiles(function_bytes, options, argtypes, cc, max_registers
         built = compiler.build_in_worker(function_bytes, options, argtypes, cc, max_registers)
     finally:
         dispatcher.compile_cuda = compile_cuda
-    caps = [build.load(b.payload, cc)._codelibrary._max_registers for b in built]
+    caps = [numba_cuda.code_library(NUMBA_CUDA.load(b.payload, cc))._max_registers for b in built]
     return caps, [b.resources for b in built], len(calls)
 
 
@@ -157,11 +162,12 @@ def built_unlinked(max_registers):
 
 def live_maps_compared(function_bytes, options, argtypes, cc, max_registers):
     """numbatune's worker task, with numba's live-variable analysis and numbatune's
-    (:mod:`numbatune.compile.liveness`) run side by side wherever numba asks for one: how many
-    times it asked, the most blocks one graph had, and how many maps differed."""
+    (:mod:`numbatune.compilers.numba_liveness`) run side by side wherever numba asks for one:
+    how many times it asked, the most blocks one graph had, and how many maps differed."""
     from numba.cuda.core import analysis, ir_utils
 
-    from numbatune.compile import compiler, liveness
+    from numbatune.compile import compiler
+    from numbatune.compilers import numba_liveness as liveness
 
     numbas = analysis.compute_live_map
     assert numbas.__module__ == analysis.__name__  # numba's own, not replaced in this worker

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 import pickle
 import sys
 import threading
@@ -40,9 +39,10 @@ from typing import Any
 
 from numbatune.config import Ranks
 from numbatune.errors import TuningError
+from numbatune.forking import PerProcess
 
-_group: RankGroup | None = None
-_lock = threading.Lock()
+#: The job's ranks (one group; a forked child is not a rank of its parent's group).
+_group: PerProcess[RankGroup] = PerProcess()
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,6 @@ def group(setting: Ranks) -> RankGroup | None:
     """The job's ranks when tuning is collective (see the module) and the ``ranks``
     ``setting`` lets them be, else None. Looks at torch.distributed only if torch is
     imported."""
-    global _group
     torch = sys.modules.get("torch")
     if setting is Ranks.OFF or torch is None:
         return None
@@ -112,10 +111,7 @@ def group(setting: Ranks) -> RankGroup | None:
         return None
     if distributed.get_world_size() < 2:
         return None
-    with _lock:
-        if _group is None:
-            _group = RankGroup(distributed)
-        return _group
+    return _group.get(lambda: RankGroup(distributed))
 
 
 @dataclass(frozen=True)
@@ -201,13 +197,3 @@ def merge(
         "compiles": sum(entry["compiles"] for entry in entries),
         "results": results,
     }
-
-
-def _after_fork_in_child() -> None:
-    """A forked child is not a rank of its parent's group."""
-    global _group, _lock
-    _group, _lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

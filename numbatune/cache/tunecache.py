@@ -18,9 +18,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import threading
-import weakref
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,7 @@ from numbatune.cache.disk import Folder
 from numbatune.cache.journal import DiskJournal
 from numbatune.devices import current_kind
 from numbatune.errors import TuningError
+from numbatune.forking import renew_in_child
 from numbatune.identity import folder_name
 from numbatune.tuning.job import Journal, NoJournal
 from numbatune.tuning.results import Source, TuneReport
@@ -98,18 +97,6 @@ class Claim:
         return self._pending.answer
 
 
-_caches: weakref.WeakSet[TuneCache] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for cache in list(_caches):
-        cache._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class TuneCache:
     """Reports of one tuned kernel on one kind of device, keyed by tuning key."""
 
@@ -133,9 +120,9 @@ class TuneCache:
         self.winners: dict[Hashable, Winner] = {}
         self._pending: dict[Hashable, _Pending] = {}
         self._lock = threading.Lock()
-        _caches.add(self)
+        renew_in_child(self)
 
-    def _after_fork(self) -> None:
+    def after_fork_in_child(self) -> None:
         """In a forked child: forget the keys other threads of the parent were tuning (they
         will never finish here), and the locks they may have held."""
         self._pending = {}

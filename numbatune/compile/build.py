@@ -19,20 +19,24 @@ import contextlib
 import dataclasses
 import hashlib
 import io
-import pickle
 import re
 import time
-import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from numbatune.compile import liveness
-from numbatune.template import device_options
+from numbatune.compilers import NUMBA_CUDA
+from numbatune.compilers import numba_liveness as liveness
+from numbatune.compilers.numba_cuda import (
+    PAYLOAD_VERSION,
+    code_library,
+    device_options,
+    dumps_kernel,
+    full_cc,
+)
 
 #: Bump when the payload's layout changes: entries of another version are not loaded.
-PAYLOAD_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -99,22 +103,16 @@ def dumps_function(function: Any) -> bytes:
 
 
 def toolchain() -> tuple[str, ...]:
-    """The versions that decide the code a build makes: numba-cuda, NVVM and nvJitLink."""
-    from importlib.metadata import version
-
+    """The versions that decide the code a build makes: the compiler (numba-cuda, its name and
+    version), NVVM and nvJitLink."""
     from cuda.bindings import nvjitlink
     from numba.cuda.cudadrv import nvvm
 
     return (
-        f"numba-cuda {version('numba-cuda')}",
+        NUMBA_CUDA.identity(),
         f"nvvm {nvvm.NVVM().get_version()}",
         f"nvjitlink {nvjitlink.version()}",
     )
-
-
-def full_cc(cc: tuple[int, int]) -> tuple[int, int, str]:
-    """numba's form of a compute capability: (major, minor, 'a') from 9.0 on."""
-    return (cc[0], cc[1], "a" if cc >= (9, 0) else "")
 
 
 @contextlib.contextmanager
@@ -201,7 +199,8 @@ def build(
     link it to a cubin for each of the ``max_registers`` caps (None: no cap), which only
     linking reads: a kernel each, in their order, linked at once on threads of their own
     (nvJitLink lets go of the GIL). A compile error raises; a link error fails that kernel.
-    numba's live-variable analysis runs as :mod:`numbatune.compile.liveness` computes it."""
+    numba's live-variable analysis runs as :mod:`numbatune.compilers.numba_liveness` computes
+    it."""
     from numba import cuda
     from numba.cuda.dispatcher import _Kernel
 
@@ -211,7 +210,7 @@ def build(
     with _target(cc):
         dispatcher = cuda.jit(**options)(function)
         kernel = _Kernel(dispatcher.py_func, argtypes, **dispatcher.targetoptions)
-        library = kernel._codelibrary
+        library = code_library(kernel)
         library.get_ltoir(cc=target) if library._lto else library.get_asm_str(cc=target)
         compiled_s = time.perf_counter() - started
         with ThreadPoolExecutor(len(max_registers)) as links:
@@ -225,7 +224,7 @@ def _linked(kernel: Any, cap: int | None, target: Any, compiled_s: float) -> Bui
     from numba.cuda.cudadrv import driver
 
     started = time.perf_counter()
-    library = kernel._codelibrary
+    library = code_library(kernel)
     try:
         linker = driver._Linker(max_registers=cap, cc=target, lto=library._lto)
         library._link_all(linker, target)
@@ -237,42 +236,6 @@ def _linked(kernel: Any, cap: int | None, target: Any, compiled_s: float) -> Bui
               "max_registers": cap}  # fmt: skip
     seconds = compiled_s + time.perf_counter() - started
     return Built(dumps_kernel(kernel, linked), resources_of(info), toolchain(), seconds)
-
-
-def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
-    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed;
-    ``linked``: its code library's cubin, linker log and register cap, where they were linked
-    apart from the library."""
-    library = kernel._codelibrary
-    states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
-    library_states = {**library._reduce_states(), "llvm_strs": [], **(linked or {})}
-    payload = {"version": PAYLOAD_VERSION, "kernel": states, "library": library_states}
-    return zlib.compress(pickle.dumps(payload, protocol=5))
-
-
-def load(payload: bytes, cc: tuple[int, int]) -> Any:
-    """The kernel :func:`dumps_kernel` serialised; ValueError when it is not one, or holds no
-    cubin for ``cc``."""
-    from numba.cuda.codegen import CUDACodeLibrary
-    from numba.cuda.dispatcher import _Kernel
-
-    try:
-        states = pickle.loads(zlib.decompress(payload))
-    except Exception as error:  # zlib.error, pickle's many errors, missing classes
-        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
-    if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
-        raise ValueError("not a compiled kernel of this numbatune")
-    library, kernel = states.get("library"), states.get("kernel")
-    if not isinstance(library, dict) or not isinstance(kernel, dict):
-        raise ValueError("not a compiled kernel (no code library and kernel)")
-    cubins = library.get("cubin_cache")
-    if not isinstance(cubins, dict) or full_cc(cc) not in cubins:
-        raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
-    try:
-        rebuilt = CUDACodeLibrary._rebuild(**library)
-        return _Kernel._rebuild(codelibrary=rebuilt, **kernel)
-    except Exception as error:  # this format, but not the parts numba rebuilds a kernel from
-        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
 
 
 _RESOURCES = {
@@ -293,9 +256,9 @@ def resources_of(info_log: str) -> Resources | None:
     return Resources(**found) if re.search(_RESOURCES["registers"], info_log or "") else None
 
 
-def store_key(
+def digest(
     code: str, argtypes: tuple[Any, ...], cc: tuple[int, int], tools: tuple[str, ...]
 ) -> str:
-    """The key a built kernel is kept under: a digest of what decides its code."""
+    """A digest of what decides a built kernel's code (its kernel store key is made of it)."""
     parts = [code, repr(argtypes), f"sm_{cc[0]}{cc[1]}", *tools, f"payload {PAYLOAD_VERSION}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]

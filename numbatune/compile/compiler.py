@@ -14,11 +14,9 @@ simulator nothing is compiled.
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +26,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.compile import build
 from numbatune.compile.store import KernelStore
 from numbatune.config import settings
+from numbatune.forking import ForkSafeLock, PerProcess
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
 from numbatune.values import stable_text
@@ -39,21 +38,9 @@ CodeKey = tuple[str, str]
 #: A kernel to compile: the variants that share it, and the argument types to compile it for.
 _Waiting = tuple[list[Variant], tuple[Any, ...]]
 
-_pools: dict[int, processes.WorkerPool] = {}
-_pools_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child starts its own workers (the parent's are not its to talk to)."""
-    global _pools, _pools_lock
-    _pools, _pools_lock = {}, threading.Lock()
-    for compiler in list(_compilers):
-        compiler._lock = threading.RLock()
-
-
-_compilers: weakref.WeakSet[Compiler] = weakref.WeakSet()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+#: The compile worker pools by size (a forked child starts its own: the parent's are not its
+#: to talk to).
+_pools: PerProcess[processes.WorkerPool] = PerProcess()
 
 
 def worker_environment() -> dict[str, str]:
@@ -85,11 +72,7 @@ def compile_pool() -> processes.WorkerPool | None:
     size = settings.compile_workers
     if size < 2 or not processes.available():
         return None
-    with _pools_lock:
-        pool = _pools.get(size)
-        if pool is None:
-            pool = _pools[size] = worker_pool(size)
-        return pool
+    return _pools.get(lambda: worker_pool(size), key=size)
 
 
 class RebuildError(Exception):
@@ -142,7 +125,7 @@ def build_task(
 @dataclass
 class Tally:
     """The kernels compiled, and loaded from the kernel store, for one tuned kernel, and the
-    seconds their trial runs (:mod:`numbatune.compile.trials`) took."""
+    seconds their trial runs (:mod:`numbatune.trials`) took."""
 
     compiles: int = 0
     loaded: int = 0
@@ -181,14 +164,20 @@ class Compiler:
 
     def __init__(self, template: KernelTemplate, function_id: str) -> None:
         self._template = template
+        #: The kernel compiler of its variants (the seam: :mod:`numbatune.compilers`).
+        self._kernels = template.compiler
         self._function_id = function_id
         self._dispatchers: dict[CodeKey, Any] = {}
         self._functions: dict[CodeKey, Any] = {}
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
         self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
-        self._ran: set[str] = set()
-        self._lock = threading.RLock()
-        _compilers.add(self)
+        self._lock = ForkSafeLock(reentrant=True)
+
+    @property
+    def overloaded(self) -> bool:
+        """Whether the kernel was declared with several signatures: which one a call's
+        arguments take is known only once every one is compiled."""
+        return len(self._template.signatures) > 1
 
     def prepare(self, variants: Sequence[Variant]) -> None:
         """Start the fork server of the compile workers ``variants`` would need (none for one
@@ -229,19 +218,15 @@ class Compiler:
 
     def _add(self, dispatcher: Any, argtypes: tuple[Any, ...], kernel: Any = None) -> bool:
         """Add ``kernel`` for ``argtypes`` to ``dispatcher`` (compile one when None); False
-        when it already has one. With one declared signature the dispatcher is then specialised
-        as numba's ``cuda.jit(signature)`` makes it: only then, for numba's compile of a
-        specialised dispatcher returns the kernel it holds."""
+        when it already has one (:meth:`numbatune.compilers.base.KernelCompiler.add`)."""
         with self._lock:
-            if argtypes in dispatcher.overloads:
+            if self._has(dispatcher, argtypes):
                 return False
-            if kernel is None:
-                dispatcher.compile(argtypes)
-            else:
-                dispatcher.add_overload(kernel, argtypes)
-            if len(self._template.signatures) == 1:
-                dispatcher._specialized = True
+            self._kernels.add(dispatcher, argtypes, kernel, len(self._template.signatures))
             return True
+
+    def _has(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> bool:
+        return self._kernels.compiled(dispatcher, argtypes) is not None
 
     def _function(self, variant: Variant) -> Any:
         """The variant's specialised Python function, made once per code key (writing out
@@ -258,7 +243,7 @@ class Compiler:
         """The argument types to compile for: the declared signatures, else those of ``args``."""
         if self._template.signatures:
             return list(self._template.signatures)
-        return [tuple(dispatcher.typeof_pyval(a) for a in args)]
+        return [self._kernels.argument_types(dispatcher, args)]
 
     def compiled(self, variant: Variant, args: tuple[Any, ...], tally: Tally) -> Any:
         """The variant's dispatcher, compiled (or loaded) for ``args`` here; a compile error
@@ -267,11 +252,11 @@ class Compiler:
         if SIMULATOR:
             return dispatcher
         for argtypes in self._signatures(dispatcher, args):
-            if argtypes in dispatcher.overloads or self._load(variant, argtypes, tally):
+            if self._has(dispatcher, argtypes) or self._load(variant, argtypes, tally):
                 continue
             if self._add(dispatcher, argtypes):
                 tally.compiles += 1
-            self._save(variant, dispatcher.overloads[argtypes], argtypes)
+            self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes)
         return dispatcher
 
     def compile_all(
@@ -325,7 +310,7 @@ class Compiler:
         return [
             argtypes
             for argtypes in signatures
-            if (existing is None or argtypes not in existing.overloads)
+            if (existing is None or not self._has(existing, argtypes))
             and not self._load(variant, argtypes, tally)
         ]
 
@@ -377,7 +362,7 @@ class Compiler:
             return build_task(self._template, [members for members, _ in kernels],
                               kernels[0][1], cc)  # fmt: skip
 
-        def finished(index: int, outcome: processes.Outcome) -> None:
+        def finished(index: int, outcome: processes.TaskOutcome) -> None:
             kernels = builds[index]
             if isinstance(outcome, processes.Done):
                 for (members, argtypes), built in zip(kernels, outcome.value, strict=True):
@@ -423,7 +408,7 @@ class Compiler:
         """The variant's dispatcher, with the kernel a worker built for ``argtypes`` loaded
         into it (and kept in the kernel store, and for a trial run as built)."""
         dispatcher = self.dispatcher(variant)
-        kernel = build.load(built.payload, cc)
+        kernel = self._kernels.load(built.payload, cc)
         kernel.bind()
         if self._add(dispatcher, argtypes, kernel):
             tally.compiles += 1
@@ -432,11 +417,9 @@ class Compiler:
             self._payloads.setdefault((self._template.code_key(variant), argtypes), built.payload)
         return dispatcher
 
-    # -- trial runs (numbatune.compile.trials) ---------------------------------------------
-
-    def trial_payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
-        """The variant's compiled kernel for ``args``, serialised for a trial run (under the
-        simulator: its specialised function)."""
+    def payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
+        """The variant's compiled kernel for (the first signature of) ``args``, serialised, as
+        a worker process loads it (under the simulator: its specialised function)."""
         if SIMULATOR:
             return build.dumps_function(self._function(variant))
         dispatcher = self.dispatcher(variant)
@@ -444,36 +427,24 @@ class Compiler:
         key = (self._template.code_key(variant), argtypes)
         with self._lock:
             if key not in self._payloads:
-                self._payloads[key] = build.dumps_kernel(dispatcher.overloads[argtypes])
+                compiled = self._kernels.compiled(dispatcher, argtypes)
+                self._payloads[key] = self._kernels.serialise(compiled)
             return self._payloads[key]
 
-    def _ran_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
-        from numbatune.devices import current_kind
-
+    def kernel_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
+        """The kernel store's key of the variant's kernel for (the first signature of)
+        ``args`` on the current device (under the simulator: its code key as text)."""
         if SIMULATOR:
-            return f"{variant.label} simulator"
-        dispatcher = self.dispatcher(variant)
-        argtypes = self._signatures(dispatcher, args)[0]
-        kind = current_kind().partition
-        return f"{self._key(variant, argtypes, _current_cc())} {variant.label} {kind}"
+            return stable_text(self._template.code_key(variant))
+        argtypes = self._signatures(self.dispatcher(variant), args)[0]
+        return self._key(variant, argtypes, _current_cc())
 
-    def has_run(self, variant: Variant, args: tuple[Any, ...]) -> bool:
-        """Whether the variant ran on this kind of device for these argument types (here, or
-        in an earlier process whose kernel store this one reads)."""
-        key = self._ran_key(variant, args)
-        if key in self._ran:
-            return True
-        if SIMULATOR or settings.cache_dir is None or not self._store(_current_cc()).ran(key):
-            return False
-        self._ran.add(key)
-        return True
-
-    def mark_run(self, variant: Variant, args: tuple[Any, ...]) -> None:
-        """Remember that the variant ran, in this process and in the kernel store."""
-        key = self._ran_key(variant, args)
-        self._ran.add(key)
-        if not SIMULATOR and settings.cache_dir is not None:
-            self._store(_current_cc()).mark_ran(key)
+    def kernel_store(self) -> KernelStore | None:
+        """The kernel store of the current device and cache directory; None where kernels are
+        not kept (no cache directory, the simulator)."""
+        if SIMULATOR or settings.cache_dir is None:
+            return None
+        return self._store(_current_cc())
 
     # -- the kernel store -------------------------------------------------------------------
 
@@ -481,15 +452,12 @@ class Compiler:
         with self._lock:
             store = self._stores.get((settings.cache_dir, cc))
             if store is None:
-                store = KernelStore(settings.cache_dir, cc, self._function_id)
+                store = KernelStore(settings.cache_dir, cc, self._function_id, self._kernels)
                 self._stores[(settings.cache_dir, cc)] = store
             return store
 
     def _key(self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int]) -> str:
-        code = "\0".join(
-            [self._template.code_text(), stable_text(self._template.code_key(variant))]
-        )
-        return build.store_key(code, argtypes, cc, _toolchain())
+        return store_key(self._template, variant, argtypes, cc, _toolchain())
 
     def _load(self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally) -> bool:
         """Add the stored kernel for ``argtypes`` to the variant's dispatcher, if one is
@@ -508,7 +476,7 @@ class Compiler:
         if settings.cache_dir is None:
             return
         try:
-            payload = build.dumps_kernel(kernel)
+            payload = self._kernels.serialise(kernel)
         except Exception as error:  # numba serialises no kernel that links extra files
             logger.debug("%s: not kept on disk: %s", self._function_id, error)
             return
@@ -530,7 +498,7 @@ def store_key(
 ) -> str:
     """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store."""
     code = "\0".join([template.code_text(), stable_text(template.code_key(variant))])
-    return build.store_key(code, argtypes, cc, tools)
+    return build.digest(code, argtypes, cc, tools)
 
 
 def _current_cc() -> tuple[int, int]:
@@ -539,11 +507,6 @@ def _current_cc() -> tuple[int, int]:
     return tuple(cuda.get_current_device().compute_capability)
 
 
-_toolchain_versions: tuple[str, ...] | None = None
-
-
+@functools.cache
 def _toolchain() -> tuple[str, ...]:
-    global _toolchain_versions
-    if _toolchain_versions is None:
-        _toolchain_versions = build.toolchain()
-    return _toolchain_versions
+    return build.toolchain()

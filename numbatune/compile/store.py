@@ -1,7 +1,7 @@
 """Compiled kernels on disk, beside the tuning results.
 
 ``<cache_dir>/kernels/sm_90/<function>/``, a diskcache per function, keyed by a digest of what
-decides a kernel's code (:func:`numbatune.compile.build.store_key`: the kernel's code and the
+decides a kernel's code (:func:`numbatune.compile.compiler.store_key`: the kernel's code and the
 values it reads, the variant's parameters and jit options, the argument types, the compute
 capability and the toolchain versions). A process whose key is stored launches its winner from
 here with no numba compile. An entry that does not load (another format, or one of this format
@@ -19,7 +19,7 @@ from typing import Any
 
 from numbatune.cache.compiled import kernels_folder
 from numbatune.cache.disk import KERNELS, Folder
-from numbatune.compile import build
+from numbatune.compilers import NUMBA_CUDA, KernelCompiler
 from numbatune.identity import folder_name
 
 logger = logging.getLogger("numbatune")
@@ -38,11 +38,19 @@ class KernelStore:
         The tuned function's identity.
     """
 
-    def __init__(self, cache_dir: Path | None, cc: tuple[int, int], function_id: str) -> None:
+    def __init__(
+        self,
+        cache_dir: Path | None,
+        cc: tuple[int, int],
+        function_id: str,
+        compiler: KernelCompiler = NUMBA_CUDA,
+    ) -> None:
         self._folder = (
             None if cache_dir is None else kernels_folder(cache_dir, cc) / folder_name(function_id)
         )
         self._cc = cc
+        #: The compiler whose kernels these are (it loads them).
+        self._compiler = compiler
         self._name = function_id
         self._disk: Folder | None = None
         self._lock = threading.Lock()
@@ -70,7 +78,7 @@ class KernelStore:
         try:
             if not isinstance(payload, bytes):
                 raise ValueError(f"a {type(payload).__name__} where a kernel was expected")
-            return build.load(payload, self._cc)
+            return self._compiler.load(payload, self._cc)
         except ValueError as error:
             logger.warning(
                 "numbatune: %s: discarded a compiled kernel that does not load (%s); "

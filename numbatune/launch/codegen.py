@@ -20,7 +20,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from numbatune.arrays import library_of
+from numbatune.arraykinds import ArrayKind, kind_of
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.handles import HANDLE_MEMO
 from numbatune.streams.order import quick_check
@@ -46,28 +46,28 @@ STALE = object()
 
 
 def stream_lines(
-    args: tuple[Any, ...], sync: bool, currents: dict[str, str]
-) -> tuple[list[str], list[str]]:
-    """Code that turns ``stream`` into a raw handle, ordered after torch's and CuPy's streams
-    (the same reads as :func:`numbatune.streams.handles.current_stream`, or the expressions in
-    ``currents`` where the arguments' reads gave them; the current stream of library ``L`` is
-    left in ``producer_L``), and the libraries whose streams it reads."""
+    args: tuple[Any, ...], sync: bool, currents: dict[ArrayKind, str]
+) -> tuple[list[str], list[ArrayKind]]:
+    """Code that turns ``stream`` into a raw handle, ordered after the current streams of the
+    arguments' libraries, as their kinds read them (:attr:`numbatune.arraykinds.ArrayKind.
+    stream`), or the expressions in ``currents`` where the arguments' reads gave them; the
+    current stream of kind ``L`` is left in ``producer_L``), and the kinds whose streams it
+    reads."""
     handle = (
         "stream if type(stream) is int else "
         f"getattr(stream, '{HANDLE_MEMO}', None) or _stream_handle(stream)"
     )
-    producers: dict[str, str] = {}
+    producers: dict[ArrayKind, str] = {}
     for index, value in enumerate(args):
-        library = library_of(type(value))
-        if library in ("torch", "cupy"):
-            torch = library == "torch"
-            read = f"_torch_stream(a{index}.get_device())" if torch else "_cupy_stream().ptr"
-            producers.setdefault(library, currents.get(library, read))
+        kind = kind_of(type(value))
+        if kind is not None and kind.stream is not None:
+            read = kind.stream.code.format(get=f"_{kind.name}_stream", a=f"a{index}")
+            producers.setdefault(kind, currents.get(kind, read))
     if not producers:
         return [f"    stream = 0 if stream is None else {handle}"], []
     lines = []
-    for number, (library, current) in enumerate(producers.items()):
-        producer = f"producer_{library}"
+    for number, (kind, current) in enumerate(producers.items()):
+        producer = f"producer_{kind.name}"
         lines.append(f"    {producer} = {current}")
         if number == 0:
             lines.append(f"    stream = {producer} if stream is None else {handle}")
@@ -81,14 +81,14 @@ def stream_lines(
     return lines, list(producers)
 
 
-def _kept(plan: ArgumentPlan, libraries: list[str]) -> str:
+def _kept(plan: ArgumentPlan, libraries: list[ArrayKind]) -> str:
     """An expression for the torch and CuPy arrays to keep alive past a launch on ``stream``:
     those launched on another stream than their library's current one (``producer_L`` where
     the stream code read it, else asked of :func:`numbatune.streams.monitor.keep`)."""
     parts = []
     for library, arrays in plan.library_arrays.items():
         listed = f"({''.join(f'{a}, ' for a in arrays)})"
-        producer = f"producer_{library}"
+        producer = f"producer_{library.name}"
         parts.append(
             f"({listed} if stream != {producer} else ())"
             if library in libraries
@@ -97,7 +97,7 @@ def _kept(plan: ArgumentPlan, libraries: list[str]) -> str:
     return parts[0] if len(parts) == 1 else f"({''.join(f'*{part}, ' for part in parts)})"
 
 
-def _ordering(plan: ArgumentPlan, libraries: list[str]) -> tuple[list[str], list[str]]:
+def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str], list[str]]:
     """Code before and after the launch that orders it after other streams' uses of its
     buffers and keeps torch and CuPy arrays alive past it, once a second stream (or a
     profile) is in use; with one stream so far it compares two handles and goes on. On a

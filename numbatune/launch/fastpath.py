@@ -24,6 +24,7 @@ from typing import Any
 from numba import cuda
 
 from numbatune import native
+from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
 from numbatune.launch.config import checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import (
@@ -31,7 +32,6 @@ from numbatune.launch.layout import (
     function_handle,
     half_bits,
     numba_array_memo,
-    overload,
     parameter_layout,
     planned_type,
     supported,
@@ -97,9 +97,10 @@ class FastPath:
         ``index``. False when this path cannot (the caller then launches through numba)."""
         if index in self._functions:
             return True
-        kernel, reason = overload(dispatcher, args)
+        compiler = compiler_for(dispatcher)
+        kernel, reason = compiler.overload_for(dispatcher, args)
         if not reason:
-            function = kernel._codelibrary.get_cufunc()
+            function = compiler.function_of(kernel)
             if parameter_layout(function) != self._layout:
                 reason = "this variant's parameter layout differs from the signature's"
             elif kernel.cooperative != self._cooperative:
@@ -125,20 +126,22 @@ def build(
     the caller then launches through numba. ``dispatcher``'s overload for ``args`` must be
     compiled.
     """
-    kernel, reason = overload(dispatcher, args)
+    compiler = compiler_for(dispatcher)
+    kernel, reason = compiler.overload_for(dispatcher, args)
     reason = supported() or reason
     if reason:
         through_numba(hooks.name, args, reason)
         return None
     plan = ArgumentPlan()
+    actuals = compiler.argument_types(dispatcher, args)
     for index, (declared, value) in enumerate(zip(kernel.argument_types, args, strict=True)):
-        actual = dispatcher.typeof_pyval(value)
+        actual = actuals[index]
         numba_type = planned_type(declared, actual)
         if numba_type is None or not plan.add(f"a{index}", numba_type, value):
             through_numba(hooks.name, args, f"no plan for {actual} as {declared}")
             return None
     plan.close()
-    layout = parameter_layout(kernel._codelibrary.get_cufunc())
+    layout = parameter_layout(compiler.function_of(kernel))
     if layout is None:
         through_numba(hooks.name, args, "the driver gives no parameter layout")
         return None
@@ -207,9 +210,9 @@ def _generate(
         "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
         **{
-            f"_{library}_stream": stream_getter(library)
-            for library in stream[1]
-            if library not in plan.current_streams
+            f"_{kind.name}_stream": stream_getter(kind)
+            for kind in stream[1]
+            if kind not in plan.current_streams
         },
         "_wait": monitor.wait,
         "_blocking": monitor.blocking,

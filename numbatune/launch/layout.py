@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from numbatune import arrays, devices, native
-from numbatune.arrays import SIMULATOR, buffer_of, library_of
+from numbatune.arraykinds import SIMULATOR, ArrayKind, FastRead, dtype_name, kind_of
+from numbatune.arrays import buffer_of
 from numbatune.keys import KeyParts, default_key_part
 
 #: numba-cuda versions whose kernel parameter layout this module was checked against.
@@ -66,17 +67,17 @@ class ArgumentPlan:
         self.fields: list[str] = []
         self.values: list[str] = []
         self.buffers: list[str] = []
-        #: The torch and CuPy arrays among them by library (kept alive when launched on another
-        #: stream than their library's current one).
-        self.library_arrays: dict[str, list[str]] = {}
+        #: The arrays among them of kinds with a current stream, by kind (kept alive when
+        #: launched on another stream than their library's current one).
+        self.library_arrays: dict[ArrayKind, list[str]] = {}
         #: Fields given as one bytes value, of so many consecutive 8-byte parameters, by the
         #: index of the first.
         self.packed: dict[int, int] = {}
-        #: Expressions of each library's current stream, where its arrays are read through
+        #: Expressions of each kind's current stream, where its arrays are read through
         #: DLPack (read in the same call).
-        self.current_streams: dict[str, str] = {}
+        self.current_streams: dict[ArrayKind, str] = {}
         self.constants: dict[str, Any] = {}
-        self._dlpack: dict[str, _DLPackReads] = {}
+        self._dlpack: dict[ArrayKind, _DLPackReads] = {}
 
     def constant(self, value: Any) -> str:
         """A name under which the generated code sees ``value``."""
@@ -87,8 +88,8 @@ class ArgumentPlan:
     def close(self) -> None:
         """Add the reads that come after every argument's checks: those through DLPack, one
         call for all the arrays of a library."""
-        for library, reads in self._dlpack.items():
-            result, current = f"_{library}_read", f"_{library}_current"
+        for kind, reads in self._dlpack.items():
+            result, current = f"_{kind.name}_read", f"_{kind.name}_current"
             arrays = "".join(f"{argument}, " for argument in reads.arguments)
             read = f"{self.constant(reads.read)}({self.constant(reads.api)}, ({arrays}), "
             names = "".join(f", {name}s, {name}f" for name in reads.names)
@@ -97,7 +98,7 @@ class ArgumentPlan:
                 ("check", f"{result} is not None"),
                 ("read", f"{current}{names} = {result}"),
             ]
-            self.current_streams[library] = current
+            self.current_streams[kind] = current
 
     def _field(self, letter: str, value: str) -> None:
         self.fields.append(letter)
@@ -150,20 +151,22 @@ class ArgumentPlan:
         return True
 
     def _add_array(self, argument: str, numba_type: Any, value: Any, top: bool) -> bool:
-        library = library_of(type(value))
+        kind = kind_of(type(value))
+        if kind is None or kind.fast is FastRead.NONE:
+            return False
         # numba types its own arrays unaligned only for an unaligned record dtype, which their
         # token (the dtype) fixes; of other arrays, only aligned ones are planned.
-        aligned = numba_type.aligned or library == "numba"
-        if library is None or not numba_type.mutable or not aligned:
+        aligned = numba_type.aligned or kind.fast is FastRead.MEMO
+        if not numba_type.mutable or not aligned:
             return False
         name = f"_{self.arrays}"
         self.arrays += 1
         ndim = numba_type.ndim
         self.fields += ["Q", "Q", "q", "q", "Q"] + ["q"] * (2 * ndim)
-        if library == "numba":
+        if kind.fast is FastRead.MEMO:
             self._add_numba_array(argument, name, value, top)
         else:
-            self._add_library_array(argument, name, numba_type, value, library, top)
+            self._add_library_array(argument, name, numba_type, value, kind, top)
         return True
 
     def _add_numba_array(self, argument: str, name: str, value: Any, top: bool) -> None:
@@ -180,20 +183,21 @@ class ArgumentPlan:
         self.buffers.append(f"{name}[3]")
 
     def _add_library_array(
-        self, argument: str, name: str, numba_type: Any, value: Any, library: str, top: bool
+        self, argument: str, name: str, numba_type: Any, value: Any, kind: ArrayKind, top: bool
     ) -> None:
         from numba.np.numpy_support import as_dtype
 
         ndim, layout = numba_type.ndim, numba_type.layout
         itemsize = as_dtype(numba_type.dtype).itemsize
-        self.library_arrays.setdefault(library, []).append(argument)
-        if self._add_dlpack_array(argument, name, value, library, layout, top):
-            form = _LIBRARY_FIELDS[library]
+        if kind.stream is not None:
+            self.library_arrays.setdefault(kind, []).append(argument)
+        if self._add_dlpack_array(argument, name, value, kind, layout, top):
+            form = kind.fields
             memory = form["memory"].format(a=argument)
             pointer = form["pointer"].format(m=memory)
             self.buffers.append(form["buffer"].format(m=memory, itemsize=itemsize, p=pointer))
             return
-        fields = _read_library(self, argument, name, library, ndim, itemsize)
+        fields = _read_library(self, argument, name, kind, ndim, itemsize)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
         strides = fields.strides
         if layout == "C":
@@ -210,10 +214,9 @@ class ArgumentPlan:
             ("check", f"len({name}s) == {ndim}"),
             ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
         ]
-        if library == "torch":  # (a tensor in host memory, or on another device, is refused)
-            self.steps.append(("check", f"{fields.device} == {value.get_device()}"))
-        elif devices.several():  # (a CuPy array on another device is refused)
-            self.steps.append(("check", f"{fields.device} == {value.data.device_id}"))
+        if kind.checks_device or devices.several():  # (arrays on another device are refused)
+            device = kind.device(value)  # (None: a torch tensor in host memory, device -1)
+            self.steps.append(("check", f"{fields.device} == {-1 if device is None else device}"))
         if top:
             self._add_key_part(name, value)
         self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
@@ -227,7 +230,7 @@ class ArgumentPlan:
         self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
 
     def _add_dlpack_array(
-        self, argument: str, name: str, value: Any, library: str, layout: str, top: bool
+        self, argument: str, name: str, value: Any, kind: ArrayKind, layout: str, top: bool
     ) -> bool:
         """Read the array through its library's DLPack C exchange API, where the C extension
         and the library have one: its shape in ``{name}s`` and numba's kernel parameters of it
@@ -239,7 +242,7 @@ class ArgumentPlan:
             return False
         device_type, device_id, ndim, code, bits, _ = described
         expected = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord(layout))
-        reads = self._dlpack.setdefault(library, _DLPackReads(reader.read, api))
+        reads = self._dlpack.setdefault(kind, _DLPackReads(reader.read, api))
         reads.arguments.append(argument)
         reads.names.append(name)
         reads.expected.append(expected)
@@ -268,7 +271,7 @@ def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
         dtype = array.dtype
         device = devices.array_device(array) if devices.several() else None
         token = sys.intern(f"{dtype!r}|{letter}|{len(shim.shape)}|{device}")
-        key_part = default_key_part((shim.shape, arrays.dtype_name(dtype), letter))
+        key_part = default_key_part((shim.shape, dtype_name(dtype), letter))
         ndim = len(shim.shape)
         fields = struct.pack(f"<QQqqQ{2 * ndim}q", 0, 0, shim.size, dtype.itemsize,
                              shim.ptr or 0, *shim.shape, *layout.strides_in_bytes)  # fmt: skip
@@ -298,39 +301,10 @@ class _ArrayRead:
         self.buffer, self.device = buffer, device
 
 
-#: How torch tensors and CuPy arrays give their fields ({a}: the argument; {m}: the object the
-#: pointer and the allocation are read from, read once; {d}: a dimension; {itemsize}: the bytes
-#: of an element; {p}: the pointer, read once).
-_LIBRARY_FIELDS = {
-    "torch": {
-        "c_contiguous": "{a}.is_contiguous()",
-        "f_contiguous": "_layout_of({a}) == 'F'",
-        "a_layout": "_layout_of({a}) == 'A'",
-        "memory": "{a}",
-        "pointer": "{m}.data_ptr()",
-        "device": "{m}.get_device()",
-        "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
-        # The allocation's start (as buffer_of finds it), not untyped_storage(): that makes an
-        # object on every call.
-        "buffer": "{p} - {m}.storage_offset() * {itemsize}",
-    },
-    "cupy": {
-        "c_contiguous": "{a}._c_contiguous",
-        "f_contiguous": "{a}._f_contiguous",
-        "a_layout": "not {a}._f_contiguous",
-        "memory": "{a}.data",
-        "pointer": "{m}.ptr",
-        "device": "{m}.device_id",
-        "stride": "{a}.strides[{d}]",
-        "buffer": "{m}.mem.ptr",
-    },
-}
-
-
 def _read_library(
-    plan: ArgumentPlan, argument: str, name: str, library: str, ndim: int, itemsize: int
+    plan: ArgumentPlan, argument: str, name: str, kind: ArrayKind, ndim: int, itemsize: int
 ) -> _ArrayRead:
-    form = _LIBRARY_FIELDS[library]
+    form = kind.fields
     pointer, memory = f"{name}p", form["memory"].format(a=argument)
     plan.steps.append(("read", f"{name}s = {argument}.shape"))
     if memory != argument:
@@ -374,44 +348,6 @@ def function_handle(function: Any) -> int:
     handle = int(function.handle)
     error, resolved = driver.cuKernelGetFunction(driver.CUkernel(handle))
     return int(resolved) if not error else handle
-
-
-def overload(dispatcher: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
-    """The compiled overload numba launches for ``args``, and why it cannot be launched fast
-    (or None).
-
-    That is the overload of the arguments' own types, or, for a kernel declared with
-    signatures, the declared overload numba converts them to (arrays of layout ``A`` take any
-    layout, Python ints, floats and bools become the declared scalar types).
-    """
-    if SIMULATOR:
-        return None, "running under numba's simulator"
-    signature = tuple(dispatcher.typeof_pyval(a) for a in args)
-    kernel = dispatcher.overloads.get(signature) or _declared_overload(dispatcher, signature)
-    if kernel is None:
-        return None, f"no compiled overload for {signature}"
-    if kernel.debug or kernel.extensions:
-        return None, "a debug kernel, or one with extensions"
-    if getattr(kernel, "launch_config_sensitive", False):
-        return None, "the kernel depends on its launch configuration"
-    return kernel, None
-
-
-def _declared_overload(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """The compiled overload numba would convert arguments typed ``signature`` to, as it
-    chooses one for a kernel declared with signatures; None where none (or several) would
-    take them."""
-    from numba.core import types
-    from numba.core.typing import signature as make_signature
-
-    cases = [make_signature(types.void, *argtypes) for argtypes in dispatcher.overloads]
-    try:
-        chosen = dispatcher.typingctx.resolve_overload(
-            dispatcher.py_func, cases, signature, {}, allow_ambiguous=False
-        )
-    except TypeError:  # ambiguous: numba refuses the call too
-        return None
-    return None if chosen is None else dispatcher.overloads.get(tuple(chosen.args))
 
 
 def planned_type(declared: Any, actual: Any) -> Any:

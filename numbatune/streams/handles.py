@@ -12,7 +12,7 @@ from typing import Any
 
 from numba import cuda
 
-from numbatune.arrays import SIMULATOR, library_of
+from numbatune.arraykinds import SIMULATOR, ArrayKind, kind_of
 from numbatune.errors import StreamError
 
 #: The default streams' handles: the legacy default stream (0, ``CU_STREAM_LEGACY``) and the
@@ -58,33 +58,19 @@ def _read_handle(stream: Any) -> int:
     )
 
 
-def stream_getter(library: str) -> Callable[..., Any]:
-    """torch's or CuPy's function for its current stream."""
-    if library == "torch":
-        import torch
-
-        return torch._C._cuda_getCurrentRawStream  # of a device index, as Triton reads it
-    import cupy
-
-    return cupy.cuda.get_current_stream
-
-
-def current_stream(library: str | None, array: Any) -> int:
-    """The stream the array library queues work on now, for one of its arrays (0 for numba)."""
-    if library == "torch":
-        return stream_getter("torch")(array.get_device())
-    if library == "cupy":
-        return stream_getter("cupy")().ptr
-    return 0
+def stream_getter(kind: ArrayKind) -> Callable[..., Any]:
+    """An array library's function for its current stream (its kind must have one)."""
+    assert kind.stream is not None
+    return kind.stream.getter()
 
 
 def numba_stream(stream: Any, args: tuple[Any, ...] = ()) -> Any:
     """What numba's launch takes for ``stream`` (see the module for what None means)."""
     if stream is None:
         for value in args:
-            library = library_of(type(value))
-            if library in ("torch", "cupy"):
-                stream = current_stream(library, value)
+            kind = kind_of(type(value))
+            if kind is not None and kind.stream is not None:
+                stream = kind.stream.of(value)
                 break
         else:
             return 0

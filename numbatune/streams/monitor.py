@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import threading
 import time
 from collections.abc import Hashable, Iterator, Sequence
@@ -31,10 +30,12 @@ from typing import Any
 
 from numba import cuda
 
-from numbatune.arrays import SIMULATOR, buffer_of, library_of
+from numbatune.arraykinds import SIMULATOR, kind_of
+from numbatune.arrays import buffer_of
 from numbatune.errors import ProfileError
+from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
-from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, current_stream
+from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY
 from numbatune.streams.order import new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
@@ -104,6 +105,11 @@ class Monitor:
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = {}
+
+    def after_fork_in_child(self) -> None:
+        """A forked child's monitor starts afresh: its parent's streams and events are not
+        its."""
+        self.__init__()  # type: ignore[misc]
 
     @property
     def order(self) -> Any:
@@ -344,20 +350,12 @@ def keep(stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
 def _needs_keeping(array: Any, stream: int) -> bool:
     """True for a torch or CuPy array launched on a stream other than its library's current
     one: its caching allocator would hand its memory out again on that one when it is freed."""
-    library = library_of(type(array))
-    return library in ("torch", "cupy") and current_stream(library, array) != stream
+    kind = kind_of(type(array))
+    return kind is not None and kind.stream is not None and kind.stream.of(array) != stream
 
 
 monitor = Monitor()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child's monitor starts afresh: its parent's streams and events are not its."""
-    monitor.__init__()  # type: ignore[misc]
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+renew_in_child(monitor)
 
 
 def start_profile() -> ProfileToken:

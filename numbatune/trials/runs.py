@@ -56,6 +56,7 @@ import numpy as np
 from numbatune import arrays, devices, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.config import settings
+from numbatune.forking import PerProcess
 from numbatune.streams.handles import synchronize, wait_for
 from numbatune.tuning import bench
 
@@ -89,7 +90,7 @@ class _Slot:
 
 
 @dataclass(frozen=True)
-class _Shared:
+class _OpenedByIpc:
     """An array argument the worker copies straight from the caller's device memory, opened
     by CUDA IPC (numba's ``IpcArrayHandle``)."""
 
@@ -106,7 +107,7 @@ def warm() -> None:
 
 def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
     """(In the worker) keep device copies of the arguments ``layout`` describes (for an array
-    a :class:`_Shared` handle, or a :class:`_Slot` in the file at ``path``; else the value)
+    a :class:`_OpenedByIpc` handle, or a :class:`_Slot` in the file at ``path``; else the value)
     for the trials that name ``token``."""
 
     buffer: Any = b""
@@ -125,7 +126,7 @@ def _device_copy(entry: Any, buffer: Any) -> Any:
 
     if isinstance(entry, _Slot):
         return cuda.to_device(entry.view(buffer))
-    if isinstance(entry, _Shared):
+    if isinstance(entry, _OpenedByIpc):
         with entry.handle as opened:  # the caller's memory: copied, then let go
             copy = arrays.clone(opened)
             cuda.synchronize()
@@ -190,7 +191,7 @@ def _run_once(kernel: bytes, config: tuple[Any, ...], cc: tuple[int, int] | None
 
         cuda.jit(cloudpickle.loads(kernel))[grid, block, 0, shared[0] if shared else 0](*args)
     else:
-        from numbatune.compile.build import load
+        from numbatune.compilers.numba_cuda import load
 
         stream = cuda.default_stream()  # numba's launch takes a stream object
         load(kernel, cc).launch(args, _dims(grid), _dims(block), stream, shared[0] if shared else 0)
@@ -292,7 +293,7 @@ class Session:
 
     def _run(
         self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]
-    ) -> processes.Outcome | _Unstaged:
+    ) -> processes.TaskOutcome | _Unstaged:
         """One trial task, the arguments staged first in a worker that does not hold them."""
         task = processes.Task(
             __name__, "trial", (self.token, kernels, self.cc, self._progress.path)
@@ -305,7 +306,7 @@ class Session:
             outcome = self.pool.run([task], settings.trial_timeout_s)[0]
         return outcome
 
-    def _stage(self) -> processes.Outcome | None:
+    def _stage(self) -> processes.TaskOutcome | None:
         """Give the worker the arguments, by the next way where one fails; None when it has
         them, else why the last way failed."""
         if self._way is None:
@@ -414,7 +415,7 @@ def _why(reason: str) -> str:
 
 def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The layout by which the worker copies each array of ``args`` from this process's device
-    memory (a :class:`_Shared` for each), or None where one cannot be shared so (the simulator,
+    memory (a :class:`_OpenedByIpc` for each), or None where one cannot be shared so (the simulator,
     memory that CUDA IPC cannot share, another platform)."""
     if SIMULATOR:
         return None
@@ -424,7 +425,7 @@ def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
             layout.append(arg)
             continue
         try:
-            layout.append(_Shared(arrays.device_view(arg).get_ipc_handle()))
+            layout.append(_OpenedByIpc(arrays.device_view(arg).get_ipc_handle()))
         except Exception:  # numba's and the driver's many refusals
             return None
     return tuple(layout)
@@ -486,24 +487,10 @@ def _copy_to_host(view: Any, target: np.ndarray, layout: str, stream: Any) -> No
         target[...] = host
 
 
-_trials: Trials | None = None
-_trials_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child starts its own trial worker."""
-    global _trials, _trials_lock
-    _trials, _trials_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+#: This process's trial worker (a forked child starts its own).
+_trials: PerProcess[Trials] = PerProcess()
 
 
 def trials() -> Trials:
     """This process's trial worker (made on first use)."""
-    global _trials
-    with _trials_lock:
-        if _trials is None:
-            _trials = Trials()
-        return _trials
+    return _trials.get(Trials)

@@ -1,0 +1,315 @@
+"""The kinds of device array numbatune takes, one entry each: the one place that knows them.
+
+An entry (:class:`ArrayKind`) says how to read an array of its kind (shape, dtype, layout), its
+element size, the allocation it lies in, the GPU it is on, why a call refuses one (a torch
+tensor in host memory), its library's current stream, and how the generated fast path reads its
+fields. :func:`kind_of` finds a class's kind with one dictionary lookup. Adding an array library
+is adding one entry to :data:`KINDS` (or, from outside, :func:`register`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+SIMULATOR: bool = bool(cuda.config.ENABLE_CUDASIM)
+
+if SIMULATOR:
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray as NumbaDeviceArray
+else:
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray as NumbaDeviceArray
+
+#: ``(shape, dtype name, layout letter)`` of an array.
+Read = tuple[tuple[int, ...], str, str]
+
+
+class FastRead(enum.Enum):
+    """How the generated fast path reads an array kind's fields."""
+
+    #: Once per array object, kept on it (numba's own arrays).
+    MEMO = "memo"
+    #: Through the library's DLPack C exchange API where it has one, else its Python API
+    #: (:attr:`ArrayKind.fields`).
+    FIELDS = "fields"
+    #: Not at all: launches on such arrays go through numba's launch.
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class CurrentStream:
+    """How an array library gives the stream it queues work on now, for one of its arrays."""
+
+    #: The library's function (imported on first use).
+    getter: Callable[[], Callable[..., Any]]
+    #: The generated fast path's expression: ``{get}`` the function, ``{a}`` the array.
+    code: str
+    #: The same read in Python: ``read(function, array)``.
+    read: Callable[[Callable[..., Any], Any], int]
+
+    def of(self, array: Any) -> int:
+        """The library's current stream for ``array``."""
+        return self.read(self.getter(), array)
+
+
+def _accepted(array: Any) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayKind:
+    """One kind of device array (compared by identity: each entry is its own kind)."""
+
+    #: A Python identifier: names in messages and in the generated code.
+    name: str
+    #: Whether values of a class are arrays of this kind.
+    claims: Callable[[type], bool]
+    read: Callable[[Any], Read]
+    itemsize: Callable[[Any], int]
+    #: The allocation an array's data lies in: views of one allocation share it.
+    buffer: Callable[[Any], Hashable]
+    #: The index of the GPU whose memory holds the array; None where any can read it or the
+    #: library does not say.
+    device: Callable[[Any], int | None]
+    #: Why a call refuses the array (``"a torch tensor on cpu"``), or None.
+    refusal: Callable[[Any], str | None] = _accepted
+    #: The library's current stream, where it has one: launches on its arrays with
+    #: ``stream=None`` go there, and on another stream wait for it.
+    stream: CurrentStream | None = None
+    fast: FastRead = FastRead.NONE
+    #: For :attr:`FastRead.FIELDS`: expressions of its fields ({a}: the array; {m}: the object
+    #: the pointer and the allocation are read from, read once; {d}: a dimension;
+    #: {itemsize}: the bytes of an element; {p}: the pointer, read once).
+    fields: Mapping[str, str] = field(default_factory=dict)
+    #: For :attr:`FastRead.FIELDS`: whether the fast path checks the array's device even in a
+    #: process that sees one GPU (torch's tensors may be in host memory).
+    checks_device: bool = False
+
+
+_dtype_names: dict[Any, str] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    """NumPy's name for a NumPy or torch dtype (``torch.float32`` -> ``float32``), cached."""
+    name = _dtype_names.get(dtype)
+    if name is None:
+        text = dtype.name if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
+        name = _dtype_names[dtype] = text
+    return name
+
+
+def layout_of(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> str:
+    """numba's layout letter for an array of this shape and byte strides."""
+    if strides is None:
+        return "C"
+    dims = list(zip(shape, strides, strict=True))
+
+    def dense(order: list[tuple[int, int]]) -> bool:
+        expected = itemsize
+        for size, stride in order:
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+    if dense(dims[::-1]):
+        return "C"
+    return "F" if dense(dims) else "A"
+
+
+# -- numba's device arrays ------------------------------------------------------------------
+
+
+def _read_numba_array(array: Any) -> Read:
+    dtype = array.dtype
+    layout = "C" if array.is_c_contiguous() else "F" if array.is_f_contiguous() else "A"
+    return array.shape, _dtype_names.get(dtype) or dtype_name(dtype), layout
+
+
+def _numba_buffer(array: Any) -> Hashable:
+    if SIMULATOR:  # a NumPy array, maybe a view
+        data = array._ary
+        while data.base is not None:
+            data = data.base
+        return id(data)
+    owner = array.gpu_data.owner
+    base = getattr(owner, "device_pointer_value", None)
+    if base is not None:
+        return base
+    owner_kind = kind_of(type(owner))
+    if owner_kind is not None:
+        return owner_kind.buffer(owner)
+    return array.device_ctypes_pointer.value
+
+
+def _numba_device(array: Any) -> int | None:
+    if SIMULATOR or isinstance(array, np.ndarray):  # (numba's mapped and managed arrays)
+        return None
+    return int(array.gpu_data.context.device.id)
+
+
+NUMBA = ArrayKind(
+    name="numba",
+    claims=lambda cls: issubclass(cls, NumbaDeviceArray),
+    read=_read_numba_array,
+    itemsize=lambda array: array.dtype.itemsize,
+    buffer=_numba_buffer,
+    device=_numba_device,
+    fast=FastRead.MEMO,
+)
+
+
+# -- torch tensors --------------------------------------------------------------------------
+
+
+def _read_torch_tensor(tensor: Any) -> Read:
+    dtype = tensor.dtype
+    name = _dtype_names.get(dtype) or dtype_name(dtype)
+    if tensor.is_contiguous():
+        return tensor.shape, name, "C"  # torch.Size is a tuple
+    itemsize = tensor.element_size()
+    strides = tuple(stride * itemsize for stride in tensor.stride())
+    return tensor.shape, name, layout_of(tensor.shape, strides, itemsize)
+
+
+def _torch_stream_getter() -> Callable[..., Any]:
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream  # of a device index, as Triton reads it
+
+
+TORCH = ArrayKind(
+    name="torch",
+    claims=lambda cls: (cls.__module__.partition(".")[0], cls.__name__) == ("torch", "Tensor"),
+    read=_read_torch_tensor,
+    itemsize=lambda tensor: tensor.element_size(),
+    buffer=lambda tensor: tensor.data_ptr() - tensor.storage_offset() * tensor.element_size(),
+    device=lambda tensor: tensor.get_device() if tensor.is_cuda else None,
+    refusal=lambda tensor: None if tensor.is_cuda else f"a torch tensor on {tensor.device}",
+    stream=CurrentStream(
+        _torch_stream_getter, "{get}({a}.get_device())", lambda get, a: get(a.get_device())
+    ),
+    fast=FastRead.FIELDS,
+    fields={
+        "c_contiguous": "{a}.is_contiguous()",
+        "f_contiguous": "_layout_of({a}) == 'F'",
+        "a_layout": "_layout_of({a}) == 'A'",
+        "memory": "{a}",
+        "pointer": "{m}.data_ptr()",
+        "device": "{m}.get_device()",
+        "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
+        # The allocation's start (as its buffer reads it), not untyped_storage(): that makes
+        # an object on every call.
+        "buffer": "{p} - {m}.storage_offset() * {itemsize}",
+    },
+    checks_device=True,  # (a tensor in host memory, or on another device, is refused)
+)
+
+
+# -- CuPy arrays ----------------------------------------------------------------------------
+
+
+def _read_cupy_array(array: Any) -> Read:
+    dtype = array.dtype
+    name = _dtype_names.get(dtype) or dtype_name(dtype)
+    if array._c_contiguous:
+        return array.shape, name, "C"
+    return array.shape, name, "F" if array._f_contiguous else "A"
+
+
+def _cupy_stream_getter() -> Callable[..., Any]:
+    import cupy
+
+    return cupy.cuda.get_current_stream
+
+
+CUPY = ArrayKind(
+    name="cupy",
+    claims=lambda cls: (cls.__module__.partition(".")[0], cls.__name__) == ("cupy", "ndarray"),
+    read=_read_cupy_array,
+    itemsize=lambda array: array.dtype.itemsize,
+    buffer=lambda array: array.data.mem.ptr,
+    device=lambda array: int(array.data.device_id),
+    stream=CurrentStream(_cupy_stream_getter, "{get}().ptr", lambda get, a: get().ptr),
+    fast=FastRead.FIELDS,
+    fields={
+        "c_contiguous": "{a}._c_contiguous",
+        "f_contiguous": "{a}._f_contiguous",
+        "a_layout": "not {a}._f_contiguous",
+        "memory": "{a}.data",
+        "pointer": "{m}.ptr",
+        "device": "{m}.device_id",
+        "stride": "{a}.strides[{d}]",
+        "buffer": "{m}.mem.ptr",
+    },
+)
+
+
+# -- any other object with __cuda_array_interface__ -----------------------------------------
+
+
+def _read_interface(array: Any) -> Read:
+    interface = array.__cuda_array_interface__
+    dtype = np.dtype(interface["typestr"])
+    shape = tuple(interface["shape"])
+    return shape, dtype.name, layout_of(shape, interface.get("strides"), dtype.itemsize)
+
+
+CUDA_ARRAY_INTERFACE = ArrayKind(
+    name="cuda_array_interface",
+    claims=lambda cls: hasattr(cls, "__cuda_array_interface__"),
+    read=_read_interface,
+    itemsize=lambda array: np.dtype(array.__cuda_array_interface__["typestr"]).itemsize,
+    buffer=lambda array: array.__cuda_array_interface__["data"][0],
+    device=lambda array: None,  # (the interface does not say)
+)
+
+#: The kinds, in the order they are asked whether they claim a class: the first that does.
+KINDS: list[ArrayKind] = [NUMBA, TORCH, CUPY, CUDA_ARRAY_INTERFACE]
+
+#: Each class met so far, and its kind (None: not an array).
+_kinds: dict[type, ArrayKind | None] = {}
+
+
+def kind_of(cls: type) -> ArrayKind | None:
+    """The kind of the arrays of class ``cls``, or None for a class of no kind (not an array).
+
+    Parameters
+    ----------
+    cls
+        The class of an argument.
+
+    Returns
+    -------
+    ArrayKind or None
+        The first of :data:`KINDS` that claims it; found once per class.
+    """
+    try:
+        return _kinds[cls]
+    except KeyError:
+        found = _kinds[cls] = next((kind for kind in KINDS if kind.claims(cls)), None)
+        return found
+
+
+def register(kind: ArrayKind) -> None:
+    """Add an array kind, asked before the kinds known so far (the generic
+    ``__cuda_array_interface__`` one last).
+
+    Parameters
+    ----------
+    kind
+        The new kind; its ``name`` must be an identifier no other kind has.
+
+    Raises
+    ------
+    ValueError
+        The name is not an identifier, or another kind has it.
+    """
+    if not kind.name.isidentifier() or any(k.name == kind.name for k in KINDS):
+        raise ValueError(f"an array kind needs a new identifier as its name, got {kind.name!r}")
+    KINDS.insert(len(KINDS) - 1, kind)
+    _kinds.clear()

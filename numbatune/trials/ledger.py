@@ -1,0 +1,62 @@
+"""Which variants have run on this kind of device: their trial runs are not repeated.
+
+A variant that ran is remembered in this process (per :class:`~numbatune.compile.compiler.
+Compiler`, which tuned kernels of the same code share) and in the kernel store on disk, so
+that a later process whose store it reads does not try it again either.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from numbatune.compile.compiler import Compiler
+from numbatune.devices import current_kind
+from numbatune.variants import Variant
+
+#: The keys (:func:`_ran_key`) of the variants that ran, by compiler.
+_ran: weakref.WeakKeyDictionary[Compiler, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _ran_key(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> str:
+    kernel = compiler.kernel_key(variant, args)
+    return f"{kernel} {variant.label} {current_kind().partition}"
+
+
+def has_run(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> bool:
+    """Whether ``variant`` ran on this kind of device for the types of ``args`` (in this
+    process, or in an earlier one whose kernel store this one reads).
+
+    Parameters
+    ----------
+    compiler
+        The compiler of the variant's tuned kernel.
+    variant
+        The variant.
+    args
+        The arguments it would run on (their types decide its kernel).
+
+    Returns
+    -------
+    bool
+        True where it ran.
+    """
+    key = _ran_key(compiler, variant, args)
+    ran = _ran.setdefault(compiler, set())
+    if key in ran:
+        return True
+    store = compiler.kernel_store()
+    if store is None or not store.ran(key):
+        return False
+    ran.add(key)
+    return True
+
+
+def mark_run(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> None:
+    """Remember that ``variant`` ran for the types of ``args``, in this process and in the
+    kernel store (see :func:`has_run` for the parameters)."""
+    key = _ran_key(compiler, variant, args)
+    _ran.setdefault(compiler, set()).add(key)
+    store = compiler.kernel_store()
+    if store is not None:
+        store.mark_ran(key)

@@ -1,0 +1,190 @@
+"""Compiling a tuning's variants and trying each as it compiles: the one call a tuned kernel
+makes for both (:func:`compile_and_try`).
+
+Each kernel the ``isolate`` setting asks for runs once in the trial worker
+(:mod:`numbatune.trials.runs`) as soon as it is compiled, while the others still compile; a
+variant that fails its trial never runs in this process. What compiled and passed becomes a
+launcher, with the launch configuration its launch function gives for the arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numbatune import devices
+from numbatune.arrays import SIMULATOR
+from numbatune.compile.compiler import Compiler, Tally
+from numbatune.config import Isolate, settings
+from numbatune.launch.config import LaunchConfig, is_empty, launch_config
+from numbatune.launch.numbalaunch import numba_launch
+from numbatune.trials import ledger, runs
+from numbatune.tuning.job import Arrived, Launcher
+from numbatune.tuning.results import Failed
+from numbatune.variants import Variant
+
+
+@dataclass(frozen=True)
+class KernelVariants:
+    """What compiling, trying and launching a tuned kernel's variants takes."""
+
+    #: The tuned kernel's name, in messages.
+    name: str
+    compiler: Compiler
+    #: The tuned kernel's count of compiles, loads and trial time.
+    tally: Tally
+    #: The launch function, and the parameters of each variant that it takes.
+    launch: Callable[..., LaunchConfig]
+    launch_params: Mapping[Variant, dict[str, Any]]
+
+    def runnable_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
+        """The launch configuration of ``variant`` for ``args``, for tuning to run.
+
+        Raises
+        ------
+        ValueError
+            The launch function gives an empty grid: an empty launch has nothing to measure.
+        """
+        config = launch_config(self.launch, args, self.launch_params[variant], self.name)
+        if is_empty(config):
+            raise ValueError(
+                f"{self.name}: the launch function gives {variant.params} an empty grid "
+                f"{config[0]} for these arguments: nothing to run"
+            )
+        return config
+
+    def launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
+        """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
+        configuration its launch function gives for ``args``."""
+        config = self.runnable_config(args, variant)
+        launch = numba_launch(kernel)
+        return lambda args, stream: launch(args, config, stream)
+
+
+def start_worker(isolate: Isolate) -> None:
+    """Start the trial worker where ``isolate`` (the tuning's ``isolate`` setting) asks for
+    trials, while the variants of a tuning about to begin are prepared."""
+    if isolate is not Isolate.OFF:
+        runs.trials().start()
+
+
+def compile_and_try(
+    kernel: KernelVariants,
+    variants: Sequence[Variant],
+    args: tuple[Any, ...],
+    stream: Any,
+    done: Callable[[int], None],
+    arrived: Arrived,
+) -> dict[Variant, Launcher | Failed]:
+    """Each variant compiled, tried (the ``isolate`` setting) and made a launcher, or why it
+    failed.
+
+    Parameters
+    ----------
+    kernel
+        The tuned kernel's variants, compiler and launch function.
+    variants
+        The variants to compile.
+    args, stream
+        The arguments (the caller's, or clones of them) and the stream they are valid on.
+    done
+        Told how many variants are settled, as they are.
+    arrived
+        Told of each variant, with its launcher, as soon as it may run (a kernel declared with
+        one signature or none).
+
+    Returns
+    -------
+    dict
+        Each variant's launcher, or :class:`~numbatune.tuning.results.Failed`.
+    """
+
+    def may_run(variant: Variant) -> None:
+        if kernel.compiler.overloaded:  # which overload args take: not known yet
+            return
+        with contextlib.suppress(Exception):  # it fails again below, as its error
+            arrived(variant, kernel.launcher(variant, kernel.compiler.dispatcher(variant), args))
+
+    trying = _Trying(kernel, args, stream, may_run)
+    try:
+        compiled = kernel.compiler.compile_all(variants, args, done, kernel.tally, trying.add)
+    finally:  # also when compiling is interrupted: the trial worker is freed
+        failed = trying.finish()
+    compiled.update({v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)})
+    launchers: dict[Variant, Launcher | Failed] = {}
+    for variant, compiled_kernel in compiled.items():
+        try:
+            launchers[variant] = (
+                compiled_kernel
+                if isinstance(compiled_kernel, Failed)
+                else kernel.launcher(variant, compiled_kernel, args)
+            )
+        except Exception as error:
+            launchers[variant] = Failed.of(error)
+    return launchers
+
+
+class _Trying:
+    """The trial runs of one tuning's variants: each kernel the ``isolate`` setting asks for is
+    tried as soon as it compiles, while others compile."""
+
+    def __init__(
+        self,
+        kernel: KernelVariants,
+        args: tuple[Any, ...],
+        stream: Any,
+        may_run: Callable[[Variant], None],
+    ) -> None:
+        self._kernel, self._args, self._may_run = kernel, args, may_run
+        self._made: set[Variant] = set()
+        self._failed: dict[Variant, Failed] = {}
+        self._pipeline = None
+        if settings.isolate is not Isolate.OFF:
+            cc = None if SIMULATOR else devices.current_kind().compute_capability
+            self._pipeline = runs.Pipeline(args, stream, cc, self._tried)
+
+    def add(self, members: Sequence[Variant], made: bool) -> None:
+        """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
+        this tuning ``made`` their kernel, tell ``may_run`` of each as it may run (now, or once
+        through its trial)."""
+        if made:
+            self._made.update(members)
+        compiler = self._kernel.compiler
+        for variant in members:
+            if self._pipeline is None or (
+                settings.isolate is Isolate.NEW and ledger.has_run(compiler, variant, self._args)
+            ):
+                if made:
+                    self._may_run(variant)
+                continue
+            try:
+                payload = compiler.payload(variant, self._args)
+                self._pipeline.add(
+                    variant, payload, self._kernel.runnable_config(self._args, variant)
+                )
+            except Exception as error:
+                self._failed[variant] = Failed.of(error)
+
+    def _tried(self, variant: Hashable, why: str | None) -> None:
+        if why is None and variant in self._made:
+            assert isinstance(variant, Variant)
+            self._may_run(variant)
+
+    def finish(self) -> dict[Variant, Failed]:
+        """Wait for the trials; the variants that failed theirs (or could not be given one).
+        The time this waits is the tuning's trial time (the rest ran while variants
+        compiled)."""
+        if self._pipeline is None:
+            return {}
+        waited = time.perf_counter()
+        reasons = self._pipeline.finish()
+        self._kernel.tally.trial_s += time.perf_counter() - waited
+        for variant, why in reasons.items():
+            if why is None:
+                ledger.mark_run(self._kernel.compiler, variant, self._args)
+            else:
+                self._failed[variant] = Failed(why)
+        return self._failed

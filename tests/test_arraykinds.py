@@ -1,0 +1,90 @@
+"""Array kinds: a library's arrays are taken by adding one entry to the registry."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune import arraykinds, arrays
+from numbatune.arraykinds import SIMULATOR, ArrayKind
+from tests import kernels
+
+
+class Boxed:
+    """A device array of a library numbatune has no entry for: it wraps a numba device array
+    and offers what the kernel reads (``shape``, indexing) and its host copy."""
+
+    def __init__(self, inner, on_host=False):
+        self.inner, self.on_host = inner, on_host
+
+    @property
+    def shape(self):
+        return self.inner.shape
+
+    def __getitem__(self, index):
+        return self.inner[index]
+
+    def __setitem__(self, index, value):
+        self.inner[index] = value
+
+    def __array__(self, dtype=None, copy=None):
+        return self.inner.copy_to_host()
+
+
+#: The one entry that makes Boxed arrays an array kind.
+BOXED = ArrayKind(
+    name="boxed",
+    claims=lambda cls: cls is Boxed,
+    read=lambda boxed: arraykinds.NUMBA.read(boxed.inner),
+    itemsize=lambda boxed: boxed.inner.dtype.itemsize,
+    buffer=lambda boxed: arraykinds.NUMBA.buffer(boxed.inner),
+    device=lambda boxed: None,
+    refusal=lambda boxed: "a boxed array in host memory" if boxed.on_host else None,
+)
+
+
+def _accumulating():
+    """A tuned kernel that adds its first argument to its second."""
+    return nt.autotune(variants=nt.product(BLOCK=[4, 8]), launch=kernels.accumulate_launch)(
+        kernels.accumulate
+    )
+
+
+@pytest.fixture
+def boxed_kind(monkeypatch):
+    monkeypatch.setattr(arraykinds, "KINDS", list(arraykinds.KINDS))
+    monkeypatch.setattr(arraykinds, "_kinds", {})
+    arraykinds.register(BOXED)
+
+
+def _boxed(values, on_host=False):
+    return Boxed(cuda.to_device(np.asarray(values, np.float32)), on_host)
+
+
+def test_an_array_of_a_kind_with_no_entry_is_refused_by_name():
+    with pytest.raises(TypeError, match=r"argument 'a' .* must be a device array"):
+        _accumulating()(_boxed(np.arange(12)), _boxed(np.zeros(12)))
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="Boxed runs in the simulator's Python kernels")
+def test_one_entry_makes_a_new_array_kind_tune_launch_and_key_end_to_end(boxed_kind):
+    x, out = _boxed(np.arange(12)), _boxed(np.zeros(12))
+    tuned = _accumulating()
+    report = tuned.tune(x, out)
+    assert report.key == (((16,), "float32", "C"), ((16,), "float32", "C"))  # by its entry
+    np.testing.assert_array_equal(np.asarray(out), 0.0)  # tuning ran on clones
+    tuned(x, out)
+    np.testing.assert_array_equal(np.asarray(out), np.arange(12))
+    assert arrays.nbytes(x) == 48 and arrays.buffer_of(x) == arrays.buffer_of(x.inner)
+
+
+def test_the_entrys_refusal_is_the_calls_error(boxed_kind):
+    with pytest.raises(TypeError, match=r"argument 'out' is a boxed array in host memory"):
+        _accumulating()(_boxed(np.arange(12)), _boxed(np.zeros(12), on_host=True))
+
+
+def test_a_kind_needs_a_new_identifier_as_its_name(boxed_kind):
+    with pytest.raises(ValueError, match="new identifier"):
+        arraykinds.register(BOXED)
+    with pytest.raises(ValueError, match="new identifier"):
+        arraykinds.register(ArrayKind("two words", *[lambda value: None] * 5))

@@ -1,0 +1,96 @@
+"""The compiler seam: the kernel object chooses its compiler, whose name and version are part
+of the tuned kernel's identity. A fake compiler stands for a second one (numba-cuda-mlir, say)."""
+
+import pytest
+from numba import cuda
+
+import numbatune as nt
+from numbatune import compilers
+from numbatune.compilers import NUMBA_CUDA, KernelCompiler, Unwrapped
+from tests import kernels
+
+
+class FakeKernel:
+    """A kernel object of the fake compiler: it only wraps the Python function."""
+
+    def __init__(self, function):
+        self.function = function
+
+
+class FakeCompiler(KernelCompiler):
+    """What a second compiler implements; compiling and launching need a GPU here."""
+
+    name = "fake-compiler"
+
+    def __init__(self, version):
+        self._version = version
+
+    @property
+    def version(self):
+        return self._version
+
+    def claims(self, kernel):
+        return isinstance(kernel, FakeKernel)
+
+    def unwrap(self, kernel, name):
+        return Unwrapped(kernel.function, {}, ())
+
+    def specialise(self, function, original, options):
+        return FakeKernel(function)
+
+    def device_options(self, device_function):
+        return {}
+
+    def argument_types(self, kernel, args):
+        return tuple(type(a) for a in args)
+
+    def compiled(self, kernel, argtypes):
+        raise NotImplementedError
+
+    def add(self, kernel, argtypes, compiled, declared):
+        raise NotImplementedError
+
+    def overload_for(self, kernel, args):
+        return None, "a fake compiler"
+
+    def serialise(self, compiled):
+        raise NotImplementedError
+
+    def load(self, payload, cc):
+        raise NotImplementedError
+
+    def function_of(self, compiled):
+        raise NotImplementedError
+
+    def launch(self, kernel, args, config, stream):
+        raise NotImplementedError
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(compilers, "COMPILERS", list(compilers.COMPILERS))
+    compiler = FakeCompiler("1.0")
+    compilers.register(compiler)
+    return compiler
+
+
+def _tuned(kernel):
+    return nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(kernel)
+
+
+def test_the_kernel_object_chooses_its_compiler(fake):
+    function = kernels.accumulate.py_func
+    assert compilers.compiler_for(FakeKernel(function)) is fake
+    assert compilers.compiler_for(function) is NUMBA_CUDA
+    assert compilers.compiler_for(cuda.jit(function)) is NUMBA_CUDA
+    with pytest.raises(TypeError, match=r"expected a numba.cuda.jit kernel .* got int"):
+        compilers.compiler_for(3, "three")
+
+
+def test_the_compilers_name_and_version_are_part_of_the_checksum(fake, monkeypatch):
+    function = kernels.accumulate.py_func
+    by_numba, by_fake = _tuned(function), _tuned(FakeKernel(function))
+    assert by_fake.checksum() != by_numba.checksum()
+    assert _tuned(FakeKernel(function)).checksum() == by_fake.checksum()
+    monkeypatch.setattr(fake, "_version", "2.0")
+    assert _tuned(FakeKernel(function)).checksum() != by_fake.checksum()
