@@ -1,9 +1,9 @@
 """What tuned kernels of the same code share in a process, and what they keep per device.
 
 Tuned kernels with the same sharing key (:func:`numbatune.identity.sharing_key`: the same
-code, variants, launch function and options) share one :class:`SharedState`: the compiled
-kernels, the kernel's checksum, and one :class:`DeviceState` per device and cache directory
-(its tune cache, with the winner table, and its fast paths).
+function, by name, code, variants, launch function and options) share one
+:class:`SharedState`: the compiled kernels, the kernel's checksum, and one :class:`DeviceState`
+per device and cache directory (its tune cache, with the winner table, and its fast paths).
 """
 
 from __future__ import annotations
@@ -108,7 +108,9 @@ def shared_state(spec: KernelSpec, function_id: str) -> SharedState:
     """The state a tuned kernel of ``spec`` shares with those of the same code and options."""
     template = spec.template
     key = identity.sharing_key(
-        f"{template.compiler.identity()}\0{template.code_text()}",
+        # The function's name: a kernel of the same code in another module keeps its results
+        # (and its compiled kernels) under its own name.
+        f"{function_id}\0{template.compiler.identity()}\0{template.code_text()}",
         template.jit_options,
         template.signatures,
         spec.variants,

@@ -7,6 +7,7 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
+from numbatune.cache import files
 from numbatune.demo import load_module
 from tests import kernels
 
@@ -136,3 +137,32 @@ def test_the_checksum_covers_numba_code_generation_settings(monkeypatch):
     default = checksum()
     monkeypatch.setattr(config, "OPT", 0)
     assert checksum() != default
+
+
+SAME_CODE = """
+import numbatune as nt
+from numba import cuda
+
+FACTOR = 2
+
+
+@nt.autotune(variants=nt.product(FACTOR=[2, 3]), launch=lambda a, *, FACTOR: (1, 8))
+@cuda.jit
+def doubled(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] *= FACTOR
+"""
+
+
+def test_kernels_of_the_same_code_in_two_modules_keep_their_results_under_their_own_names(
+    tmp_path, numbatune_cache
+):
+    tuned = []
+    for name in ("first_module", "second_module"):
+        (tmp_path / f"{name}.py").write_text(SAME_CODE)
+        tuned.append(load_module(tmp_path / f"{name}.py").doubled)
+    for kernel in tuned:
+        kernel.tune(cuda.to_device(np.zeros(8, np.float32)))
+    stored = {entry.function for entry in files.stored_entries(numbatune_cache)}
+    assert stored == {kernel.function_id for kernel in tuned}
