@@ -10,6 +10,7 @@ import numbatune as nt
 from numbatune.cache import files
 from numbatune.demo import load_module
 from tests import kernels
+from tests.test_precompile import CLI_MODULE
 
 
 def test_variants_that_numba_types_alike_are_equal_and_hash_alike():
@@ -139,28 +140,12 @@ def test_the_checksum_covers_numba_code_generation_settings(monkeypatch):
     assert checksum() != default
 
 
-SAME_CODE = """
-import numbatune as nt
-from numba import cuda
-
-FACTOR = 2
-
-
-@nt.autotune(variants=nt.product(FACTOR=[2, 3]), launch=lambda a, *, FACTOR: (1, 8))
-@cuda.jit
-def doubled(a):
-    i = cuda.grid(1)
-    if i < a.shape[0]:
-        a[i] *= FACTOR
-"""
-
-
 def test_kernels_of_the_same_code_in_two_modules_keep_their_results_under_their_own_names(
     tmp_path, numbatune_cache
 ):
     tuned = []
     for name in ("first_module", "second_module"):
-        (tmp_path / f"{name}.py").write_text(SAME_CODE)
+        (tmp_path / f"{name}.py").write_text(CLI_MODULE)
         tuned.append(load_module(tmp_path / f"{name}.py").doubled)
     for kernel in tuned:
         kernel.tune(cuda.to_device(np.zeros(8, np.float32)))
