@@ -17,13 +17,12 @@ import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from numbatune import background, devices, identity, keys, references
+from numbatune import background, identity, keys
 from numbatune._backend import require_a_backend
-from numbatune.arrays import SIMULATOR, Arguments, ArrayView
+from numbatune.arrays import SIMULATOR
 from numbatune.binder import Binder
 from numbatune.cache.tunecache import Winner
+from numbatune.call_arguments import ArgumentCheck
 from numbatune.compile.compiler import Tally
 from numbatune.config import OnMiss, settings
 from numbatune.launch import fastpath
@@ -205,7 +204,9 @@ class TunedKernel:
         self._template = spec.template
         self._parameters = spec.parameters
         self._key = spec.key_function
-        self._array_parameters = references.array_parameters(self._template.function)
+        self._arguments = ArgumentCheck(
+            self.name, self._template.function, self._parameters, spec.read_only
+        )
         self.__name__ = self.name
         self.__doc__ = self._template.function.__doc__
         self.function_id = identity.function_id(self._template.function)
@@ -274,7 +275,7 @@ class TunedKernel:
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
         """The general path: for calls that no fast path takes."""
-        self._check_arguments(args)
+        self._arguments.read(args)
         state = self._device_state()
         key = self._key(args)
         winner = state.known(key, self.name)
@@ -347,77 +348,17 @@ class TunedKernel:
         for a call, ``serve``, as the ``on_miss`` option or setting says), and the report
         behind it. A key served under ``on_miss="background"`` is tuned on a thread."""
         keys.check_hashable(key, self.name)
-        arguments = self._check_arguments(args)
+        arguments = self._arguments.read(args)
         stream = numba_stream(stream, args)
         # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
         handle = raw_stream(stream)
         if handle != monitor.stream:
             monitor.watch(handle, arguments.arrays, None, stream)
-        miss = Miss(key, args, stream, self._unrestored(arguments), force, serve)
+        miss = Miss(key, args, stream, self._arguments.unrestored(arguments), force, serve)
         resolved = self._resolver.resolve(state.cache, miss)
         if resolved.tune_later:
             background.start(self, arguments.clone(stream), self.name)
         return resolved.winner, resolved.report
-
-    def _check_arguments(self, args: tuple[Any, ...]) -> Arguments:
-        """Refuse, naming the argument, calls numba would fail on less clearly; the arguments,
-        read once."""
-        if len(args) != len(self._parameters):
-            raise TypeError(
-                f"{self.name}() takes {len(self._parameters)} arguments "
-                f"({', '.join(self._parameters)}), got {len(args)}"
-            )
-        arguments = Arguments.read(args)
-        for name, value, view in zip(self._parameters, args, arguments.views, strict=True):
-            host = isinstance(value, np.ndarray) and value.ndim > 0
-            refused = "a host (NumPy) array" if host else view and view.kind.refusal(value)
-            if refused:
-                raise TypeError(
-                    f"{self.name}: argument {name!r} is {refused}; pass a device array "
-                    "(numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
-                )
-            use = self._array_parameters.get(name)
-            if use is not None and not _can_be(use, value, view):
-                expected = "a device array" + (" or a tuple" if use == "indexed" else "")
-                how = "indexed" if use == "indexed" else f"read as {name}{use}"
-                raise TypeError(
-                    f"{self.name}: argument {name!r} is {how} in the kernel, so it must be "
-                    f"{expected} (numba, CuPy or torch); got {type(value).__name__} {value!r:.60}"
-                )
-        if devices.several():
-            self._check_devices(arguments)
-        return arguments
-
-    def _check_devices(self, arguments: Arguments) -> None:
-        """Refuse arrays on another GPU than the one the kernel launches on."""
-        here = devices.current_index()
-        for name, value, view in zip(
-            self._parameters, arguments.values, arguments.views, strict=True
-        ):
-            there = None if view is None else devices.array_device(value, view.kind)
-            if there not in (None, here):
-                raise ValueError(
-                    f"{self.name}: argument {name!r} is on GPU {there}, but the kernel "
-                    f"launches on GPU {here} (numba's current device); call it inside "
-                    f"`with numba.cuda.gpus[{there}]:`, or move the array"
-                )
-
-    @functools.cached_property
-    def _element_uses(self) -> dict[str, references.ElementUse]:
-        """How the kernel's own code uses each parameter's elements (its source read once)."""
-        return references.element_uses(self._template.function)
-
-    def _unrestored(self, arguments: Arguments) -> frozenset[str]:
-        """The arguments tuning need not copy back before each run: those named ``read_only``,
-        and the arrays whose elements the kernel only reads or only writes."""
-        unchanged = set(self._spec.read_only)
-        for name, view in zip(self._parameters, arguments.views, strict=True):
-            use = self._element_uses.get(name)
-            if use is None or view is None:
-                continue
-            if use.rerun_changes_nothing(len(view.shape), view.record):
-                unchanged.add(name)
-        return frozenset(unchanged)
 
     def _compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
         """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""
@@ -546,7 +487,7 @@ class TunedKernel:
         variant = variant if isinstance(variant, Variant) else Variant(variant)
         if variant not in self._spec.index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
-        self._check_arguments(args)
+        self._arguments.read(args)
         if not self.is_valid(variant, *args):
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
         if not is_empty(self._spec.launch_config(args, variant)):
@@ -581,7 +522,7 @@ class TunedKernel:
         TypeError
             The arguments are not what the kernel takes, as for a call.
         """
-        self._check_arguments(args)
+        self._arguments.read(args)
         state, key = self._device_state(), self._key(args)
         known = state.known(key, self.name)
         served = known is not None and known.report.source in SERVED
@@ -637,11 +578,3 @@ class TunedKernel:
 
     def __repr__(self) -> str:
         return f"<numbatune.TunedKernel {self.name} with {len(self._spec.variants)} variants>"
-
-
-def _can_be(use: str, value: Any, view: ArrayView | None) -> bool:
-    """Whether ``value`` (read as ``view``) can be an argument the kernel uses as ``use``
-    says."""
-    if view is not None:
-        return True
-    return use == "indexed" and isinstance(value, tuple)

@@ -39,7 +39,7 @@ LAYERS = [
     ["compile"],
     ["launch"],
     ["trials"],
-    ["binder", "spec", "shared", "resolver"],
+    ["binder", "spec", "call_arguments", "shared", "resolver"],
     ["dispatch"],
     [
         "testing",
