@@ -13,12 +13,6 @@ import numbatune  # noqa: F401
 pytest_plugins = ["numbatune.pytest_plugin", "pytester"]
 
 
-def pytest_collection_modifyitems(items):
-    """Tests marked ``long`` first: with the suite spread over workers (``pytest -n auto``), a
-    test of minutes that started last would keep one worker busy after the others ended."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
-
-
 @pytest.fixture(autouse=True)
 def isolated_tune_cache(numbatune_cache):
     """Every test of this suite runs with a fresh tune cache."""

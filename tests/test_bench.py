@@ -233,7 +233,6 @@ def work(x, out):
 """
 
 
-@pytest.mark.long
 @pytest.mark.skipif(not SIMULATOR, reason="the smoke run is the simulator's")
 def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
     examples = tmp_path / "examples"

@@ -33,7 +33,6 @@ def _example(module_name: str, function: str):
     return module, tuned, args
 
 
-@pytest.mark.long
 @pytest.mark.parametrize(("name", "function"), EXAMPLES, ids=IDS)
 def test_every_variant_matches_the_reference_and_leaves_what_the_others_leave(name, function):
     """Each variant runs once (on copies of the arguments, by ``assert_variants_agree``): its
