@@ -19,7 +19,7 @@ from typing import Any
 
 from numbatune import background, identity, keys
 from numbatune._backend import require_a_backend
-from numbatune.arrays import SIMULATOR
+from numbatune.arrays import SIMULATOR, Arguments
 from numbatune.binder import Binder
 from numbatune.cache.tunecache import Winner
 from numbatune.call_arguments import ArgumentCheck
@@ -275,7 +275,7 @@ class TunedKernel:
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
         """The general path: for calls that no fast path takes."""
-        self._arguments.read(args)
+        arguments = self._arguments.read(args)
         state = self._device_state()
         key = self._key(args)
         winner = state.known(key, self.name)
@@ -283,7 +283,7 @@ class TunedKernel:
         if winner is None:
             if is_empty(spec.launch_config(args, spec.reference_variant)):
                 return  # nothing to do, and nothing to tune (empty inputs, say)
-            winner, _ = self._answer(state, key, args, stream, force=False, serve=True)
+            winner, _ = self._answer(state, key, arguments, stream, force=False, serve=True)
         if spec.valid is not None and not spec.is_valid(winner.variant, args):
             winner = spec.valid_winner(winner, args)
         self._launch_winner(state, winner, args, stream)
@@ -339,16 +339,17 @@ class TunedKernel:
         self,
         state: DeviceState,
         key: Hashable,
-        args: tuple[Any, ...],
+        arguments: Arguments,
         stream: Any,
         force: bool,
         serve: bool = False,
     ) -> tuple[Winner, TuneReport]:
         """The winner for ``key`` (:mod:`numbatune.resolver`: from memory, disk or tuning, or,
         for a call, ``serve``, as the ``on_miss`` option or setting says), and the report
-        behind it. A key served under ``on_miss="background"`` is tuned on a thread."""
+        behind it, for the call's ``arguments`` (read and checked by the caller). A key served
+        under ``on_miss="background"`` is tuned on a thread."""
         keys.check_hashable(key, self.name)
-        arguments = self._arguments.read(args)
+        args = arguments.values
         stream = numba_stream(stream, args)
         # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
         handle = raw_stream(stream)
@@ -522,11 +523,11 @@ class TunedKernel:
         TypeError
             The arguments are not what the kernel takes, as for a call.
         """
-        self._arguments.read(args)
+        arguments = self._arguments.read(args)
         state, key = self._device_state(), self._key(args)
         known = state.known(key, self.name)
         served = known is not None and known.report.source in SERVED
-        winner, report = self._answer(state, key, args, stream, force=force or served)
+        winner, report = self._answer(state, key, arguments, stream, force=force or served)
         spec = self._spec
         if spec.valid is not None and not spec.is_valid(winner.variant, args):
             winner = spec.valid_winner(winner, args)
