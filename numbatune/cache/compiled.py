@@ -43,6 +43,12 @@ def kernels_folder(cache_dir: Path, cc: tuple[int, int]) -> Path:
     return cache_dir / STORE / f"sm_{cc[0]}{cc[1]}"
 
 
+def function_folder(kernels: Path, function: str) -> Path:
+    """The store folder of ``function``'s kernels in the folder ``kernels`` of one compute
+    capability (:func:`kernels_folder`)."""
+    return kernels / folder_name(function)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One compiled kernel as the kernel store keeps it."""
@@ -57,11 +63,7 @@ class Kernel:
 
     def folder(self, cache_dir: Path) -> Path:
         """The store folder it belongs in under ``cache_dir``."""
-        return _function_folder(cache_dir, self.arch, self.function)
-
-
-def _function_folder(cache_dir: Path, arch: str, function: str) -> Path:
-    return cache_dir / STORE / arch / folder_name(function)
+        return function_folder(cache_dir / STORE / self.arch, self.function)
 
 
 class DamagedKernel(ValueError):
@@ -75,7 +77,7 @@ def stored(cache_dir: Path, functions: Iterable[str]) -> list[Kernel]:
     found = []
     for function in sorted(set(functions)):
         for arch in arches:
-            found += _stored_in(_function_folder(cache_dir, arch, function), arch, function)
+            found += _stored_in(function_folder(cache_dir / STORE / arch, function), arch, function)
     return found
 
 

@@ -17,10 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from numbatune.cache.compiled import kernels_folder
+from numbatune.cache.compiled import function_folder, kernels_folder
 from numbatune.cache.disk import KERNELS, Folder
 from numbatune.compilers import NUMBA_CUDA, KernelCompiler
-from numbatune.identity import folder_name
 
 logger = logging.getLogger("numbatune")
 
@@ -46,7 +45,9 @@ class KernelStore:
         compiler: KernelCompiler = NUMBA_CUDA,
     ) -> None:
         self._folder = (
-            None if cache_dir is None else kernels_folder(cache_dir, cc) / folder_name(function_id)
+            None
+            if cache_dir is None
+            else function_folder(kernels_folder(cache_dir, cc), function_id)
         )
         self._cc = cc
         #: The compiler whose kernels these are (it loads them).
