@@ -233,42 +233,77 @@ def work(x, out):
 """
 
 
+def _check_real_kernels(real, printed):
+    assert set(real["kernels"]) == {"stumpy", "ising", "reduce"}
+    assert "syncwarp" in real["kernels"]["reduce"]["skipped"]
+    for row in (real["kernels"]["stumpy"], real["kernels"]["ising"]):
+        assert row["correct"], row["mismatch"]
+        assert row["ratio"] > 0 and row["winner"] and row["tuning"]["not_timed"] == {}
+    assert "STUMPY_THREADS_PER_BLOCK=" in printed  # the real kernels' table, with the winners
+
+
+def _check_search(searched, printed):
+    assert set(searched) == {"sgemm", "softmax", "stencil"}
+    assert all(example["space"] == 2 for example in searched.values())
+    # each strategy once, over the examples in turn
+    assert {s: c["strategy"] for e in searched.values() for s, c in e["cases"].items()} == {
+        "pattern": "pattern",
+        "random": "random",
+        "model": "model",
+    }
+
+
+def _check_warm_start(warm, printed):
+    assert warm["cold"]["benchmarks"] == warm["cold"]["keys"]
+    assert warm["warm"]["benchmarks"] == 0
+
+
+def _check_ceilings(ceilings, printed):
+    (tiny,) = ceilings["examples"]
+    assert tiny["kernel"] == "double" and tiny["ceiling"] == "copy"
+
+
+def _check_accuracy(accuracy, printed):
+    assert len(accuracy["keys"]) == sum(len(c.smoke_sizes) for c in kernels.CASES)
+
+
+#: What the smoke run's result of a section must hold, beyond its running without an error.
+SMOKE_CHECKS = {
+    "search": _check_search,
+    "real_kernels": _check_real_kernels,
+    "warm_start": _check_warm_start,
+    "ceilings": _check_ceilings,
+    "accuracy": _check_accuracy,
+}
+
+#: The smoke run in parts of about the same length, which the test workers run side by side.
+SMOKE_PARTS = [
+    ("search",),
+    ("dispatch", "real_kernels", "space_cost"),
+    ("first_tune", "tuning_time", "accuracy", "stability", "warm_start", "ceilings", "levels"),
+]
+
+
+def test_the_smoke_parts_cover_every_section_once():
+    assert sorted(s for part in SMOKE_PARTS for s in part) == sorted(bench_run.SECTIONS)
+
+
 @pytest.mark.skipif(not SIMULATOR, reason="the smoke run is the simulator's")
-def test_the_smoke_run_measures_every_section_and_writes_them(tmp_path, capsys):
+@pytest.mark.parametrize("sections", SMOKE_PARTS, ids=lambda part: part[0])
+def test_the_smoke_run_measures_its_sections_and_writes_them(sections, tmp_path, capsys):
     examples = tmp_path / "examples"
     examples.mkdir()
     (examples / "tiny.py").write_text(textwrap.dedent(TINY_EXAMPLE))
     arguments = ["--smoke", "--examples", str(examples), "--kernels", "stumpy", "ising", "reduce"]
-    status = bench_run.main([str(tmp_path / "out"), *arguments])
+    status = bench_run.main([str(tmp_path / "out"), *arguments, "--only", *sections])
     results = json.loads((tmp_path / "out" / "results.json").read_text())["sections"]
     assert status == 0, {name: s["result"] for name, s in results.items()}
-    assert set(results) == set(bench_run.SECTIONS)
-    real = results["real_kernels"]["result"]["kernels"]
-    assert set(real) == {"stumpy", "ising", "reduce"}
-    assert "syncwarp" in real["reduce"]["skipped"]
-    for row in (real["stumpy"], real["ising"]):
-        assert row["correct"], row["mismatch"]
-        assert row["ratio"] > 0 and row["winner"] and row["tuning"]["not_timed"] == {}
-    warm = results["warm_start"]["result"]
-    assert warm["cold"]["benchmarks"] == warm["cold"]["keys"]
-    assert warm["warm"]["benchmarks"] == 0
-    (tiny,) = results["ceilings"]["result"]["examples"]
-    assert tiny["kernel"] == "double" and tiny["ceiling"] == "copy"
-    assert len(results["accuracy"]["result"]["keys"]) == sum(
-        len(c.smoke_sizes) for c in kernels.CASES
-    )
-    searched = results["search"]["result"]
-    assert set(searched) == {"sgemm", "softmax", "stencil"}
-    for example in searched.values():
-        assert example["space"] == 2
-        assert {s: c["strategy"] for s, c in example["cases"].items()} == {
-            "pattern": "pattern",
-            "random": "random",
-            "model": "model",
-        }
+    assert list(results) == list(sections)
     printed = capsys.readouterr().out
     assert "times say nothing about speed" in printed
-    assert "STUMPY_THREADS_PER_BLOCK=" in printed  # the real kernels' table, with the winners
+    for section in sections:
+        if section in SMOKE_CHECKS:
+            SMOKE_CHECKS[section](results[section]["result"], printed)
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the smoke run is the simulator's")
