@@ -32,6 +32,10 @@ logger = logging.getLogger("numbatune")
 
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 
+#: Set once the notice that the simulator is on was given: the processes this one starts
+#: (compile and trial workers, a sweep's workers) choose the simulator too, without saying so again.
+NOTICE_GIVEN_VARIABLE = "NUMBATUNE_SIMULATOR_NOTICE_GIVEN"
+
 IMPORTED_TOO_LATE = (
     "numba.cuda was imported before numbatune on a machine with no CUDA GPU, so numba uses the "
     "real CUDA driver and no kernel can run: import numbatune before numba (it then turns on "
@@ -97,10 +101,12 @@ def select_backend() -> None:
             reloader = getattr(sys.modules.get(name), "_env_reloader", None)
             if reloader is not None:
                 reloader.old_environ.pop(SIMULATOR_VARIABLE, None)
-    logger.warning(
-        "numbatune: no CUDA GPU found; using numba's CUDA simulator (set %s=0 to prevent this)",
-        SIMULATOR_VARIABLE,
-    )
+    if NOTICE_GIVEN_VARIABLE not in os.environ:
+        os.environ[NOTICE_GIVEN_VARIABLE] = "1"
+        logger.warning(
+            "numbatune: no CUDA GPU found; using numba's CUDA simulator (set %s=0 to prevent this)",
+            SIMULATOR_VARIABLE,
+        )
 
 
 def require_a_backend() -> None:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from numbatune._backend import IMPORTED_TOO_LATE, cuda_device_count
+from numbatune._backend import IMPORTED_TOO_LATE, NOTICE_GIVEN_VARIABLE, cuda_device_count
 
 SCRIPT = """
 from numba import cuda
@@ -25,10 +25,11 @@ print(x.copy_to_host().tolist())
 """
 
 
-def _run(**environment: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+def _run(script: str = SCRIPT, **environment: str) -> subprocess.CompletedProcess:
+    chosen = ("NUMBA_ENABLE_CUDASIM", NOTICE_GIVEN_VARIABLE)
+    env = {k: v for k, v in os.environ.items() if k not in chosen}
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT],
+        [sys.executable, "-c", script],
         env={**env, **environment}, capture_output=True, text=True, check=False,
     )  # fmt: skip
 
@@ -48,3 +49,15 @@ def test_with_the_simulator_asked_for_numba_cuda_may_be_imported_first():
     done = _run(NUMBA_ENABLE_CUDASIM="1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == "[7, 7, 7, 7]"
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="the simulator is chosen only without a GPU")
+def test_the_simulator_notice_is_given_once_not_again_by_the_processes_started_after_it():
+    child = "import numbatune; import numba.cuda; assert numba.cuda.config.ENABLE_CUDASIM"
+    script = (
+        "import numbatune, subprocess, sys; "
+        f"subprocess.run([sys.executable, '-c', {child!r}], check=True)"
+    )
+    done = _run(script)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("using numba's CUDA simulator") == 1, done.stderr
