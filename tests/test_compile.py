@@ -41,8 +41,9 @@ import numpy as np
 from numba import cuda
 import tunedscale
 from numbatune.compile.compiler import compile_pool
+from numbatune.compilers import NUMBA_CUDA
 
-prepared = compile_pool()._server is not None  # the fork server, started by the definition
+prepared = compile_pool(NUMBA_CUDA)._server is not None  # the fork server, started already
 
 if sys.argv[1] == "precompile":
     from numbatune.precompile import precompile
@@ -90,6 +91,7 @@ def test_variants_that_differ_in_the_launch_only_share_one_compile():
 
 def test_variants_compiled_in_workers_compute_what_numba_compiles():
     from numbatune.compile.compiler import compile_pool
+    from numbatune.compilers import NUMBA_CUDA
 
     tuned = nt.autotune(
         variants=nt.product(REPS=[1, 2, 3, 4]),
@@ -98,7 +100,7 @@ def test_variants_compiled_in_workers_compute_what_numba_compiles():
     a = cuda.to_device(np.linspace(0, 1, 1000).astype(np.float32))
     out, expected = cuda.device_array(1000, np.float32), cuda.device_array(1000, np.float32)
     report = tuned.tune(a, out)
-    assert compile_pool() is not None  # four kernels to compile: in worker processes
+    assert compile_pool(NUMBA_CUDA) is not None  # four kernels to compile: in worker processes
     assert report.compiles == 4 and report.compile_s > 0 and report.benchmark_s > 0
     try:
         for variant in tuned.variants:

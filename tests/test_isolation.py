@@ -233,7 +233,7 @@ def test_a_kernel_compiled_here_for_several_signatures_is_given_to_its_trial_onc
     tuned = _fragile([0])
     members = tuned.variants
     first, second = ("float32[:]", "float32[:]"), ("float64[:]", "float64[:]")
-    monkeypatch.setattr(compiler, "compile_pool", lambda: None)  # compiled in this process
+    monkeypatch.setattr(compiler, "compile_pool", lambda kernels: None)  # compiled in this process
     monkeypatch.setattr(Compiler, "compiled", lambda self, variant, args, tally: "kernel")
     ready = []
     settled = _Settled({}, lambda count: None, lambda *given: ready.append(given), first)

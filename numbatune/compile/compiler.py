@@ -15,6 +15,7 @@ simulator nothing is compiled.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -23,8 +24,9 @@ from typing import Any
 
 from numbatune import processes, unroll
 from numbatune.arrays import SIMULATOR
-from numbatune.compile import build
 from numbatune.compile.store import KernelStore
+from numbatune.compilers import KernelCompiler
+from numbatune.compilers.base import Built, LinkFailed
 from numbatune.config import settings
 from numbatune.forking import ForkSafeLock, PerProcess
 from numbatune.template import KernelTemplate
@@ -59,20 +61,25 @@ def worker_environment() -> dict[str, str]:
     )
 
 
-def worker_pool(size: int) -> processes.WorkerPool:
-    """A pool of ``size`` compile workers, forked from a process that warmed numba up
-    (:func:`numbatune.compile.build.warm`)."""
-    warm = processes.Task(build.__name__, build.warm.__name__, ())
+def warm_worker(compiler: KernelCompiler) -> None:
+    """The fork server's task: :meth:`~numbatune.compilers.base.KernelCompiler.warm_worker`."""
+    compiler.warm_worker()
+
+
+def worker_pool(size: int, compiler: KernelCompiler) -> processes.WorkerPool:
+    """A pool of ``size`` compile workers, forked from a process that warmed ``compiler`` up
+    (:meth:`~numbatune.compilers.base.KernelCompiler.warm_worker`)."""
+    warm = processes.Task(__name__, warm_worker.__name__, (compiler,))
     return processes.WorkerPool(size, worker_environment(), warm=warm)
 
 
-def compile_pool() -> processes.WorkerPool | None:
-    """This process's pool of compile workers, or None where the setting or platform allow
-    none."""
+def compile_pool(compiler: KernelCompiler) -> processes.WorkerPool | None:
+    """This process's pool of compile workers for ``compiler``'s kernels, or None where the
+    setting or platform allow none."""
     size = settings.compile_workers
     if size < 2 or not processes.available():
         return None
-    return _pools.get(lambda: worker_pool(size), key=size)
+    return _pools.get(lambda: worker_pool(size, compiler), key=(size, compiler.name))
 
 
 class RebuildError(Exception):
@@ -80,24 +87,24 @@ class RebuildError(Exception):
 
 
 def build_in_worker(
+    compiler: KernelCompiler,
     function_bytes: bytes,
     options: dict[str, Any],
     argtypes: tuple[Any, ...],
     cc: tuple[int, int],
     max_registers: tuple[int | None, ...],
-) -> list[build.Built | build.LinkFailed]:
-    """The worker's task: :func:`numbatune.compile.build.build` of the function, its
+) -> list[Built | LinkFailed]:
+    """The worker's task: the compiler's
+    :meth:`~numbatune.compilers.base.KernelCompiler.build` of the function, its
     ``static_range`` loops written out here (in parallel, not one after another in the
     parent), telling a function that cannot be rebuilt or written out here
     (:class:`RebuildError`: the parent does both, and reports their errors) from one that does
     not compile."""
     try:
-        from numba.cuda import cloudpickle
-
-        function = unroll.written_out(cloudpickle.loads(function_bytes))
+        function = unroll.written_out(compiler.unpickle_function(function_bytes))
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
-    return build.build(function, options, argtypes, cc, max_registers)
+    return compiler.build(function, options, argtypes, cc, max_registers)
 
 
 def build_task(
@@ -113,12 +120,12 @@ def build_task(
     first = kernels[0][0]
     try:  # written out in the worker: the parent is one, the workers are many
         specialised = template.specialised_function(first, write_out=False)
-        function = build.dumps_function(specialised)
+        function = template.compiler.pickle_function(specialised)
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
     options = template.build_options(first)
     caps = tuple(template.jit_options_of(members[0]).get("max_registers") for members in kernels)
-    arguments = (function, options, argtypes, cc, caps)
+    arguments = (template.compiler, function, options, argtypes, cc, caps)
     return processes.Task(__name__, build_in_worker.__name__, arguments)
 
 
@@ -174,6 +181,11 @@ class Compiler:
         self._lock = ForkSafeLock(reentrant=True)
 
     @property
+    def kernel_compiler(self) -> KernelCompiler:
+        """The compiler of its variants' kernels."""
+        return self._kernels
+
+    @property
     def overloaded(self) -> bool:
         """Whether the kernel was declared with several signatures: which one a call's
         arguments take is known only once every one is compiled."""
@@ -202,7 +214,7 @@ class Compiler:
         if SIMULATOR:
             return None
         kernels = len({self._template.code_key(variant) for variant in variants[:256]})
-        pool = compile_pool() if kernels > 1 else None
+        pool = compile_pool(self._kernels) if kernels > 1 else None
         return None if pool is None else (pool, kernels)
 
     def dispatcher(self, variant: Variant) -> Any:
@@ -317,7 +329,7 @@ class Compiler:
     def _compile_waiting(
         self, waiting: list[_Waiting], args: tuple[Any, ...], settled: _Settled, tally: Tally
     ) -> None:
-        pool = compile_pool() if len(waiting) > 1 else None
+        pool = compile_pool(self._kernels) if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
             here = self._compile_in_workers(pool, self._builds(waiting), settled, tally)
@@ -366,14 +378,14 @@ class Compiler:
             kernels = builds[index]
             if isinstance(outcome, processes.Done):
                 for (members, argtypes), built in zip(kernels, outcome.value, strict=True):
-                    if isinstance(built, build.LinkFailed):
+                    if isinstance(built, LinkFailed):
                         settled.failed(members, Failed(built.error))
                         continue
                     with cuda.gpus[device.id]:  # loaded now, while other kernels compile
                         dispatcher = self._take(members[0], argtypes, built, cc, tally)
                     settled.compiled(members, dispatcher, argtypes)
                 # The build's time: its kernels' compile is one, their links run together.
-                times = [b.seconds for b in outcome.value if isinstance(b, build.Built)]
+                times = [b.seconds for b in outcome.value if isinstance(b, Built)]
                 seconds.append(max(times, default=0.0))
             elif isinstance(outcome, processes.Raised) and outcome.kind == RebuildError.__name__:
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
@@ -401,7 +413,7 @@ class Compiler:
         self,
         variant: Variant,
         argtypes: tuple[Any, ...],
-        built: build.Built,
+        built: Built,
         cc: tuple[int, int],
         tally: Tally,
     ) -> Any:
@@ -409,7 +421,7 @@ class Compiler:
         into it (and kept in the kernel store, and for a trial run as built)."""
         dispatcher = self.dispatcher(variant)
         kernel = self._kernels.load(built.payload, cc)
-        kernel.bind()
+        self._kernels.bind(kernel)
         if self._add(dispatcher, argtypes, kernel):
             tally.compiles += 1
         self._save_payload(variant, argtypes, cc, built.payload)
@@ -419,16 +431,14 @@ class Compiler:
 
     def payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
         """The variant's compiled kernel for (the first signature of) ``args``, serialised, as
-        a worker process loads it (under the simulator: its specialised function)."""
-        if SIMULATOR:
-            return build.dumps_function(self._function(variant))
+        a trial worker runs it (:meth:`~numbatune.compilers.base.KernelCompiler.trial_payload`;
+        under the simulator: its specialised function)."""
         dispatcher = self.dispatcher(variant)
-        argtypes = self._signatures(dispatcher, args)[0]
+        argtypes = () if SIMULATOR else self._signatures(dispatcher, args)[0]
         key = (self._template.code_key(variant), argtypes)
         with self._lock:
             if key not in self._payloads:
-                compiled = self._kernels.compiled(dispatcher, argtypes)
-                self._payloads[key] = self._kernels.serialise(compiled)
+                self._payloads[key] = self._kernels.trial_payload(dispatcher, argtypes)
             return self._payloads[key]
 
     def kernel_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
@@ -457,7 +467,7 @@ class Compiler:
             return store
 
     def _key(self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int]) -> str:
-        return store_key(self._template, variant, argtypes, cc, _toolchain())
+        return store_key(self._template, variant, argtypes, cc, _toolchain(self._kernels))
 
     def _load(self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally) -> bool:
         """Add the stored kernel for ``argtypes`` to the variant's dispatcher, if one is
@@ -496,9 +506,14 @@ def store_key(
     cc: tuple[int, int],
     tools: tuple[str, ...],
 ) -> str:
-    """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store."""
+    """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store: a
+    digest of what decides its code (the kernel's code and the values it reads, the variant,
+    the argument types, the compute capability, the compiler's ``tools`` and its payload
+    format)."""
     code = "\0".join([template.code_text(), stable_text(template.code_key(variant))])
-    return build.digest(code, argtypes, cc, tools)
+    payload = f"payload {template.compiler.payload_version}"
+    parts = [code, repr(argtypes), f"sm_{cc[0]}{cc[1]}", *tools, payload]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
 
 
 def _current_cc() -> tuple[int, int]:
@@ -508,5 +523,5 @@ def _current_cc() -> tuple[int, int]:
 
 
 @functools.cache
-def _toolchain() -> tuple[str, ...]:
-    return build.toolchain()
+def _toolchain(compiler: KernelCompiler) -> tuple[str, ...]:
+    return compiler.toolchain()

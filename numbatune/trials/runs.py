@@ -55,6 +55,7 @@ import numpy as np
 
 from numbatune import arrays, devices, processes
 from numbatune.arrays import SIMULATOR
+from numbatune.compilers import KernelCompiler
 from numbatune.config import settings
 from numbatune.forking import PerProcess
 from numbatune.streams.handles import synchronize, wait_for
@@ -66,6 +67,15 @@ _staged: dict[str, Any] = {}
 
 #: Arrays in the shared file start at multiples of this many bytes.
 _ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a tuning's trial runs run on: the compiler of its kernels (which loads and launches
+    them in the worker) and the device's compute capability (None under a simulator)."""
+
+    compiler: KernelCompiler
+    cc: tuple[int, int] | None
 
 
 class NotStaged(Exception):
@@ -158,7 +168,7 @@ class _Progress:
 def trial(
     token: str,
     kernels: Sequence[tuple[bytes, tuple[Any, ...]]],
-    cc: tuple[int, int] | None,
+    target: Target,
     progress: str,
 ) -> list[str | None] | processes.Done:
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
@@ -172,7 +182,7 @@ def trial(
         for index, (kernel, config) in enumerate(kernels):
             os.pwrite(noted.fileno(), _PROGRESS.pack(index, time.time()), 0)
             try:
-                _run_once(kernel, config, cc)
+                _run_once(kernel, config, target)
             except Exception as error:
                 reasons.append(f"{type(error).__name__}: {error}")
                 return processes.Done(reasons, ended=True)
@@ -180,27 +190,13 @@ def trial(
     return reasons
 
 
-def _run_once(kernel: bytes, config: tuple[Any, ...], cc: tuple[int, int] | None) -> None:
+def _run_once(kernel: bytes, config: tuple[Any, ...], target: Target) -> None:
     from numba import cuda
 
     args = _staged["args"]
     arrays.restorer(args, _staged["originals"])()
-    grid, block, *shared = config
-    if SIMULATOR:
-        from numba.cuda import cloudpickle
-
-        cuda.jit(cloudpickle.loads(kernel))[grid, block, 0, shared[0] if shared else 0](*args)
-    else:
-        from numbatune.compilers.numba_cuda import load
-
-        stream = cuda.default_stream()  # numba's launch takes a stream object
-        load(kernel, cc).launch(args, _dims(grid), _dims(block), stream, shared[0] if shared else 0)
+    target.compiler.run_trial(kernel, args, config, target.cc)
     cuda.synchronize()
-
-
-def _dims(value: Any) -> tuple[int, int, int]:
-    values = tuple(value) if isinstance(value, tuple | list) else (value,)
-    return tuple(int(v) for v in (*values, 1, 1)[:3])  # type: ignore[return-value]
 
 
 class Trials:
@@ -226,9 +222,7 @@ class Trials:
         threading.Thread(target=warm, name="numbatune-trial-worker", daemon=True).start()
 
     @contextlib.contextmanager
-    def session(
-        self, args: tuple[Any, ...], stream: Any, cc: tuple[int, int] | None
-    ) -> Iterator[Session]:
+    def session(self, args: tuple[Any, ...], stream: Any, target: Target) -> Iterator[Session]:
         """Trial runs on copies of ``args``, taken on numba's ``stream`` (where ``args`` are
         valid: other streams' work does not wait for them), in as many calls of
         :meth:`Session.run` as the caller makes; the worker is this session's until it ends."""
@@ -242,7 +236,7 @@ class Trials:
                 yield stack.enter_context(_shared_copies(args, stream))
 
             progress = _Progress(*stack.enter_context(_shared_file(_PROGRESS.size)))
-            yield Session(self._pool, uuid.uuid4().hex, cc, ways(), progress)
+            yield Session(self._pool, uuid.uuid4().hex, target, ways(), progress)
 
 
 class Session:
@@ -255,11 +249,11 @@ class Session:
         self,
         pool: processes.WorkerPool,
         token: str,
-        cc: tuple[int, int] | None,
+        target: Target,
         ways: Iterator[tuple[str | None, tuple[Any, ...]]],
         progress: _Progress,
     ) -> None:
-        self.pool, self.token, self.cc, self._ways = pool, token, cc, ways
+        self.pool, self.token, self.target, self._ways = pool, token, target, ways
         self._progress = progress
         #: The way being tried, taken at the first staging (inside a run: the device is held).
         self._way: tuple[str | None, tuple[Any, ...]] | None = None
@@ -296,7 +290,7 @@ class Session:
     ) -> processes.TaskOutcome | _Unstaged:
         """One trial task, the arguments staged first in a worker that does not hold them."""
         task = processes.Task(
-            __name__, "trial", (self.token, kernels, self.cc, self._progress.path)
+            __name__, "trial", (self.token, kernels, self.target, self._progress.path)
         )
         outcome = self.pool.run([task], settings.trial_timeout_s)[0]
         if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
@@ -352,7 +346,7 @@ class Pipeline:
         self,
         args: tuple[Any, ...],
         stream: Any,
-        cc: tuple[int, int] | None,
+        target: Target,
         tried: Callable[[Hashable, str | None], None],
     ) -> None:
         self._tried = tried
@@ -364,7 +358,7 @@ class Pipeline:
         device = devices.current_index()
         self._thread = threading.Thread(
             target=self._serve,
-            args=(args, stream, cc, device),
+            args=(args, stream, target, device),
             name="numbatune-trials",
             daemon=True,
         )
@@ -382,16 +376,14 @@ class Pipeline:
             raise self._error
         return self._reasons
 
-    def _serve(
-        self, args: tuple[Any, ...], stream: Any, cc: tuple[int, int] | None, device: int
-    ) -> None:
+    def _serve(self, args: tuple[Any, ...], stream: Any, target: Target, device: int) -> None:
         from numba import cuda
 
         try:
             batch = [self._queue.get()]
             if batch[0] is None:  # nothing to try: the arguments are not copied
                 return
-            with cuda.gpus[device], trials().session(args, stream, cc) as session:
+            with cuda.gpus[device], trials().session(args, stream, target) as session:
                 while True:
                     with contextlib.suppress(queue.Empty):
                         while True:

@@ -144,7 +144,8 @@ class _Trying:
         self._pipeline = None
         if settings.isolate is not Isolate.OFF:
             cc = None if SIMULATOR else devices.current_kind().compute_capability
-            self._pipeline = runs.Pipeline(args, stream, cc, self._tried)
+            target = runs.Target(kernel.compiler.kernel_compiler, cc)
+            self._pipeline = runs.Pipeline(args, stream, target, self._tried)
 
     def add(self, members: Sequence[Variant], made: bool) -> None:
         """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
