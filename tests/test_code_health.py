@@ -41,8 +41,9 @@ LAYERS = [
     ["compile"],
     ["launch"],
     ["trials"],
-    ["binder", "spec", "call_arguments", "shared", "resolver"],
+    ["binder", "spec", "call_arguments", "shared", "resolver", "winners"],
     ["dispatch"],
+    ["decorator"],
     [
         "testing",
         "demo",

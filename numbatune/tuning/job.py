@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from numbatune import config
+from numbatune.arrays import Arguments
 from numbatune.config import Snapshot
 from numbatune.strategies import Search
 from numbatune.tuning.checks import Check
@@ -89,8 +90,9 @@ class TuneJob:
     key: Hashable
     #: Every variant of the kernel, in order: reports have one result per variant.
     variants: tuple[Variant, ...]
-    #: The caller's arguments (never written: tuning runs on clones) and their names.
-    args: tuple[Any, ...]
+    #: The caller's arguments, read once (never written: tuning runs on clones), and their
+    #: names.
+    arguments: Arguments
     parameter_names: tuple[str, ...]
     #: numba's stream for tuning's launches.
     stream: Any
@@ -116,3 +118,8 @@ class TuneJob:
     #: The settings when the tuning began: a tuning reads these, never the settings of the
     #: moment (``numbatune.configure`` while it runs changes the next tuning, not this one).
     settings: Snapshot = field(default_factory=lambda: config.settings.snapshot())
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The caller's arguments."""
+        return self.arguments.values
