@@ -251,8 +251,8 @@ class Resolver:
 
     def _tuned(self, job: TuneJob) -> TuneReport:
         """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
-        self._compiler.warm_up(job.plan.first)
-        trying.start_worker(job.settings.isolate)
+        self._compiler.warm_up(job.plan.first, job.settings.compile_workers)
+        trying.start_worker(job.settings)
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
         self._time_launch_function(job.args, report.winner)

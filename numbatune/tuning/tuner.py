@@ -99,7 +99,7 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
     A lone variant is not measured, but one that fails gives way to the next priority group.
     """
     clones = job.arguments.clone(job.stream)
-    launcher = job.compile([variant], clones, job.stream, _ignore, _ignore)[variant]
+    launcher = job.compile([variant], clones, job.stream, _ignore, _ignore, job.settings)[variant]
     try:
         if isinstance(launcher, Failed):
             raise TuningError(launcher.error)
@@ -277,6 +277,7 @@ def _measure(
             job.stream,
             lambda count: progress.step(done + count, "compiled"),
             _ignore if screen is None else screen.arrived,
+            job.settings,
         )
     except BaseException:
         if screen is not None:
