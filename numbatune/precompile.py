@@ -20,9 +20,10 @@ from typing import Any
 import numba
 
 from numbatune import processes
-from numbatune.compile import build
 from numbatune.compile.compiler import RebuildError, build_task, store_key, worker_pool
 from numbatune.compile.store import KernelStore
+from numbatune.compilers import NUMBA_CUDA
+from numbatune.compilers.base import Built, LinkFailed, Resources
 from numbatune.config import settings
 from numbatune.dispatch import TunedKernel
 from numbatune.errors import CompilerNotFoundError
@@ -40,7 +41,7 @@ class Compiled:
     variant: str
     #: The numba types of the arguments it was compiled for.
     signature: str
-    resources: build.Resources | None
+    resources: Resources | None
     error: str | None
     #: Seconds its kernel took to build: the compile (shared by the kernels of one build key)
     #: and its own link (variants that share a kernel show the same).
@@ -72,7 +73,9 @@ def precompile(
         builds = tuned._template.by_build(tuned.variants)
         jobs += [_Job(tuned, argtypes, kernels) for kernels in builds]
     stores: dict[str, KernelStore] = {}
-    pool = worker_pool(max(1, workers or settings.compile_workers))
+    # The workers' fork server warms the first kernel's compiler (others build all the same).
+    compiler = jobs[0].tuned._template.compiler if jobs else NUMBA_CUDA
+    pool = worker_pool(max(1, workers or settings.compile_workers), compiler)
     missing: list[str] = []  # a compiler library not found, as a worker's error said
 
     def task(index: int) -> processes.Task:
@@ -88,8 +91,8 @@ def precompile(
     def finished(index: int, outcome: processes.TaskOutcome) -> None:
         # Kept as each kernel is done: a compile stopped part way keeps what it finished.
         job = jobs[index]
-        store = stores.setdefault(job.tuned.function_id,
-                                  KernelStore(cache_dir, cc, job.tuned.function_id))  # fmt: skip
+        function_id, compiler = job.tuned.function_id, job.tuned._template.compiler
+        store = stores.setdefault(function_id, KernelStore(cache_dir, cc, function_id, compiler))
         recorded[index] = job.record(outcome, cc, store)
         done(len(recorded), len(tasks))
         if isinstance(outcome, processes.Raised) and outcome.kind == _LIBRARY_NOT_FOUND:
@@ -146,7 +149,7 @@ class _Job:
     def _recorded(
         self,
         sharing: list[Variant],
-        kernel: build.Built | build.LinkFailed | None,
+        kernel: Built | LinkFailed | None,
         failure: str,
         cc: tuple[int, int],
         store: KernelStore,
@@ -155,12 +158,12 @@ class _Job:
         None where the build failed (``failure``)."""
         signature = ", ".join(str(t) for t in self.argtypes)
         name, first = self.tuned.function_id, sharing[0]
-        if isinstance(kernel, build.Built):
+        if isinstance(kernel, Built):
             key = store_key(self.tuned._template, first, self.argtypes, cc, kernel.toolchain)
             kept = store.save(key, kernel.payload)
             resources, error, seconds = kernel.resources, None, kernel.seconds
         else:
-            error = kernel.error if isinstance(kernel, build.LinkFailed) else failure
+            error = kernel.error if isinstance(kernel, LinkFailed) else failure
             resources, seconds, kept = None, 0.0, False
         not_kept = None if kept or error is not None else store.problem or "not kept"
         return [

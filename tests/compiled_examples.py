@@ -50,7 +50,10 @@ class Kernel:
 
 def toolchain() -> tuple[str, ...]:
     """The versions a compile for a GPU records (asked of a process not under the simulator)."""
-    code = "import json; from numbatune.compile import build; print(json.dumps(build.toolchain()))"
+    code = (
+        "import json; from numbatune.compilers import NUMBA_CUDA; "
+        "print(json.dumps(NUMBA_CUDA.toolchain()))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
         env={**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)},

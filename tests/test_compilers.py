@@ -65,6 +65,55 @@ class FakeCompiler(KernelCompiler):
     def launch(self, kernel, args, config, stream):
         raise NotImplementedError
 
+    @property
+    def payload_version(self):
+        return 1
+
+    def toolchain(self):
+        return (self.identity(),)
+
+    def pickle_function(self, function):
+        raise NotImplementedError
+
+    def unpickle_function(self, pickled):
+        raise NotImplementedError
+
+    def warm_worker(self):
+        pass
+
+    def build(self, function, options, argtypes, cc, max_registers=(None,)):
+        raise NotImplementedError
+
+    def bind(self, compiled):
+        raise NotImplementedError
+
+    def trial_payload(self, kernel, argtypes):
+        raise NotImplementedError
+
+    def run_trial(self, payload, args, config, cc):
+        raise NotImplementedError
+
+    def fast_launch_unsupported(self):
+        return "a fake compiler"
+
+    def declared_types(self, compiled):
+        raise NotImplementedError
+
+    def cooperative(self, compiled):
+        return False
+
+    def planned_type(self, declared, actual):
+        return None
+
+    def parameters(self, argtype, value):
+        return None
+
+    def parameter_layout(self, function):
+        return None
+
+    def function_handle(self, function):
+        raise NotImplementedError
+
 
 @pytest.fixture
 def fake(monkeypatch):

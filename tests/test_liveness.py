@@ -9,6 +9,7 @@ from numba.cuda.core.controlflow import CFGraph
 
 from numbatune import processes
 from numbatune.compile import compiler
+from numbatune.compilers import NUMBA_CUDA
 from numbatune.compilers import numba_liveness as liveness
 from tests.kernels import load_example
 
@@ -90,7 +91,7 @@ def test_a_compile_in_a_worker_gets_numbas_live_maps(example, params):
 
 @needs_workers
 def test_compile_workers_use_numbatunes_live_maps():
-    pool = compiler.worker_pool(1)
+    pool = compiler.worker_pool(1, NUMBA_CUDA)
     try:
         (outcome,) = pool.run([processes.Task("tests.workers", "live_map_function", ())], 300)
     finally:

@@ -17,9 +17,9 @@ from numbatune import processes
 from numbatune.cache import disk
 from numbatune.cache.disk import KERNELS, Folder
 from numbatune.cli import main
-from numbatune.compile import build
 from numbatune.compile.compiler import build_task, worker_environment
 from numbatune.compile.store import KernelStore, kernels_folder
+from numbatune.compilers.base import Built, LinkFailed
 from numbatune.demo import load_module
 from numbatune.identity import folder_name
 from numbatune.precompile import precompile
@@ -217,7 +217,7 @@ def test_a_kernel_that_does_not_link_fails_with_the_linkers_error_for_each_regis
                               300)  # fmt: skip
     finally:
         pool.close()
-    assert [type(b) for b in outcome.value] == [build.LinkFailed] * 2
+    assert [type(b) for b in outcome.value] == [LinkFailed] * 2
     assert all("Unresolved extern function 'numbatune_missing'" in b.error for b in outcome.value)
 
 
@@ -256,7 +256,7 @@ def test_a_worker_compiles_a_device_function_once_for_all_the_kernels_it_builds(
         )
     finally:
         pool.close()
-    assert [[type(b) for b in kernels] for kernels in built] == [[build.Built]] * 2
+    assert [[type(b) for b in kernels] for kernels in built] == [[Built]] * 2
     assert compiled == [("twice", 1)]  # one dispatcher, compiled for one signature
 
 

@@ -161,8 +161,9 @@ def test_a_pool_is_not_closed_as_idle_while_a_run_is_under_way():
 
 def test_compile_workers_start_with_numba_imported():
     from numbatune.compile.compiler import worker_pool
+    from numbatune.compilers import NUMBA_CUDA
 
-    pool = worker_pool(1)
+    pool = worker_pool(1, NUMBA_CUDA)
     try:
         assert pool.run([task("numba_imported")], limit_s=120) == [Done(True)]
     finally:

@@ -66,9 +66,9 @@ def load_kernel(payload, cc):
 def device_functions():
     """The device functions this worker rebuilt: each one's name and how many signatures it
     compiled for."""
-    from numbatune.compile import build
+    from numbatune.compilers import numba_build
 
-    return [(d.py_func.__name__, len(d.overloads)) for d in build._device_functions.values()]
+    return [(d.py_func.__name__, len(d.overloads)) for d in numba_build._device_functions.values()]
 
 
 def store_round_trip(cache_dir, cc, payload, damage):
@@ -79,12 +79,12 @@ def store_round_trip(cache_dir, cc, payload, damage):
     from pathlib import Path
 
     from numbatune.compile.store import KernelStore
-    from numbatune.compilers import numba_cuda
+    from numbatune.compilers import numba_kernels
 
     store = KernelStore(Path(cache_dir), cc, "tests.kernel")
-    cubins = {numba_cuda.full_cc(cc): b""}
+    cubins = {numba_kernels.full_cc(cc): b""}
     wrong = {
-        "version": numba_cuda.PAYLOAD_VERSION,
+        "version": numba_kernels.PAYLOAD_VERSION,
         "library": {"cubin_cache": cubins},
         "kernel": {},
     }
@@ -119,13 +119,13 @@ class UnopenableHandle:
         return False
 
 
-def built_counting_compiles(function_bytes, options, argtypes, cc, max_registers):
+def built_counting_compiles(kernel_compiler, function_bytes, options, argtypes, cc, max_registers):
     """numbatune's worker task (``build_in_worker``), and how many numba compiles it made:
     each kernel's register cap and resources, and the count."""
     from numba.cuda import dispatcher
 
     from numbatune.compile import compiler
-    from numbatune.compilers import NUMBA_CUDA, numba_cuda
+    from numbatune.compilers import NUMBA_CUDA, numba_kernels
 
     compile_cuda, calls = dispatcher.compile_cuda, []
 
@@ -135,10 +135,14 @@ def built_counting_compiles(function_bytes, options, argtypes, cc, max_registers
 
     dispatcher.compile_cuda = counted
     try:
-        built = compiler.build_in_worker(function_bytes, options, argtypes, cc, max_registers)
+        built = compiler.build_in_worker(
+            kernel_compiler, function_bytes, options, argtypes, cc, max_registers
+        )
     finally:
         dispatcher.compile_cuda = compile_cuda
-    caps = [numba_cuda.code_library(NUMBA_CUDA.load(b.payload, cc))._max_registers for b in built]
+    caps = [
+        numba_kernels.code_library(NUMBA_CUDA.load(b.payload, cc))._max_registers for b in built
+    ]
     return caps, [b.resources for b in built], len(calls)
 
 
@@ -149,7 +153,7 @@ def built_unlinked(max_registers):
     import numpy as np
     from numba import cuda
 
-    from numbatune.compile import build
+    from numbatune.compilers import NUMBA_CUDA
 
     missing = cuda.declare_device("numbatune_missing", "float32(float32)")
 
@@ -157,10 +161,10 @@ def built_unlinked(max_registers):
         a[0] = missing(a[0])
 
     argtypes = (numba.typeof(np.zeros(4, np.float32)),)
-    return build.build(unlinked, {}, argtypes, (9, 0), max_registers)
+    return NUMBA_CUDA.build(unlinked, {}, argtypes, (9, 0), max_registers)
 
 
-def live_maps_compared(function_bytes, options, argtypes, cc, max_registers):
+def live_maps_compared(kernel_compiler, function_bytes, options, argtypes, cc, max_registers):
     """numbatune's worker task, with numba's live-variable analysis and numbatune's
     (:mod:`numbatune.compilers.numba_liveness`) run side by side wherever numba asks for one:
     how many times it asked, the most blocks one graph had, and how many maps differed."""
@@ -182,7 +186,7 @@ def live_maps_compared(function_bytes, options, argtypes, cc, max_registers):
 
     liveness.install = lambda: True  # (the build would put numbatune's in numba's place)
     analysis.compute_live_map = ir_utils.compute_live_map = compared
-    compiler.build_in_worker(function_bytes, options, argtypes, cc, max_registers)
+    compiler.build_in_worker(kernel_compiler, function_bytes, options, argtypes, cc, max_registers)
     return len(blocks_seen), max(blocks_seen), len(differing)
 
 

@@ -3,11 +3,12 @@
 Variants whose kernel code is the same (they differ only in what the launch function reads)
 share one numba dispatcher and one compile. Before compiling, the kernel store on disk is
 consulted (:mod:`numbatune.compile.store`). What is left is compiled in worker processes
-(:mod:`numbatune.processes`, as many as the ``compile_workers`` setting allows, the largest
-kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one kernel to
-compile, else in this process; a kernel that cannot be rebuilt in a
-worker (one whose function does not pickle, or whose module a worker cannot import) is compiled
-here too. A compile error is that variant's error, as before; a worker that dies or passes the
+(:mod:`numbatune.processes`, as many as the tuning's ``compile_workers`` setting allows, the
+largest kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one
+kernel to compile, else in this process; a kernel that cannot be rebuilt in a worker (one whose
+function does not pickle, or whose module a worker cannot import) is compiled here too. The
+build is the kernel compiler's (:meth:`~numbatune.compilers.base.KernelCompiler.build`). A
+compile error is that variant's error, as before; a worker that dies or passes the
 ``compile_timeout_s`` limit fails the variants of that kernel and is replaced. Under numba's
 simulator nothing is compiled.
 """
@@ -15,6 +16,7 @@ simulator nothing is compiled.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -23,9 +25,10 @@ from typing import Any
 
 from numbatune import processes, unroll
 from numbatune.arrays import SIMULATOR
-from numbatune.compile import build
 from numbatune.compile.store import KernelStore
-from numbatune.config import settings
+from numbatune.compilers import KernelCompiler
+from numbatune.compilers.base import Built, LinkFailed
+from numbatune.config import Snapshot, settings
 from numbatune.forking import ForkSafeLock, PerProcess
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
@@ -59,20 +62,24 @@ def worker_environment() -> dict[str, str]:
     )
 
 
-def worker_pool(size: int) -> processes.WorkerPool:
-    """A pool of ``size`` compile workers, forked from a process that warmed numba up
-    (:func:`numbatune.compile.build.warm`)."""
-    warm = processes.Task(build.__name__, build.warm.__name__, ())
+def warm_worker(compiler: KernelCompiler) -> None:
+    """The fork server's task: :meth:`~numbatune.compilers.base.KernelCompiler.warm_worker`."""
+    compiler.warm_worker()
+
+
+def worker_pool(size: int, compiler: KernelCompiler) -> processes.WorkerPool:
+    """A pool of ``size`` compile workers, forked from a process that warmed ``compiler`` up
+    (:meth:`~numbatune.compilers.base.KernelCompiler.warm_worker`)."""
+    warm = processes.Task(__name__, warm_worker.__name__, (compiler,))
     return processes.WorkerPool(size, worker_environment(), warm=warm)
 
 
-def compile_pool() -> processes.WorkerPool | None:
-    """This process's pool of compile workers, or None where the setting or platform allow
-    none."""
-    size = settings.compile_workers
+def compile_pool(compiler: KernelCompiler, size: int) -> processes.WorkerPool | None:
+    """This process's pool of ``size`` compile workers for ``compiler``'s kernels, or None
+    where ``size`` (the ``compile_workers`` setting) or the platform allow none."""
     if size < 2 or not processes.available():
         return None
-    return _pools.get(lambda: worker_pool(size), key=size)
+    return _pools.get(lambda: worker_pool(size, compiler), key=(size, compiler.name))
 
 
 class RebuildError(Exception):
@@ -80,24 +87,24 @@ class RebuildError(Exception):
 
 
 def build_in_worker(
+    compiler: KernelCompiler,
     function_bytes: bytes,
     options: dict[str, Any],
     argtypes: tuple[Any, ...],
     cc: tuple[int, int],
     max_registers: tuple[int | None, ...],
-) -> list[build.Built | build.LinkFailed]:
-    """The worker's task: :func:`numbatune.compile.build.build` of the function, its
+) -> list[Built | LinkFailed]:
+    """The worker's task: the compiler's
+    :meth:`~numbatune.compilers.base.KernelCompiler.build` of the function, its
     ``static_range`` loops written out here (in parallel, not one after another in the
     parent), telling a function that cannot be rebuilt or written out here
     (:class:`RebuildError`: the parent does both, and reports their errors) from one that does
     not compile."""
     try:
-        from numba.cuda import cloudpickle
-
-        function = unroll.written_out(cloudpickle.loads(function_bytes))
+        function = unroll.written_out(compiler.unpickle_function(function_bytes))
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
-    return build.build(function, options, argtypes, cc, max_registers)
+    return compiler.build(function, options, argtypes, cc, max_registers)
 
 
 def build_task(
@@ -113,12 +120,12 @@ def build_task(
     first = kernels[0][0]
     try:  # written out in the worker: the parent is one, the workers are many
         specialised = template.specialised_function(first, write_out=False)
-        function = build.dumps_function(specialised)
+        function = template.compiler.pickle_function(specialised)
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
     options = template.build_options(first)
     caps = tuple(template.jit_options_of(members[0]).get("max_registers") for members in kernels)
-    arguments = (function, options, argtypes, cc, caps)
+    arguments = (template.compiler, function, options, argtypes, cc, caps)
     return processes.Task(__name__, build_in_worker.__name__, arguments)
 
 
@@ -174,6 +181,11 @@ class Compiler:
         self._lock = ForkSafeLock(reentrant=True)
 
     @property
+    def kernel_compiler(self) -> KernelCompiler:
+        """The compiler of its variants' kernels."""
+        return self._kernels
+
+    @property
     def overloaded(self) -> bool:
         """Whether the kernel was declared with several signatures: which one a call's
         arguments take is known only once every one is compiled."""
@@ -183,26 +195,29 @@ class Compiler:
         """Start the fork server of the compile workers ``variants`` would need (none for one
         kernel), long before any is asked for: it warms up while the caller makes its
         arguments."""
-        if (found := self._pool_for(variants)) is not None:
+        if (found := self._pool_for(variants, settings.compile_workers)) is not None:
             pool, _ = found
             pool.prepare()
 
-    def warm_up(self, variants: Sequence[Variant]) -> None:
-        """Start the compile workers ``variants`` may need, before compiling them, so that they
-        start while this process does its own part (cloning, planning, reading the store)."""
-        if (found := self._pool_for(variants)) is not None:
+    def warm_up(self, variants: Sequence[Variant], workers: int) -> None:
+        """Start the compile workers (``workers`` of them: the tuning's setting) ``variants``
+        may need, before compiling them, so that they start while this process does its own
+        part (cloning, planning, reading the store)."""
+        if (found := self._pool_for(variants, workers)) is not None:
             pool, kernels = found
             pool.start(kernels)
 
-    def _pool_for(self, variants: Sequence[Variant]) -> tuple[processes.WorkerPool, int] | None:
-        """The compile pool, and how many distinct kernels ``variants`` compile to, where
-        compiling them would use a pool. The kernels are counted over the first 256 variants:
-        they suffice to know whether to start workers (a pool has at most as many as the
-        machine has cores), and a large space's would take long to read."""
+    def _pool_for(
+        self, variants: Sequence[Variant], workers: int
+    ) -> tuple[processes.WorkerPool, int] | None:
+        """The pool of ``workers`` compile workers, and how many distinct kernels ``variants``
+        compile to, where compiling them would use a pool. The kernels are counted over the
+        first 256 variants: they suffice to know whether to start workers (a pool has at most
+        as many as the machine has cores), and a large space's would take long to read."""
         if SIMULATOR:
             return None
         kernels = len({self._template.code_key(variant) for variant in variants[:256]})
-        pool = compile_pool() if kernels > 1 else None
+        pool = compile_pool(self._kernels, workers) if kernels > 1 else None
         return None if pool is None else (pool, kernels)
 
     def dispatcher(self, variant: Variant) -> Any:
@@ -265,13 +280,15 @@ class Compiler:
         args: tuple[Any, ...],
         done: Callable[[int], None],
         tally: Tally,
-        ready: Callable[[list[Variant], bool], None] = lambda members, made: None,
+        ready: Callable[[list[Variant], bool], None],
+        taken: Snapshot,
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
         as variants are settled, and ``ready(members, made)`` as the kernel that ``members``
         share is compiled for the first of the argument types (the one trial runs take), while
         others may still be compiling; ``made``: by this call (else it was compiled or loaded
-        before, or is loaded from the kernel store)."""
+        before, or is loaded from the kernel store). The compile workers and their time limit
+        are the tuning's settings, ``taken``."""
         results: dict[Variant, Any] = {}
         waiting: list[_Waiting] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
@@ -298,7 +315,7 @@ class Compiler:
         if waiting:
             assert signatures is not None
             settled = _Settled(results, done, ready, signatures[0])
-            self._compile_waiting(waiting, args, settled, tally)
+            self._compile_waiting(waiting, args, settled, tally, taken)
         return results
 
     def _missing(
@@ -315,12 +332,18 @@ class Compiler:
         ]
 
     def _compile_waiting(
-        self, waiting: list[_Waiting], args: tuple[Any, ...], settled: _Settled, tally: Tally
+        self,
+        waiting: list[_Waiting],
+        args: tuple[Any, ...],
+        settled: _Settled,
+        tally: Tally,
+        taken: Snapshot,
     ) -> None:
-        pool = compile_pool() if len(waiting) > 1 else None
+        pool = compile_pool(self._kernels, taken.compile_workers) if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
-            here = self._compile_in_workers(pool, self._builds(waiting), settled, tally)
+            builds = self._builds(waiting)
+            here = self._compile_in_workers(pool, builds, settled, tally, taken.compile_timeout_s)
         for members, argtypes in here:  # compiled() makes every signature at once
             if isinstance(settled.results.get(members[0]), Failed):
                 continue
@@ -347,8 +370,10 @@ class Compiler:
         builds: list[list[_Waiting]],
         settled: _Settled,
         tally: Tally,
+        timeout_s: float,
     ) -> list[_Waiting]:
-        """Compile ``builds`` in ``pool``; returns what to compile here instead."""
+        """Compile ``builds`` in ``pool``, each within ``timeout_s``; returns what to compile
+        here instead."""
         from numba import cuda
 
         device = cuda.get_current_device()
@@ -366,14 +391,14 @@ class Compiler:
             kernels = builds[index]
             if isinstance(outcome, processes.Done):
                 for (members, argtypes), built in zip(kernels, outcome.value, strict=True):
-                    if isinstance(built, build.LinkFailed):
+                    if isinstance(built, LinkFailed):
                         settled.failed(members, Failed(built.error))
                         continue
                     with cuda.gpus[device.id]:  # loaded now, while other kernels compile
                         dispatcher = self._take(members[0], argtypes, built, cc, tally)
                     settled.compiled(members, dispatcher, argtypes)
                 # The build's time: its kernels' compile is one, their links run together.
-                times = [b.seconds for b in outcome.value if isinstance(b, build.Built)]
+                times = [b.seconds for b in outcome.value if isinstance(b, Built)]
                 seconds.append(max(times, default=0.0))
             elif isinstance(outcome, processes.Raised) and outcome.kind == RebuildError.__name__:
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
@@ -383,7 +408,7 @@ class Compiler:
                     settled.failed(members, Failed(str(outcome)))
 
         tasks = processes.LazyTasks(len(builds), task)
-        pool.run(tasks, settings.compile_timeout_s, finished)
+        pool.run(tasks, timeout_s, finished)
         logger.info(
             "numbatune: %s: %d kernels compiled (%d builds) in %d worker processes in %.2f s "
             "(%.2f s of building in all, the longest %.2f s)",
@@ -401,7 +426,7 @@ class Compiler:
         self,
         variant: Variant,
         argtypes: tuple[Any, ...],
-        built: build.Built,
+        built: Built,
         cc: tuple[int, int],
         tally: Tally,
     ) -> Any:
@@ -409,7 +434,7 @@ class Compiler:
         into it (and kept in the kernel store, and for a trial run as built)."""
         dispatcher = self.dispatcher(variant)
         kernel = self._kernels.load(built.payload, cc)
-        kernel.bind()
+        self._kernels.bind(kernel)
         if self._add(dispatcher, argtypes, kernel):
             tally.compiles += 1
         self._save_payload(variant, argtypes, cc, built.payload)
@@ -419,16 +444,14 @@ class Compiler:
 
     def payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
         """The variant's compiled kernel for (the first signature of) ``args``, serialised, as
-        a worker process loads it (under the simulator: its specialised function)."""
-        if SIMULATOR:
-            return build.dumps_function(self._function(variant))
+        a trial worker runs it (:meth:`~numbatune.compilers.base.KernelCompiler.trial_payload`;
+        under the simulator: its specialised function)."""
         dispatcher = self.dispatcher(variant)
-        argtypes = self._signatures(dispatcher, args)[0]
+        argtypes = () if SIMULATOR else self._signatures(dispatcher, args)[0]
         key = (self._template.code_key(variant), argtypes)
         with self._lock:
             if key not in self._payloads:
-                compiled = self._kernels.compiled(dispatcher, argtypes)
-                self._payloads[key] = self._kernels.serialise(compiled)
+                self._payloads[key] = self._kernels.trial_payload(dispatcher, argtypes)
             return self._payloads[key]
 
     def kernel_key(self, variant: Variant, args: tuple[Any, ...]) -> str:
@@ -457,7 +480,7 @@ class Compiler:
             return store
 
     def _key(self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int]) -> str:
-        return store_key(self._template, variant, argtypes, cc, _toolchain())
+        return store_key(self._template, variant, argtypes, cc, _toolchain(self._kernels))
 
     def _load(self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally) -> bool:
         """Add the stored kernel for ``argtypes`` to the variant's dispatcher, if one is
@@ -496,9 +519,14 @@ def store_key(
     cc: tuple[int, int],
     tools: tuple[str, ...],
 ) -> str:
-    """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store."""
+    """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store: a
+    digest of what decides its code (the kernel's code and the values it reads, the variant,
+    the argument types, the compute capability, the compiler's ``tools`` and its payload
+    format)."""
     code = "\0".join([template.code_text(), stable_text(template.code_key(variant))])
-    return build.digest(code, argtypes, cc, tools)
+    payload = f"payload {template.compiler.payload_version}"
+    parts = [code, repr(argtypes), f"sm_{cc[0]}{cc[1]}", *tools, payload]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
 
 
 def _current_cc() -> tuple[int, int]:
@@ -508,5 +536,5 @@ def _current_cc() -> tuple[int, int]:
 
 
 @functools.cache
-def _toolchain() -> tuple[str, ...]:
-    return build.toolchain()
+def _toolchain(compiler: KernelCompiler) -> tuple[str, ...]:
+    return compiler.toolchain()

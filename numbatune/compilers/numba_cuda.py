@@ -1,75 +1,53 @@
 """numba-cuda as a :class:`~numbatune.compilers.base.KernelCompiler`.
 
-The numba-cuda internals that dispatch, compiling, the kernel store and the fast path read are
-read here: unwrapping a ``cuda.jit`` kernel, specialised dispatchers (and their simulator
-copies), overloads and argument typing, the flag a declared signature sets, a kernel's code
-library and its compiled function, the serialised form of a kernel, numba's launch. Still
-numba-cuda's own elsewhere: the build in the compile workers (:mod:`numbatune.compile.build`,
-with :mod:`numbatune.compilers.numba_liveness`), the trial worker's launch, and the fast path's
-parameter plan (:mod:`numbatune.launch.layout`), which follows numba's parameter layout.
+Every numba-cuda internal numbatune reads is read behind this class, in the modules it uses:
+:mod:`~numbatune.compilers.numba_kernels` (dispatchers, their simulator copies, code libraries,
+serialised kernels), :mod:`~numbatune.compilers.numba_build` (the build in compile workers, with
+:mod:`~numbatune.compilers.numba_liveness`) and :mod:`~numbatune.compilers.numba_parameters`
+(numba's kernel parameter layout, for the fast path).
 """
 
 from __future__ import annotations
 
-import functools
-import pickle
 import threading
 import types
-import zlib
-from importlib import metadata
 from typing import Any
 
 from numba import cuda
 
 from numbatune.arraykinds import SIMULATOR
-from numbatune.compilers.base import KernelCompiler, Unwrapped
+from numbatune.compilers import numba_build, numba_kernels, numba_parameters
+from numbatune.compilers.base import (
+    Built,
+    KernelCompiler,
+    LinkFailed,
+    Parameters,
+    Unwrapped,
+)
 
 # The simulator runs one kernel at a time in a process, and numba's simulated kernel keeps
 # its grid on itself: launches from several threads configure and run it in turns.
 _simulator_lock = threading.Lock()
 
 
-@functools.cache
-def _dispatcher_class() -> type:
-    if SIMULATOR:
-        from numba.cuda.simulator.kernel import FakeCUDAKernel
-
-        return FakeCUDAKernel
-    from numba.cuda.dispatcher import CUDADispatcher
-
-    return CUDADispatcher
-
-
-#: The format of a serialised kernel (:func:`dumps_kernel`); part of the kernel store's keys.
-PAYLOAD_VERSION = 1
-
-
-def full_cc(cc: tuple[int, int]) -> tuple[int, int, str]:
-    """numba's form of a compute capability: (major, minor, 'a') from 9.0 on."""
-    return (cc[0], cc[1], "a" if cc >= (9, 0) else "")
-
-
-def code_library(kernel: Any) -> Any:
-    """A compiled kernel's code library (its LLVM IR, PTX, cubins and linking)."""
-    return kernel._codelibrary
-
-
 class NumbaCuda(KernelCompiler):
     """numba-cuda's ``numba.cuda.jit``: its kernels, and plain Python functions."""
 
-    name = "numba-cuda"
+    name = numba_kernels.NAME
 
     @property
     def version(self) -> str:
         """numba-cuda's version."""
-        try:
-            return metadata.version("numba-cuda")
-        except metadata.PackageNotFoundError:
-            return "missing"
+        return numba_kernels.version()
+
+    def environment(self) -> list[str]:
+        """numba, numba-cuda, cuda-bindings, numba's code-generation settings, NVVM and the
+        driver (:func:`numbatune.compilers.numba_kernels.environment`)."""
+        return numba_kernels.environment()
 
     def claims(self, kernel: Any) -> bool:
         """Plain Python functions and ``numba.cuda.jit`` dispatchers."""
-        return isinstance(kernel, types.FunctionType | _dispatcher_class())
+        return isinstance(kernel, types.FunctionType | numba_kernels.dispatcher_class())
 
     def unwrap(self, kernel: Any, name: str) -> Unwrapped:
         """The Python function, jit options and explicit signatures (argument types) behind a
@@ -92,18 +70,19 @@ class NumbaCuda(KernelCompiler):
                 f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
                 "autotune kernels, which are launched from the host"
             )
-        jit_options = {k: v for k, v in options.items() if not _is_default(k, v)}
+        jit_options = {k: v for k, v in options.items() if not numba_kernels.is_default(k, v)}
         return Unwrapped(function, jit_options, signatures)
 
     def specialise(
         self, function: types.FunctionType, original: types.FunctionType, options: dict[str, Any]
     ) -> Any:
-        """A new ``numba.cuda.jit`` dispatcher of ``function`` (:func:`_jit`)."""
-        return _jit(function, original, options)
+        """A new ``numba.cuda.jit`` dispatcher of ``function``
+        (:func:`numbatune.compilers.numba_kernels.jit`)."""
+        return numba_kernels.jit(function, original, options)
 
     def device_options(self, device_function: Any) -> dict[str, Any]:
         """The options a ``cuda.jit(device=True)`` function was made with."""
-        return device_options(device_function)
+        return numba_kernels.device_options(device_function)
 
     def argument_types(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """numba's types of ``args``."""
@@ -131,7 +110,9 @@ class NumbaCuda(KernelCompiler):
         if SIMULATOR:
             return None, "running under numba's simulator"
         signature = self.argument_types(kernel, args)
-        compiled = kernel.overloads.get(signature) or _declared_overload(kernel, signature)
+        compiled = kernel.overloads.get(signature) or numba_kernels.declared_overload(
+            kernel, signature
+        )
         if compiled is None:
             return None, f"no compiled overload for {signature}"
         if compiled.debug or compiled.extensions:
@@ -141,16 +122,16 @@ class NumbaCuda(KernelCompiler):
         return compiled, None
 
     def serialise(self, compiled: Any) -> bytes:
-        """The overload serialised (:func:`dumps_kernel`)."""
-        return dumps_kernel(compiled)
+        """The overload serialised (:func:`numbatune.compilers.numba_kernels.dumps_kernel`)."""
+        return numba_kernels.dumps_kernel(compiled)
 
     def load(self, payload: bytes, cc: tuple[int, int]) -> Any:
-        """The overload :func:`dumps_kernel` serialised (:func:`load`)."""
-        return load(payload, cc)
+        """The overload serialised (:func:`numbatune.compilers.numba_kernels.load`)."""
+        return numba_kernels.load(payload, cc)
 
     def function_of(self, compiled: Any) -> Any:
         """The code library's ``CUfunction`` wrapper in the current context."""
-        return code_library(compiled).get_cufunc()
+        return numba_kernels.code_library(compiled).get_cufunc()
 
     def launch(
         self, kernel: Any, args: tuple[Any, ...], config: tuple[Any, ...], stream: Any
@@ -164,130 +145,107 @@ class NumbaCuda(KernelCompiler):
         else:
             kernel[grid, block, stream, shared](*args)
 
+    # -- compile workers ------------------------------------------------------------------
 
-def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
-    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed;
-    ``linked``: its code library's cubin, linker log and register cap, where they were linked
-    apart from the library."""
-    library = code_library(kernel)
-    states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
-    library_states = {**library._reduce_states(), "llvm_strs": [], **(linked or {})}
-    payload = {"version": PAYLOAD_VERSION, "kernel": states, "library": library_states}
-    return zlib.compress(pickle.dumps(payload, protocol=5))
+    @property
+    def payload_version(self) -> int:
+        """The format of :func:`numbatune.compilers.numba_kernels.dumps_kernel`."""
+        return numba_kernels.PAYLOAD_VERSION
 
+    def toolchain(self) -> tuple[str, ...]:
+        """numba-cuda, NVVM and nvJitLink (:func:`numbatune.compilers.numba_build.toolchain`)."""
+        return numba_build.toolchain()
 
-def load(payload: bytes, cc: tuple[int, int]) -> Any:
-    """The kernel :func:`dumps_kernel` serialised; ValueError when it is not one, or holds no
-    cubin for ``cc``."""
-    from numba.cuda.codegen import CUDACodeLibrary
-    from numba.cuda.dispatcher import _Kernel
+    def pickle_function(self, function: types.FunctionType) -> bytes:
+        """numba's cloudpickle of ``function``, its device functions as their Python functions
+        and options (:func:`numbatune.compilers.numba_build.dumps_function`)."""
+        return numba_build.dumps_function(function)
 
-    try:
-        states = pickle.loads(zlib.decompress(payload))
-    except Exception as error:  # zlib.error, pickle's many errors, missing classes
-        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
-    if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
-        raise ValueError("not a compiled kernel of this numbatune")
-    library, kernel = states.get("library"), states.get("kernel")
-    if not isinstance(library, dict) or not isinstance(kernel, dict):
-        raise ValueError("not a compiled kernel (no code library and kernel)")
-    cubins = library.get("cubin_cache")
-    if not isinstance(cubins, dict) or full_cc(cc) not in cubins:
-        raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
-    try:
-        rebuilt = CUDACodeLibrary._rebuild(**library)
-        return _Kernel._rebuild(codelibrary=rebuilt, **kernel)
-    except Exception as error:  # this format, but not the parts numba rebuilds a kernel from
-        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
+    def unpickle_function(self, pickled: bytes) -> types.FunctionType:
+        """The function, its device functions made once per process."""
+        return numba_build.loads_function(pickled)
 
+    def warm_worker(self) -> None:
+        """Type and lower a small kernel (:func:`numbatune.compilers.numba_build.warm`)."""
+        numba_build.warm()
 
-def _jit(copy: types.FunctionType, original: types.FunctionType, options: dict[str, Any]) -> Any:
-    """``numba.cuda.jit(**options)(copy)`` for a variant's ``copy`` of ``original`` (a kernel,
-    or a device function with ``device=True``).
+    def build(
+        self,
+        function: types.FunctionType,
+        options: dict[str, Any],
+        argtypes: tuple[Any, ...],
+        cc: tuple[int, int],
+        max_registers: tuple[int | None, ...] = (None,),
+    ) -> list[Built | LinkFailed]:
+        """numba's compile for ``cc`` without a driver, to PTX (or LTO-IR) once, linked to a
+        cubin per cap by nvJitLink (:func:`numbatune.compilers.numba_build.build`)."""
+        return numba_build.build(function, options, argtypes, cc, max_registers)
 
-    Under the simulator, while the copy runs, the module of ``original`` holds the simulator's
-    ``cuda`` too, as it does while ``original`` runs: the simulator puts its ``cuda`` into the
-    globals of the function it runs (the copy's own), and a plain Python helper the kernel
-    calls reads ``cuda`` from its module (``cuda.local.array``, say).
-    """
-    dispatcher = cuda.jit(**options)(copy)
-    if SIMULATOR:
-        dispatcher.__class__ = _simulated_copy_class()
-        dispatcher.original = original
-    return dispatcher
+    def bind(self, compiled: Any) -> None:
+        """numba's ``_Kernel.bind``: its module loaded into the current context."""
+        compiled.bind()
 
+    # -- trial runs -----------------------------------------------------------------------
 
-class _RunningKernelsCuda:
-    """Under the simulator: stands for the ``cuda`` module of the kernel running now (the
-    simulator makes one per launch, once the launch has begun)."""
+    def trial_payload(self, kernel: Any, argtypes: tuple[Any, ...]) -> bytes:
+        """The overload serialised; under the simulator, the dispatcher's function pickled."""
+        if SIMULATOR:
+            return self.pickle_function(kernel.py_func)
+        return self.serialise(self.compiled(kernel, argtypes))
 
-    def __getattr__(self, name: str) -> Any:
-        from numba.cuda.simulator.kernel import _get_kernel_context
+    def run_trial(
+        self,
+        payload: bytes,
+        args: tuple[Any, ...],
+        config: tuple[Any, ...],
+        cc: tuple[int, int] | None,
+    ) -> None:
+        """The kernel loaded (under the simulator: jitted from its function) and launched on
+        numba's default stream."""
+        grid, block, *shared = config
+        shared_bytes = shared[0] if shared else 0
+        if SIMULATOR or cc is None:
+            cuda.jit(self.unpickle_function(payload))[grid, block, 0, shared_bytes](*args)
+            return
+        kernel = numba_kernels.load(payload, cc)
+        stream = cuda.default_stream()  # numba's launch takes a stream object
+        kernel.launch(args, _dims(grid), _dims(block), stream, shared_bytes)
 
-        return getattr(_get_kernel_context(), name)
+    # -- the fast path --------------------------------------------------------------------
 
+    def fast_launch_unsupported(self) -> str | None:
+        """The simulator, or a numba-cuda version whose parameter layout is not known
+        (:func:`numbatune.compilers.numba_parameters.unsupported`)."""
+        return numba_parameters.unsupported()
 
-@functools.cache
-def _simulated_copy_class() -> type:
-    """The class of a variant's kernels and device functions under the simulator: numba's
-    simulated dispatcher, which also gives ``original``'s module the simulator's ``cuda``
-    while it runs (made on first use: its base class exists only under the simulator)."""
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
-    from numba.cuda.simulator.kernelapi import swapped_cuda_module
+    def declared_types(self, compiled: Any) -> tuple[Any, ...]:
+        """numba's ``_Kernel.argument_types``."""
+        return tuple(compiled.argument_types)
 
-    class SimulatedCopy(FakeCUDAKernel):
-        original: types.FunctionType
+    def cooperative(self, compiled: Any) -> bool:
+        """numba's ``_Kernel.cooperative`` (it calls ``grid.sync()``)."""
+        return bool(compiled.cooperative)
 
-        def __call__(self, *args: Any) -> Any:
-            with swapped_cuda_module(self.original, _RunningKernelsCuda()):
-                return super().__call__(*args)
+    def planned_type(self, declared: Any, actual: Any) -> Any:
+        """numba's conversion (:func:`numbatune.compilers.numba_parameters.planned_type`)."""
+        return numba_parameters.planned_type(declared, actual)
 
-    return SimulatedCopy
+    def parameters(self, argtype: Any, value: Any) -> Parameters | None:
+        """numba's parameters (:func:`numbatune.compilers.numba_parameters.parameters`)."""
+        return numba_parameters.parameters(argtype, value)
 
+    def parameter_layout(self, function: Any) -> list[tuple[int, int]] | None:
+        """The sizes cuda.core reports
+        (:func:`numbatune.compilers.numba_parameters.parameter_layout`)."""
+        return numba_parameters.parameter_layout(function)
 
-def device_options(dispatcher: Any) -> dict[str, Any]:
-    """The options a device function was made with (the simulator keeps two, privately)."""
-    if SIMULATOR:
-        return {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
-    return {k: v for k, v in dispatcher.targetoptions.items() if k != "device"}
-
-
-def _declared_overload(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """The compiled overload numba would convert arguments typed ``signature`` to, as it
-    chooses one for a kernel declared with signatures; None where none (or several) would
-    take them."""
-    from numba.core import types as numba_types
-    from numba.core.typing import signature as make_signature
-
-    cases = [make_signature(numba_types.void, *argtypes) for argtypes in dispatcher.overloads]
-    try:
-        chosen = dispatcher.typingctx.resolve_overload(
-            dispatcher.py_func, cases, signature, {}, allow_ambiguous=False
-        )
-    except TypeError:  # ambiguous: numba refuses the call too
-        return None
-    return None if chosen is None else dispatcher.overloads.get(tuple(chosen.args))
+    def function_handle(self, function: Any) -> int:
+        """The context's ``CUfunction`` of numba's ``CUkernel``
+        (:func:`numbatune.compilers.numba_parameters.function_handle`)."""
+        return numba_parameters.function_handle(function)
 
 
-#: Values of numba.cuda.jit's options that mean "as numba does by default". numba resolves
-#: its defaults when a kernel is decorated (a GPU process sees lto=True, opt=True, ...) and its
-#: simulator keeps only two options: a kernel's options are what differs from these, the same
-#: in both, so that its checksum and compiled-kernel keys are too.
-_DEFAULT_OPTIONS: dict[str, tuple[Any, ...]] = {
-    "debug": (False, None),
-    "fastmath": (False,),
-    "opt": (True, None),
-    "lineinfo": (False,),
-    "launch_bounds": (None,),
-    "lto": (True, None),
-    "forceinline": (False,),
-    "inline": ("never",),
-    "shared_memory_carveout": (None,),
-    "extensions": ([], (), None),
-    "link": ((), [], None),
-    "max_registers": (None,),
-}
-
-
-def _is_default(name: str, value: Any) -> bool:
-    return value in _DEFAULT_OPTIONS.get(name, ())
+def _dims(value: Any) -> tuple[int, int, int]:
+    """A grid or block size as numba's kernel launch takes it: three ints."""
+    values = tuple(value) if isinstance(value, tuple | list) else (value,)
+    return tuple(int(v) for v in (*values, 1, 1)[:3])  # type: ignore[return-value]

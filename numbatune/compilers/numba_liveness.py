@@ -12,8 +12,8 @@ compare the two on random control-flow graphs and on every map numba asks for wh
 example kernels).
 
 :func:`install` puts it in numba's place in the process that calls it. Compile workers do
-(:func:`numbatune.compile.build.warm`, :func:`numbatune.compile.build.build`); the user's
-process keeps numba as it is.
+(:func:`numbatune.compilers.numba_build.warm`, :func:`numbatune.compilers.numba_build.build`);
+the user's process keeps numba as it is.
 """
 
 from __future__ import annotations

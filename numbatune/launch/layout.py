@@ -1,4 +1,4 @@
-"""numba's kernel parameter layout, planned once per argument signature.
+"""A kernel's parameters, planned once per argument signature.
 
 numba's own launch types and wraps every argument again on every call. A plan reads, once per
 argument signature (the classes of the arguments, and for arrays their dtype, rank and layout),
@@ -9,11 +9,12 @@ that publishes the DLPack C exchange API (torch) are read, checked and packed in
 C extension for all of them (:func:`numbatune.native.dlpack`); the others through their
 library's Python API.
 
-numba's parameter layout is not public API, so it is checked twice: numba-cuda must be a version
-this module was written against (:data:`SUPPORTED_NUMBA_CUDA`), and the layout planned here must
-match, parameter for parameter, the sizes the driver reports for the compiled function.
-Whatever is not planned here (unknown versions, records, datetimes, arrays of other libraries,
-debug or cooperative kernels) is left to numba's launch.
+Which parameters an argument of a type becomes is the kernel compiler's to say
+(:meth:`numbatune.compilers.base.KernelCompiler.parameters`); numba-cuda's layout is not public
+API, so it is checked twice: numba-cuda must be a version it was written against, and the
+layout planned must match, parameter for parameter, the sizes the driver reports for the
+compiled function. Whatever is not planned (unknown versions, records, datetimes, arrays of
+other libraries, debug or cooperative kernels) is left to the compiler's launch.
 """
 
 from __future__ import annotations
@@ -26,23 +27,31 @@ from typing import Any
 import numpy as np
 
 from numbatune import arrays, devices, native
-from numbatune.arraykinds import SIMULATOR, ArrayKind, FastRead, dtype_name, kind_of
+from numbatune.arraykinds import ArrayKind, FastRead, dtype_name, kind_of
 from numbatune.arrays import buffer_of
+from numbatune.compilers import NUMBA_CUDA, KernelCompiler
+from numbatune.compilers.base import (
+    ArrayParameters,
+    Conversion,
+    ScalarParameters,
+    TupleParameters,
+)
 from numbatune.keys import KeyParts, default_key_part
 
-#: numba-cuda versions whose kernel parameter layout this module was checked against.
-SUPPORTED_NUMBA_CUDA = ("0.30.",)
+#: The code that gives a scalar parameter field from the argument's expression, by conversion.
+_CONVERTED = {
+    Conversion.VALUE: "{}",
+    Conversion.HALF_BITS: "_half_bits({})",
+    Conversion.REAL: "{}.real",
+    Conversion.IMAG: "{}.imag",
+}
 
 
 def supported() -> str | None:
-    """Why the fast launch is off in this process, or None when it is available."""
-    if SIMULATOR:
-        return "running under numba's simulator"
-    from numba_cuda import __version__ as version
-
-    if not version.startswith(SUPPORTED_NUMBA_CUDA):
-        return f"numba-cuda {version} is not one of {SUPPORTED_NUMBA_CUDA}"
-    return None
+    """Why the fast launch is off in this process, or None when it is available (the fast
+    path launches numba-cuda's kernels:
+    :meth:`~numbatune.compilers.base.KernelCompiler.fast_launch_unsupported`)."""
+    return NUMBA_CUDA.fast_launch_unsupported()
 
 
 class ArgumentPlan:
@@ -57,9 +66,11 @@ class ArgumentPlan:
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
     that give them (one bytes value for the fields listed in ``packed``),
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams).
+    ``compiler`` says which parameters an argument of a type becomes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, compiler: KernelCompiler = NUMBA_CUDA) -> None:
+        self._compiler = compiler
         self.classes: list[str] = []
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
@@ -104,69 +115,54 @@ class ArgumentPlan:
         self.fields.append(letter)
         self.values.append(value)
 
-    def add(self, argument: str, numba_type: Any, value: Any, top: bool = True) -> bool:
-        """Plan the parameters of one argument; False when it has no plan. ``top``: an
-        argument of the kernel (its class goes to ``classes``), not a tuple's item."""
-        from numba.core import types
-
+    def add(self, argument: str, argtype: Any, value: Any, top: bool = True) -> bool:
+        """Plan the parameters of one argument, of the compiler's type ``argtype``; False when
+        it has no plan. ``top``: an argument of the kernel (its class goes to ``classes``), not
+        a tuple's item."""
         check = f"type({argument}) is {self.constant(type(value))}"
         if top:
             self.classes.append(check)
         else:
             self.steps.append(("check", check))
-        if isinstance(numba_type, types.Array):
-            return self._add_array(argument, numba_type, value, top)
-        if isinstance(numba_type, types.BaseTuple):
-            if not isinstance(value, tuple) or len(value) != len(numba_type):
+        parameters = self._compiler.parameters(argtype, value)
+        if isinstance(parameters, ArrayParameters):
+            return self._add_array(argument, parameters, value, top)
+        if isinstance(parameters, TupleParameters):
+            items = parameters.items
+            if not isinstance(value, tuple) or len(value) != len(items):
                 return False
             self.steps.append(("check", f"len({argument}) == {len(value)}"))
             return all(
                 self.add(f"{argument}[{index}]", item_type, item, top=False)
-                for index, (item_type, item) in enumerate(zip(numba_type, value, strict=True))
+                for index, (item_type, item) in enumerate(zip(items, value, strict=True))
             )
+        if parameters is None:
+            return False
         if top and isinstance(value, bool | np.bool_):  # a mode flag: in the default key
             self.key_parts.append(argument)  # (its class is checked: the same test as there)
-        return self._add_scalar(argument, numba_type, value)
-
-    def _add_scalar(self, argument: str, numba_type: Any, value: Any) -> bool:
-        from numba.core import types
-
-        if type(value) is int and value >= 2**63:
-            return False  # numba types these as uint64, smaller ints as int64: not by class
-        if numba_type == types.boolean:
-            self._field("?", argument)
-        elif isinstance(numba_type, types.Integer):
-            letter = {8: "b", 16: "h", 32: "i", 64: "q"}[numba_type.bitwidth]
-            self._field(letter if numba_type.signed else letter.upper(), argument)
-        elif numba_type == types.float16:
-            self._field("H", f"_half_bits({argument})")
-        elif numba_type in (types.float32, types.float64):
-            self._field("f" if numba_type == types.float32 else "d", argument)
-        elif numba_type in (types.complex64, types.complex128):
-            letter = "f" if numba_type == types.complex64 else "d"
-            self._field(letter, f"{argument}.real")
-            self._field(letter, f"{argument}.imag")
-        else:
-            return False
+        self._add_scalar(argument, parameters)
         return True
 
-    def _add_array(self, argument: str, numba_type: Any, value: Any, top: bool) -> bool:
+    def _add_scalar(self, argument: str, parameters: ScalarParameters) -> None:
+        for letter, conversion in parameters.fields:
+            self._field(letter, _CONVERTED[conversion].format(argument))
+
+    def _add_array(self, argument: str, parameters: ArrayParameters, value: Any, top: bool) -> bool:
         kind = kind_of(type(value))
         if kind is None or kind.fast is FastRead.NONE:
             return False
         # numba types its own arrays unaligned only for an unaligned record dtype, which their
         # token (the dtype) fixes; of other arrays, only aligned ones are planned.
-        aligned = numba_type.aligned or kind.fast is FastRead.MEMO
-        if not numba_type.mutable or not aligned:
+        aligned = parameters.aligned or kind.fast is FastRead.MEMO
+        if not parameters.mutable or not aligned:
             return False
         name = f"_{self.arrays}"
         self.arrays += 1
-        ndim = numba_type.ndim
-        self.fields += ["Q", "Q", "q", "q", "Q"] + ["q"] * (2 * ndim)
+        self.fields += ["Q", "Q", "q", "q", "Q"] + ["q"] * (2 * parameters.ndim)
         if kind.fast is FastRead.MEMO:
             self._add_numba_array(argument, name, value, top)
         else:
-            self._add_library_array(argument, name, numba_type, value, kind, top)
+            self._add_library_array(argument, name, parameters, value, kind, top)
         return True
 
     def _add_numba_array(self, argument: str, name: str, value: Any, top: bool) -> None:
@@ -183,12 +179,15 @@ class ArgumentPlan:
         self.buffers.append(f"{name}[3]")
 
     def _add_library_array(
-        self, argument: str, name: str, numba_type: Any, value: Any, kind: ArrayKind, top: bool
+        self,
+        argument: str,
+        name: str,
+        parameters: ArrayParameters,
+        value: Any,
+        kind: ArrayKind,
+        top: bool,
     ) -> None:
-        from numba.np.numpy_support import as_dtype
-
-        ndim, layout = numba_type.ndim, numba_type.layout
-        itemsize = as_dtype(numba_type.dtype).itemsize
+        ndim, layout, itemsize = parameters.ndim, parameters.layout, parameters.itemsize
         if kind.stream is not None:
             self.library_arrays.setdefault(kind, []).append(argument)
         if self._add_dlpack_array(argument, name, value, kind, layout, top):
@@ -330,49 +329,19 @@ def half_bits(value: Any) -> int:
 
 
 def parameter_layout(function: Any) -> list[tuple[int, int]] | None:
-    """(offset, size) of each parameter of a compiled function, as the driver reports them."""
-    try:
-        return [(info.offset, info.size) for info in function.kernel.arguments_info]
-    except Exception:  # an old driver or cuda.core: no way to check the layout
-        return None
+    """(offset, size) of each parameter of a compiled numba-cuda function, as the driver
+    reports them (:meth:`~numbatune.compilers.base.KernelCompiler.parameter_layout`)."""
+    return NUMBA_CUDA.parameter_layout(function)
 
 
 def function_handle(function: Any) -> int:
-    """The ``CUfunction`` of numba's compiled function in the current context.
-
-    numba loads kernels as ``CUkernel``s; launching the context's ``CUfunction`` instead
-    spares the driver a lookup on every launch (0.3-0.5 us on the H100 machine).
-    """
-    from cuda.bindings import driver
-
-    handle = int(function.handle)
-    error, resolved = driver.cuKernelGetFunction(driver.CUkernel(handle))
-    return int(resolved) if not error else handle
+    """The handle the fast path launches a compiled numba-cuda function by
+    (:meth:`~numbatune.compilers.base.KernelCompiler.function_handle`)."""
+    return NUMBA_CUDA.function_handle(function)
 
 
 def planned_type(declared: Any, actual: Any) -> Any:
-    """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
-    overload's type ``declared``; None where the plan cannot convert it as numba does.
-
-    An array keeps its own layout (numba passes any array to a declared layout ``A`` with the
-    same fields) and must have the declared dtype and rank; a scalar takes the declared type
-    (its ``struct`` field packs the value as numba converts it); a tuple, item by item.
-    """
-    from numba.core import types
-
-    if declared == actual:
-        return declared
-    if isinstance(declared, types.Array) and isinstance(actual, types.Array):
-        same = (declared.dtype, declared.ndim) == (actual.dtype, actual.ndim)
-        return actual if same and declared.layout in ("A", actual.layout) else None
-    if isinstance(declared, types.BaseTuple) and isinstance(actual, types.BaseTuple):
-        if len(declared) != len(actual):
-            return None
-        items = [planned_type(d, a) for d, a in zip(declared, actual, strict=True)]
-        return None if None in items else types.BaseTuple.from_types(items)
-    whole = (types.Boolean, types.Integer)
-    if isinstance(declared, types.Float) and isinstance(actual, (*whole, types.Float)):
-        return declared
-    if isinstance(declared, whole) and isinstance(actual, whole):
-        return declared
-    return None  # (a float to an integer: numba truncates, ``struct`` refuses)
+    """The type to plan an argument typed ``actual`` with, for a parameter of a compiled
+    numba-cuda overload's type ``declared``; None where the plan cannot convert it as numba
+    does (:meth:`~numbatune.compilers.base.KernelCompiler.planned_type`)."""
+    return NUMBA_CUDA.planned_type(declared, actual)

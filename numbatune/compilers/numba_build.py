@@ -1,11 +1,13 @@
-"""Building one kernel for a compute capability without a GPU, and loading what was built.
+"""numba-cuda's build of one kernel for a compute capability without a GPU, in a compile
+worker (:meth:`numbatune.compilers.base.KernelCompiler.build`).
 
 numba compiles a kernel for the current device: it asks the driver for the compute capability.
 In a worker process (no CUDA context, no GPU needed) :func:`build` tells numba the target's
 compute capability instead, compiles the kernel as numba's own compile would (the same
 ``_Kernel``, linked to a cubin by nvJitLink), and returns it serialised as numba's disk cache
-serialises kernels, with the resources the assembler reported. The parent loads it with
-:func:`load` and adds it to a dispatcher: launching it then needs no numba compile.
+serialises kernels, with the resources the assembler reported. The parent loads it
+(:func:`numbatune.compilers.numba_cuda.load`) and adds it to a dispatcher: launching it then
+needs no numba compile.
 
 Functions cross to the worker pickled by value (numba's cloudpickle); a device function the
 kernel calls crosses as its Python function and options and is rebuilt there, so the same
@@ -17,49 +19,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
 import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-from numbatune.compilers import NUMBA_CUDA
 from numbatune.compilers import numba_liveness as liveness
-from numbatune.compilers.numba_cuda import (
-    PAYLOAD_VERSION,
+from numbatune.compilers.base import Built, LinkFailed, Resources
+from numbatune.compilers.numba_kernels import (
+    NAME,
     code_library,
     device_options,
     dumps_kernel,
     full_cc,
+    version,
 )
-
-#: Bump when the payload's layout changes: entries of another version are not loaded.
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What the assembler reported for one kernel: per thread registers and local memory
-    (stack frame), bytes spilled, and static shared memory per block."""
-
-    registers: int
-    stack_bytes: int
-    spill_store_bytes: int
-    spill_load_bytes: int
-    shared_bytes: int
-
-
-@dataclass(frozen=True)
-class Built:
-    """A kernel built by :func:`build`: its serialised form and what the build saw."""
-
-    payload: bytes
-    resources: Resources | None
-    toolchain: tuple[str, ...]
-    seconds: float
-
 
 #: The device functions a worker has rebuilt, by their pickle: the kernels it builds next
 #: call the same dispatcher, whose compiled overloads numba reuses, as it does in one
@@ -109,7 +85,7 @@ def toolchain() -> tuple[str, ...]:
     from numba.cuda.cudadrv import nvvm
 
     return (
-        NUMBA_CUDA.identity(),
+        f"{NAME} {version()}",
         f"nvvm {nvvm.NVVM().get_version()}",
         f"nvjitlink {nvjitlink.version()}",
     )
@@ -181,13 +157,6 @@ def warm() -> None:
         compile_cuda(kernel, numba.types.void, argtypes, cc=full_cc((9, 0)))
 
 
-@dataclass(frozen=True)
-class LinkFailed:
-    """A kernel whose PTX compiled but whose link to a cubin (with its register cap) failed."""
-
-    error: str
-
-
 def build(
     function: Any,
     options: dict[str, Any],
@@ -256,9 +225,8 @@ def resources_of(info_log: str) -> Resources | None:
     return Resources(**found) if re.search(_RESOURCES["registers"], info_log or "") else None
 
 
-def digest(
-    code: str, argtypes: tuple[Any, ...], cc: tuple[int, int], tools: tuple[str, ...]
-) -> str:
-    """A digest of what decides a built kernel's code (its kernel store key is made of it)."""
-    parts = [code, repr(argtypes), f"sm_{cc[0]}{cc[1]}", *tools, f"payload {PAYLOAD_VERSION}"]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
+def loads_function(pickled: bytes) -> Any:
+    """(In a worker) the function :func:`dumps_function` pickled."""
+    from numba.cuda import cloudpickle
+
+    return cloudpickle.loads(pickled)

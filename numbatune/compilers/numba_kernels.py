@@ -1,0 +1,218 @@
+"""numba-cuda's kernels: specialised dispatchers (and their simulator copies), a kernel's code
+library, the serialised form of a compiled kernel and its loading, the overload numba chooses
+for a kernel declared with signatures, and what a trial worker runs
+(:class:`numbatune.compilers.numba_cuda.NumbaCuda` uses them).
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import types
+import zlib
+from importlib import metadata
+from typing import Any
+
+from numba import cuda
+
+from numbatune.arraykinds import SIMULATOR
+
+#: The compiler's name, in identities and messages.
+NAME = "numba-cuda"
+
+
+def version() -> str:
+    """numba-cuda's version."""
+    return _package_version("numba-cuda").partition(" ")[2]
+
+
+#: numba settings that change the code it generates (numba.cuda.core.config names).
+CODEGEN_SETTINGS = (
+    "OPT",
+    "BOUNDSCHECK",
+    "DEBUGINFO_DEFAULT",
+    "CUDA_DEBUGINFO_DEFAULT",
+    "FORCE_CUDA_CC",
+    "CUDA_DEFAULT_PTX_CC",
+    "LOOP_VECTORIZE",
+    "SLP_VECTORIZE",
+    "ENABLE_CUDASIM",
+)
+
+
+def environment() -> list[str]:
+    """The versions and settings that change the code numba-cuda generates: numba, numba-cuda,
+    cuda-bindings, numba's code-generation settings, and on a GPU the NVVM and driver
+    versions."""
+    from numba.cuda.core import config
+
+    parts = [_package_version("numba"), f"{NAME} {version()}", _package_version("cuda-bindings")]
+    parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
+    if not SIMULATOR:
+        from numba.cuda.cudadrv import nvvm
+        from numba.cuda.cudadrv.driver import driver
+
+        parts.append(f"nvvm {nvvm.NVVM().get_version()}")
+        parts.append(f"driver {driver.get_version()}")
+    return parts
+
+
+def _package_version(package: str) -> str:
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return f"{package} missing"
+
+
+@functools.cache
+def dispatcher_class() -> type:
+    """The class of numba's ``cuda.jit`` kernels (its simulator's, under the simulator)."""
+    if SIMULATOR:
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+        return FakeCUDAKernel
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    return CUDADispatcher
+
+
+#: The format of a serialised kernel (:func:`dumps_kernel`); part of the kernel store's keys.
+PAYLOAD_VERSION = 1
+
+
+def full_cc(cc: tuple[int, int]) -> tuple[int, int, str]:
+    """numba's form of a compute capability: (major, minor, 'a') from 9.0 on."""
+    return (cc[0], cc[1], "a" if cc >= (9, 0) else "")
+
+
+def code_library(kernel: Any) -> Any:
+    """A compiled kernel's code library (its LLVM IR, PTX, cubins and linking)."""
+    return kernel._codelibrary
+
+
+def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
+    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed;
+    ``linked``: its code library's cubin, linker log and register cap, where they were linked
+    apart from the library."""
+    library = code_library(kernel)
+    states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
+    library_states = {**library._reduce_states(), "llvm_strs": [], **(linked or {})}
+    payload = {"version": PAYLOAD_VERSION, "kernel": states, "library": library_states}
+    return zlib.compress(pickle.dumps(payload, protocol=5))
+
+
+def load(payload: bytes, cc: tuple[int, int]) -> Any:
+    """The kernel :func:`dumps_kernel` serialised; ValueError when it is not one, or holds no
+    cubin for ``cc``."""
+    from numba.cuda.codegen import CUDACodeLibrary
+    from numba.cuda.dispatcher import _Kernel
+
+    try:
+        states = pickle.loads(zlib.decompress(payload))
+    except Exception as error:  # zlib.error, pickle's many errors, missing classes
+        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
+    if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
+        raise ValueError("not a compiled kernel of this numbatune")
+    library, kernel = states.get("library"), states.get("kernel")
+    if not isinstance(library, dict) or not isinstance(kernel, dict):
+        raise ValueError("not a compiled kernel (no code library and kernel)")
+    cubins = library.get("cubin_cache")
+    if not isinstance(cubins, dict) or full_cc(cc) not in cubins:
+        raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
+    try:
+        rebuilt = CUDACodeLibrary._rebuild(**library)
+        return _Kernel._rebuild(codelibrary=rebuilt, **kernel)
+    except Exception as error:  # this format, but not the parts numba rebuilds a kernel from
+        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
+
+
+def jit(copy: types.FunctionType, original: types.FunctionType, options: dict[str, Any]) -> Any:
+    """``numba.cuda.jit(**options)(copy)`` for a variant's ``copy`` of ``original`` (a kernel,
+    or a device function with ``device=True``).
+
+    Under the simulator, while the copy runs, the module of ``original`` holds the simulator's
+    ``cuda`` too, as it does while ``original`` runs: the simulator puts its ``cuda`` into the
+    globals of the function it runs (the copy's own), and a plain Python helper the kernel
+    calls reads ``cuda`` from its module (``cuda.local.array``, say).
+    """
+    dispatcher = cuda.jit(**options)(copy)
+    if SIMULATOR:
+        dispatcher.__class__ = _simulated_copy_class()
+        dispatcher.original = original
+    return dispatcher
+
+
+class _RunningKernelsCuda:
+    """Under the simulator: stands for the ``cuda`` module of the kernel running now (the
+    simulator makes one per launch, once the launch has begun)."""
+
+    def __getattr__(self, name: str) -> Any:
+        from numba.cuda.simulator.kernel import _get_kernel_context
+
+        return getattr(_get_kernel_context(), name)
+
+
+@functools.cache
+def _simulated_copy_class() -> type:
+    """The class of a variant's kernels and device functions under the simulator: numba's
+    simulated dispatcher, which also gives ``original``'s module the simulator's ``cuda``
+    while it runs (made on first use: its base class exists only under the simulator)."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+    from numba.cuda.simulator.kernelapi import swapped_cuda_module
+
+    class SimulatedCopy(FakeCUDAKernel):
+        original: types.FunctionType
+
+        def __call__(self, *args: Any) -> Any:
+            with swapped_cuda_module(self.original, _RunningKernelsCuda()):
+                return super().__call__(*args)
+
+    return SimulatedCopy
+
+
+def device_options(dispatcher: Any) -> dict[str, Any]:
+    """The options a device function was made with (the simulator keeps two, privately)."""
+    if SIMULATOR:
+        return {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
+    return {k: v for k, v in dispatcher.targetoptions.items() if k != "device"}
+
+
+def declared_overload(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """The compiled overload numba would convert arguments typed ``signature`` to, as it
+    chooses one for a kernel declared with signatures; None where none (or several) would
+    take them."""
+    from numba.core import types as numba_types
+    from numba.core.typing import signature as make_signature
+
+    cases = [make_signature(numba_types.void, *argtypes) for argtypes in dispatcher.overloads]
+    try:
+        chosen = dispatcher.typingctx.resolve_overload(
+            dispatcher.py_func, cases, signature, {}, allow_ambiguous=False
+        )
+    except TypeError:  # ambiguous: numba refuses the call too
+        return None
+    return None if chosen is None else dispatcher.overloads.get(tuple(chosen.args))
+
+
+#: Values of numba.cuda.jit's options that mean "as numba does by default". numba resolves
+#: its defaults when a kernel is decorated (a GPU process sees lto=True, opt=True, ...) and its
+#: simulator keeps only two options: a kernel's options are what differs from these, the same
+#: in both, so that its checksum and compiled-kernel keys are too.
+_DEFAULT_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "debug": (False, None),
+    "fastmath": (False,),
+    "opt": (True, None),
+    "lineinfo": (False,),
+    "launch_bounds": (None,),
+    "lto": (True, None),
+    "forceinline": (False,),
+    "inline": ("never",),
+    "shared_memory_carveout": (None,),
+    "extensions": ([], (), None),
+    "link": ((), [], None),
+    "max_registers": (None,),
+}
+
+
+def is_default(name: str, value: Any) -> bool:
+    return value in _DEFAULT_OPTIONS.get(name, ())
