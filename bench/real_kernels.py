@@ -343,7 +343,7 @@ def _no_device() -> Iterator[None]:
     from numba import cuda
     from numba.cuda import dispatcher
 
-    from numbatune.compile import build
+    from numbatune.compilers import numba_build as build
 
     device = SimpleNamespace(compute_capability=CHECK_CC, MULTIPROCESSOR_COUNT=132)
 
@@ -376,7 +376,7 @@ def compile_check(name: str) -> dict[str, str]:
     import numba
     import numpy as np
 
-    from numbatune.compile import build
+    from numbatune.compilers import numba_build as build
 
     with _no_device():
         module = _module(name)
