@@ -14,7 +14,8 @@ from numbatune._version import __version__  # noqa: E402
 from numbatune.background import wait_for_background_tuning  # noqa: E402
 from numbatune.cache.files import cache_import  # noqa: E402
 from numbatune.config import OnMiss, configure, settings  # noqa: E402
-from numbatune.dispatch import TunedKernel, autotune  # noqa: E402
+from numbatune.decorator import autotune  # noqa: E402
+from numbatune.dispatch import TunedKernel  # noqa: E402
 from numbatune.errors import (  # noqa: E402
     BackendError,
     CacheFileError,

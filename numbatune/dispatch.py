@@ -1,4 +1,4 @@
-"""The ``@autotune`` decorator and the tuned kernel it returns: the thin call path.
+"""The tuned kernel `autotune` returns (:mod:`numbatune.decorator`): the thin call path.
 
 A call enters through its binder (:mod:`numbatune.binder`): the fast path of its argument
 classes, which computes the key, finds the winner in the winner table and launches it: that is
@@ -14,168 +14,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from numbatune import background, identity, keys
-from numbatune._backend import require_a_backend
-from numbatune.arrays import SIMULATOR, Arguments
+from numbatune import background, identity
+from numbatune.arrays import Arguments
 from numbatune.binder import Binder
 from numbatune.cache.tunecache import Winner
 from numbatune.call_arguments import ArgumentCheck
 from numbatune.compile.compiler import Tally
-from numbatune.config import OnMiss, settings
-from numbatune.launch import fastpath
-from numbatune.launch.config import LaunchConfig, is_empty, launch_config
-from numbatune.launch.numbalaunch import numba_launch
-from numbatune.resolver import SERVED, Miss, Resolver
+from numbatune.config import settings
+from numbatune.launch.config import is_empty, launch_config
+from numbatune.resolver import SERVED, Resolver
 from numbatune.shared import DeviceState, shared_state
-from numbatune.spec import OPTIONS, KernelSpec
-from numbatune.strategies import Budget
-from numbatune.streams.handles import numba_stream, raw_stream
-from numbatune.streams.monitor import monitor
+from numbatune.spec import KernelSpec
 from numbatune.trials import trying
-from numbatune.tuning import checks, levels
 from numbatune.tuning.results import TuneReport
 from numbatune.variants import Variant
-
-
-def autotune(
-    kernel: Any = None,
-    *,
-    variants: Iterable[Variant | Mapping[str, Any]],
-    launch: Callable[..., LaunchConfig],
-    key: str | Sequence[str] | Callable[..., Hashable] | None = None,
-    name: str | None = None,
-    level: str | None = None,
-    prune: levels.Prune | None = None,
-    check: bool | checks.Check | None = None,
-    read_only: Sequence[str] = (),
-    search: str | None = None,
-    budget: Budget | int | str | None = None,
-    valid: Callable[..., bool] | None = None,
-    on_miss: OnMiss | str | None = None,
-) -> Any:
-    """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
-
-    Each variant is compiled as a kernel of its own in which the global names it sets are
-    constants. The first call for a key measures the variants on copies of the arguments and
-    launches the fastest; later calls with the same key launch it directly.
-
-    Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
-    like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
-
-    Parameters
-    ----------
-    kernel
-        A ``numba.cuda.jit`` kernel or a plain Python kernel function. Leave it out to use
-        ``autotune(...)`` as a decorator.
-    variants
-        The points of the tuning space: dicts of the global names the kernel reads and their
-        values, or `Variant` objects, which also carry ``numba.cuda.jit`` options and a
-        priority. `product` builds them from lists of values. At least one.
-    launch
-        Called as ``launch(*args, **params)`` with the call's arguments and the parameters of a
-        variant that it names (all of them if it takes ``**kwargs``); returns ``(grid, block)``
-        or ``(grid, block, dynamic_shared_memory_bytes)``.
-    key
-        Which calls share a tuning result. None (the default): calls whose array arguments
-        have the same shapes rounded up to powers of two (`anchor`), dtypes and layouts, and
-        whose boolean arguments (mode flags, which select code paths) have the same values. A
-        name or a list of names: for each named array its anchored shape, dtype and layout, for
-        each named scalar its value. A function: called with the kernel's arguments, its (hashable)
-        result. The dtype, layout and number of dimensions of every array argument are always
-        part of the key.
-    name
-        The tuned kernel's name in messages and logs; by default the kernel function's name.
-    level
-        How many priority groups of the variants a key's tuning tries: ``"minimal"`` the
-        variants of the highest `Variant` priority only, ``"balanced"`` two groups,
-        ``"extensive"`` three, ``"full"`` all; the next group is tried only when all of them
-        fail. None: the ``level`` setting (``NUMBATUNE_LEVEL``, default ``"full"``).
-    prune
-        ``prune(key, variants)`` returns the variants worth trying for a key, before any is
-        compiled.
-    check
-        True, or a `Check` (tolerances, a reference), compares every variant's outputs with a
-        reference while a key is tuned: a variant that disagrees cannot win, and the report
-        says where it differed. None: the ``check`` setting (``NUMBATUNE_CHECK``, default off).
-    read_only
-        Names of arguments the kernel only reads (through device functions, say). Every run
-        while tuning starts from the arguments as the caller passed them: arrays a run may
-        change are copied back before each run, outside the timed region. Arrays the kernel's
-        own code only reads or only writes are found from its source and not copied either.
-    search
-        How a key's tuning chooses the variants it measures: ``"auto"`` (every variant of
-        spaces of up to 100, a pattern search of larger ones), ``"exhaustive"`` (every
-        variant), ``"pattern"`` (a local search over the parameter grid from the kernel as
-        written and the winners of nearby keys), ``"model"`` (a random forest fitted to the
-        times so far picks the next variants; needs ``numbatune[model]``) or ``"random"``.
-        None: the ``search`` setting (``NUMBATUNE_SEARCH``, default ``"auto"``).
-    budget
-        When a search stops: a `Budget`, a number of variants, or its text (``"200"``,
-        ``"60s"``, ``"200,60s"``, ``"unlimited"``). An exhaustive tuning ignores it. None: the
-        ``search_budget`` setting (default 100 variants).
-    valid
-        Called like ``launch``, as ``valid(*args, **params)``: whether a variant may run on
-        these arguments (a tile that must divide the size, say). A key's tuning tries only the
-        variants valid for the arguments it is tuned with; a call for which the key's winner is
-        not valid launches the fastest variant measured for that key that is, and raises
-        ``ValueError`` when none is. None: every variant may run on any arguments.
-    on_miss
-        What a call does with a key that has no stored result: ``"tune"`` it now;
-        ``"nearest"``: launch the winner of the kernel's nearest tuned key (else the kernel as
-        written), unmeasured, and record the key for ``numbatune sweep``; ``"background"``: as
-        ``"nearest"``, and tune the key in a background thread, whose winner then replaces it.
-        ``tune(...)`` always tunes. None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``,
-        default ``"tune"``).
-
-    Returns
-    -------
-    TunedKernel
-        The tuned kernel; or, with ``kernel`` left out, a decorator that makes one.
-
-    Raises
-    ------
-    TypeError
-        An option of the wrong kind: a kernel that is neither a function nor a numba kernel, a
-        launch or prune that is not callable, variants that are not dicts or `Variant`
-        objects, a budget of another type. The message names the kernel and the option.
-    ValueError
-        An option with a wrong value: no variants, or one listed twice; a variant parameter
-        that neither the kernel, its device functions nor the launch function reads, or that
-        the kernel assigns or takes as an argument; an unknown level or search; ``read_only``
-        names that are not arguments; a budget that cannot be read; a parameter of the launch
-        function that neither the kernel's arguments nor any variant give a value, with no
-        default; an unknown ``on_miss``. At a call: no variant valid for the arguments
-        (``valid``).
-    ImportError
-        ``search="model"`` without scikit-learn installed.
-
-    Examples
-    --------
-    ```python
-    BLOCK = 128
-
-    @nt.autotune(
-        variants=nt.product(BLOCK=[64, 128, 256]),
-        launch=lambda x, out, *, BLOCK: (nt.cdiv(out.shape[0], BLOCK), BLOCK),
-    )
-    @cuda.jit
-    def double(x, out):
-        i = cuda.blockIdx.x * BLOCK + cuda.threadIdx.x
-        if i < out.shape[0]:
-            out[i] = 2 * x[i]
-    ```
-    """
-
-    given = {option: value for option, value in locals().items() if option in OPTIONS}
-    require_a_backend()
-
-    def make(kernel: Any) -> TunedKernel:
-        return TunedKernel(KernelSpec(**{**given, "kernel": kernel}))
-
-    return make if kernel is None else make(kernel)
+from numbatune.winners import WinnerLauncher
 
 
 class TunedKernel:
@@ -203,7 +59,6 @@ class TunedKernel:
         self.name = spec.kernel_name
         self._template = spec.template
         self._parameters = spec.parameters
-        self._key = spec.key_function
         self._arguments = ArgumentCheck(
             self.name, self._template.function, self._parameters, spec.read_only
         )
@@ -220,22 +75,9 @@ class TunedKernel:
         self._resolver = Resolver(spec, self.function_id, self._compiler, compile_and_try,
                                   self._tally)  # fmt: skip
         self._binder = Binder(len(self._parameters), self._dispatch)
-        self._hooks = self._fast_path_hooks()
+        self._winners = WinnerLauncher(spec, self._shared, self._tally, self._binder,
+                                       self._dispatch)  # fmt: skip
         self._shared.prepare_workers(settings.cache_dir)
-
-    def _fast_path_hooks(self) -> fastpath.Hooks:
-        """What this kernel's fast paths call back into it."""
-        spec = self._spec
-        return fastpath.Hooks(
-            self.name,
-            spec.launch,
-            None if self._key is keys.default_key else self._key,
-            self._dispatch,
-            self._binder.by_classes,
-            self._numba_launch,
-            spec.valid,
-            spec.valid_params,
-        )
 
     # -- the hot path -----------------------------------------------------------------------
 
@@ -277,56 +119,14 @@ class TunedKernel:
         """The general path: for calls that no fast path takes."""
         arguments = self._arguments.read(args)
         state = self._device_state()
-        key = self._key(args)
-        winner = state.known(key, self.name)
         spec = self._spec
+        key = spec.key_of(arguments)
+        winner = state.known(key, self.name)
         if winner is None:
             if is_empty(spec.launch_config(args, spec.reference_variant)):
                 return  # nothing to do, and nothing to tune (empty inputs, say)
             winner, _ = self._answer(state, key, arguments, stream, force=False, serve=True)
-        if spec.valid is not None and not spec.is_valid(winner.variant, args):
-            winner = spec.valid_winner(winner, args)
-        self._launch_winner(state, winner, args, stream)
-
-    def _launch_winner(
-        self, state: DeviceState, winner: Winner, args: tuple[Any, ...], stream: Any
-    ) -> None:
-        """Launch ``winner`` through the fast path for the signature of ``args`` (made if
-        needed), or through numba where no fast path serves them."""
-        config = launch_config(self._spec.launch, args, winner.params, self.name)
-        if is_empty(config):
-            return
-        kernel = self._compiled(winner.variant, args)
-        if settings.fast_launch and not SIMULATOR:
-            path = self._fast_path(state, kernel, args)
-            if (
-                path is not None
-                and path.learn(winner.index, kernel, args)
-                and path.launch_winner(args, winner, stream)
-            ):
-                return
-        numba_launch(kernel, self.name)(args, config, stream)
-
-    def _fast_path(
-        self, state: DeviceState, kernel: Any, args: tuple[Any, ...]
-    ) -> fastpath.FastPath | None:
-        """The fast path for the signature of ``args`` on this device, made on first use."""
-        classes = tuple(map(type, args))
-        signature = (*classes, *self._template.compiler.argument_types(kernel, args))
-        with self._shared.lock:
-            if signature not in state.signatures:
-                older = state.paths.get(classes, self._dispatch)
-                path = fastpath.build(kernel, args, state.cache.winners, self._hooks, older)
-                state.signatures[signature] = path
-                if path is not None:
-                    state.paths[classes] = path.call
-                    self._binder.point(state.paths)
-            return state.signatures[signature]
-
-    def _numba_launch(
-        self, args: tuple[Any, ...], winner: Winner, config: LaunchConfig, stream: Any
-    ) -> None:
-        numba_launch(self._compiled(winner.variant, args), self.name)(args, config, stream)
+        self._winners.launch(state, spec.runnable_winner(winner, args), args, stream)
 
     def _device_state(self) -> DeviceState:
         """This kernel's state on the current device and cache directory; the binder is
@@ -348,22 +148,12 @@ class TunedKernel:
         for a call, ``serve``, as the ``on_miss`` option or setting says), and the report
         behind it, for the call's ``arguments`` (read and checked by the caller). A key served
         under ``on_miss="background"`` is tuned on a thread."""
-        keys.check_hashable(key, self.name)
-        args = arguments.values
-        stream = numba_stream(stream, args)
-        # The clones tuning reads are copied on this stream: after the arrays' last tuned uses.
-        handle = raw_stream(stream)
-        if handle != monitor.stream:
-            monitor.watch(handle, arguments.arrays, None, stream)
-        miss = Miss(key, args, stream, self._arguments.unrestored(arguments), force, serve)
+        unrestored = self._arguments.unrestored(arguments)
+        miss = self._resolver.miss(key, arguments, stream, unrestored, force, serve)
         resolved = self._resolver.resolve(state.cache, miss)
         if resolved.tune_later:
-            background.start(self, arguments.clone(stream), self.name)
+            background.start(self, arguments.clone(miss.stream), self.name)
         return resolved.winner, resolved.report
-
-    def _compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
-        """The variant's dispatcher, compiled (or loaded) for the types of ``args``."""
-        return self._compiler.compiled(variant, args, self._tally)
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -492,9 +282,8 @@ class TunedKernel:
         if not self.is_valid(variant, *args):
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
         if not is_empty(self._spec.launch_config(args, variant)):
-            self._kernel_variants.launcher(variant, self._compiled(variant, args), args)(
-                args, stream
-            )
+            kernel = self._winners.compiled(variant, args)
+            self._kernel_variants.launcher(variant, kernel, args)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed, without launching on them.
@@ -524,13 +313,13 @@ class TunedKernel:
             The arguments are not what the kernel takes, as for a call.
         """
         arguments = self._arguments.read(args)
-        state, key = self._device_state(), self._key(args)
+        spec = self._spec
+        state, key = self._device_state(), spec.key_of(arguments)
         known = state.known(key, self.name)
         served = known is not None and known.report.source in SERVED
-        winner, report = self._answer(state, key, arguments, stream, force=force or served)
-        spec = self._spec
-        if spec.valid is not None and not spec.is_valid(winner.variant, args):
-            winner = spec.valid_winner(winner, args)
+        found, report = self._answer(state, key, arguments, stream, force=force or served)
+        winner = spec.runnable_winner(found, args)
+        if winner is not found:
             report = dataclasses.replace(report, best_index=winner.index)
         launch_config(spec.launch, args, winner.params, self.name)
         return report

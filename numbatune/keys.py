@@ -10,12 +10,13 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from numbatune import arrays
+from numbatune.arraykinds import Read
 from numbatune.errors import TuningKeyError
 from numbatune.values import is_integer, next_power_of_two
 
@@ -129,9 +130,19 @@ def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
 def default_key(args: tuple[Any, ...]) -> Hashable:
     """The key of ``key=None``: each array argument's anchored shape, dtype name and layout,
     and each boolean argument's value (a mode flag: it selects a code path), in order."""
+    return _default_key(args, map(arrays.read, args))
+
+
+def default_key_of(arguments: arrays.Arguments) -> Hashable:
+    """:func:`default_key` of a call's arguments as read once (their views)."""
+    reads = (None if v is None else (v.shape, v.dtype, v.layout) for v in arguments.views)
+    return _default_key(arguments.values, reads)
+
+
+def _default_key(args: tuple[Any, ...], reads: Iterable[Read | None]) -> Hashable:
+    """:func:`default_key`, each argument's read (None: not an array) given."""
     key: list[Any] = []
-    for value in args:
-        found = arrays.read(value)
+    for value, found in zip(args, reads, strict=True):
         if found is not None:
             key.append(default_key_part(found))
         elif isinstance(value, bool | np.bool_):

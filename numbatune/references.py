@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba.core import types as numba_types
+from numba import types as numba_types
 
 from numbatune.values import stable_text
 

@@ -30,7 +30,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from numbatune import record
+from numbatune import keys, record
+from numbatune.arrays import Arguments
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import Claim, TuneCache, Winner
 from numbatune.compile.compiler import Compiler, Tally
@@ -39,6 +40,8 @@ from numbatune.errors import TuningError
 from numbatune.forking import ForkSafeLock
 from numbatune.spec import KernelSpec
 from numbatune.strategies import Search, Strategy
+from numbatune.streams.handles import numba_stream, raw_stream
+from numbatune.streams.monitor import monitor
 from numbatune.trials import trying
 from numbatune.tuning import checks, levels, tuner
 from numbatune.tuning.job import Compile, Journal, NoJournal, TuneJob
@@ -62,8 +65,9 @@ class Miss:
     """One request for a key's winner."""
 
     key: Hashable
-    #: The caller's arguments (tuning runs on clones) and numba's stream for tuning.
-    args: tuple[Any, ...]
+    #: The caller's arguments, read once (tuning runs on clones), and numba's stream for
+    #: tuning.
+    arguments: Arguments
     stream: Any
     #: The arguments tuning need not copy back before each run.
     unrestored: frozenset[str] = frozenset()
@@ -71,6 +75,11 @@ class Miss:
     force: bool = False
     #: A call, not ``tune``: the miss policy (``on_miss``) applies.
     serve: bool = False
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The caller's arguments."""
+        return self.arguments.values
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,25 @@ class Resolver:
         self.benchmarks = 0
         self._lock = ForkSafeLock()
         self._warned_slow_launch = False
+
+    def miss(
+        self,
+        key: Hashable,
+        arguments: Arguments,
+        stream: Any,
+        unrestored: frozenset[str],
+        force: bool,
+        serve: bool,
+    ) -> Miss:
+        """A request for ``key``'s winner, for a call's ``arguments`` (read and checked), on
+        numba's stream for ``stream`` (the stream monitor told: tuning's clones of the arrays
+        are copied on it, after their last tuned uses); a clear error for unhashable keys."""
+        keys.check_hashable(key, self._spec.kernel_name)
+        stream = numba_stream(stream, arguments.values)
+        handle = raw_stream(stream)
+        if handle != monitor.stream:
+            monitor.watch(handle, arguments.arrays, None, stream)
+        return Miss(key, arguments, stream, unrestored, force, serve)
 
     def resolve(self, cache: TuneCache, miss: Miss) -> Resolved:
         """The winner for ``miss``'s key, from ``cache`` (the current device's) or found."""
@@ -216,15 +244,15 @@ class Resolver:
         spec, miss = self._spec, walk.miss
         starts = self._starts(cache, miss.key, plan) if walk.searched else ()
         return TuneJob(
-            spec.kernel_name, miss.key, spec.variants, miss.args, spec.parameters, miss.stream,
+            spec.kernel_name, miss.key, spec.variants, miss.arguments, spec.parameters, miss.stream,
             plan, self._compile_variants, walk.check, spec.reference_variant, miss.unrestored,
             search, starts, journal, spec.template.build_key, walk.settings,
         )  # fmt: skip
 
     def _tuned(self, job: TuneJob) -> TuneReport:
         """Tune ``job``'s key now; the report, with this kernel's compiles and trial time."""
-        self._compiler.warm_up(job.plan.first)
-        trying.start_worker(job.settings.isolate)
+        self._compiler.warm_up(job.plan.first, job.settings.compile_workers)
+        trying.start_worker(job.settings)
         compiles, trial_s = self._tally.compiles, self._tally.trial_s
         report = tuner.tune(job)
         self._time_launch_function(job.args, report.winner)

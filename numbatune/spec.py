@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from numbatune import keys
+from numbatune.arrays import Arguments
 from numbatune.cache.tunecache import Winner
 from numbatune.config import OnMiss
 from numbatune.errors import LaunchFunctionError
@@ -120,6 +121,19 @@ class KernelSpec:
         """The variant check mode compares the others with: `written_variant`, else the
         first."""
         return self.written_variant or self.variants[0]
+
+    def key_of(self, arguments: Arguments) -> Hashable:
+        """The key of a call's arguments, as read once (the default key from their views)."""
+        if self.key_function is keys.default_key:
+            return keys.default_key_of(arguments)
+        return self.key_function(arguments.values)
+
+    def runnable_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
+        """``winner``, or where ``valid`` says it may not run on ``args``, the fastest
+        measured variant that may (:meth:`valid_winner`)."""
+        if self.valid is None or self.is_valid(winner.variant, args):
+            return winner
+        return self.valid_winner(winner, args)
 
     def launch_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
         """The launch configuration the launch function gives ``variant`` for ``args``."""

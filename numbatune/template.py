@@ -14,7 +14,6 @@ import hashlib
 import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence, Set
-from importlib import metadata
 from typing import Any
 
 from numbatune import references, unroll
@@ -25,43 +24,11 @@ from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
 from numbatune.variants import JIT_OPTIONS, LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
 
-#: numba settings that change the code it generates (numba.cuda.core.config names).
-CODEGEN_SETTINGS = (
-    "OPT",
-    "BOUNDSCHECK",
-    "DEBUGINFO_DEFAULT",
-    "CUDA_DEBUGINFO_DEFAULT",
-    "FORCE_CUDA_CC",
-    "CUDA_DEFAULT_PTX_CC",
-    "LOOP_VECTORIZE",
-    "SLP_VECTORIZE",
-    "ENABLE_CUDASIM",
-)
-
 
 def environment_description(compiler: KernelCompiler) -> list[str]:
-    """The versions and settings that change generated code: numbatune, numba, the kernel's
-    compiler (its name and version), cuda-bindings, the NVVM and driver versions on a GPU, and
-    numba's code-generation settings."""
-    from numba.cuda.core import config
-
-    parts = [f"numbatune {__version__}", _package_version("numba"), compiler.identity()]
-    parts.append(_package_version("cuda-bindings"))
-    parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
-    if not SIMULATOR:
-        from numba.cuda.cudadrv import nvvm
-        from numba.cuda.cudadrv.driver import driver
-
-        parts.append(f"nvvm {nvvm.NVVM().get_version()}")
-        parts.append(f"driver {driver.get_version()}")
-    return parts
-
-
-def _package_version(package: str) -> str:
-    try:
-        return f"{package} {metadata.version(package)}"
-    except metadata.PackageNotFoundError:
-        return f"{package} missing"
+    """The versions and settings that change generated code: numbatune's version and the
+    kernel compiler's (:meth:`~numbatune.compilers.base.KernelCompiler.environment`)."""
+    return [f"numbatune {__version__}", *compiler.environment()]
 
 
 class KernelTemplate:

@@ -1,5 +1,7 @@
 """Array kinds: a library's arrays are taken by adding one entry to the registry."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -88,3 +90,20 @@ def test_a_kind_needs_a_new_identifier_as_its_name(boxed_kind):
         arraykinds.register(BOXED)
     with pytest.raises(ValueError, match="new identifier"):
         arraykinds.register(ArrayKind("two words", *[lambda value: None] * 5))
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="Boxed runs in the simulator's Python kernels")
+def test_a_tuning_reads_each_array_argument_once(monkeypatch):
+    """The call's arguments are read once: for the checks, the default key, the tuning's
+    clones and the copies every run starts from."""
+    reads = []
+    counted = dataclasses.replace(
+        BOXED, read=lambda boxed: reads.append(boxed) or BOXED.read(boxed)
+    )
+    monkeypatch.setattr(arraykinds, "KINDS", list(arraykinds.KINDS))
+    monkeypatch.setattr(arraykinds, "_kinds", {})
+    arraykinds.register(counted)
+    x, out = _boxed(np.arange(12)), _boxed(np.zeros(12))
+    report = _accumulating().tune(x, out)
+    assert report.source is nt.Source.BENCHMARK
+    assert len(reads) == 2 and {id(r) for r in reads} == {id(x), id(out)}

@@ -1,9 +1,11 @@
-"""The package's shape: layers that import only downwards, no import cycles, short functions.
+"""The package's shape: layers that import only downwards, no import cycles, short functions,
+numba-cuda's internals read only behind the compiler seam.
 
 docs/architecture.md shows the same layers; these tests keep the two true together.
 """
 
 import ast
+import importlib.util
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "numbatune"
@@ -39,8 +41,9 @@ LAYERS = [
     ["compile"],
     ["launch"],
     ["trials"],
-    ["binder", "spec", "call_arguments", "shared", "resolver"],
+    ["binder", "spec", "call_arguments", "shared", "resolver", "winners"],
     ["dispatch"],
+    ["decorator"],
     [
         "testing",
         "demo",
@@ -53,6 +56,25 @@ LAYERS = [
         "__main__",
     ],
 ]
+
+
+#: The numba modules that modules outside ``numbatune/compilers/`` may import: numba's public
+#: API (``numba.cuda``, ``numba.typeof``, ``numba.types``), its settings, its CUDA driver's
+#: errors and calls, and its device arrays and the simulator's (an array kind). The rest of
+#: numba-cuda (dispatchers, code libraries, typing, its compiler, its cloudpickle, its version
+#: module) is read behind the compiler seam (numbatune.compilers).
+PUBLIC_NUMBA = {
+    "numba",
+    "numba.cuda",
+    "numba.types",
+    "numba.cuda.core.config",
+    "numba.cuda.cudadrv.driver",
+    "numba.cuda.cudadrv.devicearray",
+    "numba.cuda.simulator.cudadrv.devicearray",
+}
+
+#: Private attributes of numba-cuda's kernels that only the compiler seam may read or set.
+NUMBA_PRIVATE = {"_codelibrary", "_specialized", "_can_compile", "_reduce_states", "_rebuild"}
 
 
 def _modules() -> dict[str, Path]:
@@ -130,3 +152,37 @@ def test_functions_fit_on_a_screen_unless_their_docstring_says_why():
                 if lines > 60 and "one piece" not in (ast.get_docstring(node) or ""):
                     long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} {lines}")
     assert long == []
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _numba_modules(tree: ast.AST) -> set[str]:
+    """The numba and numba-cuda modules a file imports (``from m import s`` imports ``m.s``
+    where that is a module: ``from numba.cuda import cloudpickle``; else ``m``)."""
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            submodules = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [name for name in submodules if _is_module(name)] or [node.module]
+        found |= {name for name in names if name.partition(".")[0] in ("numba", "numba_cuda")}
+    return found
+
+
+def test_only_the_compilers_read_numba_cudas_internals():
+    internal = []
+    for module, path in _modules().items():
+        if module.startswith("compilers."):
+            continue
+        tree = ast.parse(path.read_text())
+        internal += [f"{module} imports {name}" for name in _numba_modules(tree) - PUBLIC_NUMBA]
+        attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        internal += [f"{module} reads .{name}" for name in sorted(attributes & NUMBA_PRIVATE)]
+    assert internal == []

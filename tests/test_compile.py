@@ -43,7 +43,7 @@ import tunedscale
 from numbatune.compile.compiler import compile_pool
 from numbatune.compilers import NUMBA_CUDA
 
-prepared = compile_pool(NUMBA_CUDA)._server is not None  # the fork server, started already
+prepared = compile_pool(NUMBA_CUDA, numbatune.settings.compile_workers)._server is not None
 
 if sys.argv[1] == "precompile":
     from numbatune.precompile import precompile
@@ -100,7 +100,8 @@ def test_variants_compiled_in_workers_compute_what_numba_compiles():
     a = cuda.to_device(np.linspace(0, 1, 1000).astype(np.float32))
     out, expected = cuda.device_array(1000, np.float32), cuda.device_array(1000, np.float32)
     report = tuned.tune(a, out)
-    assert compile_pool(NUMBA_CUDA) is not None  # four kernels to compile: in worker processes
+    # four kernels to compile: in worker processes
+    assert compile_pool(NUMBA_CUDA, nt.settings.compile_workers) is not None
     assert report.compiles == 4 and report.compile_s > 0 and report.benchmark_s > 0
     try:
         for variant in tuned.variants:
@@ -111,6 +112,28 @@ def test_variants_compiled_in_workers_compute_what_numba_compiles():
             np.testing.assert_array_equal(out.copy_to_host(), expected.copy_to_host())
     finally:
         kernels.REPS = 1
+
+
+def test_a_tuning_compiles_with_the_settings_it_began_with(monkeypatch):
+    """``compile_timeout_s`` changed once a tuning has begun (here by its prune function, which
+    runs as it plans) applies to the next tuning: this one's builds in workers keep theirs."""
+    monkeypatch.setattr(nt.settings, "cache_dir", None)  # (compiled, not loaded)
+    monkeypatch.setattr(nt.settings, "compile_workers", max(2, nt.settings.compile_workers))
+    monkeypatch.setattr(nt.settings, "compile_timeout_s", 300.0)
+
+    def prune(key, variants):
+        nt.configure(compile_timeout_s=0.001)
+        return variants
+
+    tuned = nt.autotune(
+        variants=nt.product(REPS=[5, 6, 7]),
+        launch=lambda a, out: (nt.cdiv(a.shape[0], 128), 128),
+        prune=prune,
+    )(kernels.repeated_sine)
+    a = cuda.to_device(np.linspace(0, 1, 1000).astype(np.float32))
+    report = tuned.tune(a, cuda.device_array(1000, np.float32))
+    assert report.compiles == 3 and all(r.error is None for r in report.results)
+    assert nt.settings.compile_timeout_s == 0.001  # (a build in a worker takes longer)
 
 
 def test_a_fresh_process_with_the_key_stored_compiles_nothing(tmp_path):

@@ -208,13 +208,13 @@ def test_a_compiled_kernel_is_tried_while_the_others_still_compile(isolated, mon
         tried.set()
         return run(self, kernels)
 
-    def compile_all_waiting_after_the_first(self, variants, args, done, tally, ready):
+    def compile_all_waiting_after_the_first(self, variants, args, done, tally, ready, taken):
         def ready_then_wait(members, made):
             ready(members, made)
             if not waited:  # the next kernel "compiles" until the first one's trial starts
                 waited.append(tried.wait(30))
 
-        return compile_all(self, variants, args, done, tally, ready_then_wait)
+        return compile_all(self, variants, args, done, tally, ready_then_wait, taken)
 
     monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)  # tried even if run before
     monkeypatch.setattr(trials.Session, "run", noted_run)
@@ -233,12 +233,13 @@ def test_a_kernel_compiled_here_for_several_signatures_is_given_to_its_trial_onc
     tuned = _fragile([0])
     members = tuned.variants
     first, second = ("float32[:]", "float32[:]"), ("float64[:]", "float64[:]")
-    monkeypatch.setattr(compiler, "compile_pool", lambda kernels: None)  # compiled in this process
+    monkeypatch.setattr(compiler, "compile_pool", lambda kernels, size: None)  # compiled here
     monkeypatch.setattr(Compiler, "compiled", lambda self, variant, args, tally: "kernel")
     ready = []
     settled = _Settled({}, lambda count: None, lambda *given: ready.append(given), first)
     # The kernel misses two declared signatures: one compile here makes both.
-    tuned._compiler._compile_waiting([(members, first), (members, second)], (), settled, Tally())
+    waiting = [(members, first), (members, second)]
+    tuned._compiler._compile_waiting(waiting, (), settled, Tally(), nt.settings.snapshot())
     assert ready == [(members, True)] and settled.results == dict.fromkeys(members, "kernel")
 
 
@@ -248,12 +249,12 @@ def test_a_tuning_interrupted_while_compiling_leaves_the_trial_worker_to_the_nex
     monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
     compile_all = Compiler.compile_all
 
-    def interrupted_after_the_first(self, variants, args, done, tally, ready):
+    def interrupted_after_the_first(self, variants, args, done, tally, ready, taken):
         def ready_then_stop(members, made):
             ready(members, made)
             raise KeyboardInterrupt
 
-        return compile_all(self, variants, args, done, tally, ready_then_stop)
+        return compile_all(self, variants, args, done, tally, ready_then_stop, taken)
 
     with monkeypatch.context() as patch:
         patch.setattr(Compiler, "compile_all", interrupted_after_the_first)
@@ -316,3 +317,30 @@ def test_on_a_gpu_a_crashing_or_hanging_variant_leaves_this_process_healthy(isol
     tuned(a, out)
     assert out.copy_to_host().tolist() == [2.0 * i for i in range(16)]
     assert cuda.to_device(np.ones(4)).copy_to_host().sum() == 4  # the context still works
+
+
+def test_a_tuning_keeps_the_trial_settings_it_began_with(isolated, monkeypatch):
+    """``isolate`` and ``trial_timeout_s`` changed while a key is tuned (here by its launch
+    function, which runs as the variants compile and are tried) apply to the next tuning."""
+    tried, changing = [], []
+    run = trials.Session.run
+
+    def counted_run(self, kernels):
+        tried.extend(kernels)
+        return run(self, kernels)
+
+    def launch(a, out):
+        if changing:  # trials of variants that ran before would be skipped, or time out
+            nt.configure(isolate="new", trial_timeout_s=0.001)
+        return nt.cdiv(a.shape[0], 8), 8
+
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)  # tried even if run before
+    monkeypatch.setattr(trials.Session, "run", counted_run)
+    tuned = nt.autotune(variants=nt.product(MODE=[0, 4]), launch=launch)(fragile)
+    a, out = _arguments()
+    tuned.tune(a, out)  # both variants run: they have run, for isolate="new"
+    tried.clear()
+    changing.append(True)
+    report = tuned.tune(a, out, force=True)
+    assert len(tried) == 2 and all(r.error is None for r in report.results)
+    assert (nt.settings.isolate, nt.settings.trial_timeout_s) == (Isolate.NEW, 0.001)

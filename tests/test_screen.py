@@ -110,7 +110,7 @@ def test_a_tuning_interrupted_while_compiling_stops_screening_after_the_batch_un
             time.sleep(0.001)
         return measure(*args, **options)
 
-    def interrupted(variants, args, done, tally, ready):
+    def interrupted(variants, args, done, tally, ready, taken):
         first, *rest = variants
         ready([first], True)
         assert timing.wait(30)  # the first is being timed: the others wait in the queue

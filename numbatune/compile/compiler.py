@@ -3,7 +3,8 @@
 Variants whose kernel code is the same (they differ only in what the launch function reads)
 share one numba dispatcher and one compile. Before compiling, the kernel store on disk is
 consulted (:mod:`numbatune.compile.store`). What is left is compiled in worker processes
-(:mod:`numbatune.processes`, as many as the ``compile_workers`` setting allows, the largest
+(:mod:`numbatune.processes`, as many as the tuning's ``compile_workers`` setting allows, the
+largest
 kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one kernel to
 compile, else in this process; a kernel that cannot be rebuilt in a
 worker (one whose function does not pickle, or whose module a worker cannot import) is compiled
@@ -27,7 +28,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.compile.store import KernelStore
 from numbatune.compilers import KernelCompiler
 from numbatune.compilers.base import Built, LinkFailed
-from numbatune.config import settings
+from numbatune.config import Snapshot, settings
 from numbatune.forking import ForkSafeLock, PerProcess
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
@@ -73,10 +74,9 @@ def worker_pool(size: int, compiler: KernelCompiler) -> processes.WorkerPool:
     return processes.WorkerPool(size, worker_environment(), warm=warm)
 
 
-def compile_pool(compiler: KernelCompiler) -> processes.WorkerPool | None:
-    """This process's pool of compile workers for ``compiler``'s kernels, or None where the
-    setting or platform allow none."""
-    size = settings.compile_workers
+def compile_pool(compiler: KernelCompiler, size: int) -> processes.WorkerPool | None:
+    """This process's pool of ``size`` compile workers for ``compiler``'s kernels, or None
+    where ``size`` (the ``compile_workers`` setting) or the platform allow none."""
     if size < 2 or not processes.available():
         return None
     return _pools.get(lambda: worker_pool(size, compiler), key=(size, compiler.name))
@@ -195,26 +195,29 @@ class Compiler:
         """Start the fork server of the compile workers ``variants`` would need (none for one
         kernel), long before any is asked for: it warms up while the caller makes its
         arguments."""
-        if (found := self._pool_for(variants)) is not None:
+        if (found := self._pool_for(variants, settings.compile_workers)) is not None:
             pool, _ = found
             pool.prepare()
 
-    def warm_up(self, variants: Sequence[Variant]) -> None:
-        """Start the compile workers ``variants`` may need, before compiling them, so that they
-        start while this process does its own part (cloning, planning, reading the store)."""
-        if (found := self._pool_for(variants)) is not None:
+    def warm_up(self, variants: Sequence[Variant], workers: int) -> None:
+        """Start the compile workers (``workers`` of them: the tuning's setting) ``variants``
+        may need, before compiling them, so that they start while this process does its own
+        part (cloning, planning, reading the store)."""
+        if (found := self._pool_for(variants, workers)) is not None:
             pool, kernels = found
             pool.start(kernels)
 
-    def _pool_for(self, variants: Sequence[Variant]) -> tuple[processes.WorkerPool, int] | None:
-        """The compile pool, and how many distinct kernels ``variants`` compile to, where
-        compiling them would use a pool. The kernels are counted over the first 256 variants:
-        they suffice to know whether to start workers (a pool has at most as many as the
-        machine has cores), and a large space's would take long to read."""
+    def _pool_for(
+        self, variants: Sequence[Variant], workers: int
+    ) -> tuple[processes.WorkerPool, int] | None:
+        """The pool of ``workers`` compile workers, and how many distinct kernels ``variants``
+        compile to, where compiling them would use a pool. The kernels are counted over the
+        first 256 variants: they suffice to know whether to start workers (a pool has at most
+        as many as the machine has cores), and a large space's would take long to read."""
         if SIMULATOR:
             return None
         kernels = len({self._template.code_key(variant) for variant in variants[:256]})
-        pool = compile_pool(self._kernels) if kernels > 1 else None
+        pool = compile_pool(self._kernels, workers) if kernels > 1 else None
         return None if pool is None else (pool, kernels)
 
     def dispatcher(self, variant: Variant) -> Any:
@@ -277,13 +280,15 @@ class Compiler:
         args: tuple[Any, ...],
         done: Callable[[int], None],
         tally: Tally,
-        ready: Callable[[list[Variant], bool], None] = lambda members, made: None,
+        ready: Callable[[list[Variant], bool], None],
+        taken: Snapshot,
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
         as variants are settled, and ``ready(members, made)`` as the kernel that ``members``
         share is compiled for the first of the argument types (the one trial runs take), while
         others may still be compiling; ``made``: by this call (else it was compiled or loaded
-        before, or is loaded from the kernel store)."""
+        before, or is loaded from the kernel store). The compile workers and their time limit
+        are the tuning's settings, ``taken``."""
         results: dict[Variant, Any] = {}
         waiting: list[_Waiting] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
@@ -310,7 +315,7 @@ class Compiler:
         if waiting:
             assert signatures is not None
             settled = _Settled(results, done, ready, signatures[0])
-            self._compile_waiting(waiting, args, settled, tally)
+            self._compile_waiting(waiting, args, settled, tally, taken)
         return results
 
     def _missing(
@@ -327,12 +332,18 @@ class Compiler:
         ]
 
     def _compile_waiting(
-        self, waiting: list[_Waiting], args: tuple[Any, ...], settled: _Settled, tally: Tally
+        self,
+        waiting: list[_Waiting],
+        args: tuple[Any, ...],
+        settled: _Settled,
+        tally: Tally,
+        taken: Snapshot,
     ) -> None:
-        pool = compile_pool(self._kernels) if len(waiting) > 1 else None
+        pool = compile_pool(self._kernels, taken.compile_workers) if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
-            here = self._compile_in_workers(pool, self._builds(waiting), settled, tally)
+            builds = self._builds(waiting)
+            here = self._compile_in_workers(pool, builds, settled, tally, taken.compile_timeout_s)
         for members, argtypes in here:  # compiled() makes every signature at once
             if isinstance(settled.results.get(members[0]), Failed):
                 continue
@@ -359,8 +370,10 @@ class Compiler:
         builds: list[list[_Waiting]],
         settled: _Settled,
         tally: Tally,
+        timeout_s: float,
     ) -> list[_Waiting]:
-        """Compile ``builds`` in ``pool``; returns what to compile here instead."""
+        """Compile ``builds`` in ``pool``, each within ``timeout_s``; returns what to compile
+        here instead."""
         from numba import cuda
 
         device = cuda.get_current_device()
@@ -395,7 +408,7 @@ class Compiler:
                     settled.failed(members, Failed(str(outcome)))
 
         tasks = processes.LazyTasks(len(builds), task)
-        pool.run(tasks, settings.compile_timeout_s, finished)
+        pool.run(tasks, timeout_s, finished)
         logger.info(
             "numbatune: %s: %d kernels compiled (%d builds) in %d worker processes in %.2f s "
             "(%.2f s of building in all, the longest %.2f s)",

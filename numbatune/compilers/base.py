@@ -151,6 +151,17 @@ class KernelCompiler(abc.ABC):
         """Its name and version: part of every checksum and compiled-kernel key."""
         return f"{self.name} {self.version}"
 
+    def environment(self) -> list[str]:
+        """The versions and settings of the compiler that change the code it generates: part
+        of every checksum (a change tunes anew).
+
+        Returns
+        -------
+        list of str
+            One text each; by default its :meth:`identity` alone.
+        """
+        return [self.identity()]
+
     @abc.abstractmethod
     def claims(self, kernel: Any) -> bool:
         """Whether ``kernel`` (a user's kernel, or a kernel object this compiler made) is

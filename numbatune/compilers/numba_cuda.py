@@ -40,6 +40,11 @@ class NumbaCuda(KernelCompiler):
         """numba-cuda's version."""
         return numba_kernels.version()
 
+    def environment(self) -> list[str]:
+        """numba, numba-cuda, cuda-bindings, numba's code-generation settings, NVVM and the
+        driver (:func:`numbatune.compilers.numba_kernels.environment`)."""
+        return numba_kernels.environment()
+
     def claims(self, kernel: Any) -> bool:
         """Plain Python functions and ``numba.cuda.jit`` dispatchers."""
         return isinstance(kernel, types.FunctionType | numba_kernels.dispatcher_class())

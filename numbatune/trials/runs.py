@@ -56,7 +56,6 @@ import numpy as np
 from numbatune import arrays, devices, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.compilers import KernelCompiler
-from numbatune.config import settings
 from numbatune.forking import PerProcess
 from numbatune.streams.handles import synchronize, wait_for
 from numbatune.tuning import bench
@@ -207,25 +206,29 @@ class Trials:
         self._pool = processes.WorkerPool(1, environment, idle_s=120.0)
         self._lock = threading.Lock()
 
-    def start(self) -> None:
+    def start(self, timeout_s: float) -> None:
         """Start the worker now, and in it numba and a CUDA context, while variants compile
-        (in a thread; a session waits for it). Nothing when the worker is in use."""
+        (in a thread, within ``timeout_s``; a session waits for it). Nothing when the worker is
+        in use."""
         if not self._lock.acquire(blocking=False):
             return
 
         def warm() -> None:
             try:
-                self._pool.run([processes.Task(__name__, "warm", ())], settings.trial_timeout_s)
+                self._pool.run([processes.Task(__name__, "warm", ())], timeout_s)
             finally:
                 self._lock.release()
 
         threading.Thread(target=warm, name="numbatune-trial-worker", daemon=True).start()
 
     @contextlib.contextmanager
-    def session(self, args: tuple[Any, ...], stream: Any, target: Target) -> Iterator[Session]:
+    def session(
+        self, args: tuple[Any, ...], stream: Any, target: Target, timeout_s: float
+    ) -> Iterator[Session]:
         """Trial runs on copies of ``args``, taken on numba's ``stream`` (where ``args`` are
         valid: other streams' work does not wait for them), in as many calls of
-        :meth:`Session.run` as the caller makes; the worker is this session's until it ends."""
+        :meth:`Session.run` as the caller makes, each task within ``timeout_s``; the worker is
+        this session's until it ends."""
         with self._lock, contextlib.ExitStack() as stack:
 
             def ways() -> Iterator[tuple[str | None, tuple[Any, ...]]]:
@@ -236,7 +239,7 @@ class Trials:
                 yield stack.enter_context(_shared_copies(args, stream))
 
             progress = _Progress(*stack.enter_context(_shared_file(_PROGRESS.size)))
-            yield Session(self._pool, uuid.uuid4().hex, target, ways(), progress)
+            yield Session(self._pool, uuid.uuid4().hex, target, timeout_s, ways(), progress)
 
 
 class Session:
@@ -250,10 +253,13 @@ class Session:
         pool: processes.WorkerPool,
         token: str,
         target: Target,
+        timeout_s: float,
         ways: Iterator[tuple[str | None, tuple[Any, ...]]],
         progress: _Progress,
     ) -> None:
         self.pool, self.token, self.target, self._ways = pool, token, target, ways
+        #: The time limit of each task (the tuning's ``trial_timeout_s`` setting).
+        self.timeout_s = timeout_s
         self._progress = progress
         #: The way being tried, taken at the first staging (inside a run: the device is held).
         self._way: tuple[str | None, tuple[Any, ...]] | None = None
@@ -272,7 +278,7 @@ class Session:
                 reasons += [None if r is None else _why(r) for r in outcome.value]
             elif isinstance(outcome, _Unstaged):
                 return reasons + [outcome.why] * (len(kernels) - len(reasons))
-            elif running is not None and _failed_alone(running, started):
+            elif running is not None and _failed_alone(running, started, self.timeout_s):
                 reasons += [None] * running[0] + [_why(str(outcome))]  # the one running failed
                 batch = len(kernels)
             elif running is not None:
@@ -292,12 +298,12 @@ class Session:
         task = processes.Task(
             __name__, "trial", (self.token, kernels, self.target, self._progress.path)
         )
-        outcome = self.pool.run([task], settings.trial_timeout_s)[0]
+        outcome = self.pool.run([task], self.timeout_s)[0]
         if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
             why = self._stage()
             if why is not None:
                 return _Unstaged(_why(f"the trial worker could not take the arguments: {why}"))
-            outcome = self.pool.run([task], settings.trial_timeout_s)[0]
+            outcome = self.pool.run([task], self.timeout_s)[0]
         return outcome
 
     def _stage(self) -> processes.TaskOutcome | None:
@@ -308,7 +314,7 @@ class Session:
         while True:
             path, layout = self._way
             staging = processes.Task(__name__, "stage", (self.token, path, layout))
-            staged = self.pool.run([staging], settings.trial_timeout_s)[0]
+            staged = self.pool.run([staging], self.timeout_s)[0]
             if isinstance(staged, processes.Done):
                 return None
             way = next(self._ways, None)
@@ -317,13 +323,13 @@ class Session:
             self._way = way
 
 
-def _failed_alone(running: tuple[int, float], started: float) -> bool:
+def _failed_alone(running: tuple[int, float], started: float, limit: float) -> bool:
     """Whether the kernel ``running`` (its index in a lost task, and since when it ran) failed
-    as it would alone: it died, or it was the task's first, or it passed the time limit after
-    the kernels before it had taken no more than a tenth of it, or a second. Else (they took
-    more) it is tried again alone, with the whole limit."""
+    as it would alone: it died, or it was the task's first, or it passed the time ``limit``
+    after the kernels before it had taken no more than a tenth of it, or a second. Else (they
+    took more) it is tried again alone, with the whole limit."""
     index, since = running
-    limit, now = settings.trial_timeout_s, time.time()
+    now = time.time()
     timed_out = now - started >= limit
     return not timed_out or index == 0 or now - since >= limit - min(1.0, limit / 10)
 
@@ -337,16 +343,18 @@ class _Unstaged:
 
 class Pipeline:
     """Trial runs of kernels given one by one as they compile, in a thread of this process:
-    they run while the other kernels compile, and ``tried(name, why)`` is told of each as its
-    trial ends (``why`` None: it ran). :meth:`finish` waits for them. Each task (copying the
-    arguments, running kernels) holds the device (:data:`numbatune.tuning.bench.device_lock`):
-    it does not run while variants are timed."""
+    they run while the other kernels compile, each task within ``timeout_s``, and
+    ``tried(name, why)`` is told of each as its trial ends (``why`` None: it ran).
+    :meth:`finish` waits for them. Each task (copying the arguments, running kernels) holds
+    the device (:data:`numbatune.tuning.bench.device_lock`): it does not run while variants
+    are timed."""
 
     def __init__(
         self,
         args: tuple[Any, ...],
         stream: Any,
         target: Target,
+        timeout_s: float,
         tried: Callable[[Hashable, str | None], None],
     ) -> None:
         self._tried = tried
@@ -358,7 +366,7 @@ class Pipeline:
         device = devices.current_index()
         self._thread = threading.Thread(
             target=self._serve,
-            args=(args, stream, target, device),
+            args=(args, stream, target, timeout_s, device),
             name="numbatune-trials",
             daemon=True,
         )
@@ -376,14 +384,21 @@ class Pipeline:
             raise self._error
         return self._reasons
 
-    def _serve(self, args: tuple[Any, ...], stream: Any, target: Target, device: int) -> None:
+    def _serve(
+        self,
+        args: tuple[Any, ...],
+        stream: Any,
+        target: Target,
+        timeout_s: float,
+        device: int,
+    ) -> None:
         from numba import cuda
 
         try:
             batch = [self._queue.get()]
             if batch[0] is None:  # nothing to try: the arguments are not copied
                 return
-            with cuda.gpus[device], trials().session(args, stream, target) as session:
+            with cuda.gpus[device], trials().session(args, stream, target, timeout_s) as session:
                 while True:
                     with contextlib.suppress(queue.Empty):
                         while True:

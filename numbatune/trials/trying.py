@@ -1,7 +1,7 @@
 """Compiling a tuning's variants and trying each as it compiles: the one call a tuned kernel
 makes for both (:func:`compile_and_try`).
 
-Each kernel the ``isolate`` setting asks for runs once in the trial worker
+Each kernel the tuning's ``isolate`` setting asks for runs once in the trial worker
 (:mod:`numbatune.trials.runs`) as soon as it is compiled, while the others still compile; a
 variant that fails its trial never runs in this process. What compiled and passed becomes a
 launcher, with the launch configuration its launch function gives for the arguments.
@@ -18,7 +18,7 @@ from typing import Any
 from numbatune import devices
 from numbatune.arrays import SIMULATOR
 from numbatune.compile.compiler import Compiler, Tally
-from numbatune.config import Isolate, settings
+from numbatune.config import Isolate, Snapshot
 from numbatune.launch.config import LaunchConfig, is_empty, launch_config
 from numbatune.launch.numbalaunch import numba_launch
 from numbatune.trials import ledger, runs
@@ -64,11 +64,11 @@ class KernelVariants:
         return lambda args, stream: launch(args, config, stream)
 
 
-def start_worker(isolate: Isolate) -> None:
-    """Start the trial worker where ``isolate`` (the tuning's ``isolate`` setting) asks for
-    trials, while the variants of a tuning about to begin are prepared."""
-    if isolate is not Isolate.OFF:
-        runs.trials().start()
+def start_worker(taken: Snapshot) -> None:
+    """Start the trial worker where the ``isolate`` setting of a tuning about to begin
+    (``taken``) asks for trials, while its variants are prepared."""
+    if taken.isolate is not Isolate.OFF:
+        runs.trials().start(taken.trial_timeout_s)
 
 
 def compile_and_try(
@@ -78,9 +78,10 @@ def compile_and_try(
     stream: Any,
     done: Callable[[int], None],
     arrived: Arrived,
+    taken: Snapshot,
 ) -> dict[Variant, Launcher | Failed]:
-    """Each variant compiled, tried (the ``isolate`` setting) and made a launcher, or why it
-    failed.
+    """Each variant compiled, tried (the tuning's ``isolate`` setting) and made a launcher, or
+    why it failed.
 
     Parameters
     ----------
@@ -95,6 +96,9 @@ def compile_and_try(
     arrived
         Told of each variant, with its launcher, as soon as it may run (a kernel declared with
         one signature or none).
+    taken
+        The tuning's settings: ``isolate``, ``compile_workers`` and the time limits of
+        compiles and trials are read from them, never from the settings of the moment.
 
     Returns
     -------
@@ -108,9 +112,11 @@ def compile_and_try(
         with contextlib.suppress(Exception):  # it fails again below, as its error
             arrived(variant, kernel.launcher(variant, kernel.compiler.dispatcher(variant), args))
 
-    trying = _Trying(kernel, args, stream, may_run)
+    trying = _Trying(kernel, args, stream, may_run, taken)
     try:
-        compiled = kernel.compiler.compile_all(variants, args, done, kernel.tally, trying.add)
+        compiled = kernel.compiler.compile_all(
+            variants, args, done, kernel.tally, trying.add, taken
+        )
     finally:  # also when compiling is interrupted: the trial worker is freed
         failed = trying.finish()
     compiled.update({v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)})
@@ -128,8 +134,8 @@ def compile_and_try(
 
 
 class _Trying:
-    """The trial runs of one tuning's variants: each kernel the ``isolate`` setting asks for is
-    tried as soon as it compiles, while others compile."""
+    """The trial runs of one tuning's variants: each kernel the tuning's ``isolate`` setting
+    (in ``taken``) asks for is tried as soon as it compiles, while others compile."""
 
     def __init__(
         self,
@@ -137,15 +143,18 @@ class _Trying:
         args: tuple[Any, ...],
         stream: Any,
         may_run: Callable[[Variant], None],
+        taken: Snapshot,
     ) -> None:
         self._kernel, self._args, self._may_run = kernel, args, may_run
+        self._isolate = taken.isolate
         self._made: set[Variant] = set()
         self._failed: dict[Variant, Failed] = {}
         self._pipeline = None
-        if settings.isolate is not Isolate.OFF:
+        if self._isolate is not Isolate.OFF:
             cc = None if SIMULATOR else devices.current_kind().compute_capability
             target = runs.Target(kernel.compiler.kernel_compiler, cc)
-            self._pipeline = runs.Pipeline(args, stream, target, self._tried)
+            self._pipeline = runs.Pipeline(args, stream, target, taken.trial_timeout_s,
+                                           self._tried)  # fmt: skip
 
     def add(self, members: Sequence[Variant], made: bool) -> None:
         """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
@@ -156,7 +165,7 @@ class _Trying:
         compiler = self._kernel.compiler
         for variant in members:
             if self._pipeline is None or (
-                settings.isolate is Isolate.NEW and ledger.has_run(compiler, variant, self._args)
+                self._isolate is Isolate.NEW and ledger.has_run(compiler, variant, self._args)
             ):
                 if made:
                     self._may_run(variant)

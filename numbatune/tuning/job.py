@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from numbatune import config
+from numbatune.arrays import Arguments
 from numbatune.config import Snapshot
 from numbatune.strategies import Search
 from numbatune.tuning.checks import Check
@@ -34,13 +35,14 @@ def bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> Callable[[]
 #: ``arrived(variant, launcher)``.
 Arrived = Callable[[Variant, Launcher], None]
 
-#: ``compile(variants, args, stream, done, arrived)``: each variant compiled for the types of
-#: ``args`` (valid on numba's ``stream``), as its launcher, or
+#: ``compile(variants, args, stream, done, arrived, taken)``: each variant compiled for the
+#: types of ``args`` (valid on numba's ``stream``), as its launcher, or
 #: :class:`~numbatune.tuning.results.Failed` with why it did not compile or failed its trial
 #: run; ``done(count)`` is called as variants finish compiling, and ``arrived`` as each may run
-#: (not always: kernels with several declared signatures are not told).
+#: (not always: kernels with several declared signatures are not told). ``taken``: the
+#: tuning's settings (compile workers, trial runs, their time limits).
 Compile = Callable[
-    [Sequence[Variant], tuple[Any, ...], Any, Callable[[int], None], Arrived],
+    [Sequence[Variant], tuple[Any, ...], Any, Callable[[int], None], Arrived, Snapshot],
     Mapping[Variant, Launcher | Failed],
 ]
 
@@ -89,8 +91,9 @@ class TuneJob:
     key: Hashable
     #: Every variant of the kernel, in order: reports have one result per variant.
     variants: tuple[Variant, ...]
-    #: The caller's arguments (never written: tuning runs on clones) and their names.
-    args: tuple[Any, ...]
+    #: The caller's arguments, read once (never written: tuning runs on clones), and their
+    #: names.
+    arguments: Arguments
     parameter_names: tuple[str, ...]
     #: numba's stream for tuning's launches.
     stream: Any
@@ -116,3 +119,8 @@ class TuneJob:
     #: The settings when the tuning began: a tuning reads these, never the settings of the
     #: moment (``numbatune.configure`` while it runs changes the next tuning, not this one).
     settings: Snapshot = field(default_factory=lambda: config.settings.snapshot())
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The caller's arguments."""
+        return self.arguments.values

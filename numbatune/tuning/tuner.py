@@ -98,8 +98,8 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
 
     A lone variant is not measured, but one that fails gives way to the next priority group.
     """
-    clones = arrays.clone_arguments(job.args, job.stream)
-    launcher = job.compile([variant], clones, job.stream, _ignore, _ignore)[variant]
+    clones = job.arguments.clone(job.stream)
+    launcher = job.compile([variant], clones, job.stream, _ignore, _ignore, job.settings)[variant]
     try:
         if isinstance(launcher, Failed):
             raise TuningError(launcher.error)
@@ -155,7 +155,7 @@ def _search(
     budget = job.search.budget
     limit = len(variants) if strategy is Strategy.EXHAUSTIVE else budget.variants or len(variants)
     bench.prepare()
-    clones = arrays.clone_arguments(job.args, job.stream)
+    clones = job.arguments.clone(job.stream)
     restore = arrays.restorer(clones, _originals(job), job.stream)
     progress = Progress(job.kernel_name, min(limit, len(variants)))
     proposals = search.proposer(
@@ -277,6 +277,7 @@ def _measure(
             job.stream,
             lambda count: progress.step(done + count, "compiled"),
             _ignore if screen is None else screen.arrived,
+            job.settings,
         )
     except BaseException:
         if screen is not None:
@@ -350,7 +351,7 @@ def _checked(job: TuneJob, launchers: Mapping[Variant, Launcher]) -> dict[Varian
     # The reference variant (the kernel as written) runs first: the first that runs is the
     # reference when there is no reference function.
     for variant in sorted(launchers, key=lambda v: v != job.reference):
-        fresh = arrays.clone_arguments(job.args, job.stream)
+        fresh = job.arguments.clone(job.stream)
         try:
             launchers[variant](fresh, job.stream)
             got = checks.observe(check, fresh, names, job.stream)
@@ -376,10 +377,9 @@ def _originals(job: TuneJob) -> tuple[Any, ...]:
     """Clones of the arguments every run starts from (None for scalars and for the arguments a
     run leaves as the next one needs them): a kernel that writes its inputs, such as a stream
     compaction with a counter, runs each time on what the caller passed."""
-    names = job.parameter_names or tuple(f"#{i}" for i in range(len(job.args)))
+    arguments = job.arguments
+    names = job.parameter_names or tuple(f"#{i}" for i in range(len(arguments.values)))
     return tuple(
-        arrays.clone(value, job.stream)
-        if arrays.is_array(value) and name not in job.unrestored
-        else None
-        for name, value in zip(names, job.args, strict=True)
+        arrays.clone(value, job.stream) if view is not None and name not in job.unrestored else None
+        for name, value, view in zip(names, arguments.values, arguments.views, strict=True)
     )
