@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import io
 import time
+from importlib import metadata
 from typing import Any
 
+from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers.base import Built, LinkFailed
 from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of, version
 
@@ -72,6 +74,17 @@ def toolchain() -> tuple[str, ...]:
 
     _, major, minor = nvrtc.nvrtcVersion()
     return (f"{NAME} {version()}", f"cuda toolkit {major}.{minor}")
+
+
+def environment() -> list[str]:
+    """What decides the code numba-cuda-mlir generates, for checksums: its
+    :func:`toolchain`, cuda-bindings, and on a GPU the driver's version."""
+    from cuda.bindings import driver
+
+    parts = [*toolchain(), f"cuda-bindings {metadata.version('cuda-bindings')}"]
+    if not SIMULATOR:
+        parts.append(f"driver {driver.cuDriverGetVersion()[1]}")
+    return parts
 
 
 def warm() -> None:

@@ -43,6 +43,11 @@ class NumbaCudaMlir(KernelCompiler):
         """numba-cuda-mlir's version."""
         return mlir_kernels.version()
 
+    def environment(self) -> list[str]:
+        """numba-cuda-mlir, the CUDA toolkit and cuda-bindings it compiles with, and on a GPU
+        the driver (:func:`numbatune.compilers.mlir_build.environment`)."""
+        return mlir_build.environment()
+
     def claims(self, kernel: Any) -> bool:
         """numba-cuda-mlir's ``cuda.jit`` dispatchers."""
         return mlir_kernels.is_dispatcher(kernel)
