@@ -111,6 +111,32 @@ def test_variants_compile_to_cubins_without_a_gpu():
     assert cubins[1] != cubins[4]
 
 
+def test_compile_workers_build_kernels_and_the_device_functions_they_call():
+    """Kernels cross to workers forked from a server that imported numba-cuda-mlir (it
+    compiled nothing: MLIR's threads would not cross a fork), device functions with them."""
+    from numbatune.compile.compiler import build_task, worker_pool
+
+    twice = cuda.jit(device=True)(lambda x: 2.0 * x)
+
+    def helped(a, out, bias):
+        i = cuda.grid(1) * ITEMS
+        if i < a.shape[0]:
+            out[i] = twice(a[i]) + bias
+
+    template = _tuned(cuda.jit(helped))._template
+    tasks = [
+        build_task(template, [[nt.Variant({"ITEMS": items})]], _argtypes(), (9, 0))
+        for items in (1, 2)
+    ]
+    pool = worker_pool(2, NUMBA_CUDA_MLIR)
+    try:
+        outcomes = pool.run(tasks, 300)
+    finally:
+        pool.close()
+    kernels = [loads(outcome.value[0].payload, (9, 0)) for outcome in outcomes]
+    assert kernels[0].cubin != kernels[1].cubin
+
+
 def test_arguments_are_packed_as_memref_descriptors_at_the_drivers_offsets():
     strided = types.SimpleNamespace(  # a float32 3 x 4 matrix, rows 8 elements apart
         __cuda_array_interface__={
@@ -198,13 +224,11 @@ def test_each_key_is_tuned_once_and_remembered():
 
 
 @pytest.mark.gpu
-def test_variants_compile_in_worker_processes(caplog):
-    nt.configure(compile_workers=4)
-    try:
-        with caplog.at_level(logging.INFO, logger="numbatune"):
-            _tuned().tune(*_arrays("numba"), 1.0)
-    finally:
-        nt.configure(compile_workers=None)
+def test_variants_compile_in_worker_processes(caplog, monkeypatch):
+    monkeypatch.setattr(nt.settings, "compile_workers", 4)
+    with caplog.at_level(logging.INFO, logger="numbatune"):
+        report = _tuned().tune(*_arrays("numba"), 1.0)
+    assert report.compiles == 3
     assert "3 kernels compiled (3 builds) in 3 worker processes" in caplog.text
 
 
