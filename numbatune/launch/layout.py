@@ -48,13 +48,6 @@ _CONVERTED = {
 }
 
 
-def supported() -> str | None:
-    """Why the fast launch is off in this process, or None when it is available (the fast
-    path launches numba-cuda's kernels:
-    :meth:`~numbatune.compilers.base.KernelCompiler.fast_launch_unsupported`)."""
-    return NUMBA_CUDA.fast_launch_unsupported()
-
-
 class ArgumentPlan:
     """How one argument signature becomes kernel parameters.
 
@@ -373,18 +366,6 @@ def _read_library(
 def half_bits(value: Any) -> int:
     """The bits of a float16 value, as numba passes a float16 parameter."""
     return int(np.float16(value).view(np.uint16))
-
-
-def parameter_layout(function: Any) -> list[tuple[int, int]] | None:
-    """(offset, size) of each parameter of a compiled numba-cuda function, as the driver
-    reports them (:meth:`~numbatune.compilers.base.KernelCompiler.parameter_layout`)."""
-    return NUMBA_CUDA.parameter_layout(function)
-
-
-def function_handle(function: Any) -> int:
-    """The handle the fast path launches a compiled numba-cuda function by
-    (:meth:`~numbatune.compilers.base.KernelCompiler.function_handle`)."""
-    return NUMBA_CUDA.function_handle(function)
 
 
 def planned_type(declared: Any, actual: Any) -> Any:
