@@ -2,14 +2,17 @@
 
 An entry (:class:`ArrayKind`) says how to read an array of its kind (shape, dtype, layout), its
 element size, the allocation it lies in, the GPU it is on, why a call refuses one (a torch
-tensor in host memory), its library's current stream, and how the generated fast path reads its
-fields. :func:`kind_of` finds a class's kind with one dictionary lookup. Adding an array library
-is adding one entry to :data:`KINDS` (or, from outside, :func:`register`).
+tensor in host memory), its library's current stream, how to see it as a numba device array,
+and how the generated fast path reads its fields. :func:`kind_of` finds a class's kind with one
+dictionary lookup. Adding an array library is adding one entry to :data:`KINDS` (or, from
+outside, :func:`register`).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import importlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +63,14 @@ def _accepted(array: Any) -> str | None:
     return None
 
 
+def _interface_view(array: Any) -> Any:
+    """A numba device array over the memory of an array with ``__cuda_array_interface__``
+    (under the simulator, over its host copy)."""
+    if SIMULATOR:
+        return NumbaDeviceArray(np.asarray(array))
+    return cuda.as_cuda_array(array)
+
+
 @dataclass(frozen=True, eq=False)
 class ArrayKind:
     """One kind of device array (compared by identity: each entry is its own kind)."""
@@ -77,6 +88,8 @@ class ArrayKind:
     device: Callable[[Any], int | None]
     #: Why a call refuses the array (``"a torch tensor on cpu"``), or None.
     refusal: Callable[[Any], str | None] = _accepted
+    #: A numba device array over the array's memory (what clones and trial runs copy).
+    view: Callable[[Any], Any] = _interface_view
     #: The library's current stream, where it has one: launches on its arrays with
     #: ``stream=None`` go there, and on another stream wait for it.
     stream: CurrentStream | None = None
@@ -159,6 +172,7 @@ NUMBA = ArrayKind(
     itemsize=lambda array: array.dtype.itemsize,
     buffer=_numba_buffer,
     device=_numba_device,
+    view=lambda array: array,
     fast=FastRead.MEMO,
 )
 
@@ -176,10 +190,18 @@ def _read_torch_tensor(tensor: Any) -> Read:
     return tensor.shape, name, layout_of(tensor.shape, strides, itemsize)
 
 
-def _torch_stream_getter() -> Callable[..., Any]:
-    import torch
+def _library_function(module: str, path: str) -> Callable[[], Callable[..., Any]]:
+    """A getter of the function at ``path`` in ``module``, imported on first use (the library
+    need not be installed until one of its arrays is met)."""
 
-    return torch._C._cuda_getCurrentRawStream  # of a device index, as Triton reads it
+    @functools.cache
+    def getter() -> Callable[..., Any]:
+        found: Any = importlib.import_module(module)
+        for name in path.split("."):
+            found = getattr(found, name)
+        return found
+
+    return getter
 
 
 TORCH = ArrayKind(
@@ -190,8 +212,10 @@ TORCH = ArrayKind(
     buffer=lambda tensor: tensor.data_ptr() - tensor.storage_offset() * tensor.element_size(),
     device=lambda tensor: tensor.get_device() if tensor.is_cuda else None,
     refusal=lambda tensor: None if tensor.is_cuda else f"a torch tensor on {tensor.device}",
-    stream=CurrentStream(
-        _torch_stream_getter, "{get}({a}.get_device())", lambda get, a: get(a.get_device())
+    stream=CurrentStream(  # of a device index, as Triton reads it
+        _library_function("torch", "_C._cuda_getCurrentRawStream"),
+        "{get}({a}.get_device())",
+        lambda get, a: get(a.get_device()),
     ),
     fast=FastRead.FIELDS,
     fields={
@@ -221,12 +245,6 @@ def _read_cupy_array(array: Any) -> Read:
     return array.shape, name, "F" if array._f_contiguous else "A"
 
 
-def _cupy_stream_getter() -> Callable[..., Any]:
-    import cupy
-
-    return cupy.cuda.get_current_stream
-
-
 CUPY = ArrayKind(
     name="cupy",
     claims=lambda cls: (cls.__module__.partition(".")[0], cls.__name__) == ("cupy", "ndarray"),
@@ -234,7 +252,11 @@ CUPY = ArrayKind(
     itemsize=lambda array: array.dtype.itemsize,
     buffer=lambda array: array.data.mem.ptr,
     device=lambda array: int(array.data.device_id),
-    stream=CurrentStream(_cupy_stream_getter, "{get}().ptr", lambda get, a: get().ptr),
+    stream=CurrentStream(
+        _library_function("cupy", "cuda.get_current_stream"),
+        "{get}().ptr",
+        lambda get, a: get().ptr,
+    ),
     fast=FastRead.FIELDS,
     fields={
         "c_contiguous": "{a}._c_contiguous",
@@ -253,7 +275,11 @@ CUPY = ArrayKind(
 
 
 def _read_interface(array: Any) -> Read:
-    interface = array.__cuda_array_interface__
+    return _read_described(array.__cuda_array_interface__)
+
+
+def _read_described(interface: Mapping[str, Any]) -> Read:
+    """What a ``__cuda_array_interface__`` describes."""
     dtype = np.dtype(interface["typestr"])
     shape = tuple(interface["shape"])
     return shape, dtype.name, layout_of(shape, interface.get("strides"), dtype.itemsize)
@@ -268,8 +294,55 @@ CUDA_ARRAY_INTERFACE = ArrayKind(
     device=lambda array: None,  # (the interface does not say)
 )
 
+
+# -- any other object that offers DLPack (and not __cuda_array_interface__) -----------------
+
+#: DLPack's device types of memory a kernel reads: CUDA device memory and managed memory.
+_DLPACK_CUDA = (2, 13)
+
+
+def _dlpack_interface(array: Any) -> dict[str, Any]:
+    """A ``__cuda_array_interface__`` of an array that offers DLPack, from cuda.core's view of
+    it (taken with no stream to wait on: only its description is read)."""
+    from cuda.core.utils import StridedMemoryView
+
+    view = StridedMemoryView.from_dlpack(array, stream_ptr=-1)
+    itemsize = view.dtype.itemsize
+    strides = None if view.strides is None else tuple(s * itemsize for s in view.strides)
+    return {"shape": tuple(view.shape), "strides": strides, "typestr": view.dtype.str,
+            "data": (view.ptr, False), "version": 3}  # fmt: skip
+
+
+def _dlpack_refusal(array: Any) -> str | None:
+    device_type, _ = array.__dlpack_device__()
+    return None if device_type in _DLPACK_CUDA else f"a DLPack array of device type {device_type}"
+
+
+def _dlpack_view(array: Any) -> Any:
+    """A numba device array over a DLPack array's memory (under the simulator, whose device
+    memory is host memory, NumPy's view of it)."""
+    if SIMULATOR:
+        return NumbaDeviceArray(np.from_dlpack(array))
+    return cuda.from_cuda_array_interface(_dlpack_interface(array), owner=array)
+
+
+DLPACK = ArrayKind(
+    name="dlpack",
+    claims=lambda cls: (
+        not issubclass(cls, np.ndarray)  # (host arrays are refused)
+        and hasattr(cls, "__dlpack__")
+        and hasattr(cls, "__dlpack_device__")
+    ),
+    read=lambda array: _read_described(_dlpack_interface(array)),
+    itemsize=lambda array: np.dtype(_dlpack_interface(array)["typestr"]).itemsize,
+    buffer=lambda array: _dlpack_interface(array)["data"][0],
+    device=lambda array: array.__dlpack_device__()[1],
+    refusal=_dlpack_refusal,
+    view=_dlpack_view,
+)
+
 #: The kinds, in the order they are asked whether they claim a class: the first that does.
-KINDS: list[ArrayKind] = [NUMBA, TORCH, CUPY, CUDA_ARRAY_INTERFACE]
+KINDS: list[ArrayKind] = [NUMBA, TORCH, CUPY, CUDA_ARRAY_INTERFACE, DLPACK]
 
 #: Each class met so far, and its kind (None: not an array).
 _kinds: dict[type, ArrayKind | None] = {}
@@ -297,7 +370,7 @@ def kind_of(cls: type) -> ArrayKind | None:
 
 def register(kind: ArrayKind) -> None:
     """Add an array kind, asked before the kinds known so far (the generic
-    ``__cuda_array_interface__`` one last).
+    ``__cuda_array_interface__`` and DLPack ones last).
 
     Parameters
     ----------
@@ -311,5 +384,5 @@ def register(kind: ArrayKind) -> None:
     """
     if not kind.name.isidentifier() or any(k.name == kind.name for k in KINDS):
         raise ValueError(f"an array kind needs a new identifier as its name, got {kind.name!r}")
-    KINDS.insert(len(KINDS) - 1, kind)
+    KINDS.insert(KINDS.index(CUDA_ARRAY_INTERFACE), kind)
     _kinds.clear()

@@ -182,8 +182,9 @@ def clone_arguments(args: tuple[Any, ...], stream: Any = 0) -> tuple[Any, ...]:
 
 
 def device_view(array: Any) -> Any:
-    """A numba device array over ``array``'s memory (``array`` itself when it is one)."""
-    return array if isinstance(array, NumbaDeviceArray) else cuda.as_cuda_array(array)
+    """A numba device array over ``array``'s memory (``array`` itself when it is one), as its
+    kind sees it."""
+    return _kind(array).view(array)
 
 
 def clone(array: Any, stream: Any = 0) -> Any:
@@ -193,7 +194,7 @@ def clone(array: Any, stream: Any = 0) -> Any:
     other, and it shares no memory with ``array``. The copy is queued on ``stream``.
     """
     if SIMULATOR:
-        host = array.copy_to_host() if isinstance(array, NumbaDeviceArray) else np.asarray(array)
+        host = device_view(array).copy_to_host()
         return cuda.to_device(np.array(host, order="K", copy=True))
     view = device_view(array)
     low, span = _extent(view)

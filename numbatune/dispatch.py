@@ -88,8 +88,8 @@ class TunedKernel:
         ----------
         *args
             The kernel's arguments: numba device arrays, CuPy arrays, torch tensors on the GPU
-            (anything with ``__cuda_array_interface__``) and scalars. Host NumPy arrays are
-            refused.
+            (anything with ``__cuda_array_interface__`` or DLPack's ``__dlpack__``) and
+            scalars. Host NumPy arrays are refused.
         stream
             A numba, torch, CuPy or cuda.core stream, or a raw ``CUstream`` handle. None: the
             current stream of torch or CuPy when the arguments are theirs (as Triton does),

@@ -12,12 +12,12 @@ from numbatune.arraykinds import SIMULATOR, ArrayKind
 from tests import kernels
 
 
-class Boxed:
-    """A device array of a library numbatune has no entry for: it wraps a numba device array
-    and offers what the kernel reads (``shape``, indexing) and its host copy."""
+class Wrapped:
+    """A numba device array behind an object of another class, offering what the simulator's
+    kernels (Python) read of it: ``shape`` and indexing."""
 
-    def __init__(self, inner, on_host=False):
-        self.inner, self.on_host = inner, on_host
+    def __init__(self, inner):
+        self.inner = inner
 
     @property
     def shape(self):
@@ -28,6 +28,15 @@ class Boxed:
 
     def __setitem__(self, index, value):
         self.inner[index] = value
+
+
+class Boxed(Wrapped):
+    """A device array of a library numbatune has no entry for: it wraps a numba device array
+    and offers what the kernel reads and its host copy."""
+
+    def __init__(self, inner, on_host=False):
+        super().__init__(inner)
+        self.on_host = on_host
 
     def __array__(self, dtype=None, copy=None):
         return self.inner.copy_to_host()
@@ -107,3 +116,50 @@ def test_a_tuning_reads_each_array_argument_once(monkeypatch):
     report = _accumulating().tune(x, out)
     assert report.source is nt.Source.BENCHMARK
     assert len(reads) == 2 and {id(r) for r in reads} == {id(x), id(out)}
+
+
+class DLPackOnly(Wrapped):
+    """A device array that offers DLPack alone (no ``__cuda_array_interface__``), around a
+    numba device array (under the simulator, whose device memory is host memory, ``__dlpack__``
+    exports that) or a CUDA torch tensor."""
+
+    def __init__(self, inner, device_type=2):
+        super().__init__(inner)
+        self.device_type = device_type
+
+    def __dlpack__(self, **options):
+        memory = self.inner._ary if SIMULATOR else self.inner
+        return memory.__dlpack__(**({} if SIMULATOR else options))
+
+    def __dlpack_device__(self):
+        return self.device_type, 0  # 2: CUDA device memory
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="DLPackOnly is indexed by the simulator's kernels")
+def test_an_array_that_offers_only_dlpack_tunes_launches_and_keys_end_to_end():
+    x = DLPackOnly(cuda.to_device(np.arange(12, dtype=np.float32)))
+    out = DLPackOnly(cuda.to_device(np.zeros(12, np.float32)))
+    assert arrays.nbytes(x) == 48 and arraykinds.kind_of(DLPackOnly) is arraykinds.DLPACK
+    tuned = _accumulating()
+    report = tuned.tune(x, out)
+    assert report.key == (((16,), "float32", "C"), ((16,), "float32", "C"))
+    np.testing.assert_array_equal(out.inner.copy_to_host(), 0.0)  # tuning ran on clones
+    tuned(x, out)
+    np.testing.assert_array_equal(out.inner.copy_to_host(), np.arange(12))
+    on_host = DLPackOnly(cuda.to_device(np.zeros(12, np.float32)), device_type=1)
+    with pytest.raises(TypeError, match=r"argument 'out' is a DLPack array of device type 1"):
+        tuned(x, on_host)
+
+
+@pytest.mark.gpu
+def test_a_torch_tensor_seen_only_through_dlpack_tunes_and_launches():
+    torch = pytest.importorskip("torch")
+    x = DLPackOnly(torch.arange(1000, dtype=torch.float32, device="cuda"))
+    out = DLPackOnly(torch.zeros(1000, dtype=torch.float32, device="cuda"))
+    tuned = _accumulating()
+    report = tuned.tune(x, out)
+    assert report.key == (((1024,), "float32", "C"), ((1024,), "float32", "C"))
+    assert not out.inner.any()  # tuning ran on clones
+    tuned(x, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out.inner, x.inner)
