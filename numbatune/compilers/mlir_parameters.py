@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from numbatune import native
+from numbatune.arraykinds import kind_of
 from numbatune.compilers.base import (
     ArrayParameters,
     ArrayStructure,
@@ -160,8 +161,14 @@ def _converted(value: Any, way: Conversion) -> Any:
 
 def _array_fields(how: ArrayParameters, array: Any) -> list[tuple[str, Any]]:
     """A memref descriptor of ``array``, read through ``__cuda_array_interface__`` (numba's,
-    CuPy's and torch's arrays, and numba-cuda-mlir's own, have one)."""
-    interface = array.__cuda_array_interface__
+    CuPy's and torch's arrays, and numba-cuda-mlir's own, have one; of an array that offers
+    only DLPack, its kind's view has one)."""
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:
+        kind = kind_of(type(array))
+        if kind is None:
+            raise TypeError(f"a {type(array).__name__} where the kernel takes an array")
+        interface = kind.view(array).__cuda_array_interface__
     pointer, shape = interface["data"][0] or 0, tuple(interface["shape"])
     if len(shape) != how.ndim:
         raise TypeError(f"an array of {len(shape)} dimensions for a kernel taking {how.ndim}")
