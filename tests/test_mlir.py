@@ -43,10 +43,14 @@ def scale_add_launch(a, out, bias, *, BLOCK, ITEMS):
     return nt.cdiv(a.shape[0], BLOCK * ITEMS), BLOCK
 
 
-def _tuned(kernel=None, **options):
+def _tuned(kernel=None, blocks=(64, 256), **options):
+    """The kernel tuned over ``blocks`` and 1, 2 or 4 items a thread (tests that count what
+    a tuning did give blocks of their own: tuned kernels of the same code and variants share
+    their compiled kernels and, on one device and cache, their winners)."""
     return nt.autotune(
-        variants=nt.product(BLOCK=[64, 256], ITEMS=[1, 2, 4]), launch=scale_add_launch, **options
-    )(kernel or cuda.jit(scale_add))
+        variants=nt.product(BLOCK=list(blocks), ITEMS=[1, 2, 4]), launch=scale_add_launch,
+        **options,
+    )(kernel or cuda.jit(scale_add))  # fmt: skip
 
 
 def test_a_numba_cuda_mlir_kernel_is_numba_cuda_mlirs_to_compile():
@@ -197,29 +201,29 @@ def test_a_tuned_kernel_computes_what_numpy_does_and_hits_on_its_fast_path(libra
 
     tuned = _tuned()
     a, out = _arrays(library)
-    report = tuned.tune(a, out, 1.5)
-    assert report.source == "benchmark" and len(report.results) == 6
+    report = tuned.tune(a, out, 1.5, force=True)
+    assert report.source == "benchmark"
+    assert [r.error for r in report.results] == [None] * 6
     tuned(a, out, 1.5)
     numba_cuda.synchronize()
     np.testing.assert_allclose(_host(out), 2.0 * _host(a) + 1.5, rtol=1e-6)
-    assert tuned.stats["compiles"] == 3 and tuned.stats["benchmarks"] == 1
     with _only_the_fast_path(tuned):
         tuned(a, out, 2.5)
     numba_cuda.synchronize()
     np.testing.assert_allclose(_host(out), 2.0 * _host(a) + 2.5, rtol=1e-6)
-    assert tuned.stats["benchmarks"] == 1
 
 
 @pytest.mark.gpu
 def test_each_key_is_tuned_once_and_remembered():
-    tuned = _tuned()
+    tuned = _tuned(blocks=(32, 128))
     a, out = _arrays("numba")
     small, small_out = numba_cuda.to_device(np.ones(100, np.float32)), a[:100]
     tuned(a, out, 0.0)
     tuned(small, small_out, 0.0)
     tuned(a, out, 0.0)
     assert tuned.stats["benchmarks"] == 2
-    assert tuned.tune(a, out, 0.0).source == "memory"
+    large, little = tuned.tune(a, out, 0.0), tuned.tune(small, small_out, 0.0)
+    assert large.source == little.source == "memory" and large.key != little.key
 
 
 @pytest.mark.gpu
@@ -235,7 +239,7 @@ def test_variants_compile_in_worker_processes(monkeypatch):
         return compile_in_workers(compiler, pool, builds, *rest)
 
     monkeypatch.setattr(Compiler, "_compile_in_workers", counted)
-    report = _tuned().tune(*_arrays("numba"), 1.0)
+    report = _tuned(blocks=(96, 192)).tune(*_arrays("numba"), 1.0)
     assert in_workers == [3] and report.compiles == 3
 
 
