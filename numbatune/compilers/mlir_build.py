@@ -70,10 +70,14 @@ def loads_function(pickled: bytes) -> Any:
 def toolchain() -> tuple[str, ...]:
     """The versions that decide the code a build makes: numba-cuda-mlir (which brings its
     LLVM) and the CUDA toolkit whose NVVM and assembler it uses."""
-    from cuda.bindings import nvrtc
+    try:
+        from cuda.bindings import nvrtc
 
-    _, major, minor = nvrtc.nvrtcVersion()
-    return (f"{NAME} {version()}", f"cuda toolkit {major}.{minor}")
+        _, major, minor = nvrtc.nvrtcVersion()
+        toolkit = f"{major}.{minor}"
+    except Exception:  # no NVRTC: numba-cuda-mlir cannot compile here either
+        toolkit = "missing"
+    return (f"{NAME} {version()}", f"cuda toolkit {toolkit}")
 
 
 def environment() -> list[str]:

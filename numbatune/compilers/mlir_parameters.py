@@ -61,17 +61,13 @@ def parameters(argtype: Any, value: Any) -> Parameters | None:
         return TupleParameters(tuple(argtype))
     if type(value) is int and value >= 2**63:
         return None  # typed uint64, smaller ints int64: not by class
-    found = _packing(argtype)
+    found = packing(argtype)
     return None if isinstance(found, TuplePacking) else found
 
 
 def packing(argtype: Any) -> Packing | None:
     """How an argument of numba-cuda-mlir's type ``argtype`` is packed; None where numbatune
     does not pack one."""
-    return _packing(argtype)
-
-
-def _packing(argtype: Any) -> Packing | None:
     from numba_cuda_mlir.numba_cuda import types
 
     if isinstance(argtype, types.Array):
@@ -84,7 +80,7 @@ def _packing(argtype: Any) -> Packing | None:
             ArrayStructure.MEMREF,
         )  # fmt: skip
     if isinstance(argtype, types.BaseTuple):
-        items = [_packing(item) for item in argtype]
+        items = [packing(item) for item in argtype]
         return None if None in items else TuplePacking(tuple(items))  # type: ignore[arg-type]
     value = Conversion.VALUE
     if argtype == types.boolean:
