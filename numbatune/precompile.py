@@ -73,6 +73,7 @@ def precompile(
         builds = tuned._template.by_build(tuned.variants)
         jobs += [_Job(tuned, argtypes, kernels) for kernels in builds]
     stores: dict[str, KernelStore] = {}
+    # The workers' fork server warms the first kernel's compiler (others build all the same).
     compiler = jobs[0].tuned._template.compiler if jobs else NUMBA_CUDA
     pool = worker_pool(max(1, workers or settings.compile_workers), compiler)
     missing: list[str] = []  # a compiler library not found, as a worker's error said

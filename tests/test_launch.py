@@ -227,12 +227,15 @@ def test_concurrent_callers_from_threads_get_their_own_results():
     tuned = COPIES[1]
     inputs = [cuda.to_device(np.full(40, i, np.float32)) for i in range(8)]
     outputs = [cuda.device_array(40, np.float32) for _ in inputs]
+    # Made before the threads start: under the simulator, while a kernel of this module runs,
+    # the module's ``cuda`` is the running kernel's (numba's simulator swaps it in).
+    seen = [[cuda.to_device(np.zeros(8, np.int64)) for _ in range(5)] for _ in inputs]
     errors = []
 
     def call(i):
         try:
-            for _ in range(5):
-                tuned(inputs[i], outputs[i], cuda.to_device(np.zeros(8, np.int64)))
+            for run in range(5):
+                tuned(inputs[i], outputs[i], seen[i][run])
         except Exception as error:  # reported below, in the main thread
             errors.append(error)
 

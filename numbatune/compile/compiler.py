@@ -4,11 +4,11 @@ Variants whose kernel code is the same (they differ only in what the launch func
 share one numba dispatcher and one compile. Before compiling, the kernel store on disk is
 consulted (:mod:`numbatune.compile.store`). What is left is compiled in worker processes
 (:mod:`numbatune.processes`, as many as the tuning's ``compile_workers`` setting allows, the
-largest
-kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one kernel to
-compile, else in this process; a kernel that cannot be rebuilt in a
-worker (one whose function does not pickle, or whose module a worker cannot import) is compiled
-here too. A compile error is that variant's error, as before; a worker that dies or passes the
+largest kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one
+kernel to compile, else in this process; a kernel that cannot be rebuilt in a worker (one whose
+function does not pickle, or whose module a worker cannot import) is compiled here too. The
+build is the kernel compiler's (:meth:`~numbatune.compilers.base.KernelCompiler.build`). A
+compile error is that variant's error, as before; a worker that dies or passes the
 ``compile_timeout_s`` limit fails the variants of that kernel and is replaced. Under numba's
 simulator nothing is compiled.
 """
