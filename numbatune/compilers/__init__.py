@@ -4,10 +4,9 @@ is installed (both may be, side by side).
 
 The user's kernel object chooses its compiler (:func:`compiler_for`). Adding a compiler is
 adding an implementation to :data:`COMPILERS` (or, from outside, :func:`register`); dispatch,
-the tune cache, tuning, compiling in workers and trial runs need no change. The fast path
-(:mod:`numbatune.launch`) plans numba-cuda's kernel parameters: another compiler's
-:meth:`~KernelCompiler.overload_for` gives a reason not to take its overloads, and its kernels
-are launched through its own launch.
+the tune cache, tuning, compiling in workers, trial runs and the fast path
+(:mod:`numbatune.launch`, which plans each argument's parameters as the kernel's compiler says:
+:meth:`~KernelCompiler.parameters`) need no change.
 """
 
 from __future__ import annotations
