@@ -226,7 +226,14 @@ typedef struct {
     uint8_t code;
     uint8_t bits;
     uint8_t layout; /* 'C', 'F' or 'A', as numba types the array */
+    uint8_t structure; /* of its kernel parameters: STRUCTURE_NUMBA or STRUCTURE_MEMREF */
 } dl_expected_t;
+
+/* numba's array structure: meminfo, parent, size, itemsize, data, shape..., byte strides... */
+#define STRUCTURE_NUMBA 0
+/* An MLIR memref descriptor: data (allocated), data (aligned), offset 0, shape..., strides in
+ * elements... */
+#define STRUCTURE_MEMREF 1
 
 /* dlpack_api(cls) -> int: the address of the class's DLPack C exchange API, 0 where it has
  * none of a version and completeness this file reads. */
@@ -269,13 +276,14 @@ static int dense(const dl_tensor_t *t, const int64_t *strides, int c_order) {
     return 1;
 }
 
-/* numba's kernel parameters of an array (meminfo, parent, size, itemsize, data, shape...,
- * byte strides..., each 8 bytes in the host's order), or NULL without an exception where the
- * array is not as expected; its shape as a tuple in *shape. */
+/* The kernel parameters of an array in the structure expected (numba's or a memref's, each
+ * 8 bytes in the host's order), or NULL without an exception where the array is not as
+ * expected; its shape as a tuple in *shape. */
 static PyObject *fields_of(const dl_tensor_t *t, const dl_expected_t *e, PyObject **shape) {
     if (t->device.device_type != e->device_type || t->device.device_id != e->device_id ||
         t->ndim != e->ndim || t->dtype.code != e->code || t->dtype.bits != e->bits ||
-        t->dtype.lanes != 1 || t->ndim > MAX_DIMENSIONS) {
+        t->dtype.lanes != 1 || t->ndim > MAX_DIMENSIONS ||
+        (e->structure != STRUCTURE_NUMBA && e->structure != STRUCTURE_MEMREF)) {
         return NULL;
     }
     int64_t itemsize = t->dtype.bits / 8, strides[MAX_DIMENSIONS], size = 1;
@@ -303,19 +311,27 @@ static PyObject *fields_of(const dl_tensor_t *t, const dl_expected_t *e, PyObjec
         }
         PyTuple_SET_ITEM(*shape, d, extent);
     }
-    PyObject *fields = PyBytes_FromStringAndSize(NULL, (5 + 2 * (Py_ssize_t)t->ndim) * 8);
+    int memref = e->structure == STRUCTURE_MEMREF;
+    Py_ssize_t head = memref ? 3 : 5;
+    PyObject *fields = PyBytes_FromStringAndSize(NULL, (head + 2 * (Py_ssize_t)t->ndim) * 8);
     if (fields == NULL) {
         Py_CLEAR(*shape);
         return NULL;
     }
     int64_t *out = (int64_t *)PyBytes_AS_STRING(fields);
-    out[0] = out[1] = 0;
-    out[2] = size;
-    out[3] = itemsize;
-    out[4] = (int64_t)(intptr_t)((char *)t->data + t->byte_offset);
+    int64_t data = (int64_t)(intptr_t)((char *)t->data + t->byte_offset);
+    if (memref) {
+        out[0] = out[1] = data;
+        out[2] = 0;
+    } else {
+        out[0] = out[1] = 0;
+        out[2] = size;
+        out[3] = itemsize;
+        out[4] = data;
+    }
     for (int32_t d = 0; d < t->ndim; d++) {
-        out[5 + d] = t->shape[d];
-        out[5 + t->ndim + d] = strides[d];
+        out[head + d] = t->shape[d];
+        out[head + t->ndim + d] = memref ? strides[d] / itemsize : strides[d];
     }
     return fields;
 }

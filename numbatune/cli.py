@@ -52,7 +52,7 @@ def _print(arguments: argparse.Namespace, data: Any, header: list[str], rows: li
 def _info(arguments: argparse.Namespace) -> int:
     from numba import cuda
 
-    from numbatune import __version__, native
+    from numbatune import __version__, compilers, native
     from numbatune.arrays import SIMULATOR
     from numbatune.cache import files
     from numbatune.cache.disk import write_problem
@@ -83,6 +83,7 @@ def _info(arguments: argparse.Namespace) -> int:
         "driver": driver,
         "devices": devices,
         "launcher": native.describe(SIMULATOR, settings.fast_launch),
+        "compilers": compilers.available(),
         "versions": versions,
         "cache_dir": None if cache_dir is None else str(cache_dir),
         "cache_bytes": 0 if cache_dir is None else files.size_bytes(cache_dir),
@@ -96,6 +97,7 @@ def _info(arguments: argparse.Namespace) -> int:
             for d in devices
         ],
         ["launcher", data["launcher"]],
+        *[[f"compiler {name}", version] for name, version in data["compilers"].items()],
         *[[name, version] for name, version in versions.items()],
         ["cache", data["cache_dir"] or "off"],
         ["cache size", f"{data['cache_bytes']} bytes"],

@@ -164,9 +164,10 @@ class DLPack(NamedTuple):
     reads). ``describe(api, array)``: ``(device type, device id, ndim, type code, bits, lanes)``,
     or None where the library cannot describe the array. ``read(api, arrays, expected)``: for a
     tuple of arrays of that class and one packed :data:`EXPECTED` per array (device type and
-    id, ndim, type code, bits, numba's layout letter), ``(current stream, shape, fields, shape,
-    fields, ...)`` with numba's kernel parameters of each array in ``fields`` (bytes, 8 for each
-    parameter, in the host's order), or None where an array is not as expected.
+    id, ndim, type code, bits, numba's layout letter, structure), ``(current stream, shape,
+    fields, shape, fields, ...)`` with the kernel parameters of each array in ``fields`` (bytes,
+    8 for each parameter, in the host's order, in the structure asked for), or None where an
+    array is not as expected.
     """
 
     api: Callable[[type], int]
@@ -174,8 +175,14 @@ class DLPack(NamedTuple):
     read: Callable[[int, tuple[Any, ...], bytes], tuple[Any, ...] | None]
 
 
-#: How :class:`DLPack`'s ``read`` takes what it expects of an array.
-EXPECTED = struct.Struct("=iiBBBB")
+#: How :class:`DLPack`'s ``read`` takes what it expects of an array: device type and id, ndim,
+#: type code, bits, layout letter, and the structure of its kernel parameters (an index into
+#: :data:`STRUCTURES`).
+EXPECTED = struct.Struct("=iiBBBBB3x")
+#: The structures ``read`` packs an array's kernel parameters in: numba's (meminfo, parent,
+#: size, itemsize, data, shape, byte strides) and a memref descriptor's (data, data, offset 0,
+#: shape, strides in elements), as :class:`numbatune.compilers.base.ArrayStructure` names them.
+STRUCTURES = ("numba", "memref")
 
 _extension: ModuleType | Unavailable | None = None  # None until first imported
 _native: Native | None = None

@@ -14,6 +14,7 @@ import dis
 import hashlib
 import inspect
 import itertools
+import sys
 import textwrap
 import types
 from collections.abc import Callable, Iterator
@@ -109,14 +110,28 @@ def values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
                 yield f"{name}.{attribute}", value
 
 
+#: The packages whose API kernels use: numba's and numba-cuda-mlir's (their versions are in
+#: the checksum).
+_COMPILER_PACKAGES = ("numba", "numba_cuda_mlir")
+
+
 def is_numba(value: Any) -> bool:
-    """Whether ``value`` is part of numba's own API (the numba version in the checksum covers
-    it; the simulator's objects differ from a GPU's, and must not change compiled kernels'
-    keys)."""
+    """Whether ``value`` is part of numba's own API, or numba-cuda-mlir's (the compiler's
+    version in the checksum covers it; the simulator's objects differ from a GPU's, and must not
+    change compiled kernels' keys)."""
     name = (
         value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "")
     )
-    return isinstance(name, str) and (name == "numba" or name.startswith("numba."))
+    return isinstance(name, str) and name.partition(".")[0] in _COMPILER_PACKAGES
+
+
+def _is_type(value: Any) -> bool:
+    """Whether ``value`` is a numba type (``float32``), numba-cuda's or numba-cuda-mlir's
+    (whose types are its own): the checksum writes its name, which tells types apart."""
+    mlir_types = sys.modules.get("numba_cuda_mlir.numba_cuda.types")
+    return isinstance(value, numba_types.Type) or (
+        mlir_types is not None and isinstance(value, mlir_types.Type)
+    )
 
 
 def device_function_of(value: Any) -> types.FunctionType | None:
@@ -217,7 +232,7 @@ def value_text(value: Any) -> str:
         return f"<device function {function.__qualname__} {digest}>"
     if isinstance(value, types.ModuleType):
         return f"<module {value.__name__}>"
-    if is_numba(value) and not isinstance(value, numba_types.Type):
+    if is_numba(value) and not _is_type(value):
         return f"<numba {getattr(value, '__qualname__', type(value).__name__)}>"
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]

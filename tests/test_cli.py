@@ -52,8 +52,10 @@ def test_info_reports_the_simulator_versions_and_the_cache(capsys, numbatune_cac
     assert status == 0 and data["cache_dir"] == str(numbatune_cache)
     assert data["versions"]["numbatune"] == nt.__version__
     assert data["simulator"] is SIMULATOR and bool(data["devices"]) is not SIMULATOR
+    assert data["compilers"]["numba-cuda"] == data["versions"]["numba-cuda"]
+    assert set(data["compilers"]) == {"numba-cuda", "numba-cuda-mlir"}
     status, out, _ = run(capsys, "info")
-    assert status == 0 and "numba-cuda" in out
+    assert status == 0 and "compiler numba-cuda " in out and "compiler numba-cuda-mlir " in out
 
 
 def test_cache_list_and_show_give_tables_and_json(capsys, tuned_saxpy):

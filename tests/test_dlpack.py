@@ -6,6 +6,7 @@ These run with no GPU: torch's CPU tensors publish the same exchange API as its 
 and the fast path's code is generated and called with the driver launch replaced by a capture.
 """
 
+import dataclasses
 import struct
 import types
 
@@ -15,12 +16,17 @@ from numba.core import types as numba_types
 from numba.np import numpy_support
 
 from numbatune import arrays, native
+from numbatune.compilers import NUMBA_CUDA
+from numbatune.compilers.base import ArrayParameters, ArrayStructure
 from numbatune.keys import default_key
 from numbatune.launch import fastpath
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.monitor import Monitor
 
 torch = pytest.importorskip("torch")
+
+#: The structure indices the C extension's reads take.
+NUMBA, MEMREF = (native.STRUCTURES.index(s.value) for s in ArrayStructure)
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
           "complex64", "complex128"]  # fmt: skip
@@ -70,14 +76,25 @@ def _general_path(args, stream):
     raise AssertionError("the fast path handed the call to the general path")
 
 
-def _fast_path(example, monkeypatch, dlpack=True, winners=None):
+class MemrefCompiler:
+    """A compiler whose kernels take arrays as memref descriptors (numba-cuda-mlir's), its
+    other parameters as numba's."""
+
+    def parameters(self, argtype, value):
+        found = NUMBA_CUDA.parameters(argtype, value)
+        if isinstance(found, ArrayParameters):
+            return dataclasses.replace(found, structure=ArrayStructure.MEMREF)
+        return found
+
+
+def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_CUDA):
     """The fast path generated for arguments like ``example``, launching the ``winners`` of
     their keys, with the launch capturing the packed parameters (into the returned list)
-    instead of calling the driver."""
+    instead of calling the driver; ``compiler`` says how arguments become parameters."""
     with monkeypatch.context() as patch:
         if not dlpack:
             patch.setattr(native, "dlpack", lambda: None)
-        plan = ArgumentPlan()
+        plan = ArgumentPlan(compiler)
         for index, value in enumerate(example):
             assert plan.add(f"a{index}", _numba_type(value), value)
         plan.close()
@@ -119,6 +136,33 @@ def test_dlpack_reads_pack_the_parameters_of_the_python_reads(dtype, monkeypatch
         assert packed == _parameters(through_python, python_launched, example), view_name
 
 
+def _memref(tensor):
+    """A tensor's memref descriptor: its data pointer twice, offset 0, its shape and its
+    strides in elements (those of a C-contiguous tensor from its shape, as the kernel sees
+    them: a dimension of size 1 may have any stride)."""
+    shape, strides = tuple(tensor.shape), tuple(tensor.stride())
+    if tensor.is_contiguous():
+        strides = tuple(int(np.prod(shape[d + 1 :])) for d in range(len(shape)))
+    return (tensor.data_ptr(),) * 2 + (0, *shape, *strides)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_memref_reads_pack_pointers_shape_and_strides_in_elements(dtype, monkeypatch):
+    """A kernel that takes memref descriptors (numba-cuda-mlir's) gets them from the DLPack
+    reads and the Python reads alike: data pointer twice, offset 0, shape, element strides."""
+    compiler = MemrefCompiler()
+    for view_name, view in _views(dtype).items():
+        example = (view, torch.zeros(3, dtype=torch.float32), 2.5)
+        through_dlpack, launched = _fast_path(example, monkeypatch, compiler=compiler)
+        assert "_torch_read" in through_dlpack.code
+        through_python, python_launched = _fast_path(example, monkeypatch, False, None, compiler)
+        packed = _parameters(through_dlpack, launched, example)
+        assert packed == _parameters(through_python, python_launched, example), view_name
+        fields = 3 + 2 * view.dim()
+        expected = _memref(view) + _memref(example[1]) + (2.5,)
+        assert struct.unpack(f"={fields}q5qd", packed) == expected, view_name
+
+
 def test_arrays_in_tuples_are_read_after_their_classes_are_checked(monkeypatch):
     pair = (torch.zeros(4), torch.ones(2, 3))
     example = (pair, torch.zeros(5), 1.0)
@@ -152,8 +196,8 @@ def test_arrays_on_another_device_are_refused():
     api, tensor = reader.api(torch.Tensor), torch.zeros(4)
     device_type, device_id, ndim, code, bits, _ = reader.describe(api, tensor)
     assert (device_type, ndim, code, bits) == (1, 1, 2, 32)  # CPU, float32
-    here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"))
-    on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"))
+    here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"), NUMBA)
+    on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"), NUMBA)
     current, shape, fields = reader.read(api, (tensor,), here)
     assert current == 0  # (torch has no stream for the CPU)
     assert shape == (4,)

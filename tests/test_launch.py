@@ -124,7 +124,7 @@ def _only_the_fast_path(tuned):
 
     with pytest.MonkeyPatch.context() as patch:
         if not SIMULATOR:
-            patch.setattr(tuned, "_launch_winner", general_path)
+            patch.setattr(tuned._winners, "launch", general_path)
         yield
 
 
@@ -339,7 +339,8 @@ def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
     api = reader.api(torch.Tensor)
     assert api, f"torch {torch.__version__} publishes no DLPack C exchange API"
     x = torch.zeros(1 << 10, device="cuda")
-    expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"))
+    numba_structure = native.STRUCTURES.index("numba")
+    expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"), numba_structure)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         assert reader.read(api, (x,), expected)[0] == stream.cuda_stream

@@ -215,28 +215,6 @@ def test_a_variant_parameter_named_like_an_argument_is_refused():
         )
 
 
-class MlirDispatcher:
-    """Stands for numba-cuda-mlir's kernels (``from numba_cuda_mlir import cuda``), which
-    cannot be installed here: a dispatcher of a module of that package, with a ``py_func``."""
-
-    __module__ = "numba_cuda_mlir.dispatcher"
-
-    def __init__(self, function):
-        self.py_func, self.__name__ = function, function.__name__
-
-
-def test_a_numba_cuda_mlir_kernel_is_refused_when_defined_saying_what_is_supported():
-    message = (
-        r"autotune\(accumulate\): accumulate is a numba-cuda-mlir kernel "
-        r"\(numba_cuda_mlir\.dispatcher\.MlirDispatcher\), which numbatune does not support "
-        r"yet; it supports numba-cuda's numba\.cuda\.jit kernels and plain Python functions$"
-    )
-    with pytest.raises(TypeError, match=message):
-        nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
-            MlirDispatcher(kernels.accumulate.py_func)
-        )
-
-
 def _accumulate():
     return nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
         kernels.accumulate

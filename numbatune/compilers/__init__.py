@@ -1,27 +1,55 @@
 """Kernel compilers numbatune tunes the kernels of, behind one seam
-(:class:`~numbatune.compilers.base.KernelCompiler`); numba-cuda is the first.
+(:class:`~numbatune.compilers.base.KernelCompiler`): numba-cuda, and numba-cuda-mlir where it
+is installed (both may be, side by side).
 
 The user's kernel object chooses its compiler (:func:`compiler_for`). Adding a compiler is
 adding an implementation to :data:`COMPILERS` (or, from outside, :func:`register`); dispatch,
-the tune cache, tuning, compiling in workers and trial runs need no change. The fast path
-(:mod:`numbatune.launch`) plans numba-cuda's kernel parameters: another compiler's
-:meth:`~KernelCompiler.overload_for` gives a reason not to take its overloads, and its kernels
-are launched through its own launch.
+the tune cache, tuning, compiling in workers, trial runs and the fast path
+(:mod:`numbatune.launch`, which plans each argument's parameters as the kernel's compiler says:
+:meth:`~KernelCompiler.parameters`) need no change.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from numbatune.compilers import mlir_kernels
 from numbatune.compilers.base import KernelCompiler, Unwrapped
 from numbatune.compilers.numba_cuda import NumbaCuda
+from numbatune.compilers.numba_cuda_mlir import NumbaCudaMlir
 
 NUMBA_CUDA = NumbaCuda()
+NUMBA_CUDA_MLIR = NumbaCudaMlir()
 
-#: The compilers, asked in order whether a kernel is theirs.
-COMPILERS: list[KernelCompiler] = [NUMBA_CUDA]
+#: The compilers, asked in order whether a kernel is theirs: numba-cuda-mlir only where it is
+#: installed (it is not imported until one of its kernels is met).
+COMPILERS: list[KernelCompiler] = [NUMBA_CUDA] + [NUMBA_CUDA_MLIR] * mlir_kernels.installed()
 
-__all__ = ["COMPILERS", "NUMBA_CUDA", "KernelCompiler", "Unwrapped", "compiler_for", "register"]
+__all__ = [
+    "COMPILERS",
+    "NUMBA_CUDA",
+    "NUMBA_CUDA_MLIR",
+    "KernelCompiler",
+    "Unwrapped",
+    "available",
+    "compiler_for",
+    "register",
+]
+
+
+def available() -> dict[str, str]:
+    """The compilers numbatune knows, each with its version or why it is not available.
+
+    Returns
+    -------
+    dict
+        ``{name: version}`` for the compilers installed here; ``"not installed"`` for the
+        others.
+    """
+    found = {compiler.name: compiler.version for compiler in COMPILERS}
+    for compiler in (NUMBA_CUDA, NUMBA_CUDA_MLIR):
+        found.setdefault(compiler.name, "not installed")
+    return found
 
 
 def compiler_for(kernel: Any, name: str = "") -> KernelCompiler:
@@ -47,16 +75,9 @@ def compiler_for(kernel: Any, name: str = "") -> KernelCompiler:
     for compiler in COMPILERS:
         if compiler.claims(kernel):
             return compiler
-    kind = type(kernel)
-    if kind.__module__.partition(".")[0] == "numba_cuda_mlir":
-        raise TypeError(
-            f"autotune({name}): {name} is a numba-cuda-mlir kernel ({kind.__module__}."
-            f"{kind.__qualname__}), which numbatune does not support yet; it supports "
-            "numba-cuda's numba.cuda.jit kernels and plain Python functions"
-        )
     raise TypeError(
-        f"autotune({name}): expected a numba.cuda.jit kernel or a plain Python function, "
-        f"got {kind.__name__}"
+        f"autotune({name}): expected a numba.cuda.jit kernel (numba-cuda's or "
+        f"numba-cuda-mlir's) or a plain Python function, got {type(kernel).__name__}"
     )
 
 

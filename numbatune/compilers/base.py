@@ -91,11 +91,26 @@ class ScalarParameters:
     fields: tuple[tuple[str, Conversion], ...]
 
 
+class ArrayStructure(enum.Enum):
+    """How an array argument is laid out as kernel parameters, each 8 bytes."""
+
+    #: numba's array structure: two fields of zeros (meminfo, parent), the element count, the
+    #: element size, the data pointer, then the shape and the strides in bytes.
+    NUMBA = "numba"
+    #: An MLIR memref descriptor (numba-cuda-mlir's): the data pointer twice (allocated,
+    #: aligned), an offset of 0 elements, then the shape and the strides in elements.
+    MEMREF = "memref"
+
+    @property
+    def head(self) -> int:
+        """How many of its fields come before the shape."""
+        return 5 if self is ArrayStructure.NUMBA else 3
+
+
 @dataclass(frozen=True)
 class ArrayParameters:
-    """An array argument's kernel parameters: the array structure (two 8-byte fields of zeros,
-    the element count, the element size, the data pointer, then the shape and the strides in
-    bytes, 8 bytes each), as the C extension packs it."""
+    """An array argument's kernel parameters: the array structure (numba's by default:
+    :class:`ArrayStructure`), as the C extension packs it."""
 
     #: The size of one element, in bytes.
     itemsize: int
@@ -106,6 +121,7 @@ class ArrayParameters:
     mutable: bool
     #: Whether the kernel takes it aligned.
     aligned: bool
+    structure: ArrayStructure = ArrayStructure.NUMBA
 
 
 @dataclass(frozen=True)

@@ -27,15 +27,7 @@ from numbatune import native
 from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
 from numbatune.launch.config import checked_launch_config, is_empty, launch_error
-from numbatune.launch.layout import (
-    ArgumentPlan,
-    function_handle,
-    half_bits,
-    numba_array_memo,
-    parameter_layout,
-    planned_type,
-    supported,
-)
+from numbatune.launch.layout import ArgumentPlan, half_bits
 from numbatune.streams.handles import LEGACY, check_stream, stream_getter, stream_handle
 from numbatune.streams.monitor import keep, monitor
 
@@ -101,14 +93,14 @@ class FastPath:
         kernel, reason = compiler.overload_for(dispatcher, args)
         if not reason:
             function = compiler.function_of(kernel)
-            if parameter_layout(function) != self._layout:
+            if compiler.parameter_layout(function) != self._layout:
                 reason = "this variant's parameter layout differs from the signature's"
-            elif kernel.cooperative != self._cooperative:
+            elif compiler.cooperative(kernel) != self._cooperative:
                 reason = "this variant synchronises its grid and the signature's first did not"
         if reason:
             through_numba(self._name, args, reason)
             return False
-        self._functions[index] = function_handle(function)
+        self._functions[index] = compiler.function_handle(function)
         return True
 
 
@@ -128,20 +120,21 @@ def build(
     """
     compiler = compiler_for(dispatcher)
     kernel, reason = compiler.overload_for(dispatcher, args)
-    reason = supported() or reason
+    reason = compiler.fast_launch_unsupported() or reason
     if reason:
         through_numba(hooks.name, args, reason)
         return None
-    plan = ArgumentPlan()
+    plan = ArgumentPlan(compiler)
     actuals = compiler.argument_types(dispatcher, args)
-    for index, (declared, value) in enumerate(zip(kernel.argument_types, args, strict=True)):
+    declared_types = compiler.declared_types(kernel)
+    for index, (declared, value) in enumerate(zip(declared_types, args, strict=True)):
         actual = actuals[index]
-        numba_type = planned_type(declared, actual)
-        if numba_type is None or not plan.add(f"a{index}", numba_type, value):
+        argtype = compiler.planned_type(declared, actual)
+        if argtype is None or not plan.add(f"a{index}", argtype, value):
             through_numba(hooks.name, args, f"no plan for {actual} as {declared}")
             return None
     plan.close()
-    layout = parameter_layout(compiler.function_of(kernel))
+    layout = compiler.parameter_layout(compiler.function_of(kernel))
     if layout is None:
         through_numba(hooks.name, args, "the driver gives no parameter layout")
         return None
@@ -155,7 +148,8 @@ def build(
             planned,
         )
         return None
-    return _generate(plan, layout, args, winners, hooks, next_path, kernel.cooperative)
+    cooperative = compiler.cooperative(kernel)
+    return _generate(plan, layout, args, winners, hooks, next_path, cooperative)
 
 
 #: (kernel name, argument classes, reason) already warned about by :func:`through_numba`.
@@ -218,7 +212,6 @@ def _generate(
         "_blocking": monitor.blocking,
         "_LEGACY": LEGACY,
         "_half_bits": half_bits,
-        "_memo": numba_array_memo,
         "_launch": native.launcher(),
         "_context": int(cuda.current_context().handle),
         "_cooperative": cooperative,

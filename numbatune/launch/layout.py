@@ -32,6 +32,7 @@ from numbatune.arrays import buffer_of
 from numbatune.compilers import NUMBA_CUDA, KernelCompiler
 from numbatune.compilers.base import (
     ArrayParameters,
+    ArrayStructure,
     Conversion,
     ScalarParameters,
     TupleParameters,
@@ -45,13 +46,6 @@ _CONVERTED = {
     Conversion.REAL: "{}.real",
     Conversion.IMAG: "{}.imag",
 }
-
-
-def supported() -> str | None:
-    """Why the fast launch is off in this process, or None when it is available (the fast
-    path launches numba-cuda's kernels:
-    :meth:`~numbatune.compilers.base.KernelCompiler.fast_launch_unsupported`)."""
-    return NUMBA_CUDA.fast_launch_unsupported()
 
 
 class ArgumentPlan:
@@ -158,24 +152,26 @@ class ArgumentPlan:
             return False
         name = f"_{self.arrays}"
         self.arrays += 1
-        self.fields += ["Q", "Q", "q", "q", "Q"] + ["q"] * (2 * parameters.ndim)
+        self.fields += _HEADS[parameters.structure] + ["q"] * (2 * parameters.ndim)
         if kind.fast is FastRead.MEMO:
-            self._add_numba_array(argument, name, value, top)
+            self._add_numba_array(argument, name, value, top, parameters.structure)
         else:
             self._add_library_array(argument, name, parameters, value, kind, top)
         return True
 
-    def _add_numba_array(self, argument: str, name: str, value: Any, top: bool) -> None:
+    def _add_numba_array(
+        self, argument: str, name: str, value: Any, top: bool, structure: ArrayStructure
+    ) -> None:
         """numba's arrays: their fields are read once per array object and kept on it
-        (:func:`numba_array_memo`), as numba keeps its own launch view of them."""
-        token = self.constant(numba_array_memo(value)[0])
-        self.steps += [
-            ("read", f'{name} = {argument}.__dict__.get("_numbatune") or _memo({argument})'),
-            ("check", f"{name}[0] is {token}"),
-        ]
+        (:func:`numba_array_memo`, :func:`memref_array_memo`), as numba keeps its own launch
+        view of them."""
+        memo, attribute = _MEMOS[structure]
+        token = self.constant(memo(value)[0])
+        read = f'{argument}.__dict__.get("{attribute}") or {self.constant(memo)}({argument})'
+        self.steps += [("read", f"{name} = {read}"), ("check", f"{name}[0] is {token}")]
         if top:
             self.key_parts.append(f"{name}[1]")
-        self._add_packed(len(value.shape), f"{name}[2]")
+        self._add_packed(len(value.shape), f"{name}[2]", structure)
         self.buffers.append(f"{name}[3]")
 
     def _add_library_array(
@@ -188,9 +184,10 @@ class ArgumentPlan:
         top: bool,
     ) -> None:
         ndim, layout, itemsize = parameters.ndim, parameters.layout, parameters.itemsize
+        structure = parameters.structure
         if kind.stream is not None:
             self.library_arrays.setdefault(kind, []).append(argument)
-        if self._add_dlpack_array(argument, name, value, kind, layout, top):
+        if self._add_dlpack_array(argument, name, value, kind, parameters, top):
             form = kind.fields
             memory = form["memory"].format(a=argument)
             pointer = form["pointer"].format(m=memory)
@@ -198,12 +195,14 @@ class ArgumentPlan:
             return
         fields = _read_library(self, argument, name, kind, ndim, itemsize)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
-        strides = fields.strides
+        # numba's strides are in bytes, a memref's in elements.
+        unit = itemsize if structure is ArrayStructure.NUMBA else 1
+        strides = fields.strides if unit > 1 else [f"({s}) // {itemsize}" for s in fields.strides]
         if layout == "C":
             # A C-contiguous array exports no strides, and numba computes them from the shape.
             # (For dimensions of size 1 numba's may differ; no element's address depends on
             # them.)
-            strides = [" * ".join([str(itemsize), *shape[d + 1 :]]) for d in range(ndim)]
+            strides = [" * ".join([str(unit), *shape[d + 1 :]]) for d in range(ndim)]
             self.steps.append(("check", fields.c_contiguous))
         else:
             layout_check = fields.f_contiguous if layout == "F" else fields.a_layout
@@ -218,7 +217,12 @@ class ArgumentPlan:
             self.steps.append(("check", f"{fields.device} == {-1 if device is None else device}"))
         if top:
             self._add_key_part(name, value)
-        self.values += ["0", "0", fields.size, str(itemsize), fields.pointer, *shape, *strides]
+        pointer = fields.pointer
+        heads = {
+            ArrayStructure.NUMBA: ["0", "0", fields.size, str(itemsize), pointer],
+            ArrayStructure.MEMREF: [pointer, pointer, "0"],
+        }
+        self.values += [*heads[structure], *shape, *strides]
         self.buffers.append(fields.buffer)
 
     def _add_key_part(self, name: str, value: Any) -> None:
@@ -229,30 +233,39 @@ class ArgumentPlan:
         self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
 
     def _add_dlpack_array(
-        self, argument: str, name: str, value: Any, kind: ArrayKind, layout: str, top: bool
+        self,
+        argument: str,
+        name: str,
+        value: Any,
+        kind: ArrayKind,
+        parameters: ArrayParameters,
+        top: bool,
     ) -> bool:
         """Read the array through its library's DLPack C exchange API, where the C extension
-        and the library have one: its shape in ``{name}s`` and numba's kernel parameters of it
-        in ``{name}f`` (:meth:`close` adds the read). False where it cannot be."""
+        and the library have one: its shape in ``{name}s`` and its kernel parameters in
+        ``{name}f`` (:meth:`close` adds the read). False where it cannot be."""
         reader = native.dlpack()
         api = reader.api(type(value)) if reader is not None else 0
         described = reader.describe(api, value) if api else None
         if described is None or described[5] != 1:  # (vector types: lanes)
             return False
         device_type, device_id, ndim, code, bits, _ = described
-        expected = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord(layout))
+        expected = native.EXPECTED.pack(
+            device_type, device_id, ndim, code, bits, ord(parameters.layout),
+            native.STRUCTURES.index(parameters.structure.value),
+        )  # fmt: skip
         reads = self._dlpack.setdefault(kind, _DLPackReads(reader.read, api))
         reads.arguments.append(argument)
         reads.names.append(name)
         reads.expected.append(expected)
         if top:
             self._add_key_part(name, value)
-        self._add_packed(ndim, f"{name}f")
+        self._add_packed(ndim, f"{name}f", parameters.structure)
         return True
 
-    def _add_packed(self, ndim: int, value: str) -> None:
+    def _add_packed(self, ndim: int, value: str, structure: ArrayStructure) -> None:
         """The fields of the array just added are given as one bytes value, ``value``."""
-        count = 5 + 2 * ndim
+        count = structure.head + 2 * ndim
         self.packed[len(self.fields) - count] = count
         self.values.append(value)
 
@@ -276,6 +289,33 @@ def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
                              shim.ptr or 0, *shim.shape, *layout.strides_in_bytes)  # fmt: skip
         memo = array.__dict__["_numbatune"] = (token, key_part, fields, buffer_of(array))
     return memo
+
+
+def memref_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
+    """:func:`numba_array_memo`, the parameters of the array a memref descriptor."""
+    memo = array.__dict__.get("_numbatune_memref")
+    if memo is None:
+        token, key_part, fields, buffer = numba_array_memo(array)
+        values = struct.unpack(f"<{len(fields) // 8}q", fields)
+        ndim, itemsize, pointer = (len(values) - 5) // 2, values[3], values[4]
+        strides = (stride // itemsize for stride in values[5 + ndim :])
+        memref = struct.pack(f"<3q{2 * ndim}q", pointer, pointer, 0, *values[5 : 5 + ndim],
+                             *strides)  # fmt: skip
+        memo = array.__dict__["_numbatune_memref"] = (token, key_part, memref, buffer)
+    return memo
+
+
+#: The ``struct`` letters of an array's fields before its shape, by structure.
+_HEADS = {
+    ArrayStructure.NUMBA: ["Q", "Q", "q", "q", "Q"],
+    ArrayStructure.MEMREF: ["Q", "Q", "q"],
+}
+#: How numba's arrays are read once and kept, by structure: the function, and the attribute
+#: it keeps them in.
+_MEMOS = {
+    ArrayStructure.NUMBA: (numba_array_memo, "_numbatune"),
+    ArrayStructure.MEMREF: (memref_array_memo, "_numbatune_memref"),
+}
 
 
 @dataclass
@@ -326,18 +366,6 @@ def _read_library(
 def half_bits(value: Any) -> int:
     """The bits of a float16 value, as numba passes a float16 parameter."""
     return int(np.float16(value).view(np.uint16))
-
-
-def parameter_layout(function: Any) -> list[tuple[int, int]] | None:
-    """(offset, size) of each parameter of a compiled numba-cuda function, as the driver
-    reports them (:meth:`~numbatune.compilers.base.KernelCompiler.parameter_layout`)."""
-    return NUMBA_CUDA.parameter_layout(function)
-
-
-def function_handle(function: Any) -> int:
-    """The handle the fast path launches a compiled numba-cuda function by
-    (:meth:`~numbatune.compilers.base.KernelCompiler.function_handle`)."""
-    return NUMBA_CUDA.function_handle(function)
 
 
 def planned_type(declared: Any, actual: Any) -> Any:

@@ -1,0 +1,146 @@
+"""Building a numba-cuda-mlir kernel in a compile worker, which sees no GPU.
+
+numba-cuda-mlir asks the driver for the device's compute capability before it compiles, even
+for a target it is given; it keeps the answer in ``numba_cuda_mlir.tools._cached_cc``, which
+:func:`build` sets to the target's (:func:`target`): the whole compile, to a cubin, then runs
+without a driver (checked with numba-cuda-mlir 0.6.0 on a machine with none, and on the H100,
+where such a cubin ran). Where that name is missing (another version), the build raises and the
+parent compiles the kernel itself.
+
+Functions cross to the worker pickled by value (numba-cuda-mlir's cloudpickle); a device
+function the kernel calls crosses as its Python function and options and is rebuilt there.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from importlib import metadata
+from typing import Any
+
+from numbatune.arraykinds import SIMULATOR
+from numbatune.compilers.base import Built, LinkFailed
+from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of, version
+
+#: The device functions a worker has rebuilt, by their pickle (as
+#: :mod:`numbatune.compilers.numba_build` keeps numba's).
+_device_functions: dict[bytes, Any] = {}
+_DEVICE_FUNCTIONS_KEPT = 256
+
+
+def _device_function(pickled: bytes) -> Any:
+    """The device function :func:`dumps_function` pickled as ``pickled``, made once per
+    process."""
+    dispatcher = _device_functions.get(pickled)
+    if dispatcher is None:
+        from numba_cuda_mlir import cuda
+        from numba_cuda_mlir.numba_cuda import cloudpickle
+
+        function, options = cloudpickle.loads(pickled)
+        dispatcher = cuda.jit(device=True, **options)(function)
+        if len(_device_functions) >= _DEVICE_FUNCTIONS_KEPT:
+            _device_functions.clear()
+        _device_functions[pickled] = dispatcher
+    return dispatcher
+
+
+def dumps_function(function: Any) -> bytes:
+    """``function`` pickled by value (raises if it cannot be)."""
+    from numba_cuda_mlir.numba_cuda import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, value: Any) -> Any:
+            function = getattr(value, "py_func", None)
+            if callable(function) and not isinstance(value, type):
+                return _device_function, (dumps_function((function, options_of(value))),)
+            return super().reducer_override(value)
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=5).dump(function)
+    return buffer.getvalue()
+
+
+def loads_function(pickled: bytes) -> Any:
+    """(In a worker) the function :func:`dumps_function` pickled."""
+    from numba_cuda_mlir.numba_cuda import cloudpickle
+
+    return cloudpickle.loads(pickled)
+
+
+def toolchain() -> tuple[str, ...]:
+    """The versions that decide the code a build makes: numba-cuda-mlir (which brings its
+    LLVM) and the CUDA toolkit whose NVVM and assembler it uses."""
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        toolkit = f"{major}.{minor}"
+    except Exception:  # no NVRTC: numba-cuda-mlir cannot compile here either
+        toolkit = "missing"
+    return (f"{NAME} {version()}", f"cuda toolkit {toolkit}")
+
+
+def environment() -> list[str]:
+    """What decides the code numba-cuda-mlir generates, for checksums: its
+    :func:`toolchain`, cuda-bindings, and on a GPU the driver's version."""
+    from cuda.bindings import driver
+
+    parts = [*toolchain(), f"cuda-bindings {metadata.version('cuda-bindings')}"]
+    if not SIMULATOR:
+        parts.append(f"driver {driver.cuDriverGetVersion()[1]}")
+    return parts
+
+
+def warm() -> None:
+    """Import numba-cuda-mlir's compiler (3 s and more), for a fork server of compile workers.
+    Nothing is compiled: a compile starts threads in MLIR, which a fork does not carry (a
+    forked worker then never finished its first compile)."""
+    import numba_cuda_mlir.descriptor
+    import numba_cuda_mlir.mlir_compiler
+    import numba_cuda_mlir.mlir_optimization  # noqa: F401
+
+
+def target(cc: tuple[int, int]) -> None:
+    """Make numba-cuda-mlir compile for ``cc`` in this process without asking the driver.
+
+    Raises
+    ------
+    RuntimeError
+        This numba-cuda-mlir keeps the compute capability elsewhere.
+    """
+    from numba_cuda_mlir import tools
+
+    if not hasattr(tools, "_cached_cc"):
+        raise RuntimeError(f"{NAME} {version()} cannot be told the compute capability")
+    tools._cached_cc = tuple(cc)
+
+
+def build(
+    function: Any,
+    options: dict[str, Any],
+    argtypes: tuple[Any, ...],
+    cc: tuple[int, int],
+    max_registers: tuple[int | None, ...] = (None,),
+) -> list[Built | LinkFailed]:
+    """(In a worker) compile the kernel function for ``argtypes`` and ``cc`` once per
+    register cap (numba-cuda-mlir reads the cap as it compiles): a kernel each, in their
+    order. The first compile's error raises (the variants' error); a later one fails that
+    kernel alone."""
+    from numba_cuda_mlir import cuda
+
+    target(cc)
+    tools = toolchain()
+    built: list[Built | LinkFailed] = []
+    for index, cap in enumerate(max_registers):
+        started = time.perf_counter()
+        capped = {**options, **({} if cap is None else {"max_registers": cap})}
+        try:
+            result = cuda.jit(**capped)(function).compile(argtypes)
+        except Exception as error:
+            if index == 0:
+                raise
+            built.append(LinkFailed(f"{type(error).__name__}: {error}"))
+            continue
+        payload = CompiledKernel.of(result).dumps()
+        built.append(Built(payload, None, tools, time.perf_counter() - started))
+    return built

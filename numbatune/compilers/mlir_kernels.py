@@ -1,0 +1,289 @@
+"""numba-cuda-mlir's kernels: its ``cuda.jit`` dispatchers and their options, a variant's
+dispatcher, the types of a call's arguments, and the compiled kernels numbatune keeps (a cubin,
+its function's name, its argument types and how it takes them), serialised for the kernel store
+and the trial worker and loaded into a context through the driver
+(:class:`numbatune.compilers.numba_cuda_mlir.NumbaCudaMlir` uses them).
+
+numbatune types array arguments itself, from what it reads of every kind of array it knows:
+numba-cuda-mlir types numba-cuda's device arrays as numba-cuda's types (which it cannot compile
+for) and refuses torch tensors. numba-cuda-mlir is imported only where its kernels are met (the
+import takes 3 to 7 seconds); nothing here needs it to be installed until then.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import pickle
+import sys
+import threading
+import types
+import zlib
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from numbatune.arraykinds import kind_of
+from numbatune.compilers import mlir_parameters
+from numbatune.compilers.mlir_parameters import Packing
+
+#: The compiler's name, in identities and messages.
+NAME = "numba-cuda-mlir"
+
+#: The format of a serialised kernel (:meth:`CompiledKernel.dumps`); part of the kernel
+#: store's keys.
+PAYLOAD_VERSION = 1
+
+#: Options numba-cuda-mlir derives from others when it decorates or compiles a kernel, or that
+#: numbatune decides: not a kernel's own (``chip`` and ``cc``: numbatune compiles for the device
+#: a call runs on).
+_NOT_OWN = frozenset({"device", "_lto_explicit", "chip", "cc", "_compile_output", "abi_info"})
+
+
+def version() -> str:
+    """numba-cuda-mlir's version ("missing" where it is not installed)."""
+    try:
+        return metadata.version("numba-cuda-mlir")
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def installed() -> bool:
+    """Whether numba-cuda-mlir can be imported (without importing it)."""
+    return importlib.util.find_spec("numba_cuda_mlir") is not None
+
+
+def is_dispatcher(value: Any) -> bool:
+    """Whether ``value`` is a numba-cuda-mlir ``cuda.jit`` dispatcher (a kernel or a device
+    function); False, without importing it, where numba-cuda-mlir is not imported."""
+    module = sys.modules.get("numba_cuda_mlir.descriptor")
+    return module is not None and isinstance(value, module.MLIRDispatcher)
+
+
+@functools.cache
+def _default_options() -> dict[str, Any]:
+    """The options of a kernel decorated with a plain ``cuda.jit``."""
+    from numba_cuda_mlir import cuda
+
+    def nothing() -> None:
+        pass
+
+    return dict(cuda.jit(nothing).targetoptions)
+
+
+def options_of(dispatcher: Any) -> dict[str, Any]:
+    """The options ``dispatcher`` was decorated with: those that differ from a plain
+    ``cuda.jit``'s, less those derived from others (``opt_level`` from ``opt``, ``fastmath``
+    from ``fast_math``) and those numbatune decides (:data:`_NOT_OWN`), so that passing them to
+    ``cuda.jit`` again makes the same kernel."""
+    defaults = _default_options()
+    options = {
+        name: value
+        for name, value in dispatcher.targetoptions.items()
+        if name in defaults and name not in _NOT_OWN and not _same(value, defaults[name])
+    }
+    if options.get("opt", True) is None:  # opt_level was given
+        del options["opt"]
+    elif "opt" in options:
+        options.pop("opt_level", None)
+    if options.get("fast_math") is not None:
+        options.pop("fastmath", None)
+    return options
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return value is default or (type(value) is type(default) and bool(value == default))
+    except Exception:  # a comparison that does not give one bool
+        return False
+
+
+def jit(function: types.FunctionType, options: dict[str, Any]) -> Any:
+    """``numba_cuda_mlir.cuda.jit(**options)(function)``."""
+    from numba_cuda_mlir import cuda
+
+    return cuda.jit(**options)(function)
+
+
+def argument_type(value: Any) -> Any:
+    """numba-cuda-mlir's type of a kernel argument: a device array of any kind numbatune
+    knows typed from its dtype, rank and layout; tuples item by item; the rest as
+    numba-cuda-mlir types it.
+
+    Raises
+    ------
+    TypeError
+        An array whose dtype numba-cuda-mlir has no type for, or a value it cannot type.
+    """
+    from numba_cuda_mlir.numba_cuda import types as mlir_types
+
+    kind = kind_of(type(value))
+    if kind is not None:
+        shape, dtype, layout = kind.read(value)
+        return mlir_types.Array(_element_type(dtype), len(shape), layout)
+    if isinstance(value, tuple) and any(kind_of(type(item)) for item in value):
+        return mlir_types.BaseTuple.from_types([argument_type(item) for item in value])
+    from numba_cuda_mlir.numba_cuda.typing.typeof import Purpose, typeof
+
+    found = typeof(value, Purpose.argument)
+    if found is None:
+        raise TypeError(f"numba-cuda-mlir cannot type the argument {value!r}")
+    return found
+
+
+@functools.cache
+def _element_type(dtype: str) -> Any:
+    from numba_cuda_mlir.numba_cuda.np.numpy_support import from_dtype
+
+    try:
+        return from_dtype(np.dtype(dtype))
+    except Exception as error:  # numpy's TypeError, numba's NumbaNotImplementedError
+        raise TypeError(f"numba-cuda-mlir has no type for arrays of {dtype}") from error
+
+
+def declared_signatures(dispatcher: Any) -> tuple[tuple[Any, ...], ...]:
+    """The argument types a kernel was declared with (a signature or annotations: it was
+    compiled for them at decoration and takes no other); empty for a lazy kernel."""
+    return () if dispatcher._can_compile else tuple(dispatcher.overloads)
+
+
+class CompiledKernel:
+    """A compiled numba-cuda-mlir kernel as numbatune keeps it: its cubin, its function's name
+    in it, the compute capability it was built for, its argument types, how it takes them
+    (:mod:`numbatune.compilers.mlir_parameters`), and whether it synchronises its grid. Its
+    function is loaded once per context (:meth:`function`).
+
+    It also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
+    (:attr:`metadata`).
+    """
+
+    def __init__(
+        self,
+        cubin: bytes,
+        name: str,
+        cc: tuple[int, int],
+        packing: tuple[Packing, ...],
+        cooperative: bool,
+        argtypes: tuple[Any, ...] | bytes,
+    ) -> None:
+        self.cubin, self.name, self.cc = cubin, name, cc
+        self.packing, self.cooperative = packing, cooperative
+        self._argtypes = argtypes  # (pickled where loaded: unpickled when first asked)
+        self._functions: dict[int, tuple[int, Any]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, result: Any) -> CompiledKernel:
+        """The kernel of a numba-cuda-mlir compile result (``dispatcher.compile``)."""
+        argtypes = tuple(result.signature.args)
+        cc = tuple(result.metadata["gpu_target"]["linker_cc"][:2])
+        return cls(
+            result.metadata["cubin"],
+            result.metadata["func_name"],
+            cc,  # type: ignore[arg-type]
+            tuple(mlir_parameters.packing(argtype) for argtype in argtypes),
+            bool(result.metadata.get("use_cooperative")),
+            argtypes,
+        )
+
+    @property
+    def argtypes(self) -> tuple[Any, ...]:
+        """numba-cuda-mlir's types of the arguments it was compiled for."""
+        if isinstance(self._argtypes, bytes):
+            self._argtypes = pickle.loads(self._argtypes)
+        return self._argtypes
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """What numba-cuda-mlir's launch reads of an overload (its cubin, function name and
+        cooperative flag)."""
+        return {"cubin": self.cubin, "func_name": self.name, "use_cooperative": self.cooperative}
+
+    def function(self) -> int:
+        """Its ``CUfunction`` in the current context, its module loaded there on first use.
+
+        Raises
+        ------
+        RuntimeError
+            The driver cannot load it (no current context, or a cubin for another device).
+        """
+        from cuda.bindings import driver
+
+        error, context = driver.cuCtxGetCurrent()
+        loaded = self._functions.get(int(context))
+        if loaded is None:
+            with self._lock:
+                loaded = self._functions.get(int(context))
+                if loaded is None:
+                    error, module = driver.cuModuleLoadData(self.cubin)
+                    _check(error, f"loading {self.name} (built for sm_{self.cc[0]}{self.cc[1]})")
+                    error, function = driver.cuModuleGetFunction(module, self.name.encode())
+                    _check(error, f"finding {self.name} in its module")
+                    loaded = self._functions[int(context)] = (int(function), module)
+        return loaded[0]
+
+    def launch(self, args: tuple[Any, ...], config: tuple[Any, ...], stream: Any) -> None:
+        """Launch it on ``args`` with ``config`` (grid, block[, shared bytes]) on ``stream`` (a
+        numba stream, a raw handle, or 0), its parameters packed by numbatune
+        (:func:`numbatune.compilers.mlir_parameters.launch`), in numba-cuda's context."""
+        from numba import cuda
+
+        cuda.current_context()  # (made current on this thread, for the module's load)
+        mlir_parameters.launch(self.function(), self.packing, self.cooperative, args, config,
+                               stream)  # fmt: skip
+
+    def dumps(self) -> bytes:
+        """The kernel serialised, compressed (:func:`loads` reads it)."""
+        argtypes = self._argtypes
+        payload = {
+            "version": PAYLOAD_VERSION,
+            "cubin": self.cubin,
+            "name": self.name,
+            "cc": self.cc,
+            "packing": self.packing,
+            "cooperative": self.cooperative,
+            "argtypes": argtypes if isinstance(argtypes, bytes) else pickle.dumps(argtypes),
+        }
+        return zlib.compress(pickle.dumps(payload, protocol=5))
+
+
+def loads(payload: bytes, cc: tuple[int, int]) -> CompiledKernel:
+    """The kernel :meth:`CompiledKernel.dumps` serialised (its argument types are unpickled,
+    importing numba-cuda-mlir, only when asked for).
+
+    Raises
+    ------
+    ValueError
+        ``payload`` is not one of this numbatune, or was built for another compute capability.
+    """
+    try:
+        states = pickle.loads(zlib.decompress(payload))
+    except Exception as error:  # zlib.error, pickle's many errors, missing classes
+        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
+    if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
+        raise ValueError("not a compiled numba-cuda-mlir kernel of this numbatune")
+    if tuple(states.get("cc", ())) != tuple(cc):
+        raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
+    try:
+        return CompiledKernel(
+            states["cubin"], states["name"], tuple(states["cc"]), states["packing"],
+            states["cooperative"], states["argtypes"],
+        )  # fmt: skip
+    except KeyError as error:
+        raise ValueError(f"not a compiled kernel (no {error})") from None
+
+
+def compiled(dispatcher: Any, argtypes: tuple[Any, ...]) -> CompiledKernel | None:
+    """The dispatcher's overload for ``argtypes`` as a :class:`CompiledKernel` (kept in its
+    place: numba-cuda-mlir's launch reads it too), or None."""
+    found = dispatcher.overloads.get(argtypes)
+    if found is None or isinstance(found, CompiledKernel):
+        return found
+    kernel = dispatcher.overloads[argtypes] = CompiledKernel.of(found)
+    return kernel
+
+
+def _check(error: Any, doing: str) -> None:
+    if int(error):
+        raise RuntimeError(f"numba-cuda-mlir kernel: {doing} failed: {error!r}")

@@ -1,0 +1,263 @@
+"""numba-cuda-mlir's kernel parameters: how its launch passes each argument to a compiled kernel,
+which numbatune packs itself, in the fast path's plan (:func:`parameters`) and, for every other
+launch and for trial runs, in Python here (:func:`launch`).
+
+An array is an MLIR memref descriptor: its data pointer twice (the allocation's and the aligned
+one), an offset of 0 elements, its shape and its strides in elements, 8 bytes each; a scalar is
+its value in its type's width (a bool: one byte); a tuple, its items in order. numba-cuda-mlir's
+own launch refuses numba-cuda's device arrays and torch tensors and takes numba-cuda's streams
+for none: numbatune's takes them all (numba-cuda-mlir and numba-cuda share the device's primary
+context). The layout is numba-cuda-mlir 0.6's (its launcher, ``cext/launcher/kernel.cpp``), so it
+is checked twice: the fast path runs only on the versions in :data:`SUPPORTED`, and every launch
+checks the layout against the sizes the driver reports for the compiled function.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from numbatune import native
+from numbatune.arraykinds import kind_of
+from numbatune.compilers.base import (
+    ArrayParameters,
+    ArrayStructure,
+    Conversion,
+    Parameters,
+    ScalarParameters,
+    TupleParameters,
+)
+
+#: numba-cuda-mlir versions whose kernel parameter layout this module was checked against.
+SUPPORTED = ("0.6.",)
+
+#: The ``struct`` letter of an integer parameter, by its width in bits (signed; upper case for
+#: unsigned).
+_INTEGER_LETTERS = {8: "b", 16: "h", 32: "i", 64: "q"}
+
+
+@dataclass(frozen=True)
+class TuplePacking:
+    """A tuple argument's parameters: its items', in order."""
+
+    items: tuple[Packing, ...]
+
+
+#: How one argument is packed (kept with a compiled kernel: no numba-cuda-mlir type in it).
+Packing = ScalarParameters | ArrayParameters | TuplePacking
+
+
+def parameters(argtype: Any, value: Any) -> Parameters | None:
+    """How numba-cuda-mlir passes ``value``, typed ``argtype``, as kernel parameters; None
+    where numbatune does not pack it (records, complex numbers, Python ints of 64 unsigned bits,
+    other types)."""
+    from numba_cuda_mlir.numba_cuda import types
+
+    if isinstance(argtype, types.BaseTuple):
+        return TupleParameters(tuple(argtype))
+    if type(value) is int and value >= 2**63:
+        return None  # typed uint64, smaller ints int64: not by class
+    found = packing(argtype)
+    return None if isinstance(found, TuplePacking) else found
+
+
+def packing(argtype: Any) -> Packing | None:
+    """How an argument of numba-cuda-mlir's type ``argtype`` is packed; None where numbatune
+    does not pack one."""
+    from numba_cuda_mlir.numba_cuda import types
+
+    if isinstance(argtype, types.Array):
+        try:
+            itemsize = np.dtype(str(argtype.dtype)).itemsize
+        except TypeError:  # records, datetimes and the like
+            return None
+        return ArrayParameters(
+            itemsize, argtype.ndim, argtype.layout, argtype.mutable, argtype.aligned,
+            ArrayStructure.MEMREF,
+        )  # fmt: skip
+    if isinstance(argtype, types.BaseTuple):
+        items = [packing(item) for item in argtype]
+        return None if None in items else TuplePacking(tuple(items))  # type: ignore[arg-type]
+    value = Conversion.VALUE
+    if argtype == types.boolean:
+        return ScalarParameters((("?", value),))
+    if isinstance(argtype, types.Integer):
+        letter = _INTEGER_LETTERS[argtype.bitwidth]
+        return ScalarParameters(((letter if argtype.signed else letter.upper(), value),))
+    if argtype == types.float16:
+        return ScalarParameters((("H", Conversion.HALF_BITS),))
+    if argtype in (types.float32, types.float64):
+        return ScalarParameters((("f" if argtype == types.float32 else "d", value),))
+    return None
+
+
+def planned_type(declared: Any, actual: Any) -> Any:
+    """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
+    overload's type ``declared``; None where numbatune does not convert it.
+
+    An array keeps its own layout where the kernel takes any (``A``) and must have the declared
+    dtype and rank; a scalar takes the declared type (its ``struct`` field packs the value);
+    a tuple, item by item.
+    """
+    from numba_cuda_mlir.numba_cuda import types
+
+    if declared == actual:
+        return declared
+    if isinstance(declared, types.Array) and isinstance(actual, types.Array):
+        same = (declared.dtype, declared.ndim) == (actual.dtype, actual.ndim)
+        return actual if same and declared.layout in ("A", actual.layout) else None
+    if isinstance(declared, types.BaseTuple) and isinstance(actual, types.BaseTuple):
+        if len(declared) != len(actual):
+            return None
+        items = [planned_type(d, a) for d, a in zip(declared, actual, strict=True)]
+        return None if None in items else types.BaseTuple.from_types(items)
+    whole = (types.Boolean, types.Integer)
+    if isinstance(declared, types.Float) and isinstance(actual, (*whole, types.Float)):
+        return declared
+    if isinstance(declared, whole) and isinstance(actual, whole):
+        return declared
+    return None
+
+
+def fields(packings: tuple[Packing | None, ...], args: tuple[Any, ...]) -> list[tuple[str, Any]]:
+    """Each kernel parameter of ``args``, as ``(struct letter, value)``.
+
+    Raises
+    ------
+    TypeError
+        An argument numbatune does not pack (``None`` in ``packings``), or an array of another
+        rank than the kernel's.
+    """
+    found: list[tuple[str, Any]] = []
+    for index, (how, value) in enumerate(zip(packings, args, strict=True)):
+        if how is None:
+            raise TypeError(
+                f"argument {index} ({type(value).__name__}): numbatune does not pass arguments "
+                "of its type to numba-cuda-mlir kernels (records, complex numbers and other "
+                "types beyond arrays, bools, integers, floats and tuples of them)"
+            )
+        if isinstance(how, TuplePacking):
+            found += fields(how.items, tuple(value))
+        elif isinstance(how, ArrayParameters):
+            found += _array_fields(how, value)
+        else:
+            found += [(letter, _converted(value, way)) for letter, way in how.fields]
+    return found
+
+
+def _converted(value: Any, way: Conversion) -> Any:
+    if way is Conversion.HALF_BITS:
+        return int(np.float16(value).view(np.uint16))
+    return value
+
+
+def _array_fields(how: ArrayParameters, array: Any) -> list[tuple[str, Any]]:
+    """A memref descriptor of ``array``, read through ``__cuda_array_interface__`` (numba's,
+    CuPy's and torch's arrays, and numba-cuda-mlir's own, have one; of an array that offers
+    only DLPack, its kind's view has one)."""
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:
+        kind = kind_of(type(array))
+        if kind is None:
+            raise TypeError(f"a {type(array).__name__} where the kernel takes an array")
+        interface = kind.view(array).__cuda_array_interface__
+    pointer, shape = interface["data"][0] or 0, tuple(interface["shape"])
+    if len(shape) != how.ndim:
+        raise TypeError(f"an array of {len(shape)} dimensions for a kernel taking {how.ndim}")
+    strides = interface.get("strides")
+    if strides is None:  # C-contiguous
+        steps = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    else:
+        steps = [stride // how.itemsize for stride in strides]
+    return [("Q", pointer), ("Q", pointer), ("q", 0)] + [("q", n) for n in (*shape, *steps)]
+
+
+def pack(found: list[tuple[str, Any]], layout: list[tuple[int, int]]) -> tuple[bytes, bytes]:
+    """The parameters packed at the driver's offsets, and the offsets (int64 each), as
+    :mod:`numbatune.native`'s launch takes them.
+
+    Raises
+    ------
+    RuntimeError
+        The sizes the driver reports are not those of the fields.
+    """
+    sizes = [struct.calcsize(letter) for letter, _ in found]
+    if sizes != [size for _, size in layout]:
+        raise RuntimeError(
+            f"numba-cuda-mlir's kernel parameter layout is not the one numbatune packs (driver: "
+            f"{[size for _, size in layout]}, numbatune: {sizes})"
+        )
+    fmt, position = "<", 0
+    for (letter, _), (offset, size) in zip(found, layout, strict=True):
+        fmt += f"{offset - position}x" * (offset > position) + letter
+        position = offset + size
+    data = struct.pack(fmt, *(value for _, value in found))
+    return data, struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout))
+
+
+_layouts: dict[int, list[tuple[int, int]]] = {}
+
+
+def parameter_layout(function: int) -> list[tuple[int, int]]:
+    """(offset, size) of each parameter of a loaded ``CUfunction``, as the driver reports
+    them (``cuFuncGetParamInfo``); kept per function."""
+    layout = _layouts.get(function)
+    if layout is None:
+        from cuda.bindings import driver
+
+        layout = []
+        while True:
+            error, offset, size = driver.cuFuncGetParamInfo(
+                driver.CUfunction(function), len(layout)
+            )
+            if error != driver.CUresult.CUDA_SUCCESS:
+                break
+            layout.append((int(offset), int(size)))
+        _layouts[function] = layout
+    return layout
+
+
+def stream_handle(stream: Any) -> int:
+    """The raw ``CUstream`` of a numba stream, an integer handle or None (the default
+    stream)."""
+    if not stream:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    handle = getattr(stream, "handle", stream)
+    return int(getattr(handle, "value", handle) or 0)
+
+
+def launch(
+    function: int,
+    packings: tuple[Packing | None, ...],
+    cooperative: bool,
+    args: tuple[Any, ...],
+    config: tuple[Any, ...],
+    stream: Any,
+) -> None:
+    """Launch a loaded kernel ``function`` on ``args`` with ``config`` (grid, block[, shared
+    bytes]) on ``stream``, its parameters packed here.
+
+    Raises
+    ------
+    TypeError
+        An argument numbatune does not pass (:func:`fields`).
+    numba.cuda.cudadrv.driver.CudaAPIError
+        The driver refused the launch.
+    """
+    from numba import cuda
+
+    context = int(cuda.current_context().handle)  # (numba-cuda's: the device's primary one)
+    data, offsets = pack(fields(packings, args), parameter_layout(function))
+    error = native.launcher()(
+        function, config, stream_handle(stream), data, offsets, context, cooperative
+    )
+    if error and error != native.EMPTY_LAUNCH:
+        from numba.cuda.cudadrv.driver import CudaAPIError
+
+        raise CudaAPIError(error, f"launching a numba-cuda-mlir kernel with {config}")
