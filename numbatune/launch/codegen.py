@@ -23,7 +23,6 @@ from typing import Any
 from numbatune.arraykinds import ArrayKind, kind_of
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.handles import HANDLE_MEMO
-from numbatune.streams.order import quick_check
 
 
 def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
@@ -101,36 +100,34 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     """Code before and after the launch that orders it after other streams' uses of its
     buffers and keeps torch and CuPy arrays alive past it, once a second stream (or a
     profile) is in use; with one stream so far it compares two handles and goes on. On a
-    stream the monitor made quick, a launch whose buffers stay in the stream's open epoch
-    changes nothing, and one whose buffers moved asks the order itself, under the monitor's
-    lock; on others it goes through :meth:`Monitor.before`. ``entry`` is the open epoch its
-    buffers were noted in: if another thread ended it before the launch was queued (the event
-    that ended it does not cover the launch), they are noted again after it."""
-    names = [f"b{index}" for index in range(len(plan.buffers))]
-    listed = "".join(f"{name}, " for name in names)
-    noted = " and ".join(f"_last_use.get({name}) is entry" for name in names) or "True"
+    stream the monitor made quick, one call of the order's ``quick_use`` checks, in C where the
+    extension is built, that the buffers stay in the stream's open epoch, and orders the
+    launch under the monitor's lock where they moved; on others it goes through
+    :meth:`Monitor.before`. ``entry`` is the open epoch its buffers were noted in: if another
+    thread ended it before the launch was queued (the event that ended it does not cover the
+    launch), they are noted again after it."""
+    listed = "".join(f"{buffer}, " for buffer in plan.buffers)
     kept = ["        kept = " + _kept(plan, libraries)] if plan.library_arrays else []
     before = [
         "    if stream == _monitor.stream:",
         f"        watched{' = kept' * bool(kept)} = entry = None",
         "    else:",
-        *([f"        {listed}= {', '.join(plan.buffers)},"] * bool(names)),
+        f"        buffers = ({listed})",
         *kept,
-        "        if (entry := _quick.get(stream)) is None:",
-        f"            watched = _monitor.before(stream, ({listed}), _name, given)",
+        "        if (entry := _quick_use(stream, buffers, _lock)) is None:",
+        "            watched = _monitor.before(stream, buffers, _name, given)",
         "            entry = _quick.get(stream)",
-        f"            if entry is not None and not ({noted}):",
+        "            if entry is not None and not all(",
+        "                _last_use.get(buffer) is entry for buffer in buffers",
+        "            ):",
         "                entry = _STALE",
         "        else:",
         "            watched = None",
-        f"            if not ({quick_check(names)}):",
-        "                with _lock:",
-        f"                    _use(stream, ({listed}))",
     ]
     after = [
         "    if entry is not None and _quick.get(stream) is not entry:",
         "        with _lock:",
-        f"            _use(stream, ({listed}))",
+        "            _use(stream, buffers)",
         "    if watched:",
         "        _monitor.after(watched)",
     ]

@@ -226,6 +226,7 @@ def _generate(
         "_quick": monitor.order.quick,
         "_last_use": monitor.order.last_use,
         "_use": monitor.order.use,
+        "_quick_use": monitor.order.quick_use,
         "_lock": monitor.lock,
         "_STALE": codegen.STALE,
         "_pending": monitor.pending,
