@@ -176,3 +176,22 @@ def test_the_fast_paths_default_key_is_the_general_paths_with_mode_flags(dlpack,
         other_mode = (example[0], type(flag)(not flag), *example[2:])
         with pytest.raises(AssertionError, match="general path"):
             path.call(other_mode, None)
+
+
+def test_a_read_gives_each_tensors_shape_and_fields_as_they_are_now():
+    """Reads hand out the objects of the last read again where nothing changed: never those
+    of a tensor that changed in place, or of another tensor read at the same position."""
+    reader = native.dlpack()
+    api, tensor, other = reader.api(torch.Tensor), torch.zeros(4), torch.ones(6)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"))
+
+    def read(value):
+        _, shape, fields = reader.read(api, (value,), expected)
+        return shape, struct.unpack("=7q", fields)[2:]
+
+    assert read(tensor) == read(tensor) == ((4,), (4, 4, tensor.data_ptr(), 4, 4))
+    assert read(other) == ((6,), (6, 4, other.data_ptr(), 6, 4))
+    tensor.resize_(8)  # in place: a new shape, and maybe a new allocation
+    assert read(tensor) == ((8,), (8, 4, tensor.data_ptr(), 8, 4))
+    tensor.set_(other.untyped_storage(), 1, (5,))
+    assert read(tensor) == ((5,), (5, 4, other.data_ptr() + 4, 5, 4))

@@ -143,15 +143,22 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     return before, after
 
 
-def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> list[str]:
+def _front(
+    plan: ArgumentPlan, arity: int, reject: str, reject_classes: str, one_call: bool
+) -> list[str]:
     """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's checks and reads,
     running ``reject_classes`` for arguments of other classes (or number) and ``reject`` for
-    arguments of the same classes but another signature."""
+    arguments of the same classes but another signature. With ``one_call``, the number and
+    classes of the arguments are checked in one call, ``_same_classes(args, _classes)``."""
     names = "".join(f"a{i}, " for i in range(arity))
-    unpack = ["    try:", f"        {names}= args", "    except ValueError:"] if arity else []
-    lines = [*(unpack or ["    if args:"]), f"        {reject_classes}"]
-    if plan.classes:
-        lines += [f"    if not ({' and '.join(plan.classes)}):", f"        {reject_classes}"]
+    if one_call:
+        lines = ["    if not _same_classes(args, _classes):", f"        {reject_classes}"]
+        lines += [f"    {names}= args"] if arity else []
+    else:
+        unpack = ["    try:", f"        {names}= args", "    except ValueError:"] if arity else []
+        lines = [*(unpack or ["    if args:"]), f"        {reject_classes}"]
+        if plan.classes:
+            lines += [f"    if not ({' and '.join(plan.classes)}):", f"        {reject_classes}"]
     checks: list[str] = []
     for kind, code in [*plan.steps, ("read", "")]:
         if kind == "check":
@@ -167,7 +174,6 @@ def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> 
 
 def _tail(
     plan: ArgumentPlan,
-    arity: int,
     stream: tuple[list[str], list[str]],
     unavailable: str,
     in_call: bool,
@@ -176,7 +182,6 @@ def _tail(
     with no compiled function for this signature yet. ``_numba`` and ``_failed`` take over
     (and return True) when the packing or the launch fails; ``in_call`` tells ``_failed``
     whether the general path may be asked again."""
-    arguments = "".join(f"a{i}, " for i in range(arity))
     values = ", ".join(plan.values)
     stream_code, libraries = stream
     ordering, finishing = _ordering(plan, libraries)
@@ -186,7 +191,7 @@ def _tail(
         "    except KeyError:",
         f"        {unavailable}",
         "    try:",
-        f"        config = _config({arguments}**winner.params)",
+        "        config = _config(*args, **winner.params)",
         "    except Exception as error:  # the launch function's: say so",
         "        raise _launch_error(error, winner.params, _name) from error",
         "    given = stream",
@@ -211,30 +216,33 @@ def source(
     custom_key: bool,
     checks_valid: bool,
     stream: tuple[list[str], list[str]],
+    one_call: bool,
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
     :func:`stream_lines` made for it. With ``checks_valid``, ``call`` asks the kernel's
     ``valid`` function whether the winner may run on the arguments, and hands calls it may not
-    to the general path."""
+    to the general path. With ``one_call``, the classes of the arguments are checked in one
+    call of ``_same_classes`` (the C extension's) against ``_classes``."""
     key = "_key(args)" if custom_key else f"({''.join(f'{p}, ' for p in plan.key_parts)})"
     general = "return _general(args, stream)"
-    arguments = "".join(f"a{i}, " for i in range(arity))
     valid = [
-        f"    if not _valid({arguments}**_valid_params[winner.index]):",
+        "    if not _valid(*args, **_valid_params[winner.index]):",
         f"        {general}",
     ]
     lines = [
         "def call(args, stream):",
-        *_front(plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)"),
+        *_front(
+            plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)", one_call
+        ),
         "    try:",
         f"        winner = _winners[{key}]",
         "    except (KeyError, TypeError):  # a new key, or an unhashable one: the general path",
         f"        {general}",
         *(valid if checks_valid else []),
-        *_tail(plan, arity, stream, general, in_call=True),
+        *_tail(plan, stream, general, in_call=True),
         "def launch_winner(args, winner, stream):",
-        *_front(plan, arity, "return False", "return False"),
-        *_tail(plan, arity, stream, "return False", in_call=False),
+        *_front(plan, arity, "return False", "return False", one_call),
+        *_tail(plan, stream, "return False", in_call=False),
         "    return True",
     ]
     return "\n".join(lines)

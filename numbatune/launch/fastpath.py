@@ -190,9 +190,15 @@ def _generate(
 
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
     stream = codegen.stream_lines(args, sync, plan.current_streams)
-    code = codegen.source(plan, len(args), hooks.key is not None, hooks.valid is not None, stream)
+    same_classes = native.same_classes()
+    code = codegen.source(
+        plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
+        same_classes is not None,
+    )  # fmt: skip
     functions: dict[int, int] = {}
     namespace = {
+        "_same_classes": same_classes,
+        "_classes": tuple(map(type, args)),
         **plan.constants,
         **codegen.packer(plan, layout),
         "_winners": winners,
@@ -214,14 +220,24 @@ def _generate(
             for kind in stream[1]
             if kind not in plan.current_streams
         },
-        "_wait": monitor.wait,
-        "_blocking": monitor.blocking,
-        "_LEGACY": LEGACY,
         "_half_bits": half_bits,
         "_memo": numba_array_memo,
         "_launch": native.launcher(),
         "_context": int(cuda.current_context().handle),
         "_cooperative": cooperative,
+        **_ordering_names(),
+        "_name": hooks.name,
+    }
+    call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
+    return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
+
+
+def _ordering_names() -> dict[str, Any]:
+    """The names of the stream monitor and its order that the generated code orders with."""
+    return {
+        "_wait": monitor.wait,
+        "_blocking": monitor.blocking,
+        "_LEGACY": LEGACY,
         "_monitor": monitor,
         "_quick": monitor.order.quick,
         "_last_use": monitor.order.last_use,
@@ -231,10 +247,7 @@ def _generate(
         "_STALE": codegen.STALE,
         "_pending": monitor.pending,
         "_keep": keep,
-        "_name": hooks.name,
     }
-    call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
-    return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
 
 
 def _numba_launcher(hooks: Hooks) -> Callable[..., bool]:
