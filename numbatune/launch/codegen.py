@@ -234,10 +234,7 @@ def source(
         *_front(
             plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)", one_call
         ),
-        "    try:",
-        f"        winner = _winners[{key}]",
-        "    except (KeyError, TypeError):  # a new key, or an unhashable one: the general path",
-        f"        {general}",
+        *(_find_winner(key, general) if custom_key else _find_kept_winner(key, general)),
         *(valid if checks_valid else []),
         *_tail(plan, stream, general, in_call=True),
         "def launch_winner(args, winner, stream):",
@@ -246,6 +243,33 @@ def source(
         "    return True",
     ]
     return "\n".join(lines)
+
+
+def _find_winner(key: str, general: str) -> list[str]:
+    """Code that finds the winner of ``key`` in the winner table, or runs ``general``."""
+    return [
+        "    try:",
+        f"        winner = _winners[{key}]",
+        "    except (KeyError, TypeError):  # a new key, or an unhashable one: the general path",
+        f"        {general}",
+    ]
+
+
+def _find_kept_winner(key: str, general: str) -> list[str]:
+    """:func:`_find_winner` for the default key, keeping the last key found and its winner in
+    ``_last`` (a one-item list): a key equal to the last one, while the table's ``published``
+    count stays, is the same winner. Comparing the key's parts, which are the same objects
+    call after call, costs less than hashing them (0.5 us less with 18 arrays)."""
+    return [
+        f"    key = {key}",
+        "    last = _last[0]",
+        "    if key == last[0] and _winners.published == last[1]:",
+        "        winner = last[2]",
+        "    else:",
+        "        published = _winners.published  # (read before the lookup: see WinnerTable)",
+        *[f"    {line}" for line in _find_winner("key", general)],
+        "        _last[0] = (key, published, winner)",
+    ]
 
 
 def compile_functions(

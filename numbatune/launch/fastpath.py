@@ -24,6 +24,7 @@ from typing import Any
 from numba import cuda
 
 from numbatune import native
+from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
 from numbatune.launch.config import checked_launch_config, is_empty, launch_error
@@ -115,7 +116,7 @@ class FastPath:
 def build(
     dispatcher: Any,
     args: tuple[Any, ...],
-    winners: dict[Hashable, Any],
+    winners: WinnerTable,
     hooks: Hooks,
     next_path: General,
 ) -> FastPath | None:
@@ -181,7 +182,7 @@ def _generate(
     plan: ArgumentPlan,
     layout: list[tuple[int, int]],
     args: tuple[Any, ...],
-    winners: dict[Hashable, Any],
+    winners: WinnerTable,
     hooks: Hooks,
     next_path: General,
     cooperative: bool,
@@ -202,6 +203,7 @@ def _generate(
         **plan.constants,
         **codegen.packer(plan, layout),
         "_winners": winners,
+        "_last": [(None, -1, None)],
         "_functions": functions,
         "_key": hooks.key,
         "_config": hooks.config,
