@@ -124,7 +124,7 @@ def _only_the_fast_path(tuned):
 
     with pytest.MonkeyPatch.context() as patch:
         if not SIMULATOR:
-            patch.setattr(tuned, "_launch_winner", general_path)
+            patch.setattr(tuned._winners, "launch", general_path)
         yield
 
 
