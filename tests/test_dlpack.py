@@ -222,3 +222,13 @@ def test_a_winner_published_again_for_a_key_is_launched_from_the_next_call(monke
     assert functions == [100, 100, 101]
     with pytest.raises(AssertionError, match="general path"):  # another key: not the kept one
         path.call((torch.zeros(9), torch.zeros(5), 2.5), None)
+
+
+def test_c_strides_of_rows_of_2_to_the_31_elements_or_more_are_numbas():
+    """numba's strides of a C-contiguous array, made from its shape (empty: no memory)."""
+    reader = native.dlpack()
+    api, tensor = reader.api(torch.Tensor), torch.empty(0, 2**31, dtype=torch.uint8)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"))
+    _, shape, fields = reader.read(api, (tensor,), expected)
+    assert shape == (0, 2**31)
+    assert struct.unpack("=9q", fields)[7:] == (2**31, 1)
