@@ -175,21 +175,10 @@ static int use_buffer(Order *self, PyObject *stream, PyObject *entry, PyObject *
     return PyDict_SetItem(self->last_use, buffer, entry);
 }
 
-/* use(stream, buffers, quick=False): queue the waits a launch on ``stream`` that uses
- * ``buffers`` needs, and note the use; ``quick``: the stream's later launches may skip this
- * while their buffers stay in its open epoch. */
-static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    nargs = PyVectorcall_NARGS(nargs);
-    Py_ssize_t keywords = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs < 2 || nargs + keywords > 3 ||
-        (keywords && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "quick") != 0)) {
-        PyErr_SetString(PyExc_TypeError, "use(stream, buffers, quick=False)");
-        return NULL;
-    }
-    PyObject *stream = args[0];
-    int quick = nargs + keywords == 3 ? PyObject_IsTrue(args[2]) : 0;
-    PyObject *buffers = PySequence_Fast(args[1], "use: buffers must be iterable");
-    if (quick < 0 || buffers == NULL || pass_barrier(self, stream) < 0) {
+/* use() for ``buffers`` (a sequence), a new reference to None or NULL with an exception. */
+static PyObject *use_buffers(Order *self, PyObject *stream, PyObject *sequence, int quick) {
+    PyObject *buffers = PySequence_Fast(sequence, "use: buffers must be iterable");
+    if (buffers == NULL || pass_barrier(self, stream) < 0) {
         Py_XDECREF(buffers);
         return NULL;
     }
@@ -216,6 +205,73 @@ static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     Py_XDECREF(entry);
     if (failed) return NULL;
     Py_RETURN_NONE;
+}
+
+/* use(stream, buffers, quick=False): queue the waits a launch on ``stream`` that uses
+ * ``buffers`` needs, and note the use; ``quick``: the stream's later launches may skip this
+ * while their buffers stay in its open epoch. */
+static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    nargs = PyVectorcall_NARGS(nargs);
+    Py_ssize_t keywords = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs < 2 || nargs + keywords > 3 ||
+        (keywords && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "quick") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "use(stream, buffers, quick=False)");
+        return NULL;
+    }
+    int quick = nargs + keywords == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (quick < 0) return NULL;
+    return use_buffers(self, args[0], args[1], quick);
+}
+
+static PyObject *acquire_name = NULL, *release_name = NULL; /* "acquire", "release" */
+
+/* lock.acquire() or lock.release() (``method``): 0, or -1 with an exception. */
+static int call_lock(PyObject *lock, PyObject *method) {
+    PyObject *result = PyObject_CallMethodNoArgs(lock, method);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
+/* quick_use(stream, buffers, lock) -> the stream's open entry, or None (StreamOrder.quick_use):
+ * on a quick stream, buffers last used in its open epoch (or never: noted so now) need
+ * nothing; else use(stream, buffers) runs under ``lock``. */
+static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "quick_use(stream, buffers: tuple, lock)");
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(self->quick, args[0]);
+    if (entry == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(entry);
+    int moved = PyDict_GET_SIZE(self->last_use) >= self->limit;
+    for (Py_ssize_t i = 0; !moved && i < PyTuple_GET_SIZE(args[1]); i++) {
+        PyObject *last = PyDict_SetDefault(self->last_use, PyTuple_GET_ITEM(args[1], i), entry);
+        if (last == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        moved = last != entry;
+    }
+    if (!moved) return entry;
+    if (call_lock(args[2], acquire_name) < 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    PyObject *done = use_buffers(self, args[0], args[1], 0);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* use's error, if any, is the one raised */
+    int released = call_lock(args[2], release_name);
+    if (type != NULL) PyErr_Restore(type, value, traceback);
+    if (done == NULL || released < 0) {
+        Py_XDECREF(done);
+        Py_DECREF(entry);
+        return NULL;
+    }
+    Py_DECREF(done);
+    return entry;
 }
 
 /* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch. */
@@ -313,6 +369,8 @@ static void order_dealloc(Order *self) {
 static PyMethodDef order_methods[] = {
     {"use", (PyCFunction)(void (*)(void))use, METH_FASTCALL | METH_KEYWORDS,
      "use(stream, buffers, quick=False): the waits a launch needs; its use noted"},
+    {"quick_use", (PyCFunction)(void (*)(void))quick_use, METH_FASTCALL,
+     "quick_use(stream, buffers, lock) -> the stream's open entry, or None where not quick"},
     {"launched", (PyCFunction)launched, METH_O, "launched(stream): end the stream's epoch"},
     {"barrier", (PyCFunction)barrier, METH_NOARGS, "barrier(): forget every buffer"},
     {NULL, NULL, 0, NULL},
@@ -347,6 +405,9 @@ static PyTypeObject order_type = {
 
 /* Adds the Order type to the extension module. */
 int add_order_type(PyObject *module) {
+    acquire_name = PyUnicode_InternFromString("acquire");
+    release_name = PyUnicode_InternFromString("release");
+    if (acquire_name == NULL || release_name == NULL) return -1;
     if (PyType_Ready(&order_type) < 0) return -1;
     Py_INCREF(&order_type);
     if (PyModule_AddObject(module, "Order", (PyObject *)&order_type) < 0) {

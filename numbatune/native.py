@@ -14,7 +14,8 @@ The launch takes ``(function, config, stream, parameters, offsets, context, coop
 function, stream and context as integer handles; ``config`` as ``(grid, block)`` or ``(grid,
 block, shared_bytes)``, grid and block each an int or a tuple of up to 3 ints; the kernel's
 parameters packed in ``parameters`` (bytes) at the offsets listed in ``offsets`` (bytes of
-int64); ``cooperative`` true for a kernel that synchronises its grid
+int64), which the C extension hands the driver as one buffer (a cooperative launch, one
+pointer per parameter); ``cooperative`` true for a kernel that synchronises its grid
 (``cuLaunchCooperativeKernel``). Driver calls return the ``CUresult`` as an int; the launch
 returns, launching nothing, :data:`WRONG_CONTEXT` when the calling thread's current context is
 not ``context`` (the function's: another device, or a thread that has none yet) and
@@ -279,6 +280,14 @@ def dlpack() -> DLPack | None:
     if isinstance(module, Unavailable):
         return None
     return DLPack(module.dlpack_api, module.describe, module.read)
+
+
+def same_classes() -> Callable[[tuple[Any, ...], tuple[type, ...]], bool] | None:
+    """The C extension's ``same_classes(args, classes)``: whether the tuple ``args`` holds as
+    many values as ``classes`` holds classes, each of exactly its class (one call for what
+    would be a test per argument in Python); None where it was not built."""
+    module = _extension_or_why()
+    return None if isinstance(module, Unavailable) else module.same_classes
 
 
 def order_type() -> type | None:

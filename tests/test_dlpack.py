@@ -16,6 +16,7 @@ from numba.core import types as numba_types
 from numba.np import numpy_support
 
 from numbatune import arrays, native
+from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import NUMBA_CUDA
 from numbatune.compilers.base import ArrayParameters, ArrayStructure
 from numbatune.keys import default_key
@@ -105,7 +106,8 @@ def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_C
     monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
         current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
     hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, _general_path, None, None)
-    layout, winners = _natural_layout(plan.fields), {} if winners is None else winners
+    layout = _natural_layout(plan.fields)
+    winners = WinnerTable() if winners is None else winners
     path = fastpath._generate(plan, layout, example, winners, hooks, None, False)
     path._functions[0] = 1
     return path, launched
@@ -212,7 +214,7 @@ def test_the_fast_paths_default_key_is_the_general_paths_with_mode_flags(dlpack,
     hit of the fast path, and the other mode is a new key."""
     for flag in (True, np.bool_(False)):
         example = (torch.zeros(5), flag, 2.5, torch.zeros(2, 3), (True, 1.0))
-        winners = {}
+        winners = WinnerTable()
         path, launched = _fast_path(example, monkeypatch, dlpack, winners)
         winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
         path.call(example, None)
@@ -220,3 +222,57 @@ def test_the_fast_paths_default_key_is_the_general_paths_with_mode_flags(dlpack,
         other_mode = (example[0], type(flag)(not flag), *example[2:])
         with pytest.raises(AssertionError, match="general path"):
             path.call(other_mode, None)
+
+
+def test_a_read_gives_each_tensors_shape_and_fields_as_they_are_now():
+    """Reads hand out the objects of the last read again where nothing changed: never those
+    of a tensor that changed in place, or of another tensor read at the same position."""
+    reader = native.dlpack()
+    api, tensor, other = reader.api(torch.Tensor), torch.zeros(4), torch.ones(6)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"))
+
+    def read(value):
+        _, shape, fields = reader.read(api, (value,), expected)
+        return shape, struct.unpack("=7q", fields)[2:]
+
+    assert read(tensor) == read(tensor) == ((4,), (4, 4, tensor.data_ptr(), 4, 4))
+    assert read(other) == ((6,), (6, 4, other.data_ptr(), 6, 4))
+    tensor.resize_(8)  # in place: a new shape, and maybe a new allocation
+    assert read(tensor) == ((8,), (8, 4, tensor.data_ptr(), 8, 4))
+    tensor.set_(other.untyped_storage(), 1, (5,))
+    assert read(tensor) == ((5,), (5, 4, other.data_ptr() + 4, 5, 4))
+
+
+def test_a_winner_published_again_for_a_key_is_launched_from_the_next_call(monkeypatch):
+    """The fast path keeps its last key's winner only while no winner is published (a retune
+    replaces a key's winner in the table)."""
+    example = (torch.zeros(5), torch.zeros(5), 2.5)
+    winners = WinnerTable()
+    path, _ = _fast_path(example, monkeypatch, winners=winners)
+    functions = []
+    path.call.__globals__["_launch"] = lambda function, *rest: functions.append(function) or 0
+    path._functions.update({0: 100, 1: 101})
+    key = default_key(example)
+
+    def publish(index):
+        winners[key] = types.SimpleNamespace(index=index, params={})
+        winners.published += 1
+
+    publish(0)
+    path.call(example, None)
+    path.call(example, None)
+    publish(1)
+    path.call(example, None)
+    assert functions == [100, 100, 101]
+    with pytest.raises(AssertionError, match="general path"):  # another key: not the kept one
+        path.call((torch.zeros(9), torch.zeros(5), 2.5), None)
+
+
+def test_c_strides_of_rows_of_2_to_the_31_elements_or_more_are_numbas():
+    """numba's strides of a C-contiguous array, made from its shape (empty: no memory)."""
+    reader = native.dlpack()
+    api, tensor = reader.api(torch.Tensor), torch.empty(0, 2**31, dtype=torch.uint8)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"))
+    _, shape, fields = reader.read(api, (tensor,), expected)
+    assert shape == (0, 2**31)
+    assert struct.unpack("=9q", fields)[7:] == (2**31, 1)

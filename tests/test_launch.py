@@ -463,6 +463,27 @@ def test_calls_go_straight_to_a_kernels_one_fast_path_and_by_classes_once_it_has
     assert taken == ["ints", "floats", "general", "general"]
 
 
+@pytest.mark.parametrize("one_call", [True, False], ids=["C extension", "Python"])
+def test_a_fast_path_takes_only_arguments_of_exactly_its_classes(one_call):
+    """The generated code's first check: in one call of the C extension, or a test for each
+    argument where it was not built."""
+    from types import SimpleNamespace
+
+    from numbatune import native
+    from numbatune.launch import codegen
+
+    class Float(float):
+        pass
+
+    plan = SimpleNamespace(classes=["type(a0) is int", "type(a1) is float"], steps=[])
+    lines = codegen._front(plan, 2, "return 'next'", "return 'other classes'", one_call)
+    namespace = {"_same_classes": native.same_classes(), "_classes": (int, float)}
+    exec("\n".join(["def front(args):", *lines, "    return a0, a1"]), namespace)
+    assert namespace["front"]((1, 2.0)) == (1, 2.0)
+    for args in [(1, Float(2.0)), (True, 2.0), (1.0, 2.0), (1,), (1, 2.0, 3), ()]:
+        assert namespace["front"](args) == "other classes"
+
+
 def test_declared_types_are_planned_as_numba_converts_arguments_to_them():
     from numba.core import types
 

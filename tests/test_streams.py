@@ -20,7 +20,7 @@ from numbatune import native
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
 from numbatune.streams.monitor import Monitor
-from numbatune.streams.order import LIMIT, StreamOrder, new_order, quick_check
+from numbatune.streams.order import LIMIT, StreamOrder, new_order
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
 
 
@@ -93,34 +93,63 @@ def test_forgetting_buffers_past_the_limit_keeps_the_ordering(order_type):
     assert waits == [(2, 1)]
 
 
-def _quick(order, stream, buffers):
-    """The generated launch code's check (:func:`quick_check`) on ``order``."""
-    names = [f"b{index}" for index in range(len(buffers))]
-    namespace = {"_last_use": order.last_use}
-    exec(f"def check(entry, {', '.join(names)}):\n    return {quick_check(names)}", namespace)
-    entry = order.quick.get(stream)
-    return entry is not None and namespace["check"](entry, *buffers)
+class _Lock:
+    """A lock that notes when it is taken and given back (as ``with`` or by its methods)."""
+
+    def __init__(self):
+        self.lock, self.taken = threading.Lock(), []
+
+    def acquire(self):
+        self.lock.acquire()
+        self.taken.append("acquire")
+
+    def release(self):
+        self.taken.append("release")
+        self.lock.release()
+
+    def __enter__(self):
+        self.acquire()
+
+    def __exit__(self, *exception):
+        self.release()
 
 
 def test_a_launch_whose_buffers_stay_on_its_stream_needs_no_bookkeeping_until_one_moves(order_type):
     order, waits = _order(order_type)
+    lock = _Lock()
     order.use(1, ["x"])
     order.use(2, ["y"])
-    assert not _quick(order, 1, ["x"])  # not asked for: its launches go through use()
+    assert order.quick_use(1, ("x",), lock) is None  # not asked for: launches go through use()
     order.use(1, ["x"], quick=True)
     order.use(2, ["y"], quick=True)
-    assert _quick(order, 1, ["x"]) and _quick(order, 2, ["y"])
-    assert _quick(order, 1, ["x", "new"])  # a buffer never used: noted as used here
-    assert not _quick(order, 2, ["new"])  # last used on stream 1
-    order.use(2, ["new"])
-    assert waits == [(2, 1)]
+    entry = order.quick.get(1)
+    assert order.quick_use(1, ("x",), lock) is entry and order.quick_use(2, ("y",), lock)
+    assert order.quick_use(1, ("x", "new"), lock) is entry  # never used: noted as used here
+    assert waits == [] and lock.taken == []
+    assert order.quick_use(2, ("new",), lock) is order.quick.get(2)  # last used on stream 1
+    assert waits == [(2, 1)] and lock.taken == ["acquire", "release"]
     # The wait ended stream 1's epoch: x's last use is in an epoch stream 2 waited for, so
     # the next use of x on 1 must be noted again (else 2 would skip waiting for it).
-    assert not _quick(order, 1, ["x"])
-    order.use(1, ["x"])
-    assert _quick(order, 1, ["x"])
+    assert order.quick.get(1) is not entry
+    order.quick_use(1, ("x",), lock)
+    assert len(lock.taken) == 4
+    order.quick_use(1, ("x",), lock)
+    assert len(lock.taken) == 4
     order.barrier()
-    assert not _quick(order, 1, ["x"])
+    assert order.quick_use(1, ("x",), lock) is None
+
+
+def test_quick_use_gives_the_lock_back_and_passes_on_what_the_events_raise(order_type):
+    class Failing(CountingEvents):
+        def wait_event(self, waiting, event):
+            raise RuntimeError("cuStreamWaitEvent failed")
+
+    order, lock = order_type(Failing(), LIMIT), _Lock()
+    order.use(1, ["x"], quick=True)
+    order.use(2, [], quick=True)
+    with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
+        order.quick_use(2, ("x",), lock)
+    assert lock.taken == ["acquire", "release"]
 
 
 @given(
@@ -135,7 +164,7 @@ def test_skipping_use_where_the_quick_check_passes_waits_exactly_as_using_every_
         quick, quick_waits = _order(_order_type(implementation))
         for stream, buffers in launches:
             always.use(stream, buffers)
-            if not _quick(quick, stream, buffers):
+            if quick.quick_use(stream, tuple(buffers), threading.Lock()) is None:
                 quick.use(stream, buffers, quick=True)
         assert quick_waits == always_waits
 
@@ -146,6 +175,12 @@ _STEPS = st.one_of(
         st.integers(1, 3),
         st.lists(st.sampled_from("abcdef"), max_size=3),
         st.booleans(),
+    ),
+    st.tuples(
+        st.just("quick_use"),
+        st.integers(1, 3),
+        st.lists(st.sampled_from("abcdef"), max_size=3).map(tuple),
+        st.just(threading.Lock()),
     ),
     st.tuples(st.just("launched"), st.integers(1, 3)),
     st.tuples(st.just("barrier")),
@@ -353,7 +388,8 @@ def _ordered_launch(monitor):
     body = "\n".join([*before, "    launch(stream)", *after])
     namespace = {
         "_monitor": monitor, "_quick": monitor.order.quick, "_last_use": monitor.order.last_use,
-        "_use": monitor.order.use, "_lock": monitor.lock, "_name": "k", "_STALE": codegen.STALE,
+        "_use": monitor.order.use, "_quick_use": monitor.order.quick_use, "_lock": monitor.lock,
+        "_name": "k", "_STALE": codegen.STALE,
     }  # fmt: skip
     exec(f"def ordered(stream, x, given, launch):\n{body}", namespace)
     return namespace["ordered"]

@@ -122,8 +122,11 @@ def test_tune_answers_from_memory_then_force_measures_again():
     args = device(np.ones(8, np.float32)), device(np.zeros(8, np.float32))
     assert tuned.tune(*args).source == "benchmark"
     assert tuned.tune(*args).source == "memory"
+    winners = tuned._device_state().cache.winners
+    published = winners.published
     assert tuned.tune(*args, force=True).source == "benchmark"
     assert tuned.stats["benchmarks"] == 2
+    assert winners.published == published + 1  # (fast paths keep a winner until it moves)
 
 
 def test_sizes_with_the_same_anchor_share_a_result_and_other_dtypes_do_not():

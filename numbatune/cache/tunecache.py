@@ -70,6 +70,18 @@ class Winner:
     report: TuneReport
 
 
+class WinnerTable(dict[Hashable, Winner]):
+    """The winner table: canonical key -> winner, and how many winners were published into it
+    (:meth:`TuneCache.publish`, its only writer, counts each after storing it). A fast path
+    keeps the winner of its last key for as long as that count stays the same."""
+
+    __slots__ = ("published",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.published = 0
+
+
 class _Pending:
     def __init__(self) -> None:
         self.done = threading.Event()
@@ -117,7 +129,7 @@ class TuneCache:
         self._checksum: str | None = None
         self._disk: Folder | None = None
         #: The winner table: canonical key -> winner.
-        self.winners: dict[Hashable, Winner] = {}
+        self.winners = WinnerTable()
         self._pending: dict[Hashable, _Pending] = {}
         self._lock = threading.Lock()
         renew_in_child(self)
@@ -166,6 +178,7 @@ class TuneCache:
         release the claim: the threads waiting on it take the winner."""
         with self._lock:
             self.winners[claim.key] = winner
+            self.winners.published += 1  # (after the store: see WinnerTable)
             del self._pending[claim.key]
         claim._pending.answer = winner
         claim._pending.done.set()

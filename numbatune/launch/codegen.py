@@ -23,7 +23,6 @@ from typing import Any
 from numbatune.arraykinds import ArrayKind, kind_of
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.handles import HANDLE_MEMO
-from numbatune.streams.order import quick_check
 
 
 def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
@@ -101,36 +100,34 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     """Code before and after the launch that orders it after other streams' uses of its
     buffers and keeps torch and CuPy arrays alive past it, once a second stream (or a
     profile) is in use; with one stream so far it compares two handles and goes on. On a
-    stream the monitor made quick, a launch whose buffers stay in the stream's open epoch
-    changes nothing, and one whose buffers moved asks the order itself, under the monitor's
-    lock; on others it goes through :meth:`Monitor.before`. ``entry`` is the open epoch its
-    buffers were noted in: if another thread ended it before the launch was queued (the event
-    that ended it does not cover the launch), they are noted again after it."""
-    names = [f"b{index}" for index in range(len(plan.buffers))]
-    listed = "".join(f"{name}, " for name in names)
-    noted = " and ".join(f"_last_use.get({name}) is entry" for name in names) or "True"
+    stream the monitor made quick, one call of the order's ``quick_use`` checks, in C where the
+    extension is built, that the buffers stay in the stream's open epoch, and orders the
+    launch under the monitor's lock where they moved; on others it goes through
+    :meth:`Monitor.before`. ``entry`` is the open epoch its buffers were noted in: if another
+    thread ended it before the launch was queued (the event that ended it does not cover the
+    launch), they are noted again after it."""
+    listed = "".join(f"{buffer}, " for buffer in plan.buffers)
     kept = ["        kept = " + _kept(plan, libraries)] if plan.library_arrays else []
     before = [
         "    if stream == _monitor.stream:",
         f"        watched{' = kept' * bool(kept)} = entry = None",
         "    else:",
-        *([f"        {listed}= {', '.join(plan.buffers)},"] * bool(names)),
+        f"        buffers = ({listed})",
         *kept,
-        "        if (entry := _quick.get(stream)) is None:",
-        f"            watched = _monitor.before(stream, ({listed}), _name, given)",
+        "        if (entry := _quick_use(stream, buffers, _lock)) is None:",
+        "            watched = _monitor.before(stream, buffers, _name, given)",
         "            entry = _quick.get(stream)",
-        f"            if entry is not None and not ({noted}):",
+        "            if entry is not None and not all(",
+        "                _last_use.get(buffer) is entry for buffer in buffers",
+        "            ):",
         "                entry = _STALE",
         "        else:",
         "            watched = None",
-        f"            if not ({quick_check(names)}):",
-        "                with _lock:",
-        f"                    _use(stream, ({listed}))",
     ]
     after = [
         "    if entry is not None and _quick.get(stream) is not entry:",
         "        with _lock:",
-        f"            _use(stream, ({listed}))",
+        "            _use(stream, buffers)",
         "    if watched:",
         "        _monitor.after(watched)",
     ]
@@ -146,15 +143,22 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     return before, after
 
 
-def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> list[str]:
+def _front(
+    plan: ArgumentPlan, arity: int, reject: str, reject_classes: str, one_call: bool
+) -> list[str]:
     """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's checks and reads,
     running ``reject_classes`` for arguments of other classes (or number) and ``reject`` for
-    arguments of the same classes but another signature."""
+    arguments of the same classes but another signature. With ``one_call``, the number and
+    classes of the arguments are checked in one call, ``_same_classes(args, _classes)``."""
     names = "".join(f"a{i}, " for i in range(arity))
-    unpack = ["    try:", f"        {names}= args", "    except ValueError:"] if arity else []
-    lines = [*(unpack or ["    if args:"]), f"        {reject_classes}"]
-    if plan.classes:
-        lines += [f"    if not ({' and '.join(plan.classes)}):", f"        {reject_classes}"]
+    if one_call:
+        lines = ["    if not _same_classes(args, _classes):", f"        {reject_classes}"]
+        lines += [f"    {names}= args"] if arity else []
+    else:
+        unpack = ["    try:", f"        {names}= args", "    except ValueError:"] if arity else []
+        lines = [*(unpack or ["    if args:"]), f"        {reject_classes}"]
+        if plan.classes:
+            lines += [f"    if not ({' and '.join(plan.classes)}):", f"        {reject_classes}"]
     checks: list[str] = []
     for kind, code in [*plan.steps, ("read", "")]:
         if kind == "check":
@@ -170,7 +174,6 @@ def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> 
 
 def _tail(
     plan: ArgumentPlan,
-    arity: int,
     stream: tuple[list[str], list[str]],
     unavailable: str,
     in_call: bool,
@@ -179,7 +182,6 @@ def _tail(
     with no compiled function for this signature yet. ``_numba`` and ``_failed`` take over
     (and return True) when the packing or the launch fails; ``in_call`` tells ``_failed``
     whether the general path may be asked again."""
-    arguments = "".join(f"a{i}, " for i in range(arity))
     values = ", ".join(plan.values)
     stream_code, libraries = stream
     ordering, finishing = _ordering(plan, libraries)
@@ -189,7 +191,7 @@ def _tail(
         "    except KeyError:",
         f"        {unavailable}",
         "    try:",
-        f"        config = _config({arguments}**winner.params)",
+        "        config = _config(*args, **winner.params)",
         "    except Exception as error:  # the launch function's: say so",
         "        raise _launch_error(error, winner.params, _name) from error",
         "    given = stream",
@@ -214,33 +216,60 @@ def source(
     custom_key: bool,
     checks_valid: bool,
     stream: tuple[list[str], list[str]],
+    one_call: bool,
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
     :func:`stream_lines` made for it. With ``checks_valid``, ``call`` asks the kernel's
     ``valid`` function whether the winner may run on the arguments, and hands calls it may not
-    to the general path."""
+    to the general path. With ``one_call``, the classes of the arguments are checked in one
+    call of ``_same_classes`` (the C extension's) against ``_classes``."""
     key = "_key(args)" if custom_key else f"({''.join(f'{p}, ' for p in plan.key_parts)})"
     general = "return _general(args, stream)"
-    arguments = "".join(f"a{i}, " for i in range(arity))
     valid = [
-        f"    if not _valid({arguments}**_valid_params[winner.index]):",
+        "    if not _valid(*args, **_valid_params[winner.index]):",
         f"        {general}",
     ]
     lines = [
         "def call(args, stream):",
-        *_front(plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)"),
+        *_front(
+            plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)", one_call
+        ),
+        *(_find_winner(key, general) if custom_key else _find_kept_winner(key, general)),
+        *(valid if checks_valid else []),
+        *_tail(plan, stream, general, in_call=True),
+        "def launch_winner(args, winner, stream):",
+        *_front(plan, arity, "return False", "return False", one_call),
+        *_tail(plan, stream, "return False", in_call=False),
+        "    return True",
+    ]
+    return "\n".join(lines)
+
+
+def _find_winner(key: str, general: str) -> list[str]:
+    """Code that finds the winner of ``key`` in the winner table, or runs ``general``."""
+    return [
         "    try:",
         f"        winner = _winners[{key}]",
         "    except (KeyError, TypeError):  # a new key, or an unhashable one: the general path",
         f"        {general}",
-        *(valid if checks_valid else []),
-        *_tail(plan, arity, stream, general, in_call=True),
-        "def launch_winner(args, winner, stream):",
-        *_front(plan, arity, "return False", "return False"),
-        *_tail(plan, arity, stream, "return False", in_call=False),
-        "    return True",
     ]
-    return "\n".join(lines)
+
+
+def _find_kept_winner(key: str, general: str) -> list[str]:
+    """:func:`_find_winner` for the default key, keeping the last key found and its winner in
+    ``_last`` (a one-item list): a key equal to the last one, while the table's ``published``
+    count stays, is the same winner. Comparing the key's parts, which are the same objects
+    call after call, costs less than hashing them (0.5 us less with 18 arrays)."""
+    return [
+        f"    key = {key}",
+        "    last = _last[0]",
+        "    if key == last[0] and _winners.published == last[1]:",
+        "        winner = last[2]",
+        "    else:",
+        "        published = _winners.published  # (read before the lookup: see WinnerTable)",
+        *[f"    {line}" for line in _find_winner("key", general)],
+        "        _last[0] = (key, published, winner)",
+    ]
 
 
 def compile_functions(

@@ -24,6 +24,7 @@ from typing import Any
 from numba import cuda
 
 from numbatune import native
+from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
 from numbatune.launch.config import checked_launch_config, is_empty, launch_error
@@ -107,7 +108,7 @@ class FastPath:
 def build(
     dispatcher: Any,
     args: tuple[Any, ...],
-    winners: dict[Hashable, Any],
+    winners: WinnerTable,
     hooks: Hooks,
     next_path: General,
 ) -> FastPath | None:
@@ -175,7 +176,7 @@ def _generate(
     plan: ArgumentPlan,
     layout: list[tuple[int, int]],
     args: tuple[Any, ...],
-    winners: dict[Hashable, Any],
+    winners: WinnerTable,
     hooks: Hooks,
     next_path: General,
     cooperative: bool,
@@ -184,12 +185,19 @@ def _generate(
 
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
     stream = codegen.stream_lines(args, sync, plan.current_streams)
-    code = codegen.source(plan, len(args), hooks.key is not None, hooks.valid is not None, stream)
+    same_classes = native.same_classes()
+    code = codegen.source(
+        plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
+        same_classes is not None,
+    )  # fmt: skip
     functions: dict[int, int] = {}
     namespace = {
+        "_same_classes": same_classes,
+        "_classes": tuple(map(type, args)),
         **plan.constants,
         **codegen.packer(plan, layout),
         "_winners": winners,
+        "_last": [(None, -1, None)],
         "_functions": functions,
         "_key": hooks.key,
         "_config": hooks.config,
@@ -208,25 +216,33 @@ def _generate(
             for kind in stream[1]
             if kind not in plan.current_streams
         },
-        "_wait": monitor.wait,
-        "_blocking": monitor.blocking,
-        "_LEGACY": LEGACY,
         "_half_bits": half_bits,
         "_launch": native.launcher(),
         "_context": int(cuda.current_context().handle),
         "_cooperative": cooperative,
-        "_monitor": monitor,
-        "_quick": monitor.order.quick,
-        "_last_use": monitor.order.last_use,
-        "_use": monitor.order.use,
-        "_lock": monitor.lock,
-        "_STALE": codegen.STALE,
-        "_pending": monitor.pending,
-        "_keep": keep,
+        **_ordering_names(),
         "_name": hooks.name,
     }
     call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
     return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
+
+
+def _ordering_names() -> dict[str, Any]:
+    """The names of the stream monitor and its order that the generated code orders with."""
+    return {
+        "_wait": monitor.wait,
+        "_blocking": monitor.blocking,
+        "_LEGACY": LEGACY,
+        "_monitor": monitor,
+        "_quick": monitor.order.quick,
+        "_last_use": monitor.order.last_use,
+        "_use": monitor.order.use,
+        "_quick_use": monitor.order.quick_use,
+        "_lock": monitor.lock,
+        "_STALE": codegen.STALE,
+        "_pending": monitor.pending,
+        "_keep": keep,
+    }
 
 
 def _numba_launcher(hooks: Hooks) -> Callable[..., bool]:

@@ -8,10 +8,10 @@ epoch)`` entry. A launch on stream B that uses a buffer last used in an epoch of
 has not yet waited for makes B wait for A on the device (an event recorded on A,
 ``cuStreamWaitEvent`` on B); the host never waits.
 
-A launch whose buffers were all last used in its stream's open epoch changes nothing, so the
-generated launch code checks that itself, reading :attr:`StreamOrder.quick` and
-:attr:`StreamOrder.last_use` (:func:`quick_check`), and calls :meth:`StreamOrder.use` only when
-the check fails.
+A launch whose buffers were all last used in its stream's open epoch changes nothing: on the
+streams it may (:attr:`StreamOrder.quick`), the generated launch code asks
+:meth:`StreamOrder.quick_use`, which checks that without a lock and calls
+:meth:`StreamOrder.use` only when the check fails.
 
 :class:`StreamOrder` is the reference. Where the C extension builds, :func:`new_order` makes its
 ``Order`` (``numbatune/_order.c``): the same state, steps and calls to the events, for less
@@ -21,6 +21,7 @@ than half the host time a launch that waits spends in :meth:`StreamOrder.use`.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from numbatune import native
@@ -84,6 +85,25 @@ class StreamOrder:
         elif quick:
             self.quick[stream] = entry
 
+    def quick_use(
+        self, stream: int, buffers: tuple[Hashable, ...], lock: AbstractContextManager[Any]
+    ) -> Entry | None:
+        """:meth:`use` for a launch on a stream whose launches may skip it (in :attr:`quick`):
+        nothing where each of ``buffers`` was last used in the stream's open epoch, or never
+        (it is noted so now), and fewer than the limit are remembered; else :meth:`use`,
+        under ``lock``. Returns the stream's open entry as it was first read, or None (and
+        does nothing) where the stream is not quick."""
+        entry = self.quick.get(stream)
+        if entry is None:
+            return None
+        last_use = self.last_use
+        if len(last_use) >= self._limit or any(
+            last_use.setdefault(buffer, entry) is not entry for buffer in buffers
+        ):
+            with lock:
+                self.use(stream, buffers)
+        return entry
+
     def launched(self, stream: int) -> None:
         """A launch on ``stream`` is queued: record the stream's event now, ending its epoch
         (for streams that may be destroyed, which are touched only right after a launch)."""
@@ -120,13 +140,3 @@ class StreamOrder:
 def new_order(events: Any = None, limit: int = LIMIT) -> Any:
     """A :class:`StreamOrder`, made by the C extension where it builds."""
     return (native.order_type() or StreamOrder)(events, limit)
-
-
-def quick_check(buffers: list[str]) -> str:
-    """The condition, in the generated launch code, under which a launch on a quick stream
-    (``entry``, its open entry in :attr:`StreamOrder.quick`, is not None) needs no
-    :meth:`StreamOrder.use`: each of ``buffers`` (expressions) was last used in the stream's
-    open epoch, or never (it is noted so now), and the order is below its :data:`LIMIT`.
-    ``_last_use`` is the order's :attr:`~StreamOrder.last_use`."""
-    each = "".join(f" and _last_use.setdefault({buffer}, entry) is entry" for buffer in buffers)
-    return f"len(_last_use) < {LIMIT}{each}"
