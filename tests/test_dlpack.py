@@ -229,7 +229,7 @@ def test_a_read_gives_each_tensors_shape_and_fields_as_they_are_now():
     of a tensor that changed in place, or of another tensor read at the same position."""
     reader = native.dlpack()
     api, tensor, other = reader.api(torch.Tensor), torch.zeros(4), torch.ones(6)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"))
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA)
 
     def read(value):
         _, shape, fields = reader.read(api, (value,), expected)
@@ -272,7 +272,7 @@ def test_c_strides_of_rows_of_2_to_the_31_elements_or_more_are_numbas():
     """numba's strides of a C-contiguous array, made from its shape (empty: no memory)."""
     reader = native.dlpack()
     api, tensor = reader.api(torch.Tensor), torch.empty(0, 2**31, dtype=torch.uint8)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"))
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA)
     _, shape, fields = reader.read(api, (tensor,), expected)
     assert shape == (0, 2**31)
     assert struct.unpack("=9q", fields)[7:] == (2**31, 1)
