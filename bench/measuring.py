@@ -10,6 +10,7 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -111,20 +112,27 @@ def run_module(
 ) -> Any:
     """Run ``python -m module *arguments`` in a fresh process from the repository root, with
     ``environment`` added to this one's; returns its last line of output, read as JSON.
-    RuntimeError if it fails, subprocess.TimeoutExpired if it runs past ``timeout_s``."""
+    RuntimeError if it fails, subprocess.TimeoutExpired if it runs past ``timeout_s`` (it is
+    stopped then, with the processes it started: its compile and trial workers)."""
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    done = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-m", module, *arguments],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": path, **environment},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"bench: {module} {arguments} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        start_new_session=True,  # a process group of its own, to stop with its workers
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    if process.returncode != 0:
+        raise RuntimeError(f"bench: {module} {arguments} failed:\n{stderr[-4000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def synchronize() -> None:
