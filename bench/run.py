@@ -39,6 +39,7 @@ SECTIONS = [
     "search",
     "space_cost",
     "real_kernels",
+    "compilers",
 ]
 
 Progress = Callable[[Any], None]
@@ -58,6 +59,10 @@ def _section(name: str) -> Callable[[Path, argparse.Namespace, Progress], Any]:
         return lambda out_dir, arguments, _: module.run(arguments.smoke, arguments.examples)
     if name == "search":
         return lambda out_dir, arguments, _: module.run(arguments.smoke, arguments.exhaustive)
+    if name == "compilers":
+        return lambda out_dir, arguments, progress: module.run(
+            arguments.smoke, arguments.examples, progress
+        )
     if name == "real_kernels":
         return lambda out_dir, arguments, progress: module.run(
             arguments.smoke, progress, tuple(arguments.kernels or KERNELS)

@@ -14,6 +14,7 @@ import numbatune as nt
 from bench import kernels, real_kernels
 from bench import run as bench_run
 from numbatune.arrays import SIMULATOR
+from numbatune.compilers.numba_cuda_mlir import NO_SIMULATOR
 from numbatune.tuning import bench
 from numbatune.tuning.results import Timed
 from tests import kernels as test_kernels
@@ -228,6 +229,10 @@ def example(small=False):
     return double, (x, cuda.device_array(8, np.float32))
 
 
+def reference(x, out):
+    return 2 * x.copy_to_host()
+
+
 def work(x, out):
     return {"bytes": x.nbytes + out.nbytes}
 """
@@ -267,6 +272,15 @@ def _check_accuracy(accuracy, printed):
     assert len(accuracy["keys"]) == sum(len(c.smoke_sizes) for c in kernels.CASES)
 
 
+def _check_compilers(compilers, printed):
+    (example,) = compilers["examples"].values()  # the first example function only
+    numba_cuda, mlir = example["numba-cuda"], example["numba-cuda-mlir"]
+    assert numba_cuda["correct"] and numba_cuda["first_tune_s"] > 0, numba_cuda
+    assert numba_cuda["winner_us"] > 0 and numba_cuda["hit_us"] > 0, numba_cuda
+    assert mlir == {"skipped": NO_SIMULATOR}
+    assert "skipped: numba-cuda-mlir has no simulator" in printed
+
+
 #: What the smoke run's result of a section must hold, beyond its running without an error.
 SMOKE_CHECKS = {
     "search": _check_search,
@@ -274,12 +288,13 @@ SMOKE_CHECKS = {
     "warm_start": _check_warm_start,
     "ceilings": _check_ceilings,
     "accuracy": _check_accuracy,
+    "compilers": _check_compilers,
 }
 
 #: The smoke run in parts of about the same length, which the test workers run side by side.
 SMOKE_PARTS = [
     ("search",),
-    ("dispatch", "real_kernels", "space_cost"),
+    ("dispatch", "real_kernels", "space_cost", "compilers"),
     ("first_tune", "tuning_time", "accuracy", "stability", "warm_start", "ceilings", "levels"),
 ]
 
@@ -356,3 +371,50 @@ def test_a_replay_holds_each_search_against_an_exhaustive_runs_times():
             "variants_measured": len(space),
         }
         assert few[strategy]["worst"] == 2.0  # three variants at random: the fastest is rare
+
+
+def test_the_mlir_version_of_an_example_takes_numbas_names_from_numba_cuda_mlir_on_its_lines():
+    from bench.compilers import for_mlir
+
+    source = textwrap.dedent("""\
+        import numbatune as nt
+        from numba import config, cuda, float32 as f32
+        from numba.cuda.random import (
+            xoroshiro128p_uniform_float32,
+        )
+
+
+        def kernel():
+            from numba import cuda; x = 1
+        """)  # fmt: skip
+    assert for_mlir(source).splitlines() == [
+        "import numbatune as nt",
+        "from numba import config; from numba_cuda_mlir import cuda; "
+        "from numba_cuda_mlir.cuda import float32 as f32",
+        "from numba_cuda_mlir.cuda.random import xoroshiro128p_uniform_float32",
+        "",
+        "",
+        "",
+        "",
+        "def kernel():",
+        "    from numba_cuda_mlir import cuda; x = 1",
+    ]
+
+
+def test_the_compilers_table_says_why_a_row_was_not_measured():
+    from bench.compilers import table
+
+    error = "TypingError: Failed in mlir mode pipeline\n\x1b[1mUnknown attribute 'nonnegative'\n"
+    measured = {"variants": 2, "first_tune_s": 1.5, "winner_us": 10.0, "hit_us": 5.0,
+                "correct": False, "winner": "BLOCK=4"}  # fmt: skip
+    printed = table({"examples": {"tiny.example": {
+        "numba-cuda": measured,
+        "numba-cuda-mlir": {"failed": "first tune", "error": error + "Traceback ..."},
+    }, "other.example": {"numba-cuda": {"error": "stopped after 150 s"}}}})  # fmt: skip
+    lines = printed.splitlines()
+    assert lines[1].split()[2:] == ["2", "1.50", "10.0", "5.00", "5.00", "NO", "BLOCK=4"]
+    assert lines[2].endswith(
+        "not supported (first tune): TypingError: Failed in mlir mode pipeline Unknown "
+        "attribute 'nonnegative' Traceback ..."
+    )
+    assert lines[3].endswith("FAILED: stopped after 150 s")
