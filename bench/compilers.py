@@ -332,8 +332,10 @@ def _apart(path: Path, function: str, compiler: Compiler, smoke: bool, limit_s: 
             row = measuring.run_module(MODULE, arguments, {"NUMBATUNE_CACHE_DIR": cache}, limit_s)
         except subprocess.TimeoutExpired:
             row = {"error": f"stopped after {limit_s:.0f} s"}
-        except (RuntimeError, json.JSONDecodeError, IndexError) as error:
+        except RuntimeError as error:  # it failed: the end of what it wrote to stderr
             row = {"error": str(error)[-4000:]}
+        except Exception as error:  # it wrote no result, or could not start
+            row = {"error": _error_text(error)}
     row["process_s"] = time.perf_counter() - started
     return row
 
@@ -345,7 +347,7 @@ def run(
 ) -> dict[str, Any]:
     """Every example function of ``examples_dir`` (``examples/`` by default; under the
     simulator its first only) with each compiler, each in a fresh process, calling
-    ``progress`` with the results so far after each example."""
+    ``progress`` with the results so far after each."""
     from numbatune import demo
 
     directory = examples_dir or demo.find_examples_dir()
@@ -364,8 +366,8 @@ def run(
                 if skipped
                 else _apart(path, function, compiler, smoke, min(PROCESS_TIMEOUT_S, left_s))
             )
-        if progress is not None:
-            progress(results)
+            if progress is not None:
+                progress(results)
     return results
 
 

@@ -418,3 +418,13 @@ def test_the_compilers_table_says_why_a_row_was_not_measured():
         "attribute 'nonnegative' Traceback ..."
     )
     assert lines[3].endswith("FAILED: stopped after 150 s")
+
+
+def test_an_example_that_cannot_be_made_is_recorded_with_the_stage_it_failed_in(tmp_path):
+    from bench.compilers import Compiler, measure
+
+    broken = tmp_path / "broken.py"
+    raising = "raise RuntimeError('no x')\n    x = cuda.to_device"
+    broken.write_text(TINY_EXAMPLE.replace("x = cuda.to_device", raising))
+    row = measure(broken, "example", Compiler.NUMBA_CUDA, small=True)
+    assert row["failed"] == "example" and row["error"].startswith("RuntimeError: no x")
