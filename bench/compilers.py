@@ -48,8 +48,11 @@ MODULE = "bench.compilers"
 PROCESS_TIMEOUT_S = 150.0
 #: When the section starts no more processes (the ones not run are recorded as such).
 SECTION_BUDGET_S = 420.0
-#: The hit: batches of calls, calls per batch, and the calls before them.
+#: The hit: batches of calls (at most; at least HIT_LEAST_BATCHES, and no more once
+#: HIT_BUDGET_S have passed: the examples' long kernels), calls per batch, and the calls
+#: before them.
 HIT_BATCHES, HIT_CALLS, HIT_WARMUP_CALLS = 25, 20, 20
+HIT_LEAST_BATCHES, HIT_BUDGET_S = 5, 1.5
 SMOKE_HIT_BATCHES, SMOKE_HIT_CALLS, SMOKE_HIT_WARMUP_CALLS = 3, 2, 1
 #: How close the winner's output must be to the module's reference.
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
@@ -271,7 +274,8 @@ def _check(module: ModuleType, args: tuple[Any, ...]) -> dict[str, Any]:
 
 def _hit_us(call: Callable[[], None], small: bool) -> float:
     """The median over batches of the host time per call of a batch of calls; the device's
-    queue is emptied before each batch and is not waited for inside it."""
+    queue is emptied before each batch and is not waited for inside it (see
+    :data:`HIT_BATCHES`)."""
     from bench import measuring
 
     batches, calls, warmup = (
@@ -281,8 +285,11 @@ def _hit_us(call: Callable[[], None], small: bool) -> float:
     )
     for _ in range(warmup):
         call()
-    samples = []
-    for _ in range(batches):
+    samples: list[float] = []
+    began = time.perf_counter()
+    while len(samples) < batches:
+        if len(samples) >= HIT_LEAST_BATCHES and time.perf_counter() - began > HIT_BUDGET_S:
+            break
         measuring.synchronize()
         started = time.perf_counter()
         for _ in range(calls):
