@@ -216,7 +216,9 @@ class _Specialiser:
         return self._affected[key]
 
     def _device_function(self, dispatcher: Any) -> Any:
-        """``dispatcher`` itself, or a specialised copy where its code reads a parameter."""
+        """``dispatcher`` itself (the compiler's own version of numbatune's helpers), or a
+        specialised copy where its code reads a parameter."""
+        dispatcher = self._compiler.own_helper(dispatcher)
         function = references.device_function_of(dispatcher)
         if function is None or not self._reads_params(function):
             return dispatcher

@@ -114,6 +114,23 @@ def test_variants_compile_to_cubins_without_a_gpu():
     assert cubins[1] != cubins[4]
 
 
+def scale_add_nonnegative(a, out, bias):
+    """scale_add, indexed through numbatune's helper."""
+    i = nt.nonnegative(cuda.blockIdx.x) * cuda.blockDim.x + nt.nonnegative(cuda.threadIdx.x)
+    if i < a.shape[0]:
+        out[i] = 2.0 * a[i] + bias
+
+
+def test_kernels_calling_numbatunes_helpers_compile_with_numba_cuda_mlirs_version_of_them():
+    """nt.nonnegative is a numba-cuda device function: a numba-cuda-mlir kernel calls the
+    version numba-cuda-mlir compiles."""
+    function = _tuned(cuda.jit(scale_add_nonnegative))._template.specialised_function(
+        nt.Variant({"BLOCK": 64, "ITEMS": 1})
+    )
+    (built,) = NUMBA_CUDA_MLIR.build(function, {}, _argtypes(), (9, 0))
+    assert loads(built.payload, (9, 0)).name.startswith("_Z")
+
+
 def test_compile_workers_build_kernels_and_the_device_functions_they_call():
     """Kernels cross to workers forked from a server that imported numba-cuda-mlir (it
     compiled nothing: MLIR's threads would not cross a fork), device functions with them."""

@@ -190,6 +190,12 @@ class KernelCompiler(abc.ABC):
     def device_options(self, device_function: Any) -> dict[str, Any]:
         """The options of a device function the kernel calls (its copies get the same)."""
 
+    def own_helper(self, device_function: Any) -> Any:
+        """The version this compiler's kernels call of ``device_function``, a device function
+        a kernel calls: for numbatune's own helpers (:mod:`numbatune.intrinsics`, written for
+        numba-cuda) another compiler's; any other, itself."""
+        return device_function
+
     @abc.abstractmethod
     def argument_types(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """The compiler's types of ``args``, as ``kernel`` types them."""

@@ -73,6 +73,17 @@ class NumbaCudaMlir(KernelCompiler):
         """The options a ``cuda.jit(device=True)`` function was made with."""
         return mlir_kernels.options_of(device_function)
 
+    def own_helper(self, device_function: Any) -> Any:
+        """numba-cuda-mlir's version of numbatune's helpers (:mod:`numbatune.intrinsics`, whose
+        own are numba-cuda's device functions); any other device function, itself."""
+        from numbatune import intrinsics
+
+        if device_function is intrinsics.nonnegative:
+            from numbatune.compilers import mlir_intrinsics
+
+            return mlir_intrinsics.nonnegative
+        return device_function
+
     def argument_types(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """numba-cuda-mlir's types of ``args``, arrays of every kind typed by numbatune
         (:func:`numbatune.compilers.mlir_kernels.argument_type`)."""
