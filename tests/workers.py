@@ -66,9 +66,10 @@ def load_kernel(payload, cc):
 def device_functions():
     """The device functions this worker rebuilt: each one's name and how many signatures it
     compiled for."""
-    from numbatune.compilers import numba_build
+    from numbatune.compilers import function_pickle
 
-    return [(d.py_func.__name__, len(d.overloads)) for d in numba_build._device_functions.values()]
+    rebuilt = function_pickle._device_functions.values()
+    return [(d.py_func.__name__, len(d.overloads)) for d in rebuilt]
 
 
 def store_round_trip(cache_dir, cc, payload, damage):

@@ -13,58 +13,30 @@ function the kernel calls crosses as its Python function and options and is rebu
 
 from __future__ import annotations
 
-import io
 import time
 from importlib import metadata
 from typing import Any
 
 from numbatune.arraykinds import SIMULATOR
+from numbatune.compilers import function_pickle
 from numbatune.compilers.base import Built, LinkFailed
 from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of, version
 
-#: The device functions a worker has rebuilt, by their pickle (as
-#: :mod:`numbatune.compilers.numba_build` keeps numba's).
-_device_functions: dict[bytes, Any] = {}
-_DEVICE_FUNCTIONS_KEPT = 256
-
-
-def _device_function(pickled: bytes) -> Any:
-    """The device function :func:`dumps_function` pickled as ``pickled``, made once per
-    process."""
-    dispatcher = _device_functions.get(pickled)
-    if dispatcher is None:
-        from numba_cuda_mlir import cuda
-        from numba_cuda_mlir.numba_cuda import cloudpickle
-
-        function, options = cloudpickle.loads(pickled)
-        dispatcher = cuda.jit(device=True, **options)(function)
-        if len(_device_functions) >= _DEVICE_FUNCTIONS_KEPT:
-            _device_functions.clear()
-        _device_functions[pickled] = dispatcher
-    return dispatcher
+#: numba-cuda-mlir's modules that pickle functions for workers.
+JIT = function_pickle.Jit(
+    cuda="numba_cuda_mlir.cuda", cloudpickle="numba_cuda_mlir.numba_cuda.cloudpickle"
+)
 
 
 def dumps_function(function: Any) -> bytes:
-    """``function`` pickled by value (raises if it cannot be)."""
-    from numba_cuda_mlir.numba_cuda import cloudpickle
-
-    class Pickler(cloudpickle.Pickler):
-        def reducer_override(self, value: Any) -> Any:
-            function = getattr(value, "py_func", None)
-            if callable(function) and not isinstance(value, type):
-                return _device_function, (dumps_function((function, options_of(value))),)
-            return super().reducer_override(value)
-
-    buffer = io.BytesIO()
-    Pickler(buffer, protocol=5).dump(function)
-    return buffer.getvalue()
+    """``function`` pickled by value for :func:`build`
+    (:func:`numbatune.compilers.function_pickle.dumps`)."""
+    return function_pickle.dumps(JIT, function, options_of)
 
 
 def loads_function(pickled: bytes) -> Any:
     """(In a worker) the function :func:`dumps_function` pickled."""
-    from numba_cuda_mlir.numba_cuda import cloudpickle
-
-    return cloudpickle.loads(pickled)
+    return function_pickle.loads(JIT, pickled)
 
 
 def toolchain() -> tuple[str, ...]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from numbatune import native
 from numbatune.arraykinds import kind_of
+from numbatune.compilers import numba_parameters
 from numbatune.compilers.base import (
     ArrayParameters,
     ArrayStructure,
@@ -97,30 +98,12 @@ def packing(argtype: Any) -> Packing | None:
 
 def planned_type(declared: Any, actual: Any) -> Any:
     """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
-    overload's type ``declared``; None where numbatune does not convert it.
-
-    An array keeps its own layout where the kernel takes any (``A``) and must have the declared
-    dtype and rank; a scalar takes the declared type (its ``struct`` field packs the value);
-    a tuple, item by item.
-    """
+    overload's type ``declared``; None where numbatune does not convert it: numba-cuda's rules
+    (:func:`numbatune.compilers.numba_parameters.planned_type`) over numba-cuda-mlir's copy of
+    numba's types."""
     from numba_cuda_mlir.numba_cuda import types
 
-    if declared == actual:
-        return declared
-    if isinstance(declared, types.Array) and isinstance(actual, types.Array):
-        same = (declared.dtype, declared.ndim) == (actual.dtype, actual.ndim)
-        return actual if same and declared.layout in ("A", actual.layout) else None
-    if isinstance(declared, types.BaseTuple) and isinstance(actual, types.BaseTuple):
-        if len(declared) != len(actual):
-            return None
-        items = [planned_type(d, a) for d, a in zip(declared, actual, strict=True)]
-        return None if None in items else types.BaseTuple.from_types(items)
-    whole = (types.Boolean, types.Integer)
-    if isinstance(declared, types.Float) and isinstance(actual, (*whole, types.Float)):
-        return declared
-    if isinstance(declared, whole) and isinstance(actual, whole):
-        return declared
-    return None
+    return numba_parameters.planned_type(declared, actual, types)
 
 
 def fields(packings: tuple[Packing | None, ...], args: tuple[Any, ...]) -> list[tuple[str, Any]]:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from numbatune.compilers import function_pickle
 from numbatune.compilers import numba_liveness as liveness
 from numbatune.compilers.base import Built, LinkFailed, Resources
 from numbatune.compilers.numba_kernels import (
@@ -37,45 +37,14 @@ from numbatune.compilers.numba_kernels import (
     version,
 )
 
-#: The device functions a worker has rebuilt, by their pickle: the kernels it builds next
-#: call the same dispatcher, whose compiled overloads numba reuses, as it does in one
-#: process (each softmax kernel compiled its device functions again: 29% of its build).
-_device_functions: dict[bytes, Any] = {}
-_DEVICE_FUNCTIONS_KEPT = 256
-
-
-def _device_function(pickled: bytes) -> Any:
-    """The device function that :func:`dumps_function` pickled as ``pickled``, made once per
-    process."""
-    dispatcher = _device_functions.get(pickled)
-    if dispatcher is None:
-        from numba import cuda
-        from numba.cuda import cloudpickle
-
-        function, options = cloudpickle.loads(pickled)
-        dispatcher = cuda.jit(device=True, **options)(function)
-        if len(_device_functions) >= _DEVICE_FUNCTIONS_KEPT:
-            _device_functions.clear()
-        _device_functions[pickled] = dispatcher
-    return dispatcher
+#: numba-cuda's modules that pickle functions for workers.
+JIT = function_pickle.Jit(cuda="numba.cuda", cloudpickle="numba.cuda.cloudpickle")
 
 
 def dumps_function(function: Any) -> bytes:
-    """``function`` pickled by value for :func:`build` (raises if it cannot be)."""
-    from numba.cuda import cloudpickle
-
-    class Pickler(cloudpickle.Pickler):
-        def reducer_override(self, value: Any) -> Any:
-            # A device function crosses as the pickle of its Python function and options
-            # (rebuilt once per worker); the rest as cloudpickle's.
-            function = getattr(value, "py_func", None)
-            if callable(function) and not isinstance(value, type):
-                return _device_function, (dumps_function((function, device_options(value))),)
-            return super().reducer_override(value)
-
-    buffer = io.BytesIO()
-    Pickler(buffer, protocol=5).dump(function)
-    return buffer.getvalue()
+    """``function`` pickled by value for :func:`build`
+    (:func:`numbatune.compilers.function_pickle.dumps`)."""
+    return function_pickle.dumps(JIT, function, device_options)
 
 
 def toolchain() -> tuple[str, ...]:
@@ -227,6 +196,4 @@ def resources_of(info_log: str) -> Resources | None:
 
 def loads_function(pickled: bytes) -> Any:
     """(In a worker) the function :func:`dumps_function` pickled."""
-    from numba.cuda import cloudpickle
-
-    return cloudpickle.loads(pickled)
+    return function_pickle.loads(JIT, pickled)

@@ -9,6 +9,7 @@ compiled function (:func:`parameter_layout`).
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from numbatune.arraykinds import SIMULATOR
@@ -74,15 +75,18 @@ def parameters(numba_type: Any, value: Any) -> Parameters | None:
     return None
 
 
-def planned_type(declared: Any, actual: Any) -> Any:
+def planned_type(declared: Any, actual: Any, types: ModuleType | None = None) -> Any:
     """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
     overload's type ``declared``; None where the plan cannot convert it as numba does.
 
     An array keeps its own layout (numba passes any array to a declared layout ``A`` with the
     same fields) and must have the declared dtype and rank; a scalar takes the declared type
     (its ``struct`` field packs the value as numba converts it); a tuple, item by item.
+    ``types``: the module of the compiler's numba types (numba's by default; numba-cuda-mlir
+    keeps a copy of it).
     """
-    from numba.core import types
+    if types is None:
+        from numba.core import types
 
     if declared == actual:
         return declared
@@ -92,7 +96,7 @@ def planned_type(declared: Any, actual: Any) -> Any:
     if isinstance(declared, types.BaseTuple) and isinstance(actual, types.BaseTuple):
         if len(declared) != len(actual):
             return None
-        items = [planned_type(d, a) for d, a in zip(declared, actual, strict=True)]
+        items = [planned_type(d, a, types) for d, a in zip(declared, actual, strict=True)]
         return None if None in items else types.BaseTuple.from_types(items)
     whole = (types.Boolean, types.Integer)
     if isinstance(declared, types.Float) and isinstance(actual, (*whole, types.Float)):
