@@ -5,6 +5,7 @@ GPU tests show real concurrency, ordering, release under torch's and CuPy's cach
 and profiles of real launches.
 """
 
+import faulthandler
 import threading
 import time
 import weakref
@@ -768,16 +769,26 @@ def test_tuning_on_a_miss_keeps_the_callers_stream_order_and_leaves_other_stream
             patch.setattr(owner, name, tell_then_run)
             thread.start()
             assert started.wait(timeout=60)
+            # Where b's work is held up, each thread's stack goes to stderr after 10 s: the
+            # host's wait (a lock, a driver call) shows there; the device's shows as a quick
+            # launch and a late end (the message below).
+            faulthandler.dump_traceback_later(10)
+            began = time.perf_counter()
             fill(small, 1.0, 1000, stream=b)  # queued on b while tuning waits on a
             b_done = cuda.event()
             b_done.record(b)
+            queued_s = time.perf_counter() - began
             b_done.synchronize()
+            done_s = time.perf_counter() - began
             a_was_done = a_done.query()
     finally:
+        faulthandler.cancel_dump_traceback_later()
         deadline.cancel()
         open_the_gate()
         thread.join()
-    assert not a_was_done, "b's work waited for a's"
+    assert not a_was_done, (
+        f"b's work waited for a's: queued on b after {queued_s:.3f} s, done after {done_s:.3f} s"
+    )
     assert not errors
     cuda.synchronize()
     np.testing.assert_array_equal(out.copy_to_host(), 6.0)
