@@ -34,7 +34,8 @@ Read = tuple[tuple[int, ...], str, str]
 class FastRead(enum.Enum):
     """How the generated fast path reads an array kind's fields."""
 
-    #: Once per array object, kept on it (numba's own arrays).
+    #: Once per array object, kept on it (numba-cuda's and numba-cuda-mlir's device arrays,
+    #: whose fields do not change).
     MEMO = "memo"
     #: Through the library's DLPack C exchange API where it has one, else its Python API
     #: (:attr:`ArrayKind.fields`).
@@ -149,6 +150,12 @@ def _numba_buffer(array: Any) -> Hashable:
         while data.base is not None:
             data = data.base
         return id(data)
+    return _allocation(array)
+
+
+def _allocation(array: Any) -> Hashable:
+    """The allocation a numba-cuda or numba-cuda-mlir device array's data lies in: the device
+    pointer of the memory that owns it (another library's array, for a view of one)."""
     owner = array.gpu_data.owner
     base = getattr(owner, "device_pointer_value", None)
     if base is not None:
@@ -173,6 +180,24 @@ NUMBA = ArrayKind(
     buffer=_numba_buffer,
     device=_numba_device,
     view=lambda array: array,
+    fast=FastRead.MEMO,
+)
+
+
+# -- numba-cuda-mlir's device arrays --------------------------------------------------------
+
+#: The module and name of numba-cuda-mlir's device array class, matched without importing it.
+#: The class is a copy of numba-cuda's, with the same fields, so its arrays are read as
+#: numba-cuda's are; the fast path keeps what it reads on each array, as for numba-cuda's.
+_MLIR_DEVICE_ARRAY = ("numba_cuda_mlir.numba_cuda.cudadrv.devicearray", "DeviceNDArray")
+
+NUMBA_CUDA_MLIR = ArrayKind(
+    name="numba_cuda_mlir",
+    claims=lambda cls: (cls.__module__, cls.__name__) == _MLIR_DEVICE_ARRAY,
+    read=_read_numba_array,
+    itemsize=lambda array: array.dtype.itemsize,
+    buffer=_allocation,
+    device=lambda array: int(array.gpu_data.context.device.id),
     fast=FastRead.MEMO,
 )
 
@@ -342,7 +367,7 @@ DLPACK = ArrayKind(
 )
 
 #: The kinds, in the order they are asked whether they claim a class: the first that does.
-KINDS: list[ArrayKind] = [NUMBA, TORCH, CUPY, CUDA_ARRAY_INTERFACE, DLPACK]
+KINDS: list[ArrayKind] = [NUMBA, NUMBA_CUDA_MLIR, TORCH, CUPY, CUDA_ARRAY_INTERFACE, DLPACK]
 
 #: Each class met so far, and its kind (None: not an array).
 _kinds: dict[type, ArrayKind | None] = {}

@@ -18,10 +18,11 @@ import pytest
 from numba import cuda as numba_cuda
 
 import numbatune as nt
-from numbatune import compilers
+from numbatune import arrays, compilers, keys
 from numbatune.arrays import SIMULATOR
 from numbatune.compilers import NUMBA_CUDA, NUMBA_CUDA_MLIR, mlir_parameters
 from numbatune.compilers.mlir_kernels import loads
+from numbatune.launch.layout import ArgumentPlan, memref_array_memo
 
 mlir = pytest.importorskip("numba_cuda_mlir")
 from numba_cuda_mlir import cuda  # noqa: E402
@@ -181,6 +182,35 @@ def test_arguments_are_packed_as_memref_descriptors_at_the_drivers_offsets():
         mlir_parameters.fields((None,), (1j,))
 
 
+def _own_array(shape, strides, pointer):
+    """numba-cuda-mlir's own float32 device array at ``pointer``, over no memory (made without a
+    GPU: nothing reads its elements)."""
+    from numba_cuda_mlir.numba_cuda.cudadrv import devicearray, driver
+
+    memory = driver.MemoryPointer(None, driver.binding.CUdeviceptr(pointer), size=4096)
+    return devicearray.DeviceNDArray(shape, strides, np.float32, gpu_data=memory)
+
+
+def test_numba_cuda_mlirs_own_arrays_are_planned_for_the_fast_path_as_the_launch_packs_them():
+    """Its own arrays take the fast path, read once per array, as numba-cuda's arrays do (and
+    not through ``__cuda_array_interface__`` on every call, by the general path)."""
+    strided = _own_array((3, 4), (32, 4), 0x7F00_0000_1000)  # rows 8 elements apart
+    dense = _own_array((4, 2), (8, 4), 0x7F00_0000_2000)
+    assert arrays.read(strided) == ((3, 4), "float32", "A")
+    assert arrays.read(dense) == ((4, 2), "float32", "C")
+    assert arrays.buffer_of(strided) == 0x7F00_0000_1000
+    plan = ArgumentPlan(NUMBA_CUDA_MLIR)
+    for index, array in enumerate((strided, dense)):
+        argtype = NUMBA_CUDA_MLIR.argument_types(None, (array,))[0]
+        assert plan.add(f"a{index}", argtype, array)
+        _, key_part, memref, buffer = memref_array_memo(array)
+        assert key_part == keys.default_key_part(arrays.read(array))
+        packed = mlir_parameters.fields((mlir_parameters.packing(argtype),), (array,))
+        assert memref == struct.pack("<7q", *(value for _, value in packed))
+        assert buffer == arrays.buffer_of(array)
+    assert struct.unpack("<7q", memref_array_memo(strided)[2])[3:] == (3, 4, 8, 1)
+
+
 @pytest.mark.skipif(not SIMULATOR, reason="a GPU runs numba-cuda-mlir's kernels")
 def test_under_numbas_simulator_a_call_says_numba_cuda_mlir_has_none():
     a = numba_cuda.to_device(np.ones(8, np.float32))
@@ -197,6 +227,8 @@ def _arrays(library):
     host = np.random.default_rng(0).random(N, dtype=np.float32)
     if library == "numba":
         return numba_cuda.to_device(host), numba_cuda.device_array(N, np.float32)
+    if library == "numba-cuda-mlir":
+        return cuda.to_device(host), cuda.device_array(N, np.float32)
     module = pytest.importorskip(library)
     if library == "torch":
         return module.from_numpy(host).cuda(), module.empty(N, device="cuda")
@@ -212,7 +244,7 @@ def _host(array):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("library", ["numba", "cupy", "torch"])
+@pytest.mark.parametrize("library", ["numba", "numba-cuda-mlir", "cupy", "torch"])
 def test_a_tuned_kernel_computes_what_numpy_does_and_hits_on_its_fast_path(library):
     from tests.test_launch import _only_the_fast_path
 

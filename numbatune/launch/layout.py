@@ -162,9 +162,9 @@ class ArgumentPlan:
     def _add_numba_array(
         self, argument: str, name: str, value: Any, top: bool, structure: ArrayStructure
     ) -> None:
-        """numba's arrays: their fields are read once per array object and kept on it
-        (:func:`numba_array_memo`, :func:`memref_array_memo`), as numba keeps its own launch
-        view of them."""
+        """numba-cuda's and numba-cuda-mlir's arrays: their fields are read once per array
+        object and kept on it (:func:`numba_array_memo`, :func:`memref_array_memo`), as numba
+        keeps its own launch view of them."""
         memo, attribute = _MEMOS[structure]
         token = self.constant(memo(value)[0])
         read = f'{argument}.__dict__.get("{attribute}") or {self.constant(memo)}({argument})'
@@ -271,10 +271,11 @@ class ArgumentPlan:
 
 
 def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
-    """What a launch needs of a numba device array, kept on it: a token of how numba types it
-    (dtype, layout, rank) and, where the process sees several GPUs, of the GPU it is on, its
-    part of the default key, its kernel parameters packed (8 bytes each, as the DLPack reads
-    pack them), and the allocation its data lies in."""
+    """What a launch needs of a numba-cuda (or numba-cuda-mlir: the same class, copied) device
+    array, kept on it: a token of how numba types it (dtype, layout, rank) and, where the
+    process sees several GPUs, of the GPU it is on, its part of the default key, its kernel
+    parameters packed (8 bytes each, as the DLPack reads pack them), and the allocation its
+    data lies in."""
     memo = array.__dict__.get("_numbatune")
     if memo is None:
         shim = array._strided_memory_view_shim
