@@ -434,8 +434,9 @@ def test_kept_arrays_live_until_the_device_passes_their_launch():
     assert alive() is not None and monitor.kept_arrays() == 1
     events.released.set()  # the device passes the launch
     deadline = time.monotonic() + 30
-    while monitor.kept_arrays() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the keeper thread releases them
+    # the keeper thread releases them (it lets go of the arrays just after its count drops)
+    while (monitor.kept_arrays() or alive() is not None) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert alive() is None and monitor.kept_arrays() == 0
     monitor.hold(3, (Array(),))
     assert events.created == 1  # the next launch that keeps arrays reuses the event
