@@ -18,14 +18,13 @@ import pickle
 import sys
 import threading
 import types
-import zlib
 from importlib import metadata
 from typing import Any
 
 import numpy as np
 
 from numbatune.arraykinds import kind_of
-from numbatune.compilers import mlir_parameters
+from numbatune.compilers import mlir_parameters, payloads
 from numbatune.compilers.mlir_parameters import Packing
 
 #: The compiler's name, in identities and messages.
@@ -236,8 +235,7 @@ class CompiledKernel:
     def dumps(self) -> bytes:
         """The kernel serialised, compressed (:func:`loads` reads it)."""
         argtypes = self._argtypes
-        payload = {
-            "version": PAYLOAD_VERSION,
+        states = {
             "cubin": self.cubin,
             "name": self.name,
             "cc": self.cc,
@@ -245,7 +243,7 @@ class CompiledKernel:
             "cooperative": self.cooperative,
             "argtypes": argtypes if isinstance(argtypes, bytes) else pickle.dumps(argtypes),
         }
-        return zlib.compress(pickle.dumps(payload, protocol=5))
+        return payloads.pack(PAYLOAD_VERSION, states)
 
 
 def loads(payload: bytes, cc: tuple[int, int]) -> CompiledKernel:
@@ -257,12 +255,7 @@ def loads(payload: bytes, cc: tuple[int, int]) -> CompiledKernel:
     ValueError
         ``payload`` is not one of this numbatune, or was built for another compute capability.
     """
-    try:
-        states = pickle.loads(zlib.decompress(payload))
-    except Exception as error:  # zlib.error, pickle's many errors, missing classes
-        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
-    if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
-        raise ValueError("not a compiled numba-cuda-mlir kernel of this numbatune")
+    states = payloads.unpack(payload, PAYLOAD_VERSION, NAME)
     if tuple(states.get("cc", ())) != tuple(cc):
         raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
     try:

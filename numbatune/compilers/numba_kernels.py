@@ -7,15 +7,14 @@ for a kernel declared with signatures, and what a trial worker runs
 from __future__ import annotations
 
 import functools
-import pickle
 import types
-import zlib
 from importlib import metadata
 from typing import Any
 
 from numba import cuda
 
 from numbatune.arraykinds import SIMULATOR
+from numbatune.compilers import payloads
 
 #: The compiler's name, in identities and messages.
 NAME = "numba-cuda"
@@ -97,8 +96,7 @@ def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
     library = code_library(kernel)
     states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
     library_states = {**library._reduce_states(), "llvm_strs": [], **(linked or {})}
-    payload = {"version": PAYLOAD_VERSION, "kernel": states, "library": library_states}
-    return zlib.compress(pickle.dumps(payload, protocol=5))
+    return payloads.pack(PAYLOAD_VERSION, {"kernel": states, "library": library_states})
 
 
 def load(payload: bytes, cc: tuple[int, int]) -> Any:
@@ -107,12 +105,7 @@ def load(payload: bytes, cc: tuple[int, int]) -> Any:
     from numba.cuda.codegen import CUDACodeLibrary
     from numba.cuda.dispatcher import _Kernel
 
-    try:
-        states = pickle.loads(zlib.decompress(payload))
-    except Exception as error:  # zlib.error, pickle's many errors, missing classes
-        raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
-    if not isinstance(states, dict) or states.get("version") != PAYLOAD_VERSION:
-        raise ValueError("not a compiled kernel of this numbatune")
+    states = payloads.unpack(payload, PAYLOAD_VERSION, NAME)
     library, kernel = states.get("library"), states.get("kernel")
     if not isinstance(library, dict) or not isinstance(kernel, dict):
         raise ValueError("not a compiled kernel (no code library and kernel)")
