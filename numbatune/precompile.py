@@ -17,8 +17,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numba
-
 from numbatune import processes
 from numbatune.compile.compiler import RebuildError, build_task, store_key, worker_pool
 from numbatune.compile.store import KernelStore
@@ -69,7 +67,7 @@ def precompile(
     library is not installed (once one compile found it missing, no other is started)."""
     jobs: list[_Job] = []
     for tuned, args in cases:
-        argtypes = tuple(numba.typeof(value) for value in args)
+        argtypes = tuned._template.compiler.example_types(args)
         builds = tuned._template.by_build(tuned.variants)
         jobs += [_Job(tuned, argtypes, kernels) for kernels in builds]
     stores: dict[str, KernelStore] = {}

@@ -44,6 +44,9 @@ class FakeCompiler(KernelCompiler):
     def argument_types(self, kernel, args):
         return tuple(type(a) for a in args)
 
+    def example_types(self, args):
+        return tuple(type(a) for a in args)
+
     def compiled(self, kernel, argtypes):
         raise NotImplementedError
 

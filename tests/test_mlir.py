@@ -132,6 +132,46 @@ def test_kernels_calling_numbatunes_helpers_compile_with_numba_cuda_mlirs_versio
     assert loads(built.payload, (9, 0)).name.startswith("_Z")
 
 
+MODULE_TO_PRECOMPILE = """
+import numbatune as nt
+import numpy as np
+from numba_cuda_mlir import cuda
+
+ITEMS = 1
+
+
+@nt.autotune(
+    variants=nt.product(BLOCK=[64, 128], ITEMS=[1, 2]),
+    launch=lambda a, out, *, BLOCK, ITEMS: (nt.cdiv(a.shape[0], BLOCK * ITEMS), BLOCK),
+)
+@cuda.jit
+def double(a, out):
+    first = (nt.nonnegative(cuda.blockIdx.x) * cuda.blockDim.x + cuda.threadIdx.x) * ITEMS
+    for k in range(ITEMS):
+        if first + k < a.shape[0]:
+            out[first + k] = 2 * a[first + k]
+
+
+def example(small=False):
+    return double, (np.zeros(1024, np.float32), np.zeros(1024, np.float32))
+"""
+
+
+def test_numbatune_compile_builds_numba_cuda_mlir_kernels_for_a_device_it_does_not_have(
+    tmp_path, capsys
+):
+    from numbatune import cli
+
+    (tmp_path / "doubling.py").write_text(MODULE_TO_PRECOMPILE)
+    status = cli.main(["compile", "--cc", "9.0", "--cache-dir", str(tmp_path / "cache"),
+                       "--workers", "1", str(tmp_path / "doubling.py")])  # fmt: skip
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    # BLOCK is the launch's alone: two kernels serve the four variants
+    assert "4 variants for sm_90: 2 kernels built, 0 variants failed" in printed.err
+    assert any((tmp_path / "cache" / "kernels" / "sm_90").rglob("*"))
+
+
 def test_compile_workers_build_kernels_and_the_device_functions_they_call():
     """Kernels cross to workers forked from a server that imported numba-cuda-mlir (it
     compiled nothing: MLIR's threads would not cross a fork), device functions with them."""

@@ -201,6 +201,12 @@ class KernelCompiler(abc.ABC):
         """The compiler's types of ``args``, as ``kernel`` types them."""
 
     @abc.abstractmethod
+    def example_types(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The compiler's types of example arguments for a compile ahead of time, with or
+        without a GPU (``numbatune compile``): a host array stands for a device array of its
+        dtype, rank and layout."""
+
+    @abc.abstractmethod
     def compiled(self, kernel: Any, argtypes: tuple[Any, ...]) -> Any:
         """The overload of ``kernel`` compiled for ``argtypes``, or None."""
 

@@ -13,6 +13,7 @@ import threading
 import types
 from typing import Any
 
+import numba
 from numba import cuda
 
 from numbatune.arraykinds import SIMULATOR
@@ -87,6 +88,10 @@ class NumbaCuda(KernelCompiler):
     def argument_types(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """numba's types of ``args``."""
         return tuple(kernel.typeof_pyval(a) for a in args)
+
+    def example_types(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """numba's types of ``args`` (``numba.typeof``: a host array's is a device array's)."""
+        return tuple(numba.typeof(value) for value in args)
 
     def compiled(self, kernel: Any, argtypes: tuple[Any, ...]) -> Any:
         """The dispatcher's overload for ``argtypes``, or None."""

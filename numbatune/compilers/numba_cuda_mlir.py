@@ -89,6 +89,11 @@ class NumbaCudaMlir(KernelCompiler):
         (:func:`numbatune.compilers.mlir_kernels.argument_type`)."""
         return tuple(mlir_kernels.argument_type(a) for a in args)
 
+    def example_types(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """numba-cuda-mlir's types of ``args``, as for a call (a host array's is a device
+        array's)."""
+        return tuple(mlir_kernels.argument_type(a) for a in args)
+
     def compiled(self, kernel: Any, argtypes: tuple[Any, ...]) -> CompiledKernel | None:
         """The dispatcher's overload for ``argtypes``, or None."""
         return mlir_kernels.compiled(kernel, argtypes)
