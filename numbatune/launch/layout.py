@@ -29,7 +29,7 @@ import numpy as np
 from numbatune import arrays, devices, native
 from numbatune.arraykinds import ArrayKind, FastRead, dtype_name, kind_of
 from numbatune.arrays import buffer_of
-from numbatune.compilers import NUMBA_CUDA, KernelCompiler
+from numbatune.compilers import KernelCompiler
 from numbatune.compilers.base import (
     ArrayParameters,
     ArrayStructure,
@@ -63,7 +63,7 @@ class ArgumentPlan:
     ``compiler`` says which parameters an argument of a type becomes.
     """
 
-    def __init__(self, compiler: KernelCompiler = NUMBA_CUDA) -> None:
+    def __init__(self, compiler: KernelCompiler) -> None:
         self._compiler = compiler
         self.classes: list[str] = []
         self.steps: list[tuple[str, str]] = []
@@ -367,10 +367,3 @@ def _read_library(
 def half_bits(value: Any) -> int:
     """The bits of a float16 value, as numba passes a float16 parameter."""
     return int(np.float16(value).view(np.uint16))
-
-
-def planned_type(declared: Any, actual: Any) -> Any:
-    """The type to plan an argument typed ``actual`` with, for a parameter of a compiled
-    numba-cuda overload's type ``declared``; None where the plan cannot convert it as numba
-    does (:meth:`~numbatune.compilers.base.KernelCompiler.planned_type`)."""
-    return NUMBA_CUDA.planned_type(declared, actual)
