@@ -5,6 +5,9 @@ few microseconds, so what is measured is the host's cost per call. Each figure i
 over batches of the time per call, a batch being many calls followed by one synchronisation.
 All methods of all array kinds take turns batch by batch (A B C A B C ...), after a warm-up of
 about two seconds, so that clock changes and other load on the host hit them all alike.
+
+Four phases: one stream so far; after two streams; a kernel declared with a signature; the same
+kernel compiled by numba-cuda-mlir, where it is installed, with its own arrays and the others.
 """
 
 from __future__ import annotations
@@ -26,11 +29,16 @@ SIZE = 1024
 BLOCK = 256
 
 
-@cuda.jit
+_SCALE_SOURCE = """
 def scale(x, out, a):
     i = cuda.grid(1)
     if i < x.shape[0]:
         out[i] = a * x[i]
+"""
+_scale_namespace: dict[str, Any] = {"cuda": cuda}
+exec(_SCALE_SOURCE, _scale_namespace)
+#: The kernel, compiled by numba-cuda (and by numba-cuda-mlir in phase four, from its source).
+scale = cuda.jit(_scale_namespace["scale"])
 
 
 def tuned_scale(kind: str) -> nt.TunedKernel:
@@ -331,6 +339,40 @@ def _phase_three(kinds, host):
     return calls
 
 
+def _phase_four(
+    kinds: dict[str, Callable[[np.ndarray], Any]], host: np.ndarray, a: Any
+) -> dict[tuple[str, str], Callable[[], Any]] | str:
+    """``scale`` compiled by numba-cuda-mlir: tuned hits with numba-cuda-mlir's own device
+    arrays and with each other array kind, against numba-cuda-mlir's own pre-configured launch
+    (which takes its own arrays and CuPy's, not torch's); or why it did not run."""
+    try:
+        from numba_cuda_mlir import cuda as mlir_cuda
+    except ImportError as error:
+        return f"not run: {error}"
+    namespace: dict[str, Any] = {"cuda": mlir_cuda}
+    exec(_SCALE_SOURCE, namespace)
+    kernel = mlir_cuda.jit(namespace["scale"])
+    configured = kernel[nt.cdiv(SIZE, BLOCK), BLOCK]
+    makers = {"numba-cuda-mlir": mlir_cuda.to_device, **kinds}
+    calls: dict[tuple[str, str], Callable[[], Any]] = {}
+    for kind, make in makers.items():
+        x, out = make(host), make(np.zeros_like(host))
+        tuned = nt.autotune(
+            variants=nt.product(BLOCK=[128, 256]),
+            launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+            name=f"bench_dispatch_mlir_scale_{kind}",
+        )(kernel)
+        tuned(x, out, a)  # tune: what follows are cache hits
+        label = f"mlir, {kind} arrays"
+        calls[label, "numbatune hit"] = lambda t=tuned, x=x, out=out: t(x, out, a)
+        if kind in ("numba-cuda-mlir", "cupy"):
+            calls[label, "numba-cuda-mlir cfg(...)"] = lambda x=x, out=out: configured(x, out, a)
+    x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
+    numba_configured = scale[nt.cdiv(SIZE, BLOCK), BLOCK]
+    calls["numba", "numba cfg(...), phase 4"] = lambda: numba_configured(x, out, a)
+    return calls
+
+
 def _alternating(
     launch: Callable[..., Any], args: tuple[Any, ...], streams: list[Any]
 ) -> Callable[[], None]:
@@ -377,6 +419,7 @@ _HOST = {
     "phase 1": ("numba", "numba cfg = k[grid, block]; cfg(...)"),
     "phase 2": ("numba", "numba cfg(...), after two streams"),
     "phase 3": ("numba", "numba cfg(...), phase 3"),
+    "phase 4": ("numba", "numba cfg(...), phase 4"),
 }
 
 
@@ -397,6 +440,11 @@ def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[s
     calls, checks = _phase_two(kinds, host, a, tuned_kernels)
     _record("phase 2", per_round_us(calls, *timing), results, fast, rounds)
     _record("phase 3", per_round_us(_phase_three(kinds, host), *timing), results, fast, rounds)
+    mlir = "not run: simulator" if SIMULATOR else _phase_four(kinds, host, a)
+    if isinstance(mlir, str):
+        results["numba-cuda-mlir"] = {"numbatune hit": mlir}
+    else:
+        _record("phase 4", per_round_us(mlir, *timing), results, fast, rounds)
     cuda.synchronize()
     results["results_checked"] = all(np.allclose(_host_copy(out), 2 * host) for _, _, out in checks)
     results["at_issue_host_speed"] = fast
