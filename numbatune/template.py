@@ -205,22 +205,27 @@ class _Specialiser:
         self._copies: dict[int, Any] = {}
         self._affected: dict[int, bool] = {}
 
-    def _reads_params(self, function: types.FunctionType) -> bool:
-        """Whether ``function``, or a device function it reaches, reads a parameter."""
+    def _needs_copy(self, function: types.FunctionType) -> bool:
+        """Whether ``function``, or a device function it reaches, reads a parameter or calls
+        one of numbatune's helpers that the compiler has its own version of."""
         key = id(function)
         if key not in self._affected:
             self._affected[key] = False  # a recursive call does not make it affected
             own = bool(references.names_read(function.__code__) & self._relevant)
-            called = any(self._reads_params(c.function) for c in references.callees(function))
+            called = any(
+                self._compiler.own_helper(c.dispatcher) is not c.dispatcher
+                or self._needs_copy(c.function)
+                for c in references.callees(function)
+            )
             self._affected[key] = own or called
         return self._affected[key]
 
     def _device_function(self, dispatcher: Any) -> Any:
         """``dispatcher`` itself (the compiler's own version of numbatune's helpers), or a
-        specialised copy where its code reads a parameter."""
+        specialised copy where its code reads a parameter or calls such a helper."""
         dispatcher = self._compiler.own_helper(dispatcher)
         function = references.device_function_of(dispatcher)
-        if function is None or not self._reads_params(function):
+        if function is None or not self._needs_copy(function):
             return dispatcher
         key = id(function)
         if key not in self._copies:

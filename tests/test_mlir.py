@@ -122,12 +122,26 @@ def scale_add_nonnegative(a, out, bias):
         out[i] = 2.0 * a[i] + bias
 
 
-def test_kernels_calling_numbatunes_helpers_compile_with_numba_cuda_mlirs_version_of_them():
-    """nt.nonnegative is a numba-cuda device function: a numba-cuda-mlir kernel calls the
-    version numba-cuda-mlir compiles."""
-    function = _tuned(cuda.jit(scale_add_nonnegative))._template.specialised_function(
-        nt.Variant({"BLOCK": 64, "ITEMS": 1})
-    )
+@cuda.jit(device=True)
+def thread_index():
+    """The thread's index in the grid, through numbatune's helper (it reads no variant
+    parameter)."""
+    return nt.nonnegative(cuda.blockIdx.x) * cuda.blockDim.x + nt.nonnegative(cuda.threadIdx.x)
+
+
+def scale_add_thread_index(a, out, bias):
+    """scale_add, indexed through a device function that calls numbatune's helper."""
+    i = thread_index()
+    if i < a.shape[0]:
+        out[i] = 2.0 * a[i] + bias
+
+
+@pytest.mark.parametrize("kernel", [scale_add_nonnegative, scale_add_thread_index])
+def test_kernels_calling_numbatunes_helpers_compile_with_numba_cuda_mlirs_version_of_them(kernel):
+    """nt.nonnegative is a numba-cuda device function: a numba-cuda-mlir kernel, and the
+    device functions it calls, call the version numba-cuda-mlir compiles."""
+    template = _tuned(cuda.jit(kernel))._template
+    function = template.specialised_function(nt.Variant({"BLOCK": 64, "ITEMS": 1}))
     (built,) = NUMBA_CUDA_MLIR.build(function, {}, _argtypes(), (9, 0))
     assert loads(built.payload, (9, 0)).name.startswith("_Z")
 
