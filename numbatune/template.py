@@ -19,7 +19,7 @@ from typing import Any
 from numbatune import references, unroll
 from numbatune._version import __version__
 from numbatune.arrays import SIMULATOR
-from numbatune.compilers import KernelCompiler, compiler_for
+from numbatune.compilers import COMPILERS, KernelCompiler, compiler_for
 from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
 from numbatune.variants import JIT_OPTIONS, LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
@@ -44,12 +44,32 @@ class KernelTemplate:
         self.name = name
         self.signature = inspect.signature(self.function)
         self._functions = references.reachable(self.function)
+        self._check_callees()
         #: Every name the kernel and the device functions it calls read as globals or
         #: closure variables.
         self.names_read = frozenset(
             name for f in self._functions for name in references.names_read(f.__code__)
         )
         self._code_text: str | None = None
+
+    def _check_callees(self) -> None:
+        """Refuse a device function of another kernel compiler than the kernel's: its compiler
+        types its calls as an unknown object (numbatune's own helpers are swapped for the
+        kernel compiler's version of them)."""
+        for function in self._functions:
+            for callee in references.callees(function):
+                own = self.compiler.own_helper(callee.dispatcher)
+                other = next(
+                    (c for c in COMPILERS if c is not self.compiler and c.claims(own)), None
+                )
+                if other is not None:
+                    raise TypeError(
+                        f"autotune({self.name}): {function.__qualname__} calls {callee.name}"
+                        f"{'.' + callee.attribute if callee.attribute else ''}, a {other.name} "
+                        f"device function; a {self.compiler.name} kernel can call only "
+                        f"{self.compiler.name}'s (make it with {self.compiler.name}'s "
+                        "cuda.jit(device=True))"
+                    )
 
     def check_params(self, variants: Sequence[Variant], launch_reads: Set[str]) -> None:
         """Refuse parameters that change nothing (read neither by the kernel, its device

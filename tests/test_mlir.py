@@ -146,6 +146,40 @@ def test_kernels_calling_numbatunes_helpers_compile_with_numba_cuda_mlirs_versio
     assert loads(built.payload, (9, 0)).name.startswith("_Z")
 
 
+@numba_cuda.jit(device=True)
+def numba_cuda_thread_index():
+    """The thread's index in the grid, as a numba-cuda device function."""
+    return numba_cuda.blockIdx.x * numba_cuda.blockDim.x + numba_cuda.threadIdx.x
+
+
+def scale_add_numba_cuda_index(a, out, bias):
+    """scale_add, indexed through a numba-cuda device function."""
+    i = numba_cuda_thread_index()
+    if i < a.shape[0]:
+        out[i] = 2.0 * a[i] + bias
+
+
+@pytest.mark.parametrize(
+    ("make", "other"), [(cuda.jit, "numba-cuda"), (numba_cuda.jit, "numba-cuda-mlir")]
+)
+def test_a_kernel_that_calls_another_compilers_device_function_is_refused_in_one_line(make, other):
+    """Each compiler types a call of the other's device function as an unknown object (every
+    variant failed with an AssertionError of numba-cuda-mlir's type inference)."""
+    mlir_index = cuda.jit(device=True)(numba_cuda_thread_index.py_func)
+    kernel = scale_add_numba_cuda_index if other == "numba-cuda" else _calling(mlir_index)
+    with pytest.raises(TypeError) as raised:
+        _tuned(make(kernel))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"calls numba_cuda_thread_index, a {other} device function" in message
+
+
+def _calling(index):
+    """scale_add_numba_cuda_index calling ``index`` instead."""
+    namespace = {**scale_add_numba_cuda_index.__globals__, "numba_cuda_thread_index": index}
+    return types.FunctionType(scale_add_numba_cuda_index.__code__, namespace, "scale_add")
+
+
 MODULE_TO_PRECOMPILE = """
 import numbatune as nt
 import numpy as np
