@@ -49,11 +49,11 @@ PROCESS_TIMEOUT_S = 150.0
 #: When the section starts no more processes (the ones not run are recorded as such).
 SECTION_BUDGET_S = 420.0
 #: The hit: batches of calls (at most; at least HIT_LEAST_BATCHES, and no more once
-#: HIT_BUDGET_S have passed: the examples' long kernels), calls per batch, and the calls
-#: before them.
-HIT_BATCHES, HIT_CALLS, HIT_WARMUP_CALLS = 25, 20, 20
+#: HIT_BUDGET_S have passed: the examples' long kernels), calls per batch, and the seconds of
+#: calls before them (right after a tune, calls cost up to twice as much for a while).
+HIT_BATCHES, HIT_CALLS, HIT_WARMUP_S = 25, 20, 1.0
 HIT_LEAST_BATCHES, HIT_BUDGET_S = 5, 1.5
-SMOKE_HIT_BATCHES, SMOKE_HIT_CALLS, SMOKE_HIT_WARMUP_CALLS = 3, 2, 1
+SMOKE_HIT_BATCHES, SMOKE_HIT_CALLS, SMOKE_HIT_WARMUP_S = 3, 2, 0.0
 #: How close the winner's output must be to the module's reference.
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 
@@ -278,13 +278,17 @@ def _hit_us(call: Callable[[], None], small: bool) -> float:
     :data:`HIT_BATCHES`)."""
     from bench import measuring
 
-    batches, calls, warmup = (
-        (SMOKE_HIT_BATCHES, SMOKE_HIT_CALLS, SMOKE_HIT_WARMUP_CALLS)
+    batches, calls, warmup_s = (
+        (SMOKE_HIT_BATCHES, SMOKE_HIT_CALLS, SMOKE_HIT_WARMUP_S)
         if small
-        else (HIT_BATCHES, HIT_CALLS, HIT_WARMUP_CALLS)
+        else (HIT_BATCHES, HIT_CALLS, HIT_WARMUP_S)
     )
-    for _ in range(warmup):
-        call()
+    began = time.perf_counter()
+    call()
+    while time.perf_counter() - began < warmup_s:
+        measuring.synchronize()
+        for _ in range(calls):
+            call()
     samples: list[float] = []
     began = time.perf_counter()
     while len(samples) < batches:
