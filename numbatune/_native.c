@@ -306,61 +306,15 @@ static int dense(const dl_tensor_t *t, const int64_t *strides, int c_order) {
     return 1;
 }
 
-/* The shape and fields read last for the array at each position of a read (any fast path's):
- * a read of the same arrays hands out these objects again instead of making new ones. */
-#define REMEMBERED 64
-static PyObject *last_shape[REMEMBERED], *last_fields[REMEMBERED];
-
-/* A tuple of the ``count`` extents, the one last made at ``position`` where it is equal; a new
- * reference, or NULL with an exception. */
-static PyObject *shape_tuple(const int64_t *extents, int32_t count, Py_ssize_t position) {
-    PyObject *last = position < REMEMBERED ? last_shape[position] : NULL;
-    int same = last != NULL && PyTuple_GET_SIZE(last) == count;
-    for (int32_t d = 0; same && d < count; d++) {
-        same = PyLong_AsLongLong(PyTuple_GET_ITEM(last, d)) == extents[d];
-    }
-    if (same) return Py_NewRef(last);
-    PyObject *shape = PyTuple_New(count);
-    if (shape == NULL) return NULL;
-    for (int32_t d = 0; d < count; d++) {
-        PyObject *extent = PyLong_FromLongLong(extents[d]);
-        if (extent == NULL) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(shape, d, extent);
-    }
-    if (position < REMEMBERED) Py_XSETREF(last_shape[position], Py_NewRef(shape));
-    return shape;
-}
-
-/* Bytes of ``values``, the ones last made at ``position`` where they are equal. */
-static PyObject *fields_bytes(const int64_t *values, Py_ssize_t count, Py_ssize_t position) {
-    PyObject *last = position < REMEMBERED ? last_fields[position] : NULL;
-    Py_ssize_t size = count * (Py_ssize_t)sizeof(int64_t);
-    if (last != NULL && PyBytes_GET_SIZE(last) == size &&
-        memcmp(PyBytes_AS_STRING(last), values, (size_t)size) == 0) {
-        return Py_NewRef(last);
-    }
-    PyObject *fields = PyBytes_FromStringAndSize((const char *)values, size);
-    if (fields != NULL && position < REMEMBERED) {
-        Py_XSETREF(last_fields[position], Py_NewRef(fields));
-    }
-    return fields;
-}
-
-/* The kernel parameters of an array in the structure expected (numba's: meminfo, parent,
- * size, itemsize, data, shape..., byte strides...; or a memref's: data, data, offset, shape...,
- * strides in elements...; each 8 bytes in the host's order), or NULL without an exception where
- * the array is not as expected; its shape as a tuple in *shape. ``position``: the array's place
- * in the read. */
-static PyObject *fields_of(const dl_tensor_t *t, const dl_expected_t *e, PyObject **shape,
-                           Py_ssize_t position) {
+/* The kernel parameters of an array in the structure expected (numba's: meminfo, parent, size,
+ * itemsize, data, shape..., byte strides...; or a memref's: data, data, offset, shape...,
+ * strides in elements...; each 8 bytes in the host's order) written to ``out``; how many, or -1
+ * where the array is not as expected. */
+static Py_ssize_t write_fields(const dl_tensor_t *t, const dl_expected_t *e, int64_t *out) {
     if (t->device.device_type != e->device_type || t->device.device_id != e->device_id ||
         t->ndim != e->ndim || t->dtype.code != e->code || t->dtype.bits != e->bits ||
-        t->dtype.lanes != 1 || t->ndim > MAX_DIMENSIONS ||
-        (e->structure != STRUCTURE_NUMBA && e->structure != STRUCTURE_MEMREF)) {
-        return NULL;
+        t->dtype.lanes != 1 || t->ndim > MAX_DIMENSIONS) {
+        return -1;
     }
     int64_t itemsize = t->dtype.bits / 8, strides[MAX_DIMENSIONS], size = 1;
     for (int32_t d = t->ndim - 1; d >= 0; d--) {
@@ -369,20 +323,17 @@ static PyObject *fields_of(const dl_tensor_t *t, const dl_expected_t *e, PyObjec
     }
     int c_dense = size == 0 || dense(t, strides, 1); /* empty: C, as torch and CuPy say */
     if (e->layout == 'C') {
-        if (!c_dense) return NULL;
+        if (!c_dense) return -1;
         int64_t step = 1;
         for (int32_t d = t->ndim - 1; d >= 0; d--) { /* numba's, from the shape */
             strides[d] = itemsize * step;
             step *= t->shape[d];
         }
     } else if (c_dense || dense(t, strides, 0) != (e->layout == 'F')) {
-        return NULL;
+        return -1;
     }
-    *shape = shape_tuple(t->shape, t->ndim, position);
-    if (*shape == NULL) return NULL;
     int memref = e->structure == STRUCTURE_MEMREF;
     Py_ssize_t head = memref ? 3 : 5;
-    int64_t out[5 + 2 * MAX_DIMENSIONS];
     int64_t data = (int64_t)(intptr_t)((char *)t->data + t->byte_offset);
     if (memref) {
         out[0] = out[1] = data;
@@ -397,63 +348,316 @@ static PyObject *fields_of(const dl_tensor_t *t, const dl_expected_t *e, PyObjec
         out[head + d] = t->shape[d];
         out[head + t->ndim + d] = memref ? strides[d] / itemsize : strides[d];
     }
-    PyObject *fields = fields_bytes(out, head + 2 * (Py_ssize_t)t->ndim, position);
-    if (fields == NULL) Py_CLEAR(*shape);
+    return head + 2 * (Py_ssize_t)t->ndim;
+}
+
+/* What a reader keeps of one of its arrays: what is expected of it, where its part of the
+ * default key comes from, and its extents and part as last read. */
+typedef struct {
+    dl_expected_t expected;
+    Py_ssize_t fields;  /* how many kernel parameters it has */
+    PyObject *parts;    /* the default-key parts by shape (a dict), or NULL: no part of the key */
+    PyObject *make;     /* makes (and keeps in ``parts``) the part of a shape not in it */
+    PyObject *part;     /* the part of the last read, or NULL */
+    int64_t *extents;   /* those of the last read (ndim of them) */
+} reader_array_t;
+
+/* Reads the arrays of one fast path: see reader_new. */
+typedef struct {
+    PyObject_HEAD
+    dl_exchange_api_t *api;
+    Py_ssize_t count, keyed, runs;
+    reader_array_t *arrays;
+    Py_ssize_t *run_fields; /* how many kernel parameters each run has */
+    PyObject **fields;      /* each run's parameters as last read (bytes), or NULL */
+    PyObject *key;          /* the key parts of the last read (a tuple), or NULL */
+    int64_t *extents;       /* the arrays' extents of the last read, one block */
+} Reader;
+
+/* The part of the default key of an array of ``extents`` (a new reference): the one its
+ * ``parts`` keeps for the shape, else the one ``make`` makes. NULL with an exception. */
+static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
+    PyObject *shape = PyTuple_New(array->expected.ndim);
+    if (shape == NULL) return NULL;
+    for (int d = 0; d < array->expected.ndim; d++) {
+        PyObject *extent = PyLong_FromLongLong(extents[d]);
+        if (extent == NULL) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, d, extent);
+    }
+    PyObject *part = PyDict_GetItemWithError(array->parts, shape);
+    if (part != NULL) {
+        Py_INCREF(part);
+    } else if (!PyErr_Occurred()) {
+        part = PyObject_CallOneArg(array->make, shape);
+    }
+    Py_DECREF(shape);
+    return part;
+}
+
+/* The read's key: the tuple of the parts of the arrays in the key (their extents read into
+ * ``extents``), the last read's tuple where every part is the same. NULL with an exception. */
+static PyObject *key_of(Reader *self, const int64_t *extents) {
+    PyObject *key = PyTuple_New(self->keyed);
+    if (key == NULL) return NULL;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        reader_array_t *array = &self->arrays[i];
+        size_t size = (size_t)array->expected.ndim * sizeof(int64_t);
+        const int64_t *read = extents + (array->extents - self->extents);
+        if (array->parts == NULL) continue;
+        PyObject *part;
+        if (array->part != NULL && memcmp(array->extents, read, size) == 0) {
+            part = Py_NewRef(array->part);
+        } else {
+            part = part_of(array, read); /* (may run Python code: the state is set after) */
+            if (part == NULL) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            memcpy(array->extents, read, size);
+            Py_XSETREF(array->part, Py_NewRef(part));
+        }
+        PyTuple_SET_ITEM(key, k++, part);
+    }
+    PyObject *last = self->key;
+    int same = last != NULL;
+    for (Py_ssize_t j = 0; same && j < self->keyed; j++) {
+        same = PyTuple_GET_ITEM(last, j) == PyTuple_GET_ITEM(key, j);
+    }
+    if (same) {
+        Py_DECREF(key);
+        return Py_NewRef(last);
+    }
+    Py_XSETREF(self->key, Py_NewRef(key));
+    return key;
+}
+
+/* Bytes of the ``count`` parameters of run ``run``: the last read's where they are equal. */
+static PyObject *run_bytes(Reader *self, Py_ssize_t run, const int64_t *values) {
+    PyObject *last = self->fields[run];
+    Py_ssize_t size = self->run_fields[run] * (Py_ssize_t)sizeof(int64_t);
+    if (last != NULL && memcmp(PyBytes_AS_STRING(last), values, (size_t)size) == 0) {
+        return Py_NewRef(last);
+    }
+    PyObject *fields = PyBytes_FromStringAndSize((const char *)values, size);
+    if (fields != NULL) Py_XSETREF(self->fields[run], Py_NewRef(fields));
     return fields;
 }
 
-/* read(api, arrays, expected) -> (current stream, shape, fields, shape, fields, ...) or None.
- *
- * Reads each of the tuple ``arrays`` (objects of the class whose DLPack C exchange API lies at
- * ``api``) against what ``expected`` (a dl_expected_t per array, packed) says, and returns
- * each array's shape and numba's kernel parameters of it as bytes (fields_of), after the library's
- * current stream on the first array's device. None where an array is not as expected or its
- * library cannot describe it. */
-static PyObject *read_arrays(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "read(api, arrays: tuple, expected: bytes)");
-        return NULL;
-    }
-    dl_exchange_api_t *api = api_of(args[0]);
-    if (api == NULL) return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
-    if (count == 0 || PyBytes_GET_SIZE(args[2]) != count * (Py_ssize_t)sizeof(dl_expected_t)) {
-        PyErr_SetString(PyExc_ValueError, "read: one expectation per array, at least one array");
-        return NULL;
-    }
-    const dl_expected_t *expected = (const dl_expected_t *)PyBytes_AS_STRING(args[2]);
-    PyObject *result = PyTuple_New(1 + 2 * count);
+/* The result of a read whose arrays' parameters lie in ``values`` and their extents in
+ * ``extents``: (current stream, key, run, run, ...). */
+static PyObject *read_result(Reader *self, void *stream, const int64_t *values,
+                             const int64_t *extents) {
+    PyObject *result = PyTuple_New(2 + self->runs);
     if (result == NULL) return NULL;
-    void *stream = NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        dl_tensor_t tensor;
-        PyObject *shape = NULL, *fields = NULL;
-        if (api->dltensor_from_py_object_no_sync(PyTuple_GET_ITEM(args[1], i), &tensor) == 0) {
-            fields = fields_of(&tensor, &expected[i], &shape, i);
-        }
-        if (fields != NULL && i == 0 &&
-            api->current_work_stream(tensor.device.device_type, tensor.device.device_id,
-                                     &stream) != 0) {
-            Py_CLEAR(fields);
-            Py_CLEAR(shape);
-        }
-        if (fields == NULL) {
-            Py_DECREF(result);
-            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
-            PyErr_Clear(); /* the library cannot describe it: not this signature */
-            Py_RETURN_NONE;
-        }
-        PyTuple_SET_ITEM(result, 1 + 2 * i, shape);
-        PyTuple_SET_ITEM(result, 2 + 2 * i, fields);
-    }
     PyObject *current = PyLong_FromVoidPtr(stream);
     if (current == NULL) {
         Py_DECREF(result);
         return NULL;
     }
     PyTuple_SET_ITEM(result, 0, current);
+    PyObject *key = key_of(self, extents);
+    if (key == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 1, key);
+    for (Py_ssize_t r = 0; r < self->runs; r++) {
+        PyObject *fields = run_bytes(self, r, values);
+        if (fields == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(result, 2 + r, fields);
+        values += self->run_fields[r];
+    }
     return result;
 }
+
+/* reader.read(arrays) -> (current stream, key, run, run, ...) or None: see reader_new. */
+static PyObject *reader_read(Reader *self, PyObject *arrays) {
+    if (!PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != self->count) {
+        PyErr_Format(PyExc_TypeError, "read(arrays): a tuple of %zd arrays", self->count);
+        return NULL;
+    }
+    int64_t values[MAX_PARAMETERS], extents[MAX_PARAMETERS];
+    Py_ssize_t written = 0;
+    void *stream = NULL;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        const reader_array_t *array = &self->arrays[i];
+        dl_tensor_t tensor;
+        if (self->api->dltensor_from_py_object_no_sync(PyTuple_GET_ITEM(arrays, i), &tensor) !=
+                0 ||
+            write_fields(&tensor, &array->expected, values + written) < 0 ||
+            (i == 0 && self->api->current_work_stream(tensor.device.device_type,
+                                                      tensor.device.device_id, &stream) != 0)) {
+            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+            PyErr_Clear(); /* the library cannot describe it: not this signature */
+            Py_RETURN_NONE;
+        }
+        memcpy(extents + (array->extents - self->extents), tensor.shape,
+               (size_t)tensor.ndim * sizeof(int64_t));
+        written += array->fields;
+    }
+    return read_result(self, stream, values, extents);
+}
+
+/* The arrays' state, from what is expected of each and where their key parts come from. */
+static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *parts) {
+    Py_ssize_t total_fields = 0, total_extents = 0;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        reader_array_t *array = &self->arrays[i];
+        PyObject *source = PyTuple_GET_ITEM(parts, i);
+        array->expected = expected[i];
+        if (expected[i].structure != STRUCTURE_NUMBA && expected[i].structure != STRUCTURE_MEMREF) {
+            PyErr_SetString(PyExc_ValueError, "Reader: an unknown structure of parameters");
+            return -1;
+        }
+        if (expected[i].ndim > MAX_DIMENSIONS) {
+            PyErr_SetString(PyExc_ValueError, "Reader: an array of too many dimensions");
+            return -1;
+        }
+        if (source != Py_None) {
+            if (!PyTuple_Check(source) || PyTuple_GET_SIZE(source) != 2 ||
+                !PyDict_Check(PyTuple_GET_ITEM(source, 0))) {
+                PyErr_SetString(PyExc_TypeError, "Reader: a key part's source is (dict, make)");
+                return -1;
+            }
+            array->parts = Py_NewRef(PyTuple_GET_ITEM(source, 0));
+            array->make = Py_NewRef(PyTuple_GET_ITEM(source, 1));
+            self->keyed++;
+        }
+        array->fields = (expected[i].structure == STRUCTURE_MEMREF ? 3 : 5) + 2 * expected[i].ndim;
+        total_fields += array->fields;
+        total_extents += expected[i].ndim;
+    }
+    if (total_fields > MAX_PARAMETERS) {
+        PyErr_SetString(PyExc_ValueError, "Reader: too many kernel parameters");
+        return -1;
+    }
+    self->extents = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
+    if (self->extents == NULL) return -1;
+    for (Py_ssize_t i = 0, at = 0; i < self->count; at += self->arrays[i++].expected.ndim) {
+        self->arrays[i].extents = self->extents + at;
+    }
+    return 0;
+}
+
+/* Each run's count of parameters, from its count of arrays. */
+static int reader_runs(Reader *self, PyObject *runs) {
+    Py_ssize_t array = 0;
+    for (Py_ssize_t r = 0; r < self->runs; r++) {
+        Py_ssize_t length = PyLong_AsSsize_t(PyTuple_GET_ITEM(runs, r));
+        if (length == -1 && PyErr_Occurred()) return -1;
+        if (length < 1 || array + length > self->count) break;
+        for (Py_ssize_t end = array + length; array < end; array++) {
+            self->run_fields[r] += self->arrays[array].fields;
+        }
+    }
+    if (array != self->count) {
+        PyErr_SetString(PyExc_ValueError, "Reader: runs of at least one array, of all of them");
+        return -1;
+    }
+    return 0;
+}
+
+/* Reader(api, expected, parts, runs): reads the tuples of arrays of one fast path, of the class
+ * whose DLPack C exchange API lies at ``api``, in one call: ``read(arrays)``.
+ *
+ * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the
+ * source of its part of the default key: (the parts kept by shape, a dict; a function that
+ * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
+ * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
+ * current stream on the first array's device, the tuple of the arrays' key parts, the
+ * parameters of each run as bytes), or None where an array is not as expected or its library
+ * cannot describe it. Parts, key and bytes equal to the last read's are those objects again. */
+static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"api", "expected", "parts", "runs", NULL};
+    PyObject *api, *expected, *parts, *runs;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OSO!O!:Reader", names, &api, &expected,
+                                     &PyTuple_Type, &parts, &PyTuple_Type, &runs)) {
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(parts);
+    if (count == 0 || PyBytes_GET_SIZE(expected) != count * (Py_ssize_t)sizeof(dl_expected_t)) {
+        PyErr_SetString(PyExc_ValueError, "Reader: one expectation and key part per array");
+        return NULL;
+    }
+    Reader *self = (Reader *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->count = count;
+    self->runs = PyTuple_GET_SIZE(runs);
+    self->api = api_of(api);
+    self->arrays = PyMem_Calloc((size_t)count, sizeof(reader_array_t));
+    self->run_fields = PyMem_Calloc((size_t)self->runs + 1, sizeof(Py_ssize_t));
+    self->fields = PyMem_Calloc((size_t)self->runs + 1, sizeof(PyObject *));
+    if (self->api == NULL || self->arrays == NULL || self->run_fields == NULL ||
+        self->fields == NULL ||
+        reader_arrays(self, (const dl_expected_t *)PyBytes_AS_STRING(expected), parts) < 0 ||
+        reader_runs(self, runs) < 0) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int reader_traverse(Reader *self, visitproc visit, void *arg) {
+    for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
+        Py_VISIT(self->arrays[i].parts);
+        Py_VISIT(self->arrays[i].make);
+        Py_VISIT(self->arrays[i].part);
+    }
+    for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
+        Py_VISIT(self->fields[r]);
+    }
+    Py_VISIT(self->key);
+    return 0;
+}
+
+static int reader_clear(Reader *self) {
+    for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
+        Py_CLEAR(self->arrays[i].parts);
+        Py_CLEAR(self->arrays[i].make);
+        Py_CLEAR(self->arrays[i].part);
+    }
+    for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
+        Py_CLEAR(self->fields[r]);
+    }
+    Py_CLEAR(self->key);
+    return 0;
+}
+
+static void reader_dealloc(Reader *self) {
+    PyObject_GC_UnTrack(self);
+    reader_clear(self);
+    PyMem_Free(self->arrays);
+    PyMem_Free(self->run_fields);
+    PyMem_Free(self->fields);
+    PyMem_Free(self->extents);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef reader_methods[] = {
+    {"read", (PyCFunction)reader_read, METH_O,
+     "read(arrays) -> (current stream, key, run, run, ...) or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject reader_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Reader",
+    .tp_basicsize = sizeof(Reader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Reader(api, expected, parts, runs): a fast path's arrays read through DLPack.",
+    .tp_new = reader_new,
+    .tp_traverse = (traverseproc)reader_traverse,
+    .tp_clear = (inquiry)reader_clear,
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_methods = reader_methods,
+};
 
 /* describe(api, array) -> (device type, device id, ndim, type code, bits, lanes), or None
  * where the library cannot describe the array. */
@@ -475,8 +679,6 @@ static PyObject *describe(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 static PyMethodDef methods[] = {
     {"dlpack_api", dlpack_api, METH_O, "dlpack_api(cls) -> address of its DLPack C API, or 0"},
-    {"read", (PyCFunction)(void (*)(void))read_arrays, METH_FASTCALL,
-     "read(api, arrays, expected) -> (stream, shape, fields, ...) or None"},
     {"describe", (PyCFunction)(void (*)(void))describe, METH_FASTCALL,
      "describe(api, array) -> (device type, device id, ndim, code, bits, lanes) or None"},
     {"same_classes", (PyCFunction)(void (*)(void))same_classes, METH_FASTCALL,
@@ -525,7 +727,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(result);
         return NULL;
     }
-    if (add_order_type(result) < 0) {
+    if (add_order_type(result) < 0 || PyType_Ready(&reader_type) < 0 ||
+        PyModule_AddObject(result, "Reader", Py_NewRef((PyObject *)&reader_type)) < 0) {
         Py_DECREF(result);
         return NULL;
     }

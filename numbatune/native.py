@@ -163,24 +163,29 @@ class DLPack(NamedTuple):
 
     ``api(cls)``: the address of the API of an array class (0 where it has none this extension
     reads). ``describe(api, array)``: ``(device type, device id, ndim, type code, bits, lanes)``,
-    or None where the library cannot describe the array. ``read(api, arrays, expected)``: for a
-    tuple of arrays of that class and one packed :data:`EXPECTED` per array (device type and
-    id, ndim, type code, bits, numba's layout letter, structure), ``(current stream, shape,
-    fields, shape, fields, ...)`` with the kernel parameters of each array in ``fields`` (bytes,
-    8 for each parameter, in the host's order, in the structure asked for), or None where an
-    array is not as expected.
+    or None where the library cannot describe the array. ``reader(api, expected, parts,
+    runs)``: the reads of one fast path's arrays of that class, for one packed
+    :data:`EXPECTED` per array (device type and id, ndim, type code, bits, numba's layout
+    letter, structure), per array None or the source of its part of the default key (a
+    :class:`numbatune.keys.KeyParts`' ``parts`` and ``make``), and the arrays split in order
+    into runs of consecutive kernel parameters (the count of arrays in each). Its
+    ``read(arrays)`` takes a tuple of such arrays and returns ``(current stream, key, run, run,
+    ...)``: the tuple of the key parts, and each run's kernel parameters as bytes (8 for each
+    parameter, in the host's order, in the structure asked for); or None where an array is not
+    as expected. A read hands out the last read's key parts, key and bytes again where they are
+    equal.
     """
 
     api: Callable[[type], int]
     describe: Callable[[int, Any], tuple[int, ...] | None]
-    read: Callable[[int, tuple[Any, ...], bytes], tuple[Any, ...] | None]
+    reader: Callable[[int, bytes, tuple[Any, ...], tuple[int, ...]], Any]
 
 
-#: How :class:`DLPack`'s ``read`` takes what it expects of an array: device type and id, ndim,
+#: How :class:`DLPack`'s ``reader`` takes what it expects of an array: device type and id, ndim,
 #: type code, bits, layout letter, and the structure of its kernel parameters (an index into
 #: :data:`STRUCTURES`).
 EXPECTED = struct.Struct("=iiBBBBB3x")
-#: The structures ``read`` packs an array's kernel parameters in: numba's (meminfo, parent,
+#: The structures a read packs an array's kernel parameters in: numba's (meminfo, parent,
 #: size, itemsize, data, shape, byte strides) and a memref descriptor's (data, data, offset 0,
 #: shape, strides in elements), as :class:`numbatune.compilers.base.ArrayStructure` names them.
 STRUCTURES = ("numba", "memref")
@@ -279,7 +284,7 @@ def dlpack() -> DLPack | None:
     module = _extension_or_why()
     if isinstance(module, Unavailable):
         return None
-    return DLPack(module.dlpack_api, module.describe, module.read)
+    return DLPack(module.dlpack_api, module.describe, module.Reader)
 
 
 def same_classes() -> Callable[[tuple[Any, ...], tuple[type, ...]], bool] | None:

@@ -19,7 +19,7 @@ from numbatune import arrays, native
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import NUMBA_CUDA
 from numbatune.compilers.base import ArrayParameters, ArrayStructure
-from numbatune.keys import default_key
+from numbatune.keys import KeyParts, default_key
 from numbatune.launch import fastpath
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.monitor import Monitor
@@ -193,6 +193,16 @@ def test_arrays_of_another_signature_are_refused(other, monkeypatch):
     assert _parameters(path, launched, (other, *example[1:])) is None
 
 
+def _reader(tensor, layout="C", parts=None):
+    """The C extension's reader of one tensor like ``tensor``, with ``parts`` (a KeyParts) the
+    source of its part of the key, or none."""
+    reader = native.dlpack()
+    api = reader.api(torch.Tensor)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord(layout), NUMBA)
+    source = None if parts is None else (parts.parts, parts.make)
+    return reader.reader(api, expected, (source,), (1,))
+
+
 def test_arrays_on_another_device_are_refused():
     reader = native.dlpack()
     api, tensor = reader.api(torch.Tensor), torch.zeros(4)
@@ -200,11 +210,11 @@ def test_arrays_on_another_device_are_refused():
     assert (device_type, ndim, code, bits) == (1, 1, 2, 32)  # CPU, float32
     here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"), NUMBA)
     on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"), NUMBA)
-    current, shape, fields = reader.read(api, (tensor,), here)
+    current, key, fields = reader.reader(api, here, (None,), (1,)).read((tensor,))
     assert current == 0  # (torch has no stream for the CPU)
-    assert shape == (4,)
+    assert key == ()  # (no part of the key asked for)
     assert struct.unpack("=7q", fields)[2:] == (4, 4, tensor.data_ptr(), 4, 4)
-    assert reader.read(api, (tensor,), on_a_gpu) is None
+    assert reader.reader(api, on_a_gpu, (None,), (1,)).read((tensor,)) is None
 
 
 @pytest.mark.parametrize("dlpack", [True, False], ids=["dlpack", "python"])
@@ -224,23 +234,65 @@ def test_the_fast_paths_default_key_is_the_general_paths_with_mode_flags(dlpack,
             path.call(other_mode, None)
 
 
-def test_a_read_gives_each_tensors_shape_and_fields_as_they_are_now():
-    """Reads hand out the objects of the last read again where nothing changed: never those
-    of a tensor that changed in place, or of another tensor read at the same position."""
-    reader = native.dlpack()
-    api, tensor, other = reader.api(torch.Tensor), torch.zeros(4), torch.ones(6)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA)
+def test_a_read_gives_each_tensors_key_part_and_fields_as_they_are_now():
+    """Reads hand out the objects of the last read again where nothing changed (the fast path
+    compares its key with the last one by their parts' identity): never those of a tensor that
+    changed in place, or of another tensor read at the same position."""
+    tensor, other = torch.zeros(4), torch.ones(6)
+    read = _reader(tensor, parts=KeyParts("float32", "C")).read
 
-    def read(value):
-        _, shape, fields = reader.read(api, (value,), expected)
-        return shape, struct.unpack("=7q", fields)[2:]
+    def key_and_fields(value):
+        _, key, fields = read((value,))
+        assert key == default_key((value,))
+        return key, struct.unpack("=7q", fields)[2:]
 
-    assert read(tensor) == read(tensor) == ((4,), (4, 4, tensor.data_ptr(), 4, 4))
-    assert read(other) == ((6,), (6, 4, other.data_ptr(), 6, 4))
+    first, again = read((tensor,)), read((tensor,))
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert key_and_fields(tensor)[1] == (4, 4, tensor.data_ptr(), 4, 4)
+    assert key_and_fields(other)[1] == (6, 4, other.data_ptr(), 6, 4)
     tensor.resize_(8)  # in place: a new shape, and maybe a new allocation
-    assert read(tensor) == ((8,), (8, 4, tensor.data_ptr(), 8, 4))
+    assert key_and_fields(tensor)[1] == (8, 4, tensor.data_ptr(), 8, 4)
     tensor.set_(other.untyped_storage(), 1, (5,))
-    assert read(tensor) == ((5,), (5, 4, other.data_ptr() + 4, 5, 4))
+    assert key_and_fields(tensor)[1] == (5, 4, other.data_ptr() + 4, 5, 4)
+
+
+@pytest.mark.parametrize(
+    ("parts", "runs", "error"),
+    [
+        ((None,), (2,), "runs of at least one array"),
+        ((None,), (0, 1), "runs of at least one array"),
+        ((None, None), (1,), "one expectation and key part per array"),
+        (({},), (1,), "a key part's source is \\(dict, make\\)"),
+    ],
+    ids=["runs past the arrays", "an empty run", "two key parts", "a part's source"],
+)
+def test_a_reader_of_inconsistent_arguments_is_refused(parts, runs, error):
+    reader = native.dlpack()
+    api, tensor = reader.api(torch.Tensor), torch.zeros(4)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA)
+    with pytest.raises((TypeError, ValueError), match=error):
+        reader.reader(api, expected, parts, runs)
+
+
+def test_arrays_between_other_parameters_are_packed_in_runs_and_keyed_as_the_general_path(
+    monkeypatch,
+):
+    """Tensors whose parameters lead up to each other come in one bytes value of the read,
+    others (after a scalar, or inside a tuple) in their own; tensors inside tuples are no part
+    of the default key."""
+    pair = (torch.zeros(4), torch.ones(2, 3))
+    example = (torch.zeros(5), torch.zeros(6), 1.5, torch.zeros(7)[::2], pair, torch.zeros(3))
+    winners = WinnerTable()
+    through_dlpack, launched = _fast_path(example, monkeypatch, winners=winners)
+    runs = "_torch_f0, _torch_f1 = _torch_read"  # (0, 1), then (3, 4's two, 5): after 1.5
+    assert runs in through_dlpack.code
+    through_python, python_launched = _fast_path(example, monkeypatch, dlpack=False)
+    packed = _parameters(through_dlpack, launched, example)
+    assert packed == _parameters(through_python, python_launched, example)
+    winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+    other_pair = (example[0], example[1], 1.5, example[3], (torch.zeros(9), pair[1]), example[5])
+    through_dlpack.call(other_pair, None)  # the same key: a hit
+    assert launched
 
 
 def test_a_winner_published_again_for_a_key_is_launched_from_the_next_call(monkeypatch):
@@ -270,9 +322,7 @@ def test_a_winner_published_again_for_a_key_is_launched_from_the_next_call(monke
 
 def test_c_strides_of_rows_of_2_to_the_31_elements_or_more_are_numbas():
     """numba's strides of a C-contiguous array, made from its shape (empty: no memory)."""
-    reader = native.dlpack()
-    api, tensor = reader.api(torch.Tensor), torch.empty(0, 2**31, dtype=torch.uint8)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA)
-    _, shape, fields = reader.read(api, (tensor,), expected)
-    assert shape == (0, 2**31)
-    assert struct.unpack("=9q", fields)[7:] == (2**31, 1)
+    tensor = torch.empty(0, 2**31, dtype=torch.uint8)
+    _, key, fields = _reader(tensor, parts=KeyParts("uint8", "C")).read((tensor,))
+    assert key == (((1, 2**31), "uint8", "C"),)
+    assert struct.unpack("=9q", fields)[5:] == (0, 2**31, 2**31, 1)

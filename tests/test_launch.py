@@ -341,10 +341,11 @@ def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
     x = torch.zeros(1 << 10, device="cuda")
     numba_structure = native.STRUCTURES.index("numba")
     expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"), numba_structure)
+    read = reader.reader(api, expected, (None,), (1,)).read
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        assert reader.read(api, (x,), expected)[0] == stream.cuda_stream
-    assert reader.read(api, (x,), expected)[0] == torch.cuda.current_stream().cuda_stream
+        assert read((x,))[0] == stream.cuda_stream
+    assert read((x,))[0] == torch.cuda.current_stream().cuda_stream
     out, seen = torch.empty_like(x), torch.zeros(8, dtype=torch.int64, device="cuda")
     COPIES[1](x, out, seen)
     signatures = COPIES[1]._device_state().signatures

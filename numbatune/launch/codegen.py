@@ -223,7 +223,7 @@ def source(
     ``valid`` function whether the winner may run on the arguments, and hands calls it may not
     to the general path. With ``one_call``, the classes of the arguments are checked in one
     call of ``_same_classes`` (the C extension's) against ``_classes``."""
-    key = "_key(args)" if custom_key else f"({''.join(f'{p}, ' for p in plan.key_parts)})"
+    key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [
         "    if not _valid(*args, **_valid_params[winner.index]):",

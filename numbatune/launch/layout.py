@@ -5,9 +5,10 @@ argument signature (the classes of the arguments, and for arrays their dtype, ra
 how each argument becomes kernel parameters: the reads that fetch an array's fields, the checks
 that hold for arguments of this signature, the parts of the default key, and a ``struct`` field
 per parameter. :mod:`numbatune.launch.codegen` turns a plan into code. The arrays of a library
-that publishes the DLPack C exchange API (torch) are read, checked and packed in one call of the
-C extension for all of them (:func:`numbatune.native.dlpack`); the others through their
-library's Python API.
+that publishes the DLPack C exchange API (torch) are read, checked and packed, and their parts
+of the default key found, in one call of the C extension for all of them
+(:func:`numbatune.native.dlpack`), which gives the parameters of arrays that follow each other
+as one bytes value; the others through their library's Python API.
 
 Which parameters an argument of a type becomes is the kernel compiler's to say
 (:meth:`numbatune.compilers.base.KernelCompiler.parameters`); numba-cuda's layout is not public
@@ -94,16 +95,26 @@ class ArgumentPlan:
         """Add the reads that come after every argument's checks: those through DLPack, one
         call for all the arrays of a library."""
         for kind, reads in self._dlpack.items():
-            result, current = f"_{kind.name}_read", f"_{kind.name}_current"
+            result, prefix = f"_{kind.name}_read", f"_{kind.name}"
             arrays = "".join(f"{argument}, " for argument in reads.arguments)
-            read = f"{self.constant(reads.read)}({self.constant(reads.api)}, ({arrays}), "
-            names = "".join(f", {name}s, {name}f" for name in reads.names)
+            reader = reads.reader(reads.api, b"".join(reads.expected), tuple(reads.parts),
+                                  tuple(reads.runs))  # fmt: skip
+            runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
             self.steps += [
-                ("read", f"{result} = {read}{self.constant(b''.join(reads.expected))})"),
+                ("read", f"{result} = {self.constant(reader.read)}(({arrays}))"),
                 ("check", f"{result} is not None"),
-                ("read", f"{current}{names} = {result}"),
+                ("read", f"{prefix}_current, {prefix}_key{runs} = {result}"),
             ]
-            self.current_streams[kind] = current
+            self.current_streams[kind] = f"{prefix}_current"
+
+    def key(self) -> str:
+        """The expression of the default key: the tuple of :attr:`key_parts`, or the key a
+        DLPack read gives where its arrays' parts are the whole key."""
+        for kind, reads in self._dlpack.items():
+            whole = [f"_{kind.name}_key[{index}]" for index in range(reads.keyed)]
+            if whole and self.key_parts == whole:
+                return f"_{kind.name}_key"
+        return f"({''.join(f'{part}, ' for part in self.key_parts)})"
 
     def _field(self, letter: str, value: str) -> None:
         self.fields.append(letter)
@@ -171,7 +182,7 @@ class ArgumentPlan:
         self.steps += [("read", f"{name} = {read}"), ("check", f"{name}[0] is {token}")]
         if top:
             self.key_parts.append(f"{name}[1]")
-        self._add_packed(len(value.shape), f"{name}[2]", structure)
+        self.start_packed(structure.head + 2 * len(value.shape), f"{name}[2]")
         self.buffers.append(f"{name}[3]")
 
     def _add_library_array(
@@ -187,7 +198,7 @@ class ArgumentPlan:
         structure = parameters.structure
         if kind.stream is not None:
             self.library_arrays.setdefault(kind, []).append(argument)
-        if self._add_dlpack_array(argument, name, value, kind, parameters, top):
+        if self._add_dlpack_array(argument, value, kind, parameters, top):
             form = kind.fields
             memory = form["memory"].format(a=argument)
             pointer = form["pointer"].format(m=memory)
@@ -227,23 +238,17 @@ class ArgumentPlan:
 
     def _add_key_part(self, name: str, value: Any) -> None:
         """A top-level array's part of the default key, from its shape ``{name}s``."""
-        _, dtype_name, layout_letter = arrays.read(value)
-        known = KeyParts(dtype_name, layout_letter)
+        known = _key_parts(value)
         parts, make = self.constant(known.parts), self.constant(known.make)
         self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
 
     def _add_dlpack_array(
-        self,
-        argument: str,
-        name: str,
-        value: Any,
-        kind: ArrayKind,
-        parameters: ArrayParameters,
-        top: bool,
+        self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
     ) -> bool:
         """Read the array through its library's DLPack C exchange API, where the C extension
-        and the library have one: its shape in ``{name}s`` and its kernel parameters in
-        ``{name}f`` (:meth:`close` adds the read). False where it cannot be."""
+        and the library have one: its part of the key in ``_L_key`` and its kernel parameters
+        in ``_L_fN`` with those of the arrays read before it whose parameters lead up to its,
+        for library ``L`` (:meth:`close` adds the read). False where it cannot be."""
         reader = native.dlpack()
         api = reader.api(type(value)) if reader is not None else 0
         described = reader.describe(api, value) if api else None
@@ -254,20 +259,43 @@ class ArgumentPlan:
             device_type, device_id, ndim, code, bits, ord(parameters.layout),
             native.STRUCTURES.index(parameters.structure.value),
         )  # fmt: skip
-        reads = self._dlpack.setdefault(kind, _DLPackReads(reader.read, api))
+        reads = self._dlpack.setdefault(kind, _DLPackReads(reader.reader, api))
         reads.arguments.append(argument)
-        reads.names.append(name)
         reads.expected.append(expected)
+        reads.parts.append(None)
         if top:
-            self._add_key_part(name, value)
-        self._add_packed(ndim, f"{name}f", parameters.structure)
+            known = _key_parts(value)
+            reads.parts[-1] = (known.parts, known.make)
+            self.key_parts.append(f"_{kind.name}_key[{reads.keyed}]")
+            reads.keyed += 1
+        self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * ndim)
         return True
 
-    def _add_packed(self, ndim: int, value: str, structure: ArrayStructure) -> None:
-        """The fields of the array just added are given as one bytes value, ``value``."""
-        count = structure.head + 2 * ndim
-        self.packed[len(self.fields) - count] = count
+    def _add_to_run(self, reads: _DLPackReads, prefix: str, count: int) -> None:
+        """The last ``count`` fields, a DLPack read's array's, are given in the bytes of the
+        read's last run where they follow its fields, else in a new run's, ``{prefix}N``."""
+        first = len(self.fields) - count
+        if reads.runs and reads.end == first:
+            self.packed[reads.start] += count
+            reads.runs[-1] += 1
+        else:
+            reads.start = self.start_packed(count, f"{prefix}{len(reads.runs)}")
+            reads.runs.append(1)
+        reads.end = len(self.fields)
+
+    def start_packed(self, count: int, value: str) -> int:
+        """The last ``count`` fields are given as one bytes value, ``value``; the index of the
+        first."""
+        first = len(self.fields) - count
+        self.packed[first] = count
         self.values.append(value)
+        return first
+
+
+def _key_parts(value: Any) -> KeyParts:
+    """The default-key parts of arrays of the dtype and layout of ``value``."""
+    _, dtype_name, layout_letter = arrays.read(value)
+    return KeyParts(dtype_name, layout_letter)
 
 
 def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
@@ -321,13 +349,20 @@ _MEMOS = {
 
 @dataclass
 class _DLPackReads:
-    """The arrays of one library that a fast path reads through DLPack, in one call."""
+    """The arrays of one library that a fast path reads through DLPack, in one call: for
+    each, its expression, what is expected of it and the source of its default-key part (None:
+    not in the key); ``runs`` the count of arrays of each bytes value the read gives, of
+    consecutive parameters, the last starting at field ``start`` and ending before ``end``."""
 
-    read: Any
+    reader: Any
     api: int
     arguments: list[str] = field(default_factory=list)
-    names: list[str] = field(default_factory=list)
     expected: list[bytes] = field(default_factory=list)
+    parts: list[tuple[dict[Any, Any], Any] | None] = field(default_factory=list)
+    keyed: int = 0
+    runs: list[int] = field(default_factory=list)
+    start: int = 0
+    end: int = 0
 
 
 class _ArrayRead:
