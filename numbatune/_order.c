@@ -1,52 +1,138 @@
-/* numbatune.streams.order.StreamOrder in C: the same state (Python dicts of the same entries),
- * the same steps and the same calls to its events, in the same order, for a fraction of the cost.
+/* numbatune.streams.order.StreamOrder in C: the same steps and the same calls to its events, in
+ * the same order, and the same ``last_use`` and ``quick`` dicts, for a fraction of the cost.
  *
  * The Python class is the reference, and what runs where this cannot be built; the comments
- * name its methods. Callers hold the monitor's lock, as they do for the Python class. Entries,
- * (stream, epoch) tuples, are compared by identity, as the generated launch code compares them
- * (numbatune.streams.order.quick_check).
+ * name its methods. Where the Python class keeps a dict per kind of state (each stream's open
+ * entry, event, the epochs it waited for, the last barrier), this keeps one record per stream
+ * (a Stream, found by one lookup), so that a launch that waits for another stream costs a few
+ * dict operations. Callers hold the monitor's lock, as they do for the Python class. Entries,
+ * (stream, epoch) tuples, are compared by identity, as the generated launch code compares them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
+/* One stream's state: what the Python class keeps in _open, _event, _waited, _barrier and
+ * _past_barrier under the stream's key. */
 typedef struct {
     PyObject_HEAD
-    PyObject *events;       /* create(timing, stream), record(event, stream), wait_event(...) */
-    PyObject *record;       /* events.record, or NULL until events is set */
-    PyObject *wait_event;   /* events.wait_event, or NULL until events is set */
-    PyObject *last_use;     /* buffer -> the entry of its last use */
-    PyObject *quick;        /* stream -> its open entry, for streams whose launches may skip use */
-    PyObject *open;         /* stream -> its open entry */
-    PyObject *event;        /* stream -> its event */
-    PyObject *waited;       /* (stream, producer) -> the producer's last epoch waited for */
-    PyObject *barrier;      /* stream -> its epoch at the last barrier */
-    PyObject *past_barrier; /* the streams that waited for the last barrier */
+    PyObject *stream;        /* its key, as first given */
+    PyObject *entry;         /* its open entry (stream, epoch); NULL before the first */
+    long long epoch;         /* the open entry's epoch; 0 without one */
+    PyObject *event;         /* its event; NULL until made */
+    Py_ssize_t index;        /* its position among the order's streams */
+    long long *waited;       /* waited[i]: the last epoch of stream i it waited for */
+    Py_ssize_t waited_size;  /* how many waited holds (0 beyond) */
+    unsigned long passed;    /* the number of the last barrier whose waits it had, plus one */
+    long long barrier_epoch; /* its epoch at the last barrier (streams open then) */
+} Stream;
+
+static void stream_dealloc(Stream *self) {
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->entry);
+    Py_CLEAR(self->event);
+    PyMem_Free(self->waited);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int stream_traverse(Stream *self, visitproc visit, void *arg) {
+    Py_VISIT(self->stream);
+    Py_VISIT(self->entry);
+    Py_VISIT(self->event);
+    return 0;
+}
+
+static int stream_clear(Stream *self) {
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->entry);
+    Py_CLEAR(self->event);
+    return 0;
+}
+
+static PyTypeObject stream_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.OrderStream",
+    .tp_basicsize = sizeof(Stream),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One stream's state in an Order.",
+    .tp_traverse = (traverseproc)stream_traverse,
+    .tp_clear = (inquiry)stream_clear,
+    .tp_dealloc = (destructor)stream_dealloc,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *events;     /* create(timing, stream), record(event, stream), wait_event(...) */
+    PyObject *record;     /* events.record, or NULL until events is set */
+    PyObject *wait_event; /* events.wait_event, or NULL until events is set */
+    PyObject *last_use;   /* buffer -> the entry of its last use */
+    PyObject *quick;      /* stream -> its open entry, for streams whose launches may skip use */
+    PyObject *streams;    /* stream -> its Stream */
+    PyObject *opened;     /* the Streams with an open entry, in the order they got one */
+    Py_ssize_t count;     /* how many Streams were made (the next one's index) */
+    Py_ssize_t barrier_streams; /* how many of ``opened`` the last barrier holds */
+    unsigned long barriers;     /* how many barriers so far */
     Py_ssize_t limit;
 } Order;
 
-/* The epoch of ``stream``'s open entry, 0 where it has none; -1 on an error. */
-static long long open_epoch(Order *self, PyObject *stream) {
-    PyObject *entry = PyDict_GetItemWithError(self->open, stream);
-    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
-    return PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
+/* The Stream of ``key``, made on first use; a borrowed reference. */
+static Stream *stream_of(Order *self, PyObject *key) {
+    PyObject *found = PyDict_GetItemWithError(self->streams, key);
+    if (found != NULL || PyErr_Occurred()) return (Stream *)found;
+    Stream *made = PyObject_GC_New(Stream, &stream_type);
+    if (made == NULL) return NULL;
+    made->stream = Py_NewRef(key);
+    made->entry = made->event = NULL;
+    made->epoch = made->barrier_epoch = 0;
+    made->index = self->count;
+    made->waited = NULL;
+    made->waited_size = 0;
+    made->passed = 0;
+    PyObject_GC_Track(made);
+    int failed = PyDict_SetItem(self->streams, key, (PyObject *)made);
+    Py_DECREF(made);
+    if (failed) return NULL;
+    self->count++;
+    return made;
 }
 
-/* A new (stream, epoch) entry as the stream's open one, and its quick one where it has one;
- * a new reference. */
-static PyObject *open_entry(Order *self, PyObject *stream, long long epoch) {
-    PyObject *number = PyLong_FromLongLong(epoch);
-    if (number == NULL) return NULL;
-    PyObject *entry = PyTuple_Pack(2, stream, number);
-    Py_DECREF(number);
-    if (entry == NULL) return NULL;
-    int quick = -1;
-    if (PyDict_SetItem(self->open, stream, entry) == 0) quick = PyDict_Contains(self->quick, stream);
-    if (quick < 0 || (quick && PyDict_SetItem(self->quick, stream, entry) < 0)) {
-        Py_DECREF(entry);
-        return NULL;
+/* The last epoch of ``producer`` that ``stream`` waited for (0: none). */
+static long long waited_for(Stream *stream, Stream *producer) {
+    return producer->index < stream->waited_size ? stream->waited[producer->index] : 0;
+}
+
+static int set_waited(Stream *stream, Stream *producer, long long epoch) {
+    if (producer->index >= stream->waited_size) {
+        Py_ssize_t size = producer->index + 8;
+        long long *grown = PyMem_Realloc(stream->waited, (size_t)size * sizeof(long long));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = stream->waited_size; i < size; i++) grown[i] = 0;
+        stream->waited = grown;
+        stream->waited_size = size;
     }
-    return entry;
+    stream->waited[producer->index] = epoch;
+    return 0;
+}
+
+/* A new (stream, epoch) entry as the stream's open one, and its quick one where it has one. */
+static int open_entry(Order *self, Stream *stream, long long epoch) {
+    PyObject *number = PyLong_FromLongLong(epoch);
+    if (number == NULL) return -1;
+    PyObject *entry = PyTuple_Pack(2, stream->stream, number);
+    Py_DECREF(number);
+    if (entry == NULL) return -1;
+    if (stream->entry == NULL && PyList_Append(self->opened, (PyObject *)stream) < 0) {
+        Py_DECREF(entry);
+        return -1;
+    }
+    Py_XSETREF(stream->entry, entry);
+    stream->epoch = epoch;
+    PyObject *quick = PyDict_GetItemWithError(self->quick, stream->stream);
+    if (quick == NULL) return PyErr_Occurred() ? -1 : 0;
+    return PyDict_SetItem(self->quick, stream->stream, entry);
 }
 
 /* method(a, b), its result dropped. */
@@ -58,153 +144,114 @@ static int call_events(PyObject *method, PyObject *a, PyObject *b) {
     return 0;
 }
 
-/* The stream's event, made on first use (a borrowed reference); each record or wait asks for
- * it first. */
-static PyObject *event_of(Order *self, PyObject *stream) {
+/* The stream's event, made on first use (a borrowed reference). */
+static PyObject *event_of(Order *self, Stream *stream) {
     if (self->record == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Order: its events were never set");
         return NULL;
     }
-    PyObject *event = PyDict_GetItemWithError(self->event, stream);
-    if (event != NULL || PyErr_Occurred()) return event;
+    if (stream->event != NULL) return stream->event;
     PyObject *create = PyObject_GetAttrString(self->events, "create");
     PyObject *no_args = PyTuple_New(0);
-    PyObject *options = Py_BuildValue("{sOsO}", "timing", Py_False, "stream", stream);
+    PyObject *options = Py_BuildValue("{sOsO}", "timing", Py_False, "stream", stream->stream);
     PyObject *made = create && no_args && options ? PyObject_Call(create, no_args, options) : NULL;
     Py_XDECREF(create);
     Py_XDECREF(no_args);
     Py_XDECREF(options);
     if (made == NULL) return NULL;
-    int failed = PyDict_SetItem(self->event, stream, made);
-    Py_DECREF(made);
-    return failed ? NULL : PyDict_GetItemWithError(self->event, stream);
+    Py_XSETREF(stream->event, made); /* (a create that made one meanwhile: the last one) */
+    return made;
 }
 
-/* _end_epoch: record the stream's event after all queued on it so far, ending its open epoch. */
-static int end_epoch(Order *self, PyObject *stream) {
+/* _end_epoch: record the stream's event after all queued on it so far, ending its open epoch.
+ * ``stream`` is kept alive by the order's dict of streams. */
+static int end_epoch(Order *self, Stream *stream) {
     PyObject *event = event_of(self, stream);
     if (event == NULL) return -1;
     Py_INCREF(event);
-    int failed = call_events(self->record, event, stream);
+    int failed = call_events(self->record, event, stream->stream);
     Py_DECREF(event);
-    long long epoch = failed ? -1 : open_epoch(self, stream);
-    if (epoch < 0) return -1;
-    PyObject *entry = open_entry(self, stream, epoch + 1);
-    Py_XDECREF(entry);
-    return entry ? 0 : -1;
+    return failed ? -1 : open_entry(self, stream, stream->epoch + 1);
 }
 
 /* _wait_for: ``stream`` waits for ``producer``'s launches up to the end of ``epoch``. */
-static int wait_for(Order *self, PyObject *stream, PyObject *producer, long long epoch) {
-    int same = PyObject_RichCompareBool(producer, stream, Py_EQ);
-    if (same) return same < 0 ? -1 : 0;
-    PyObject *key = PyTuple_Pack(2, stream, producer);
-    if (key == NULL) return -1;
-    int result = -1;
-    PyObject *waited = PyDict_GetItemWithError(self->waited, key);
-    long long waited_epoch = waited ? PyLong_AsLongLong(waited) : 0;
-    if (PyErr_Occurred()) goto done;
-    if (waited_epoch >= epoch) {
-        result = 0;
-        goto done;
-    }
-    long long open = open_epoch(self, producer);
-    if (open < 0 || (open <= epoch && end_epoch(self, producer) < 0)) goto done;
+static int wait_for(Order *self, Stream *stream, Stream *producer, long long epoch) {
+    if (producer == stream || waited_for(stream, producer) >= epoch) return 0;
+    if (producer->epoch <= epoch && end_epoch(self, producer) < 0) return -1;
     PyObject *event = event_of(self, producer);
-    if (event == NULL) goto done;
+    if (event == NULL) return -1;
     Py_INCREF(event);
-    int failed = call_events(self->wait_event, stream, event);
+    int failed = call_events(self->wait_event, stream->stream, event);
     Py_DECREF(event);
-    open = failed ? -1 : open_epoch(self, producer);
-    PyObject *last = open < 0 ? NULL : PyLong_FromLongLong(open - 1);
-    if (last != NULL) {
-        result = PyDict_SetItem(self->waited, key, last);
-        Py_DECREF(last);
-    }
-done:
-    Py_DECREF(key);
-    return result;
+    return failed ? -1 : set_waited(stream, producer, producer->epoch - 1);
 }
 
 /* barrier(): forget every buffer; each stream's next launch waits for all queued on the others. */
 static PyObject *barrier(Order *self, PyObject *unused) {
-    PyDict_Clear(self->barrier);
-    PyObject *stream, *entry;
-    Py_ssize_t position = 0;
-    while (PyDict_Next(self->open, &position, &stream, &entry)) {
-        if (PyDict_SetItem(self->barrier, stream, PyTuple_GET_ITEM(entry, 1)) < 0) return NULL;
+    self->barrier_streams = PyList_GET_SIZE(self->opened);
+    for (Py_ssize_t i = 0; i < self->barrier_streams; i++) {
+        Stream *stream = (Stream *)PyList_GET_ITEM(self->opened, i);
+        stream->barrier_epoch = stream->epoch;
     }
-    if (PySet_Clear(self->past_barrier) < 0) return NULL;
+    self->barriers++;
     PyDict_Clear(self->last_use);
     PyDict_Clear(self->quick);
     Py_RETURN_NONE;
 }
 
 /* The waits for the last barrier, where ``stream`` has not had them yet. */
-static int pass_barrier(Order *self, PyObject *stream) {
-    int past = PySet_Contains(self->past_barrier, stream);
-    if (past) return past < 0 ? -1 : 0;
-    PyObject *items = PyDict_Items(self->barrier); /* a copy: waits may add entries */
-    if (items == NULL) return -1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
-        if ((epoch < 0 && PyErr_Occurred()) ||
-            wait_for(self, stream, PyTuple_GET_ITEM(item, 0), epoch) < 0) {
-            Py_DECREF(items);
-            return -1;
+static int pass_barrier(Order *self, Stream *stream) {
+    if (stream->passed == self->barriers + 1) return 0;
+    for (Py_ssize_t i = 0; i < self->barrier_streams; i++) {
+        Stream *producer = (Stream *)PyList_GET_ITEM(self->opened, i);
+        if (wait_for(self, stream, producer, producer->barrier_epoch) < 0) return -1;
+    }
+    stream->passed = self->barriers + 1;
+    return 0;
+}
+
+/* use() for the ``count`` buffers at ``buffers``: 0, or -1 with an exception. */
+static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_ssize_t count,
+                       int quick) {
+    Stream *stream = stream_of(self, key);
+    if (stream == NULL) return -1;
+    Py_INCREF(stream); /* (the events' calls may run code that replaces dict values) */
+    int failed = pass_barrier(self, stream) < 0 ||
+                 (stream->entry == NULL && open_entry(self, stream, 1) < 0);
+    PyObject *entry = failed ? NULL : Py_NewRef(stream->entry);
+    PyObject *seen = NULL;       /* the last entry waited for, and its stream */
+    Stream *producer = NULL;
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        PyObject *last = PyDict_GetItemWithError(self->last_use, buffers[i]);
+        if (last == entry) continue;
+        if (last == NULL && PyErr_Occurred()) {
+            failed = 1;
+            break;
         }
+        if (last != NULL && last != seen) {
+            Py_INCREF(last);
+            Py_XSETREF(seen, last);
+            producer = stream_of(self, PyTuple_GET_ITEM(last, 0));
+            long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(last, 1));
+            failed = producer == NULL || (epoch < 0 && PyErr_Occurred()) ||
+                     wait_for(self, stream, producer, epoch) < 0;
+            if (failed) break;
+        }
+        failed = PyDict_SetItem(self->last_use, buffers[i], entry) < 0;
     }
-    Py_DECREF(items);
-    return PySet_Add(self->past_barrier, stream);
-}
-
-/* The waits a launch on ``stream`` needs for one buffer, and its use noted under ``entry``. */
-static int use_buffer(Order *self, PyObject *stream, PyObject *entry, PyObject *buffer) {
-    PyObject *last = PyDict_GetItemWithError(self->last_use, buffer);
-    if (last == entry) return 0;
-    if (last == NULL && PyErr_Occurred()) return -1;
-    if (last != NULL) {
-        PyObject *producer = PyTuple_GET_ITEM(last, 0);
-        long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(last, 1));
-        Py_INCREF(producer);
-        int failed = (epoch < 0 && PyErr_Occurred()) || wait_for(self, stream, producer, epoch);
-        Py_DECREF(producer);
-        if (failed) return -1;
-    }
-    return PyDict_SetItem(self->last_use, buffer, entry);
-}
-
-/* use() for ``buffers`` (a sequence), a new reference to None or NULL with an exception. */
-static PyObject *use_buffers(Order *self, PyObject *stream, PyObject *sequence, int quick) {
-    PyObject *buffers = PySequence_Fast(sequence, "use: buffers must be iterable");
-    if (buffers == NULL || pass_barrier(self, stream) < 0) {
-        Py_XDECREF(buffers);
-        return NULL;
-    }
-    PyObject *entry = PyDict_GetItemWithError(self->open, stream);
-    if (entry != NULL) {
-        Py_INCREF(entry);
-    } else if (!PyErr_Occurred()) {
-        entry = open_entry(self, stream, 1);
-    }
-    int failed = entry == NULL;
-    for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(buffers); i++) {
-        failed = use_buffer(self, stream, entry, PySequence_Fast_GET_ITEM(buffers, i)) < 0;
-    }
-    Py_DECREF(buffers);
+    Py_XDECREF(seen);
     if (!failed) {
         if (PyDict_GET_SIZE(self->last_use) > self->limit) {
             PyObject *done = barrier(self, NULL);
             failed = done == NULL;
             Py_XDECREF(done);
         } else if (quick) {
-            failed = PyDict_SetItem(self->quick, stream, entry) < 0;
+            failed = PyDict_SetItem(self->quick, key, entry) < 0;
         }
     }
     Py_XDECREF(entry);
-    if (failed) return NULL;
-    Py_RETURN_NONE;
+    Py_DECREF(stream);
+    return failed ? -1 : 0;
 }
 
 /* use(stream, buffers, quick=False): queue the waits a launch on ``stream`` that uses
@@ -220,7 +267,14 @@ static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     }
     int quick = nargs + keywords == 3 ? PyObject_IsTrue(args[2]) : 0;
     if (quick < 0) return NULL;
-    return use_buffers(self, args[0], args[1], quick);
+    /* (a tuple: what the events' calls do cannot change it while it is read) */
+    PyObject *buffers = PyTuple_Check(args[1]) ? Py_NewRef(args[1]) : PySequence_Tuple(args[1]);
+    if (buffers == NULL) return NULL;
+    int failed = use_buffers(self, args[0], &PyTuple_GET_ITEM(buffers, 0),
+                             PyTuple_GET_SIZE(buffers), quick);
+    Py_DECREF(buffers);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *acquire_name = NULL, *release_name = NULL; /* "acquire", "release" */
@@ -246,9 +300,11 @@ static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     Py_INCREF(entry);
+    PyObject *const *buffers = &PyTuple_GET_ITEM(args[1], 0);
+    Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
     int moved = PyDict_GET_SIZE(self->last_use) >= self->limit;
-    for (Py_ssize_t i = 0; !moved && i < PyTuple_GET_SIZE(args[1]); i++) {
-        PyObject *last = PyDict_SetDefault(self->last_use, PyTuple_GET_ITEM(args[1], i), entry);
+    for (Py_ssize_t i = 0; !moved && i < count; i++) {
+        PyObject *last = PyDict_SetDefault(self->last_use, buffers[i], entry);
         if (last == NULL) {
             Py_DECREF(entry);
             return NULL;
@@ -260,23 +316,24 @@ static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(entry);
         return NULL;
     }
-    PyObject *done = use_buffers(self, args[0], args[1], 0);
+    Py_INCREF(args[1]); /* (the buffers, while use reads them) */
+    int failed = use_buffers(self, args[0], buffers, count, 0);
+    Py_DECREF(args[1]);
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* use's error, if any, is the one raised */
     int released = call_lock(args[2], release_name);
     if (type != NULL) PyErr_Restore(type, value, traceback);
-    if (done == NULL || released < 0) {
-        Py_XDECREF(done);
+    if (failed || released < 0) {
         Py_DECREF(entry);
         return NULL;
     }
-    Py_DECREF(done);
     return entry;
 }
 
 /* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch. */
-static PyObject *launched(Order *self, PyObject *stream) {
-    if (end_epoch(self, stream) < 0) return NULL;
+static PyObject *launched(Order *self, PyObject *key) {
+    Stream *stream = stream_of(self, key);
+    if (stream == NULL || end_epoch(self, stream) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -315,17 +372,10 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->limit = limit;
     self->last_use = PyDict_New();
     self->quick = PyDict_New();
-    self->open = PyDict_New();
-    self->event = PyDict_New();
-    self->waited = PyDict_New();
-    self->barrier = PyDict_New();
-    self->past_barrier = PySet_New(NULL);
-    if (!self->last_use || !self->quick || !self->open || !self->event || !self->waited ||
-        !self->barrier || !self->past_barrier) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    if (set_events(self, events, NULL) < 0) {
+    self->streams = PyDict_New();
+    self->opened = PyList_New(0);
+    if (!self->last_use || !self->quick || !self->streams || !self->opened ||
+        set_events(self, events, NULL) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -338,11 +388,8 @@ static int order_traverse(Order *self, visitproc visit, void *arg) {
     Py_VISIT(self->wait_event);
     Py_VISIT(self->last_use);
     Py_VISIT(self->quick);
-    Py_VISIT(self->open);
-    Py_VISIT(self->event);
-    Py_VISIT(self->waited);
-    Py_VISIT(self->barrier);
-    Py_VISIT(self->past_barrier);
+    Py_VISIT(self->streams);
+    Py_VISIT(self->opened);
     return 0;
 }
 
@@ -352,11 +399,8 @@ static int order_clear(Order *self) {
     Py_CLEAR(self->wait_event);
     Py_CLEAR(self->last_use);
     Py_CLEAR(self->quick);
-    Py_CLEAR(self->open);
-    Py_CLEAR(self->event);
-    Py_CLEAR(self->waited);
-    Py_CLEAR(self->barrier);
-    Py_CLEAR(self->past_barrier);
+    Py_CLEAR(self->streams);
+    Py_CLEAR(self->opened);
     return 0;
 }
 
@@ -408,7 +452,7 @@ int add_order_type(PyObject *module) {
     acquire_name = PyUnicode_InternFromString("acquire");
     release_name = PyUnicode_InternFromString("release");
     if (acquire_name == NULL || release_name == NULL) return -1;
-    if (PyType_Ready(&order_type) < 0) return -1;
+    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) return -1;
     Py_INCREF(&order_type);
     if (PyModule_AddObject(module, "Order", (PyObject *)&order_type) < 0) {
         Py_DECREF(&order_type);
