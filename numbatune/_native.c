@@ -33,8 +33,9 @@ typedef int (*event_query_t)(void *event);
 static launch_kernel_t launch_kernel = NULL;
 static launch_cooperative_t launch_cooperative = NULL;
 static get_current_context_t get_current_context = NULL;
-static event_record_t event_record = NULL;
-static stream_wait_event_t stream_wait_event = NULL;
+/* (not static: _order.c calls these two where an order's events are this module's) */
+event_record_t event_record = NULL;
+stream_wait_event_t stream_wait_event = NULL;
 static event_query_t event_query = NULL;
 
 /* cuLaunchKernel's ``extra`` keys (cuda.h): the parameters as one buffer, and its size. */

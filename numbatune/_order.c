@@ -12,6 +12,16 @@
 #include <Python.h>
 #include <structmember.h>
 
+/* The driver's cuEventRecord and cuStreamWaitEvent (_native.c; NULL where it is not loaded). */
+typedef int (*event_record_t)(void *event, void *stream);
+typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
+extern event_record_t event_record;
+extern stream_wait_event_t stream_wait_event;
+
+/* The C functions of the module's record and wait (set by add_order_type): events whose record
+ * and wait_event are these are the driver's, which an order calls directly. */
+static PyCFunction module_record = NULL, module_wait = NULL;
+
 /* One stream's state: what the Python class keeps in _open, _event, _waited, _barrier and
  * _past_barrier under the stream's key. */
 typedef struct {
@@ -27,15 +37,6 @@ typedef struct {
     long long barrier_epoch; /* its epoch at the last barrier (streams open then) */
 } Stream;
 
-static void stream_dealloc(Stream *self) {
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->stream);
-    Py_CLEAR(self->entry);
-    Py_CLEAR(self->event);
-    PyMem_Free(self->waited);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
 static int stream_traverse(Stream *self, visitproc visit, void *arg) {
     Py_VISIT(self->stream);
     Py_VISIT(self->entry);
@@ -48,6 +49,13 @@ static int stream_clear(Stream *self) {
     Py_CLEAR(self->entry);
     Py_CLEAR(self->event);
     return 0;
+}
+
+static void stream_dealloc(Stream *self) {
+    PyObject_GC_UnTrack(self);
+    stream_clear(self);
+    PyMem_Free(self->waited);
+    Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyTypeObject stream_type = {
@@ -65,6 +73,7 @@ typedef struct {
     PyObject *events;     /* create(timing, stream), record(event, stream), wait_event(...) */
     PyObject *record;     /* events.record, or NULL until events is set */
     PyObject *wait_event; /* events.wait_event, or NULL until events is set */
+    int driver;           /* whether those are the module's: the driver is called directly */
     PyObject *last_use;   /* buffer -> the entry of its last use */
     PyObject *quick;      /* stream -> its open entry, for streams whose launches may skip use */
     PyObject *streams;    /* stream -> its Stream */
@@ -144,6 +153,39 @@ static int call_events(PyObject *method, PyObject *a, PyObject *b) {
     return 0;
 }
 
+/* A handle from a Python int, or NULL with *failed set where it is not one (no exception). */
+static void *handle_of(PyObject *value, int *failed) {
+    void *handle = PyLong_Check(value) ? PyLong_AsVoidPtr(value) : NULL;
+    if (handle == NULL && (!PyLong_Check(value) || PyErr_Occurred())) {
+        PyErr_Clear();
+        *failed = 1;
+    }
+    return handle;
+}
+
+/* events.record(event, stream): cuEventRecord itself where the events are the driver's. Where
+ * the direct call fails, the call is made again through events.record, which raises the
+ * driver's error as the module's record does. */
+static int record_event(Order *self, PyObject *event, PyObject *stream) {
+    if (self->driver) {
+        int failed = 0;
+        void *e = handle_of(event, &failed), *s = handle_of(stream, &failed);
+        if (!failed && event_record(e, s) == 0) return 0;
+    }
+    return call_events(self->record, event, stream);
+}
+
+/* events.wait_event(stream, event): cuStreamWaitEvent itself where the events are the
+ * driver's (as record_event). */
+static int wait_event_on(Order *self, PyObject *stream, PyObject *event) {
+    if (self->driver) {
+        int failed = 0;
+        void *s = handle_of(stream, &failed), *e = handle_of(event, &failed);
+        if (!failed && stream_wait_event(s, e, 0) == 0) return 0;
+    }
+    return call_events(self->wait_event, stream, event);
+}
+
 /* The stream's event, made on first use (a borrowed reference). */
 static PyObject *event_of(Order *self, Stream *stream) {
     if (self->record == NULL) {
@@ -169,7 +211,7 @@ static int end_epoch(Order *self, Stream *stream) {
     PyObject *event = event_of(self, stream);
     if (event == NULL) return -1;
     Py_INCREF(event);
-    int failed = call_events(self->record, event, stream->stream);
+    int failed = record_event(self, event, stream->stream);
     Py_DECREF(event);
     return failed ? -1 : open_entry(self, stream, stream->epoch + 1);
 }
@@ -181,7 +223,7 @@ static int wait_for(Order *self, Stream *stream, Stream *producer, long long epo
     PyObject *event = event_of(self, producer);
     if (event == NULL) return -1;
     Py_INCREF(event);
-    int failed = call_events(self->wait_event, stream->stream, event);
+    int failed = wait_event_on(self, stream->stream, event);
     Py_DECREF(event);
     return failed ? -1 : set_waited(stream, producer, producer->epoch - 1);
 }
@@ -277,10 +319,130 @@ static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     Py_RETURN_NONE;
 }
 
+/* A lock as threading.Lock is one, which quick_use takes and gives back without calling Python
+ * methods (the monitor guards its order with one where the extension is built). */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    int locked;
+} Lock;
+
+/* Take the lock, waiting at most ``microseconds`` (-1: as long as it takes) with the GIL
+ * released while it waits: 1 once taken, 0 where not. */
+static int lock_take(Lock *self, PY_TIMEOUT_T microseconds) {
+    PyLockStatus status = PyThread_acquire_lock_timed(self->lock, 0, 0);
+    if (status != PY_LOCK_ACQUIRED && microseconds != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        status = PyThread_acquire_lock_timed(self->lock, microseconds, 0);
+        Py_END_ALLOW_THREADS
+    }
+    self->locked = status == PY_LOCK_ACQUIRED || self->locked;
+    return status == PY_LOCK_ACQUIRED;
+}
+
+/* Give the lock back: 0, or -1 with RuntimeError where it is not held. */
+static int lock_give(Lock *self) {
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return -1;
+    }
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+    return 0;
+}
+
+/* acquire(blocking=True, timeout=-1) -> bool, as threading.Lock's. */
+static PyObject *lock_acquire(Lock *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pd:acquire", names, &blocking, &timeout)) {
+        return NULL;
+    }
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    if (timeout * 1e6 > (double)PY_TIMEOUT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+        return NULL;
+    }
+    PY_TIMEOUT_T microseconds = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+    return PyBool_FromLong(lock_take(self, microseconds));
+}
+
+static PyObject *lock_enter(Lock *self, PyObject *unused) {
+    lock_take(self, -1);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *lock_release(Lock *self, PyObject *unused) {
+    if (lock_give(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_exit(Lock *self, PyObject *args) { return lock_release(self, NULL); }
+
+static PyObject *lock_locked(Lock *self, PyObject *unused) { return PyBool_FromLong(self->locked); }
+
+static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    Lock *self = (Lock *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void lock_dealloc(Lock *self) {
+    if (self->lock != NULL) {
+        if (self->locked) PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> whether it was taken"},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, "release(): give it back"},
+    {"locked", (PyCFunction)lock_locked, METH_NOARGS, "locked() -> whether it is held"},
+    {"__enter__", (PyCFunction)lock_enter, METH_NOARGS, "take it"},
+    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, "give it back"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject lock_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Lock",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A lock as threading.Lock, which an Order's quick_use takes from C.",
+    .tp_new = lock_new,
+    .tp_dealloc = (destructor)lock_dealloc,
+    .tp_methods = lock_methods,
+};
+
 static PyObject *acquire_name = NULL, *release_name = NULL; /* "acquire", "release" */
 
-/* lock.acquire() or lock.release() (``method``): 0, or -1 with an exception. */
+/* lock.acquire() or lock.release() (``method``): 0, or -1 with an exception; a Lock's without
+ * a Python call. */
 static int call_lock(PyObject *lock, PyObject *method) {
+    if (Py_IS_TYPE(lock, &lock_type)) {
+        if (method == release_name) return lock_give((Lock *)lock);
+        lock_take((Lock *)lock, -1);
+        return 0;
+    }
     PyObject *result = PyObject_CallMethodNoArgs(lock, method);
     Py_XDECREF(result);
     return result == NULL ? -1 : 0;
@@ -357,6 +519,10 @@ static int set_events(Order *self, PyObject *value, void *unused) {
     Py_XSETREF(self->events, Py_NewRef(value));
     Py_XSETREF(self->record, record);
     Py_XSETREF(self->wait_event, wait_event);
+    self->driver = event_record != NULL && stream_wait_event != NULL && record != NULL &&
+                   PyCFunction_Check(record) && PyCFunction_GET_FUNCTION(record) == module_record &&
+                   PyCFunction_Check(wait_event) &&
+                   PyCFunction_GET_FUNCTION(wait_event) == module_wait;
     return 0;
 }
 
@@ -447,15 +613,26 @@ static PyTypeObject order_type = {
     .tp_getset = order_getset,
 };
 
-/* Adds the Order type to the extension module. */
+/* Adds the Order and Lock types to the extension module. */
 int add_order_type(PyObject *module) {
     acquire_name = PyUnicode_InternFromString("acquire");
     release_name = PyUnicode_InternFromString("release");
     if (acquire_name == NULL || release_name == NULL) return -1;
-    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) return -1;
-    Py_INCREF(&order_type);
-    if (PyModule_AddObject(module, "Order", (PyObject *)&order_type) < 0) {
-        Py_DECREF(&order_type);
+    PyObject *record = PyObject_GetAttrString(module, "record");
+    PyObject *wait = record ? PyObject_GetAttrString(module, "wait") : NULL;
+    if (wait != NULL && PyCFunction_Check(record) && PyCFunction_Check(wait)) {
+        module_record = PyCFunction_GET_FUNCTION(record);
+        module_wait = PyCFunction_GET_FUNCTION(wait);
+    }
+    Py_XDECREF(record);
+    Py_XDECREF(wait);
+    if (wait == NULL) return -1;
+    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0 ||
+        PyType_Ready(&lock_type) < 0) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(module, "Order", (PyObject *)&order_type) < 0 ||
+        PyModule_AddObjectRef(module, "Lock", (PyObject *)&lock_type) < 0) {
         return -1;
     }
     return 0;

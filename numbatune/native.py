@@ -303,6 +303,14 @@ def order_type() -> type | None:
     return None if isinstance(module, Unavailable) else module.Order
 
 
+def lock_type() -> type | None:
+    """The C extension's lock, which behaves as :class:`threading.Lock` and which its stream
+    order's ``quick_use`` takes without calling Python methods, or None where it was not
+    built."""
+    module = _extension_or_why()
+    return None if isinstance(module, Unavailable) else module.Lock
+
+
 def launcher() -> Launcher:
     """The launch of :func:`native`."""
     return native().launch

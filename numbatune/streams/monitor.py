@@ -36,7 +36,7 @@ from numbatune.errors import ProfileError
 from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
 from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY
-from numbatune.streams.order import new_order
+from numbatune.streams.order import new_lock, new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
 
@@ -81,7 +81,7 @@ class Monitor:
         self._profiles: dict[ProfileToken, list[_Launch]] = {}
         self._numbers = itertools.count(1)
         #: Held while the monitor or its order changes.
-        self.lock = threading.Lock()
+        self.lock = new_lock()
         # Kept arrays behind their events. A pending list stays a list: a launch that found it
         # before the keeper took it may still add to it (its event covers that launch).
         self._kept: list[tuple[Any, Sequence[Any]]] = []

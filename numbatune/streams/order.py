@@ -14,12 +14,16 @@ streams it may (:attr:`StreamOrder.quick`), the generated launch code asks
 :meth:`StreamOrder.use` only when the check fails.
 
 :class:`StreamOrder` is the reference. Where the C extension builds, :func:`new_order` makes its
-``Order`` (``numbatune/_order.c``): the same state, steps and calls to the events, for less
-than half the host time a launch that waits spends in :meth:`StreamOrder.use`.
+``Order`` (``numbatune/_order.c``): the same steps, calls to the events and ``last_use`` and
+``quick`` dicts, with the rest of the state in one record per stream, for a fraction of the host
+time a launch that waits spends in :meth:`StreamOrder.use`; it calls the driver's event functions
+itself where its events are the C extension's, and takes a lock made by :func:`new_lock` (the
+monitor's) without calling Python methods.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -140,3 +144,10 @@ class StreamOrder:
 def new_order(events: Any = None, limit: int = LIMIT) -> Any:
     """A :class:`StreamOrder`, made by the C extension where it builds."""
     return (native.order_type() or StreamOrder)(events, limit)
+
+
+def new_lock() -> Any:
+    """A lock to guard an order with (the one :meth:`StreamOrder.quick_use` takes): the C
+    extension's where it builds, which its order takes and gives back without a Python call,
+    else a :class:`threading.Lock`."""
+    return (native.lock_type() or threading.Lock)()
