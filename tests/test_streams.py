@@ -408,21 +408,44 @@ class _Interrupted:
         return launch
 
 
-def _ordered_launch(monitor):
-    """The generated code's ordering around ``launch(stream)``, for one buffer ``x``."""
+def _ordered_launch(monitor, library_array=False):
+    """The generated code's ordering around ``launch(stream)``, for one buffer ``x``; with
+    ``library_array``, ``x`` is also a CuPy array whose library's current stream is
+    ``producer_cupy`` (0)."""
     from types import SimpleNamespace
 
+    from numbatune.arraykinds import CUPY
     from numbatune.launch import codegen
 
-    before, after = codegen._ordering(SimpleNamespace(buffers=["x"], library_arrays={}), [])
-    body = "\n".join([*before, "    launch(stream)", *after])
+    arrays = {CUPY: ["x"]} if library_array else {}
+    plan = SimpleNamespace(buffers=["x"], library_arrays=arrays)
+    before, after = codegen._ordering(plan, list(arrays))
+    body = "\n".join(["    producer_cupy = 0", *before, "    launch(stream)", *after])
     namespace = {
         "_monitor": monitor, "_quick": monitor.order.quick, "_last_use": monitor.order.last_use,
         "_use": monitor.order.use, "_quick_use": monitor.order.quick_use, "_lock": monitor.lock,
-        "_name": "k", "_STALE": codegen.STALE,
+        "_name": "k", "_STALE": codegen.STALE, "_pending": monitor.pending,
     }  # fmt: skip
     exec(f"def ordered(stream, x, given, launch):\n{body}", namespace)
     return namespace["ordered"]
+
+
+def test_library_arrays_launched_off_their_librarys_stream_are_kept_with_one_stream_in_use():
+    """Launches on one stream only, not the library's current one: each keeps its array alive
+    (its allocator would hand the memory out on its own stream, which does not wait for the
+    launch); those on the library's stream keep nothing."""
+
+    class Array:
+        pass
+
+    events = RecordingEvents()  # the device passes nothing until released
+    for stream, kept in [(7, 3), (0, 0)]:
+        monitor = Monitor(events)
+        ordered = _ordered_launch(monitor, library_array=True)
+        for _ in range(3):
+            ordered(stream, Array(), cuda.stream(), lambda stream: None)
+        assert monitor.stream == stream and monitor.kept_arrays() == kept
+    events.released.set()
 
 
 @pytest.mark.parametrize("path", ["quick stream", "first launch", "right after the bookkeeping"])

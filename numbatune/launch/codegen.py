@@ -98,22 +98,21 @@ def _kept(plan: ArgumentPlan, libraries: list[ArrayKind]) -> str:
 
 def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str], list[str]]:
     """Code before and after the launch that orders it after other streams' uses of its
-    buffers and keeps torch and CuPy arrays alive past it, once a second stream (or a
-    profile) is in use; with one stream so far it compares two handles and goes on. On a
-    stream the monitor made quick, one call of the order's ``quick_use`` checks, in C where the
-    extension is built, that the buffers stay in the stream's open epoch, and orders the
-    launch under the monitor's lock where they moved; on others it goes through
+    buffers, once a second stream (or a profile) is in use, and keeps torch and CuPy arrays
+    alive past it where they need it; with one stream so far it compares two handles and goes
+    on. On a stream the monitor made quick, one call of the order's ``quick_use`` checks, in C
+    where the extension is built, that the buffers stay in the stream's open epoch, and orders
+    the launch under the monitor's lock where they moved; on others it goes through
     :meth:`Monitor.before`. ``entry`` is the open epoch its buffers were noted in: if another
     thread ended it before the launch was queued (the event that ended it does not cover the
-    launch), they are noted again after it."""
+    launch), they are noted again after it. The arrays to keep go, once the launch is queued,
+    into the stream's list for the keeper (without the lock), or to :meth:`Monitor.hold`."""
     listed = "".join(f"{buffer}, " for buffer in plan.buffers)
-    kept = ["        kept = " + _kept(plan, libraries)] if plan.library_arrays else []
     before = [
         "    if stream == _monitor.stream:",
-        f"        watched{' = kept' * bool(kept)} = entry = None",
+        "        watched = entry = None",
         "    else:",
         f"        buffers = ({listed})",
-        *kept,
         "        if (entry := _quick_use(stream, buffers, _lock)) is None:",
         "            watched = _monitor.before(stream, buffers, _name, given)",
         "            entry = _quick.get(stream)",
@@ -131,9 +130,9 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
         "    if watched:",
         "        _monitor.after(watched)",
     ]
-    if kept:
+    if plan.library_arrays:
         after += [
-            "    if kept:  # into the stream's list for the keeper, or handed to the monitor",
+            f"    if kept := {_kept(plan, libraries)}:",
             "        pending = _pending.get(stream)",
             "        if pending is None:",
             "            _monitor.hold(stream, kept)",
