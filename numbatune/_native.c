@@ -365,7 +365,7 @@ typedef struct {
     int64_t *extents;   /* those of the last read (ndim of them) */
 } reader_array_t;
 
-/* The attributes arrays read by attribute expose their fields by (reader_new). */
+/* The attributes arrays read by attribute expose their fields by (reader_source). */
 enum {
     NAME_SHAPE,
     NAME_STRIDES,
@@ -375,8 +375,24 @@ enum {
     NAME_POINTER,
     NAME_DEVICE,
     NAME_STREAM_POINTER,
+    NAME_RANK,
+    NAME_SIZE,
     NAME_COUNT
 };
+
+/* The getters of a class's attributes where they are getset descriptors (as Cython's
+ * properties are): the functions its attribute lookup calls for them, found once per class so
+ * that a read calls them with no lookup (an instance's dict cannot hide a getset descriptor),
+ * and found again where the class changes (its version tag). */
+typedef struct {
+    PyTypeObject *type;     /* the class they were found for, or NULL */
+    unsigned int version;   /* its version tag then; 0: none, every attribute looked up */
+    getter get[NAME_COUNT]; /* NULL: the attribute is looked up on each read */
+    void *closure[NAME_COUNT];
+} getters_t;
+
+/* The getters a reader keeps: of its arrays' class and of their memory objects' class. */
+enum { OF_ARRAY, OF_MEMORY, GETTERS_COUNT };
 
 /* Reads the arrays of one fast path: see reader_new. */
 typedef struct {
@@ -384,6 +400,7 @@ typedef struct {
     dl_exchange_api_t *api;      /* NULL: the arrays are read by attribute */
     PyObject *names[NAME_COUNT]; /* attribute reads: the attributes' names, interned */
     PyObject *current_stream;    /* attribute reads: the library's current stream function */
+    getters_t getters[GETTERS_COUNT];
     Py_ssize_t count, keyed, runs;
     reader_array_t *arrays;
     Py_ssize_t *run_fields; /* how many kernel parameters each run has */
@@ -507,10 +524,48 @@ static int read_dlpack(Reader *self, PyObject *value, dl_tensor_t *t, void **str
                : -1;
 }
 
-/* The ``count`` integers of the tuple or list ``value.name`` into ``out``; -1 where it is
- * none, of another length, or holds other values. */
-static int integers_of(PyObject *value, PyObject *name, int count, int64_t *out) {
-    PyObject *found = PyObject_GetAttr(value, name);
+/* The getters of ``type``'s attributes ``names`` (getters_t) into ``found``. */
+static void find_getters(getters_t *found, PyTypeObject *type, PyObject *const *names) {
+    Py_XSETREF(found->type, (PyTypeObject *)Py_NewRef(type));
+    memset(found->get, 0, sizeof found->get);
+    found->version = 0;
+    if (type->tp_getattro != PyObject_GenericGetAttr) return; /* (its own lookup) */
+    for (int n = 0; n < NAME_COUNT; n++) {
+        PyObject *descriptor = PyObject_GetAttr((PyObject *)type, names[n]);
+        if (descriptor == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        if (Py_IS_TYPE(descriptor, &PyGetSetDescr_Type) &&
+            PyType_IsSubtype(type, PyDescr_TYPE(descriptor))) {
+            PyGetSetDef *definition = ((PyGetSetDescrObject *)descriptor)->d_getset;
+            found->get[n] = definition->get;
+            found->closure[n] = definition->closure;
+        }
+        Py_DECREF(descriptor);
+    }
+    if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0) {
+        found->version = type->tp_version_tag;
+    } else {
+        memset(found->get, 0, sizeof found->get); /* (a change could not be seen) */
+    }
+}
+
+/* ``value.<names[n]>`` (a new reference; NULL with an exception), through the getter of its
+ * class kept in ``getters[which]`` where it has one. */
+static PyObject *attribute(Reader *self, int which, PyObject *value, int n) {
+    getters_t *getters = &self->getters[which];
+    PyTypeObject *type = Py_TYPE(value);
+    if (type != getters->type || type->tp_version_tag != getters->version) {
+        find_getters(getters, type, self->names);
+    }
+    getter get = getters->get[n];
+    return get != NULL ? get(value, getters->closure[n]) : PyObject_GetAttr(value, self->names[n]);
+}
+
+/* The ``count`` integers of ``found`` (a new reference, released; a tuple or list) into
+ * ``out``; -1 where it is NULL, of another length, or holds other values. */
+static int integers_in(PyObject *found, int count, int64_t *out) {
     if (found == NULL) return -1;
     int ok = (PyTuple_Check(found) || PyList_Check(found)) &&
              PySequence_Fast_GET_SIZE(found) == count;
@@ -523,9 +578,19 @@ static int integers_of(PyObject *value, PyObject *name, int count, int64_t *out)
     return ok ? 0 : -1;
 }
 
-/* The address in the integer ``value.name`` (0 included); -1 where it holds none. */
-static int address_of(PyObject *value, PyObject *name, void **out) {
-    PyObject *found = PyObject_GetAttr(value, name);
+/* The integer ``found`` (a new reference, released) into ``out``; -1 where it is NULL or no
+ * integer. */
+static int integer_in(PyObject *found, int64_t *out) {
+    if (found == NULL) return -1;
+    int integer = PyLong_Check(found);
+    *out = integer ? PyLong_AsLongLong(found) : -1;
+    Py_DECREF(found);
+    return !integer || (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The address in the integer ``found`` (a new reference, released; 0 included) into ``out``;
+ * -1 where it is NULL or no integer. */
+static int address_in(PyObject *found, void **out) {
     if (found == NULL) return -1;
     int integer = PyLong_Check(found);
     *out = integer ? PyLong_AsVoidPtr(found) : NULL;
@@ -533,43 +598,60 @@ static int address_of(PyObject *value, PyObject *name, void **out) {
     return !integer || (*out == NULL && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* Array ``value`` of a read by attribute into ``t``, its extents into ``shape`` and, but where
- * the layout expected is C (its flag says it), its strides into ``strides``; for the first
- * (``stream`` not NULL), the library's current stream. -1 where it is not as expected. */
-static int read_attributes(Reader *self, const reader_array_t *array, PyObject *value,
-                           dl_tensor_t *t, int64_t *shape, int64_t *strides, void **stream) {
+/* The extents of array ``value`` of ``ndim`` dimensions into ``shape``: of an array of at
+ * most one, its rank and size (no sequence made); -1 where it has another rank. */
+static int extents_of(Reader *self, PyObject *value, int ndim, int64_t *shape) {
+    if (ndim > 1) return integers_in(attribute(self, OF_ARRAY, value, NAME_SHAPE), ndim, shape);
+    int64_t rank;
+    if (integer_in(attribute(self, OF_ARRAY, value, NAME_RANK), &rank) < 0 || rank != ndim) {
+        return -1;
+    }
+    return ndim == 0 ? 0 : integer_in(attribute(self, OF_ARRAY, value, NAME_SIZE), &shape[0]);
+}
+
+/* Whether array ``value`` is as ``array`` expects in dtype, rank and layout, its extents read
+ * into ``shape`` and, but where the layout expected is C (its flag says it), its strides into
+ * ``strides`` (in elements; NULL into ``*strides_read`` for C); -1 where it is not. */
+static int read_layout(Reader *self, const reader_array_t *array, PyObject *value,
+                       int64_t *shape, int64_t *strides, int64_t **strides_read) {
     const dl_expected_t *e = &array->expected;
-    PyObject *const *names = self->names;
-    PyObject *dtype = PyObject_GetAttr(value, names[NAME_DTYPE]);
+    PyObject *dtype = attribute(self, OF_ARRAY, value, NAME_DTYPE);
     if (dtype == NULL) return -1;
     int same = dtype == array->dtype || PyObject_RichCompareBool(dtype, array->dtype, Py_EQ) == 1;
     Py_DECREF(dtype);
-    if (!same || integers_of(value, names[NAME_SHAPE], e->ndim, shape) < 0) return -1;
-    t->strides = NULL; /* (C: numba's, from the shape) */
+    if (!same || extents_of(self, value, e->ndim, shape) < 0) return -1;
+    *strides_read = NULL; /* (C: numba's, from the shape) */
     if (e->layout == 'C') {
-        PyObject *flag = PyObject_GetAttr(value, names[NAME_C_CONTIGUOUS]);
+        PyObject *flag = attribute(self, OF_ARRAY, value, NAME_C_CONTIGUOUS);
         int c_contiguous = flag == NULL ? -1 : PyObject_IsTrue(flag);
         Py_XDECREF(flag);
-        if (c_contiguous != 1) return -1;
-    } else {
-        int64_t itemsize = e->bits / 8;
-        if (integers_of(value, names[NAME_STRIDES], e->ndim, strides) < 0) return -1;
-        for (int d = 0; d < e->ndim; d++) { /* bytes, DLPack's in elements */
-            if (strides[d] % itemsize != 0) return -1;
-            strides[d] /= itemsize;
-        }
-        t->strides = strides;
+        return c_contiguous == 1 ? 0 : -1;
     }
-    PyObject *memory = PyObject_GetAttr(value, names[NAME_MEMORY]);
+    int64_t itemsize = e->bits / 8;
+    if (integers_in(attribute(self, OF_ARRAY, value, NAME_STRIDES), e->ndim, strides) < 0) {
+        return -1;
+    }
+    for (int d = 0; d < e->ndim; d++) { /* bytes, DLPack's in elements */
+        if (strides[d] % itemsize != 0) return -1;
+        strides[d] /= itemsize;
+    }
+    *strides_read = strides;
+    return 0;
+}
+
+/* Array ``value`` of a read by attribute into ``t`` (its extents into ``shape``, its strides
+ * into ``strides``: read_layout); for the first (``stream`` not NULL), the library's current
+ * stream. -1 where it is not as expected. */
+static int read_attributes(Reader *self, const reader_array_t *array, PyObject *value,
+                           dl_tensor_t *t, int64_t *shape, int64_t *strides, void **stream) {
+    const dl_expected_t *e = &array->expected;
+    if (read_layout(self, array, value, shape, strides, &t->strides) < 0) return -1;
+    PyObject *memory = attribute(self, OF_ARRAY, value, NAME_MEMORY);
     if (memory == NULL) return -1;
-    long device = e->device_id; /* (not read: the process sees one GPU) */
-    int failed = address_of(memory, names[NAME_POINTER], &t->data) < 0;
-    if (!failed && e->reads_device) {
-        PyObject *found = PyObject_GetAttr(memory, names[NAME_DEVICE]);
-        device = found == NULL ? -1 : PyLong_AsLong(found);
-        failed = found == NULL || PyErr_Occurred() != NULL;
-        Py_XDECREF(found);
-    }
+    int64_t device = e->device_id; /* (not read: the process sees one GPU) */
+    int failed = address_in(attribute(self, OF_MEMORY, memory, NAME_POINTER), &t->data) < 0 ||
+                 (e->reads_device &&
+                  integer_in(attribute(self, OF_MEMORY, memory, NAME_DEVICE), &device) < 0);
     Py_DECREF(memory);
     if (failed || device != e->device_id) return -1;
     t->device.device_type = e->device_type;
@@ -583,7 +665,7 @@ static int read_attributes(Reader *self, const reader_array_t *array, PyObject *
     if (stream == NULL) return 0;
     PyObject *current = PyObject_CallNoArgs(self->current_stream);
     if (current == NULL) return -1;
-    int result = address_of(current, names[NAME_STREAM_POINTER], stream);
+    int result = address_in(PyObject_GetAttr(current, self->names[NAME_STREAM_POINTER]), stream);
     Py_DECREF(current);
     return result;
 }
@@ -679,9 +761,10 @@ static int reader_runs(Reader *self, PyObject *runs) {
 
 /* How the arrays are read: through the DLPack C exchange API at the address ``source``, or,
  * for a tuple (names, current stream function, dtypes), by attribute: ``names`` are those of
- * NAME_SHAPE to NAME_STREAM_POINTER (shape and strides in bytes, tuples or lists; whether
- * C-contiguous; dtype; the object holding the pointer and device index; of the object the
- * function returns, its handle), ``dtypes`` the dtype object expected of each array. */
+ * NAME_SHAPE to NAME_SIZE (shape and strides in bytes, tuples or lists; whether C-contiguous;
+ * dtype; the object holding the pointer and device index; those; of the object the function
+ * returns, its handle; rank and size, which give the extents of arrays of at most one
+ * dimension), ``dtypes`` the dtype object expected of each array. */
 static int reader_source(Reader *self, PyObject *source) {
     if (PyLong_Check(source)) {
         self->api = api_of(source);
@@ -765,6 +848,7 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     }
     Py_VISIT(self->key);
     Py_VISIT(self->current_stream);
+    for (int g = 0; g < GETTERS_COUNT; g++) Py_VISIT(self->getters[g].type);
     return 0;
 }
 
@@ -781,6 +865,7 @@ static int reader_clear(Reader *self) {
     Py_CLEAR(self->key);
     Py_CLEAR(self->current_stream);
     for (int n = 0; n < NAME_COUNT; n++) Py_CLEAR(self->names[n]);
+    for (int g = 0; g < GETTERS_COUNT; g++) Py_CLEAR(self->getters[g].type);
     return 0;
 }
 

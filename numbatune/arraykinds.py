@@ -83,11 +83,15 @@ class Attributes:
     #: The handle of the library's current stream, of the object its :class:`CurrentStream`
     #: function returns.
     stream_handle: str
+    #: The count of dimensions, and of elements: what arrays of at most one dimension are read
+    #: by (an int each costs less to make than a sequence).
+    rank: str
+    size: str
 
     def names(self) -> tuple[str, ...]:
         """The names, in the order the C extension takes them."""
         return (self.shape, self.strides, self.c_contiguous, self.dtype, self.memory,
-                self.pointer, self.device, self.stream_handle)  # fmt: skip
+                self.pointer, self.device, self.stream_handle, self.rank, self.size)  # fmt: skip
 
 
 def _accepted(array: Any) -> str | None:
@@ -338,6 +342,8 @@ CUPY = ArrayKind(
         pointer="ptr",
         device="device_id",
         stream_handle="ptr",
+        rank="ndim",
+        size="size",
     ),
 )
 

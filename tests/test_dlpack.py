@@ -350,6 +350,7 @@ class AttributeArray:
         self._host = view
 
     _shape = property(lambda self: list(self._host.shape))
+    size = property(lambda self: self._host.size)
     strides = property(lambda self: self._host.strides)
     _strides = property(lambda self: list(self._host.strides))
     dtype = property(lambda self: self._host.dtype)
@@ -490,3 +491,38 @@ def test_a_reader_by_attribute_of_inconsistent_sources_is_refused():
                    (names, lambda: CURRENT, ()), "not a source"]:  # fmt: skip
         with pytest.raises(TypeError, match="a source is"):
             reader.reader(source, expected, (None,), (1,))
+
+
+def test_reads_by_attribute_call_getset_descriptors_and_follow_their_class():
+    """Attributes that are getset descriptors (NumPy's here, Cython's properties in CuPy) are
+    read through their getters, the others looked up; a class that changes is read anew, and
+    arrays of at most one dimension are read by rank and size."""
+
+    class HostArray(np.ndarray):
+        _c_contiguous = property(lambda self: self.flags.c_contiguous)
+        memory = property(lambda self: types.SimpleNamespace(ptr=self.ctypes.data, device=0))
+
+    names = ("shape", "strides", "_c_contiguous", "dtype", "memory", "ptr", "device", "ptr",
+             "ndim", "size")  # fmt: skip
+    reader = native.dlpack()
+
+    def read_of(ndim):
+        expected = native.EXPECTED.pack(2, 0, ndim, 0, 32, ord("C"), NUMBA, True)
+        source = (names, lambda: CURRENT, (np.dtype("float32"),))
+        read = reader.reader(source, expected, (None,), (1,)).read
+        return lambda array: (
+            read((array,)) and struct.unpack(f"={5 + 2 * ndim}q", read((array,))[2])
+        )
+
+    matrix = np.zeros((3, 4), np.float32).view(HostArray)
+    read = read_of(2)
+    assert read(matrix)[2:] == (12, 4, matrix.ctypes.data, 3, 4, 16, 4)
+    matrix.shape = (4, 3)  # in place
+    assert read(matrix)[5:7] == (4, 3)
+    assert read(matrix[:, ::2]) is None  # not C-contiguous
+    vector = np.zeros(12, np.float32).view(HostArray)
+    assert read_of(1)(vector)[2:] == (12, 4, vector.ctypes.data, 12, 4)
+    assert read_of(1)(matrix) is None  # another rank
+    assert read_of(0)(vector) is None
+    HostArray.shape = property(lambda self: (2, 6))  # the class changes: its shape is this
+    assert read(matrix)[5:7] == (2, 6)
