@@ -265,17 +265,16 @@ def _phase_one(kinds, host, a, results):
         )
         if not SIMULATOR:
             calls.update(_profile_calls(tuned, (x, out, a), kind))
-        if kind in ("numba", "torch"):
-            wide_args = tuple(make(host.astype(np.float64)) for _ in range(WIDE_ARRAYS))
-            wide_args += tuple(float(k) for k in range(WIDE_SCALARS))
-            wide = tuned_wide(kind)
-            wide(*wide_args)
-            calls[kind, "26 arguments: numbatune hit"] = lambda w=wide, g=wide_args: w(*g)
-            calls[kind, "26 arguments: numba cfg(...)"] = (
-                lambda g=wide_args, c=wide_kernel[grid, BLOCK]: c(*g)
-            )
-            if not SIMULATOR:
-                calls.update(_profile_calls(wide, wide_args, f"{kind} 26 arguments"))
+        wide_args = tuple(make(host.astype(np.float64)) for _ in range(WIDE_ARRAYS))
+        wide_args += tuple(float(k) for k in range(WIDE_SCALARS))
+        wide = tuned_wide(kind)
+        wide(*wide_args)
+        calls[kind, "26 arguments: numbatune hit"] = lambda w=wide, g=wide_args: w(*g)
+        calls[kind, "26 arguments: numba cfg(...)"] = (
+            lambda g=wide_args, c=wide_kernel[grid, BLOCK]: c(*g)
+        )
+        if not SIMULATOR:
+            calls.update(_profile_calls(wide, wide_args, f"{kind} 26 arguments"))
     triton = "not run: simulator" if SIMULATOR else _triton_hit()
     if callable(triton):
         calls["torch", "triton autotune hit"] = triton

@@ -1,5 +1,6 @@
 /* cuLaunchKernel called from Python with as little in between as possible, and array
- * arguments read through the DLPack C exchange API (and, in _order.c, the stream order).
+ * arguments read through the DLPack C exchange API or their attributes (and, in _order.c, the
+ * stream order).
  *
  * Built with the package as the optional extension numbatune._native (setup.py) and loaded
  * by numbatune/native.py. The kernel's parameters arrive packed in one bytes object, laid out
@@ -7,7 +8,7 @@
  * copies them during the call (as one buffer; a cooperative launch, one parameter at a time),
  * so nothing is shared between calls or threads. The driver is found at run time, so no CUDA header or
  * library is needed to build; where it cannot be loaded, DRIVER_ERROR says why and only the
- * DLPack reads work.
+ * array reads work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -258,6 +259,7 @@ typedef struct {
     uint8_t bits;
     uint8_t layout; /* 'C', 'F' or 'A', as numba types the array */
     uint8_t structure; /* of its kernel parameters: STRUCTURE_NUMBA or STRUCTURE_MEMREF */
+    uint8_t reads_device; /* attribute reads: whether the device is read and checked */
 } dl_expected_t;
 
 /* numba's array structure: meminfo, parent, size, itemsize, data, shape..., byte strides... */
@@ -356,6 +358,7 @@ static Py_ssize_t write_fields(const dl_tensor_t *t, const dl_expected_t *e, int
  * default key comes from, and its extents and part as last read. */
 typedef struct {
     dl_expected_t expected;
+    PyObject *dtype;    /* attribute reads: its dtype object */
     Py_ssize_t fields;  /* how many kernel parameters it has */
     PyObject *parts;    /* the default-key parts by shape (a dict), or NULL: no part of the key */
     PyObject *make;     /* makes (and keeps in ``parts``) the part of a shape not in it */
@@ -363,10 +366,42 @@ typedef struct {
     int64_t *extents;   /* those of the last read (ndim of them) */
 } reader_array_t;
 
+/* The attributes arrays read by attribute expose their fields by (reader_source). */
+enum {
+    NAME_SHAPE,
+    NAME_STRIDES,
+    NAME_C_CONTIGUOUS,
+    NAME_DTYPE,
+    NAME_MEMORY,
+    NAME_POINTER,
+    NAME_DEVICE,
+    NAME_STREAM_POINTER,
+    NAME_RANK,
+    NAME_SIZE,
+    NAME_COUNT
+};
+
+/* The getters of a class's attributes where they are getset descriptors (as Cython's
+ * properties are): the functions its attribute lookup calls for them, found once per class so
+ * that a read calls them with no lookup (an instance's dict cannot hide a getset descriptor),
+ * and found again where the class changes (its version tag). */
+typedef struct {
+    PyTypeObject *type;     /* the class they were found for, or NULL */
+    unsigned int version;   /* its version tag then; 0: none, every attribute looked up */
+    getter get[NAME_COUNT]; /* NULL: the attribute is looked up on each read */
+    void *closure[NAME_COUNT];
+} getters_t;
+
+/* The getters a reader keeps: of its arrays' class and of their memory objects' class. */
+enum { OF_ARRAY, OF_MEMORY, GETTERS_COUNT };
+
 /* Reads the arrays of one fast path: see reader_new. */
 typedef struct {
     PyObject_HEAD
-    dl_exchange_api_t *api;
+    dl_exchange_api_t *api;      /* NULL: the arrays are read by attribute */
+    PyObject *names[NAME_COUNT]; /* attribute reads: the attributes' names, interned */
+    PyObject *current_stream;    /* attribute reads: the library's current stream function */
+    getters_t getters[GETTERS_COUNT];
     Py_ssize_t count, keyed, runs;
     reader_array_t *arrays;
     Py_ssize_t *run_fields; /* how many kernel parameters each run has */
@@ -478,6 +513,164 @@ static PyObject *read_result(Reader *self, void *stream, const int64_t *values,
     return result;
 }
 
+/* Array ``value`` of a read through the DLPack C exchange API into ``t``, and, for the
+ * first (``stream`` not NULL), the library's current stream on its device. -1 where the
+ * library cannot describe it. */
+static int read_dlpack(Reader *self, PyObject *value, dl_tensor_t *t, void **stream) {
+    if (self->api->dltensor_from_py_object_no_sync(value, t) != 0) return -1;
+    if (stream == NULL) return 0;
+    return self->api->current_work_stream(t->device.device_type, t->device.device_id, stream) ==
+                   0
+               ? 0
+               : -1;
+}
+
+/* The getters of ``type``'s attributes ``names`` (getters_t) into ``found``. */
+static void find_getters(getters_t *found, PyTypeObject *type, PyObject *const *names) {
+    Py_XSETREF(found->type, (PyTypeObject *)Py_NewRef(type));
+    memset(found->get, 0, sizeof found->get);
+    found->version = 0;
+    if (type->tp_getattro != PyObject_GenericGetAttr) return; /* (its own lookup) */
+    for (int n = 0; n < NAME_COUNT; n++) {
+        PyObject *descriptor = PyObject_GetAttr((PyObject *)type, names[n]);
+        if (descriptor == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        if (Py_IS_TYPE(descriptor, &PyGetSetDescr_Type) &&
+            PyType_IsSubtype(type, PyDescr_TYPE(descriptor))) {
+            PyGetSetDef *definition = ((PyGetSetDescrObject *)descriptor)->d_getset;
+            found->get[n] = definition->get;
+            found->closure[n] = definition->closure;
+        }
+        Py_DECREF(descriptor);
+    }
+    if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag != 0) {
+        found->version = type->tp_version_tag;
+    } else {
+        memset(found->get, 0, sizeof found->get); /* (a change could not be seen) */
+    }
+}
+
+/* ``value.<names[n]>`` (a new reference; NULL with an exception), through the getter of its
+ * class kept in ``getters[which]`` where it has one. */
+static PyObject *attribute(Reader *self, int which, PyObject *value, int n) {
+    getters_t *getters = &self->getters[which];
+    PyTypeObject *type = Py_TYPE(value);
+    if (type != getters->type || type->tp_version_tag != getters->version) {
+        find_getters(getters, type, self->names);
+    }
+    getter get = getters->get[n];
+    return get != NULL ? get(value, getters->closure[n]) : PyObject_GetAttr(value, self->names[n]);
+}
+
+/* The ``count`` integers of ``found`` (a new reference, released; a tuple or list) into
+ * ``out``; -1 where it is NULL, of another length, or holds other values. */
+static int integers_in(PyObject *found, int count, int64_t *out) {
+    if (found == NULL) return -1;
+    int ok = (PyTuple_Check(found) || PyList_Check(found)) &&
+             PySequence_Fast_GET_SIZE(found) == count;
+    PyObject **items = ok ? PySequence_Fast_ITEMS(found) : NULL;
+    for (int i = 0; ok && i < count; i++) {
+        out[i] = PyLong_AsLongLong(items[i]);
+        ok = !(out[i] == -1 && PyErr_Occurred());
+    }
+    Py_DECREF(found);
+    return ok ? 0 : -1;
+}
+
+/* The integer ``found`` (a new reference, released) into ``out``; -1 where it is NULL or no
+ * integer. */
+static int integer_in(PyObject *found, int64_t *out) {
+    if (found == NULL) return -1;
+    int integer = PyLong_Check(found);
+    *out = integer ? PyLong_AsLongLong(found) : -1;
+    Py_DECREF(found);
+    return !integer || (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The address in the integer ``found`` (a new reference, released; 0 included) into ``out``;
+ * -1 where it is NULL or no integer. */
+static int address_in(PyObject *found, void **out) {
+    if (found == NULL) return -1;
+    int integer = PyLong_Check(found);
+    *out = integer ? PyLong_AsVoidPtr(found) : NULL;
+    Py_DECREF(found);
+    return !integer || (*out == NULL && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The extents of array ``value`` of ``ndim`` dimensions into ``shape``: of an array of at
+ * most one, its rank and size (no sequence made); -1 where it has another rank. */
+static int extents_of(Reader *self, PyObject *value, int ndim, int64_t *shape) {
+    if (ndim > 1) return integers_in(attribute(self, OF_ARRAY, value, NAME_SHAPE), ndim, shape);
+    int64_t rank;
+    if (integer_in(attribute(self, OF_ARRAY, value, NAME_RANK), &rank) < 0 || rank != ndim) {
+        return -1;
+    }
+    return ndim == 0 ? 0 : integer_in(attribute(self, OF_ARRAY, value, NAME_SIZE), &shape[0]);
+}
+
+/* Whether array ``value`` is as ``array`` expects in dtype, rank and layout, its extents read
+ * into ``shape`` and, but where the layout expected is C (its flag says it), its strides into
+ * ``strides`` (in elements; NULL into ``*strides_read`` for C); -1 where it is not. */
+static int read_layout(Reader *self, const reader_array_t *array, PyObject *value,
+                       int64_t *shape, int64_t *strides, int64_t **strides_read) {
+    const dl_expected_t *e = &array->expected;
+    PyObject *dtype = attribute(self, OF_ARRAY, value, NAME_DTYPE);
+    if (dtype == NULL) return -1;
+    int same = dtype == array->dtype || PyObject_RichCompareBool(dtype, array->dtype, Py_EQ) == 1;
+    Py_DECREF(dtype);
+    if (!same || extents_of(self, value, e->ndim, shape) < 0) return -1;
+    *strides_read = NULL; /* (C: numba's, from the shape) */
+    if (e->layout == 'C') {
+        PyObject *flag = attribute(self, OF_ARRAY, value, NAME_C_CONTIGUOUS);
+        int c_contiguous = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        Py_XDECREF(flag);
+        return c_contiguous == 1 ? 0 : -1;
+    }
+    int64_t itemsize = e->bits / 8;
+    if (integers_in(attribute(self, OF_ARRAY, value, NAME_STRIDES), e->ndim, strides) < 0) {
+        return -1;
+    }
+    for (int d = 0; d < e->ndim; d++) { /* bytes, DLPack's in elements */
+        if (strides[d] % itemsize != 0) return -1;
+        strides[d] /= itemsize;
+    }
+    *strides_read = strides;
+    return 0;
+}
+
+/* Array ``value`` of a read by attribute into ``t`` (its extents into ``shape``, its strides
+ * into ``strides``: read_layout); for the first (``stream`` not NULL), the library's current
+ * stream. -1 where it is not as expected. */
+static int read_attributes(Reader *self, const reader_array_t *array, PyObject *value,
+                           dl_tensor_t *t, int64_t *shape, int64_t *strides, void **stream) {
+    const dl_expected_t *e = &array->expected;
+    if (read_layout(self, array, value, shape, strides, &t->strides) < 0) return -1;
+    PyObject *memory = attribute(self, OF_ARRAY, value, NAME_MEMORY);
+    if (memory == NULL) return -1;
+    int64_t device = e->device_id; /* (not read: the process sees one GPU) */
+    int failed = address_in(attribute(self, OF_MEMORY, memory, NAME_POINTER), &t->data) < 0 ||
+                 (e->reads_device &&
+                  integer_in(attribute(self, OF_MEMORY, memory, NAME_DEVICE), &device) < 0);
+    Py_DECREF(memory);
+    if (failed || device != e->device_id) return -1;
+    t->device.device_type = e->device_type;
+    t->device.device_id = e->device_id;
+    t->ndim = e->ndim;
+    t->dtype.code = e->code; /* (the dtype object is the one expected) */
+    t->dtype.bits = e->bits;
+    t->dtype.lanes = 1;
+    t->shape = shape;
+    t->byte_offset = 0;
+    if (stream == NULL) return 0;
+    PyObject *current = PyObject_CallNoArgs(self->current_stream);
+    if (current == NULL) return -1;
+    int result = address_in(PyObject_GetAttr(current, self->names[NAME_STREAM_POINTER]), stream);
+    Py_DECREF(current);
+    return result;
+}
+
 /* reader.read(arrays) -> (current stream, key, run, run, ...) or None: see reader_new. */
 static PyObject *reader_read(Reader *self, PyObject *arrays) {
     if (!PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != self->count) {
@@ -485,16 +678,18 @@ static PyObject *reader_read(Reader *self, PyObject *arrays) {
         return NULL;
     }
     int64_t values[MAX_PARAMETERS], extents[MAX_PARAMETERS];
+    int64_t shape[MAX_DIMENSIONS], strides[MAX_DIMENSIONS];
     Py_ssize_t written = 0;
     void *stream = NULL;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         const reader_array_t *array = &self->arrays[i];
+        PyObject *value = PyTuple_GET_ITEM(arrays, i);
+        void **first = i == 0 ? &stream : NULL;
         dl_tensor_t tensor;
-        if (self->api->dltensor_from_py_object_no_sync(PyTuple_GET_ITEM(arrays, i), &tensor) !=
-                0 ||
-            write_fields(&tensor, &array->expected, values + written) < 0 ||
-            (i == 0 && self->api->current_work_stream(tensor.device.device_type,
-                                                      tensor.device.device_id, &stream) != 0)) {
+        int read = self->api != NULL
+                       ? read_dlpack(self, value, &tensor, first)
+                       : read_attributes(self, array, value, &tensor, shape, strides, first);
+        if (read < 0 || write_fields(&tensor, &array->expected, values + written) < 0) {
             if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
             PyErr_Clear(); /* the library cannot describe it: not this signature */
             Py_RETURN_NONE;
@@ -565,20 +760,58 @@ static int reader_runs(Reader *self, PyObject *runs) {
     return 0;
 }
 
-/* Reader(api, expected, parts, runs): reads the tuples of arrays of one fast path, of the class
- * whose DLPack C exchange API lies at ``api``, in one call: ``read(arrays)``.
+/* How the arrays are read: through the DLPack C exchange API at the address ``source``, or,
+ * for a tuple (names, current stream function, dtypes), by attribute: ``names`` are those of
+ * NAME_SHAPE to NAME_SIZE (shape and strides in bytes, tuples or lists; whether C-contiguous;
+ * dtype; the object holding the pointer and device index; those; of the object the function
+ * returns, its handle; rank and size, which give the extents of arrays of at most one
+ * dimension), ``dtypes`` the dtype object expected of each array. */
+static int reader_source(Reader *self, PyObject *source) {
+    if (PyLong_Check(source)) {
+        self->api = api_of(source);
+        return self->api == NULL ? -1 : 0;
+    }
+    PyObject *names, *current_stream, *dtypes;
+    if (!PyTuple_Check(source) ||
+        !PyArg_ParseTuple(source, "O!OO!", &PyTuple_Type, &names, &current_stream,
+                          &PyTuple_Type, &dtypes) ||
+        PyTuple_GET_SIZE(names) != NAME_COUNT || PyTuple_GET_SIZE(dtypes) != self->count) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "Reader: a source is a DLPack C exchange API's address "
+                                         "or (names, current stream function, dtypes)");
+        return -1;
+    }
+    for (int n = 0; n < NAME_COUNT; n++) {
+        PyObject *name = PyTuple_GET_ITEM(names, n);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_TypeError, "Reader: attribute names are str");
+            return -1;
+        }
+        self->names[n] = Py_NewRef(name);
+        PyUnicode_InternInPlace(&self->names[n]);
+    }
+    self->current_stream = Py_NewRef(current_stream);
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        self->arrays[i].dtype = Py_NewRef(PyTuple_GET_ITEM(dtypes, i));
+    }
+    return 0;
+}
+
+/* Reader(source, expected, parts, runs): reads the tuples of arrays of one fast path, of one
+ * library, read as ``source`` says (reader_source), in one call: ``read(arrays)``.
  *
  * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the
  * source of its part of the default key: (the parts kept by shape, a dict; a function that
  * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
  * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
- * current stream on the first array's device, the tuple of the arrays' key parts, the
- * parameters of each run as bytes), or None where an array is not as expected or its library
- * cannot describe it. Parts, key and bytes equal to the last read's are those objects again. */
+ * current stream, through DLPack on the first array's device, the tuple of the arrays' key
+ * parts, the parameters of each run as bytes), or None where an array is not as expected or its
+ * library cannot describe it. Parts, key and bytes equal to the last read's are those objects
+ * again. */
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"api", "expected", "parts", "runs", NULL};
-    PyObject *api, *expected, *parts, *runs;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OSO!O!:Reader", names, &api, &expected,
+    static char *names[] = {"source", "expected", "parts", "runs", NULL};
+    PyObject *source, *expected, *parts, *runs;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OSO!O!:Reader", names, &source, &expected,
                                      &PyTuple_Type, &parts, &PyTuple_Type, &runs)) {
         return NULL;
     }
@@ -591,14 +824,12 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (self == NULL) return NULL;
     self->count = count;
     self->runs = PyTuple_GET_SIZE(runs);
-    self->api = api_of(api);
     self->arrays = PyMem_Calloc((size_t)count, sizeof(reader_array_t));
     self->run_fields = PyMem_Calloc((size_t)self->runs + 1, sizeof(Py_ssize_t));
     self->fields = PyMem_Calloc((size_t)self->runs + 1, sizeof(PyObject *));
-    if (self->api == NULL || self->arrays == NULL || self->run_fields == NULL ||
-        self->fields == NULL ||
+    if (self->arrays == NULL || self->run_fields == NULL || self->fields == NULL ||
         reader_arrays(self, (const dl_expected_t *)PyBytes_AS_STRING(expected), parts) < 0 ||
-        reader_runs(self, runs) < 0) {
+        reader_source(self, source) < 0 || reader_runs(self, runs) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         Py_DECREF(self);
         return NULL;
@@ -611,11 +842,14 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
         Py_VISIT(self->arrays[i].parts);
         Py_VISIT(self->arrays[i].make);
         Py_VISIT(self->arrays[i].part);
+        Py_VISIT(self->arrays[i].dtype);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_VISIT(self->fields[r]);
     }
     Py_VISIT(self->key);
+    Py_VISIT(self->current_stream);
+    for (int g = 0; g < GETTERS_COUNT; g++) Py_VISIT(self->getters[g].type);
     return 0;
 }
 
@@ -624,11 +858,15 @@ static int reader_clear(Reader *self) {
         Py_CLEAR(self->arrays[i].parts);
         Py_CLEAR(self->arrays[i].make);
         Py_CLEAR(self->arrays[i].part);
+        Py_CLEAR(self->arrays[i].dtype);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_CLEAR(self->fields[r]);
     }
     Py_CLEAR(self->key);
+    Py_CLEAR(self->current_stream);
+    for (int n = 0; n < NAME_COUNT; n++) Py_CLEAR(self->names[n]);
+    for (int g = 0; g < GETTERS_COUNT; g++) Py_CLEAR(self->getters[g].type);
     return 0;
 }
 
@@ -652,7 +890,8 @@ static PyTypeObject reader_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Reader",
     .tp_basicsize = sizeof(Reader),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Reader(api, expected, parts, runs): a fast path's arrays read through DLPack.",
+    .tp_doc = "Reader(source, expected, parts, runs): a fast path's arrays of one library, read "
+              "through DLPack or by attribute.",
     .tp_new = reader_new,
     .tp_traverse = (traverseproc)reader_traverse,
     .tp_clear = (inquiry)reader_clear,

@@ -37,7 +37,8 @@ class FastRead(enum.Enum):
     #: Once per array object, kept on it (numba-cuda's and numba-cuda-mlir's device arrays,
     #: whose fields do not change).
     MEMO = "memo"
-    #: Through the library's DLPack C exchange API where it has one, else its Python API
+    #: Through the library's DLPack C exchange API where it has one, else, where the kind names
+    #: them (:attr:`ArrayKind.attributes`), its attributes read in C, else its Python API
     #: (:attr:`ArrayKind.fields`).
     FIELDS = "fields"
     #: Not at all: launches on such arrays go through numba's launch.
@@ -58,6 +59,39 @@ class CurrentStream:
     def of(self, array: Any) -> int:
         """The library's current stream for ``array``."""
         return self.read(self.getter(), array)
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """The attributes an array library exposes an array's fields by, which the C extension
+    reads (one call for all the arrays of a launch, with no interpreter frame in between)."""
+
+    #: The extents (a tuple or list of ints).
+    shape: str
+    #: The strides in bytes (a tuple or list of ints).
+    strides: str
+    #: Whether the array is C-contiguous, as numba's layout test says.
+    c_contiguous: str
+    #: The dtype object.
+    dtype: str
+    #: The object that holds the data pointer and the device index.
+    memory: str
+    #: The data pointer, of the memory object.
+    pointer: str
+    #: The device index, of the memory object.
+    device: str
+    #: The handle of the library's current stream, of the object its :class:`CurrentStream`
+    #: function returns.
+    stream_handle: str
+    #: The count of dimensions, and of elements: what arrays of at most one dimension are read
+    #: by (an int each costs less to make than a sequence).
+    rank: str
+    size: str
+
+    def names(self) -> tuple[str, ...]:
+        """The names, in the order the C extension takes them."""
+        return (self.shape, self.strides, self.c_contiguous, self.dtype, self.memory,
+                self.pointer, self.device, self.stream_handle, self.rank, self.size)  # fmt: skip
 
 
 def _accepted(array: Any) -> str | None:
@@ -102,6 +136,10 @@ class ArrayKind:
     #: For :attr:`FastRead.FIELDS`: whether the fast path checks the array's device even in a
     #: process that sees one GPU (torch's tensors may be in host memory).
     checks_device: bool = False
+    #: For :attr:`FastRead.FIELDS`, a library with a :attr:`stream` and no DLPack C exchange
+    #: API: the attributes the C extension reads its arrays' fields by, or None (then
+    #: :attr:`fields`, in Python).
+    attributes: Attributes | None = None
 
 
 _dtype_names: dict[Any, str] = {}
@@ -293,6 +331,20 @@ CUPY = ArrayKind(
         "stride": "{a}.strides[{d}]",
         "buffer": "{m}.mem.ptr",
     },
+    # CuPy's extents and strides as lists (``_shape``, ``_strides``: its ndarray's own
+    # vectors, which ``shape`` and ``strides`` copy into tuples; ``a.shape = ...`` sets them).
+    attributes=Attributes(
+        shape="_shape",
+        strides="_strides",
+        c_contiguous="_c_contiguous",
+        dtype="dtype",
+        memory="data",
+        pointer="ptr",
+        device="device_id",
+        stream_handle="ptr",
+        rank="ndim",
+        size="size",
+    ),
 )
 
 

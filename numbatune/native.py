@@ -159,14 +159,18 @@ class Native(NamedTuple):
 
 
 class DLPack(NamedTuple):
-    """Array reads through the DLPack C exchange API.
+    """Array reads in C: through the DLPack C exchange API, or by attribute.
 
     ``api(cls)``: the address of the API of an array class (0 where it has none this extension
     reads). ``describe(api, array)``: ``(device type, device id, ndim, type code, bits, lanes)``,
-    or None where the library cannot describe the array. ``reader(api, expected, parts,
-    runs)``: the reads of one fast path's arrays of that class, for one packed
-    :data:`EXPECTED` per array (device type and id, ndim, type code, bits, numba's layout
-    letter, structure), per array None or the source of its part of the default key (a
+    or None where the library cannot describe the array. ``reader(source, expected, parts,
+    runs)``: the reads of one fast path's arrays of one library: ``source`` is the address of
+    its API, or, for arrays read by attribute, ``(names, current stream function, dtypes)``:
+    the names of :class:`numbatune.arraykinds.Attributes`, in its order, the function that
+    returns the library's current stream object, and the dtype object expected of each array
+    (one compared equal is taken too); one packed :data:`EXPECTED` per array (device type and id,
+    ndim, type code, bits, numba's layout letter, structure, whether a read by attribute reads
+    the device), per array None or the source of its part of the default key (a
     :class:`numbatune.keys.KeyParts`' ``parts`` and ``make``), and the arrays split in order
     into runs of consecutive kernel parameters (the count of arrays in each). Its
     ``read(arrays)`` takes a tuple of such arrays and returns ``(current stream, key, run, run,
@@ -182,9 +186,10 @@ class DLPack(NamedTuple):
 
 
 #: How :class:`DLPack`'s ``reader`` takes what it expects of an array: device type and id, ndim,
-#: type code, bits, layout letter, and the structure of its kernel parameters (an index into
-#: :data:`STRUCTURES`).
-EXPECTED = struct.Struct("=iiBBBBB3x")
+#: type code, bits, layout letter, the structure of its kernel parameters (an index into
+#: :data:`STRUCTURES`), and whether a read by attribute reads its device (DLPack reads always
+#: do).
+EXPECTED = struct.Struct("=iiBBBBB?2x")
 #: The structures a read packs an array's kernel parameters in: numba's (meminfo, parent,
 #: size, itemsize, data, shape, byte strides) and a memref descriptor's (data, data, offset 0,
 #: shape, strides in elements), as :class:`numbatune.compilers.base.ArrayStructure` names them.

@@ -1,9 +1,10 @@
-"""Arrays read through the DLPack C exchange API give the kernel exactly the parameters that
-reading them through their library's Python API gives, and arrays of another signature are
-refused.
+"""Arrays read in C, through the DLPack C exchange API or by attribute (CuPy's), give the
+kernel exactly the parameters that reading them through their library's Python API gives, and
+arrays of another signature are refused.
 
 These run with no GPU: torch's CPU tensors publish the same exchange API as its CUDA tensors,
-and the fast path's code is generated and called with the driver launch replaced by a capture.
+arrays with CuPy's attributes are made over NumPy's memory (:class:`AttributeArray`), and the
+fast path's code is generated and called with the driver launch replaced by a capture.
 """
 
 import dataclasses
@@ -15,7 +16,7 @@ import pytest
 from numba.core import types as numba_types
 from numba.np import numpy_support
 
-from numbatune import arrays, native
+from numbatune import arraykinds, arrays, devices, native
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import NUMBA_CUDA
 from numbatune.compilers.base import ArrayParameters, ArrayStructure
@@ -55,6 +56,8 @@ def _numba_type(value):
         return numba_types.Tuple([_numba_type(item) for item in value])
     if isinstance(value, bool | np.bool_):
         return numba_types.boolean
+    if isinstance(value, AttributeArray):
+        return numba_types.Array(numpy_support.from_dtype(value.dtype), value.ndim, value.layout)
     if not isinstance(value, torch.Tensor):
         return numba_types.float64
     dtype = numpy_support.from_dtype(torch.empty(0, dtype=value.dtype).numpy().dtype)
@@ -198,7 +201,7 @@ def _reader(tensor, layout="C", parts=None):
     source of its part of the key, or none."""
     reader = native.dlpack()
     api = reader.api(torch.Tensor)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord(layout), NUMBA)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord(layout), NUMBA, True)
     source = None if parts is None else (parts.parts, parts.make)
     return reader.reader(api, expected, (source,), (1,))
 
@@ -208,8 +211,8 @@ def test_arrays_on_another_device_are_refused():
     api, tensor = reader.api(torch.Tensor), torch.zeros(4)
     device_type, device_id, ndim, code, bits, _ = reader.describe(api, tensor)
     assert (device_type, ndim, code, bits) == (1, 1, 2, 32)  # CPU, float32
-    here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"), NUMBA)
-    on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"), NUMBA)
+    here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"), NUMBA, True)
+    on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"), NUMBA, True)
     current, key, fields = reader.reader(api, here, (None,), (1,)).read((tensor,))
     assert current == 0  # (torch has no stream for the CPU)
     assert key == ()  # (no part of the key asked for)
@@ -269,7 +272,7 @@ def test_a_read_gives_each_tensors_key_part_and_fields_as_they_are_now():
 def test_a_reader_of_inconsistent_arguments_is_refused(parts, runs, error):
     reader = native.dlpack()
     api, tensor = reader.api(torch.Tensor), torch.zeros(4)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA)
+    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA, True)
     with pytest.raises((TypeError, ValueError), match=error):
         reader.reader(api, expected, parts, runs)
 
@@ -326,3 +329,200 @@ def test_c_strides_of_rows_of_2_to_the_31_elements_or_more_are_numbas():
     _, key, fields = _reader(tensor, parts=KeyParts("uint8", "C")).read((tensor,))
     assert key == (((1, 2**31), "uint8", "C"),)
     assert struct.unpack("=9q", fields)[5:] == (0, 2**31, 2**31, 1)
+
+
+class AttributeArray:
+    """An array with the attributes CuPy's ndarray exposes its fields by, over a NumPy array's
+    memory (its pointers are host addresses), its shape set in place as CuPy's is."""
+
+    def __init__(self, host, device_id=0):
+        self._host, self._device_id = host, device_id
+        self._base = host if host.base is None else host.base
+
+    @property
+    def shape(self):
+        return self._host.shape
+
+    @shape.setter
+    def shape(self, shape):
+        view = self._host.view()
+        view.shape = shape  # (NumPy's setter copies nothing, as CuPy's)
+        self._host = view
+
+    _shape = property(lambda self: list(self._host.shape))
+    size = property(lambda self: self._host.size)
+    strides = property(lambda self: self._host.strides)
+    _strides = property(lambda self: list(self._host.strides))
+    dtype = property(lambda self: self._host.dtype)
+    ndim = property(lambda self: self._host.ndim)
+    _c_contiguous = property(lambda self: self._host.flags.c_contiguous)
+    _f_contiguous = property(lambda self: self._host.flags.f_contiguous)
+    layout = property(lambda self: arrays.read(self)[2])
+
+    @property
+    def data(self):
+        memory = types.SimpleNamespace(ptr=self._base.ctypes.data)
+        return types.SimpleNamespace(ptr=self._host.ctypes.data, device_id=self._device_id,
+                                     mem=memory)  # fmt: skip
+
+    def reshape_in_place(self, shape):
+        self.shape = shape
+        return self
+
+    def __getitem__(self, index):
+        return AttributeArray(self._host[index], self._device_id)
+
+
+#: The current stream of the attribute arrays' library.
+CURRENT = types.SimpleNamespace(ptr=0x5000)
+
+
+@pytest.fixture
+def attribute_arrays(monkeypatch):
+    """:class:`AttributeArray` as an array kind read as CuPy's (its current stream
+    :data:`CURRENT`)."""
+    kind = dataclasses.replace(
+        arraykinds.CUPY,
+        name="attribute_arrays",
+        claims=lambda cls: cls is AttributeArray,
+        stream=arraykinds.CurrentStream(
+            lambda: lambda: CURRENT, "{get}().ptr", lambda get, a: get().ptr
+        ),
+    )
+    monkeypatch.setattr(arraykinds, "KINDS", [kind, *arraykinds.KINDS])
+    monkeypatch.setattr(arraykinds, "_kinds", {})
+    return kind
+
+
+def _attribute_path(example, monkeypatch, read_in_c=True, winners=None):
+    """:func:`_fast_path` of arguments with attribute arrays, their library's current stream
+    :data:`CURRENT` when read in Python too."""
+    path, launched = _fast_path(example, monkeypatch, read_in_c, winners)
+    path.call.__globals__["_attribute_arrays_stream"] = lambda: CURRENT
+    return path, launched
+
+
+def _attribute_views(dtype):
+    """Arrays of each rank and layout numba types: C, Fortran order, strided, 0-d, empty."""
+    base = np.arange(6 * 10 * 3).reshape(6, 10, 3).astype(dtype)
+    return {
+        "1d": AttributeArray(base[:, 0, 0].copy()),
+        "1d strided": AttributeArray(base[:, 0, 0].copy())[::2],
+        "1d reversed": AttributeArray(base[:, 0, 0].copy())[::-1],
+        "2d C": AttributeArray(base[:, :, 0].copy()),
+        "2d F": AttributeArray(np.asfortranarray(base[:, :, 0])),
+        "2d strided": AttributeArray(base[:, :, 0].copy())[1::2, ::3],
+        "3d C": AttributeArray(base.copy()),
+        "3d strided": AttributeArray(base.copy())[:, ::2, 1:],
+        "0d": AttributeArray(np.array(base[0, 0, 0])),
+        "empty": AttributeArray(base[:0, :, 0].copy()),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reads_by_attribute_pack_the_parameters_of_the_python_reads(
+    dtype, attribute_arrays, monkeypatch
+):
+    for view_name, view in _attribute_views(dtype).items():
+        example = (view, AttributeArray(np.zeros(3, np.float32)), 2.5)
+        in_c, launched = _attribute_path(example, monkeypatch)
+        assert "_attribute_arrays_read" in in_c.code
+        in_python, python_launched = _attribute_path(example, monkeypatch, read_in_c=False)
+        assert "_attribute_arrays_read" not in in_python.code
+        packed = _parameters(in_c, launched, example)
+        assert packed is not None, view_name
+        assert packed == _parameters(in_python, python_launched, example), view_name
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        AttributeArray(np.zeros(8, np.float64)),  # another dtype
+        AttributeArray(np.zeros((8, 2), np.float32)),  # another rank
+        AttributeArray(np.zeros(16, np.float32))[::2],  # strided, where the signature is C
+        AttributeArray(np.zeros(8, np.float32), device_id=1),  # another device
+    ],
+    ids=["dtype", "rank", "strided", "device"],
+)
+def test_attribute_arrays_of_another_signature_are_refused(other, attribute_arrays, monkeypatch):
+    monkeypatch.setattr(devices, "several", lambda: True)  # (the device is read and checked)
+    example = (AttributeArray(np.zeros(8, np.float32)), AttributeArray(np.zeros(3)), 2.5)
+    path, launched = _attribute_path(example, monkeypatch)
+    assert _parameters(path, launched, example) is not None
+    assert _parameters(path, launched, (other, *example[1:])) is None
+
+
+def test_attribute_reads_follow_new_arrays_and_shapes_set_in_place(attribute_arrays, monkeypatch):
+    """A read by attribute gives the general path's key and the library's current stream,
+    whether the arrays are new objects or had their shapes set in place (CuPy's setter)."""
+    example = (AttributeArray(np.zeros(12, np.float32)), AttributeArray(np.zeros(3)), 2.5)
+    winners = WinnerTable()
+    path, launched = _attribute_path(example, monkeypatch, winners=winners)
+    winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+    streams = []
+    launch = path.call.__globals__["_launch"]
+    path.call.__globals__["_launch"] = lambda *call: streams.append(call[2]) or launch(*call)
+
+    def launched_fields(args):
+        path.call(args, None)
+        assert streams.pop() == CURRENT.ptr
+        return struct.unpack("=7q", launched.pop()[:56])[2:]
+
+    assert launched_fields(example) == (12, 4, example[0].data.ptr, 12, 4)
+    new_objects = (AttributeArray(np.ones(12, np.float32)), AttributeArray(np.ones(3)), 2.5)
+    assert launched_fields(new_objects) == (12, 4, new_objects[0].data.ptr, 12, 4)
+    example[0].shape = (3, 4)  # another rank: another signature
+    assert _parameters(path, launched, example) is None
+    example[0].shape = (12,)
+    assert launched_fields(example) == (12, 4, example[0].data.ptr, 12, 4)
+    shorter = AttributeArray(np.zeros(24, np.float32)).reshape_in_place((2, 12))[0]
+    winners[default_key((shorter, *example[1:]))] = winners[default_key(example)]
+    assert launched_fields((shorter, *example[1:])) == (12, 4, shorter.data.ptr, 12, 4)
+    grown = AttributeArray(np.zeros(4, np.float32))
+    with pytest.raises(AssertionError, match="general path"):
+        path.call((grown, *example[1:]), None)  # another key
+
+
+def test_a_reader_by_attribute_of_inconsistent_sources_is_refused():
+    reader = native.dlpack()
+    expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
+    names = arraykinds.CUPY.attributes.names()
+    for source in [(names[:-1], lambda: CURRENT, (np.dtype("float32"),)),
+                   (names, lambda: CURRENT, ()), "not a source"]:  # fmt: skip
+        with pytest.raises(TypeError, match="a source is"):
+            reader.reader(source, expected, (None,), (1,))
+
+
+def test_reads_by_attribute_call_getset_descriptors_and_follow_their_class():
+    """Attributes that are getset descriptors (NumPy's here, Cython's properties in CuPy) are
+    read through their getters, the others looked up; a class that changes is read anew, and
+    arrays of at most one dimension are read by rank and size."""
+
+    class HostArray(np.ndarray):
+        _c_contiguous = property(lambda self: self.flags.c_contiguous)
+        memory = property(lambda self: types.SimpleNamespace(ptr=self.ctypes.data, device=0))
+
+    names = ("shape", "strides", "_c_contiguous", "dtype", "memory", "ptr", "device", "ptr",
+             "ndim", "size")  # fmt: skip
+    reader = native.dlpack()
+
+    def read_of(ndim):
+        expected = native.EXPECTED.pack(2, 0, ndim, 0, 32, ord("C"), NUMBA, True)
+        source = (names, lambda: CURRENT, (np.dtype("float32"),))
+        read = reader.reader(source, expected, (None,), (1,)).read
+        return lambda array: (
+            read((array,)) and struct.unpack(f"={5 + 2 * ndim}q", read((array,))[2])
+        )
+
+    matrix = np.zeros((3, 4), np.float32).view(HostArray)
+    read = read_of(2)
+    assert read(matrix)[2:] == (12, 4, matrix.ctypes.data, 3, 4, 16, 4)
+    matrix.shape = (4, 3)  # in place
+    assert read(matrix)[5:7] == (4, 3)
+    assert read(matrix[:, ::2]) is None  # not C-contiguous
+    vector = np.zeros(12, np.float32).view(HostArray)
+    assert read_of(1)(vector)[2:] == (12, 4, vector.ctypes.data, 12, 4)
+    assert read_of(1)(matrix) is None  # another rank
+    assert read_of(0)(vector) is None
+    HostArray.shape = property(lambda self: (2, 6))  # the class changes: its shape is this
+    assert read(matrix)[5:7] == (2, 6)

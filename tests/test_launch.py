@@ -8,6 +8,7 @@ outputs and the shapes, strides and sizes the kernel sees must equal those of
 
 import contextlib
 import logging
+import struct
 import threading
 
 import numpy as np
@@ -340,7 +341,7 @@ def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
     assert api, f"torch {torch.__version__} publishes no DLPack C exchange API"
     x = torch.zeros(1 << 10, device="cuda")
     numba_structure = native.STRUCTURES.index("numba")
-    expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"), numba_structure)
+    expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"), numba_structure, True)
     read = reader.reader(api, expected, (None,), (1,)).read
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
@@ -351,6 +352,34 @@ def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
     signatures = COPIES[1]._device_state().signatures
     paths = [path for key, path in signatures.items() if key[0] is torch.Tensor and path]
     assert paths and all("_torch_read" in path.code for path in paths)
+
+
+@pytest.mark.gpu
+def test_cupy_arrays_are_read_in_c_with_cupys_current_stream_and_shape():
+    from numbatune import native
+    from numbatune.arraykinds import CUPY
+
+    cupy = pytest.importorskip("cupy")
+    x = cupy.zeros(1 << 10, dtype=cupy.float32)
+    numba_structure = native.STRUCTURES.index("numba")
+    expected = native.EXPECTED.pack(2, x.device.id, 1, 0, 32, ord("C"), numba_structure, True)
+    source = (CUPY.attributes.names(), CUPY.stream.getter(), (x.dtype,))
+    read = native.dlpack().reader(source, expected, (None,), (1,)).read
+    stream = cupy.cuda.Stream()
+    with stream:
+        assert read((x,))[0] == stream.ptr
+    assert read((x,))[0] == cupy.cuda.get_current_stream().ptr
+    assert struct.unpack("=7q", read((x,))[2])[2:] == (1024, 4, x.data.ptr, 1024, 4)
+    x.shape = (32, 32)  # CuPy's setter, in place: another rank
+    assert read((x,)) is None
+    x.shape = (1024,)
+    assert struct.unpack("=7q", read((x,))[2])[2:] == (1024, 4, x.data.ptr, 1024, 4)
+    assert read((x[::2],)) is None  # strided, where C is expected
+    out, seen = cupy.empty_like(x), cupy.zeros(8, dtype=cupy.int64)
+    COPIES[1](x, out, seen)
+    signatures = COPIES[1]._device_state().signatures
+    paths = [path for key, path in signatures.items() if key[0] is cupy.ndarray and path]
+    assert paths and all("_cupy_read" in path.code for path in paths)
 
 
 @pytest.mark.gpu

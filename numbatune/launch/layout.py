@@ -5,8 +5,9 @@ argument signature (the classes of the arguments, and for arrays their dtype, ra
 how each argument becomes kernel parameters: the reads that fetch an array's fields, the checks
 that hold for arguments of this signature, the parts of the default key, and a ``struct`` field
 per parameter. :mod:`numbatune.launch.codegen` turns a plan into code. The arrays of a library
-that publishes the DLPack C exchange API (torch) are read, checked and packed, and their parts
-of the default key found, in one call of the C extension for all of them
+that publishes the DLPack C exchange API (torch), or whose kind names the attributes C reads
+(CuPy: :attr:`numbatune.arraykinds.ArrayKind.attributes`), are read, checked and packed, and
+their parts of the default key found, in one call of the C extension for all of them
 (:func:`numbatune.native.dlpack`), which gives the parameters of arrays that follow each other
 as one bytes value; the others through their library's Python API.
 
@@ -79,11 +80,11 @@ class ArgumentPlan:
         #: Fields given as one bytes value, of so many consecutive 8-byte parameters, by the
         #: index of the first.
         self.packed: dict[int, int] = {}
-        #: Expressions of each kind's current stream, where its arrays are read through
-        #: DLPack (read in the same call).
+        #: Expressions of each kind's current stream, where its arrays are read in C (read in
+        #: the same call).
         self.current_streams: dict[ArrayKind, str] = {}
         self.constants: dict[str, Any] = {}
-        self._dlpack: dict[ArrayKind, _DLPackReads] = {}
+        self._c_reads: dict[ArrayKind, _CReads] = {}
 
     def constant(self, value: Any) -> str:
         """A name under which the generated code sees ``value``."""
@@ -92,12 +93,14 @@ class ArgumentPlan:
         return name
 
     def close(self) -> None:
-        """Add the reads that come after every argument's checks: those through DLPack, one
-        call for all the arrays of a library."""
-        for kind, reads in self._dlpack.items():
+        """Add the reads that come after every argument's checks: those in C, one call for all
+        the arrays of a library."""
+        for kind, reads in self._c_reads.items():
             result, prefix = f"_{kind.name}_read", f"_{kind.name}"
             arrays = "".join(f"{argument}, " for argument in reads.arguments)
-            reader = reads.reader(reads.api, b"".join(reads.expected), tuple(reads.parts),
+            source = reads.api or (kind.attributes.names(), kind.stream.getter(),
+                                   tuple(reads.dtypes))  # fmt: skip
+            reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
                                   tuple(reads.runs))  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
             self.steps += [
@@ -109,8 +112,8 @@ class ArgumentPlan:
 
     def key(self) -> str:
         """The expression of the default key: the tuple of :attr:`key_parts`, or the key a
-        DLPack read gives where its arrays' parts are the whole key."""
-        for kind, reads in self._dlpack.items():
+        read in C gives where its arrays' parts are the whole key."""
+        for kind, reads in self._c_reads.items():
             whole = [f"_{kind.name}_key[{index}]" for index in range(reads.keyed)]
             if whole and self.key_parts == whole:
                 return f"_{kind.name}_key"
@@ -198,7 +201,7 @@ class ArgumentPlan:
         structure = parameters.structure
         if kind.stream is not None:
             self.library_arrays.setdefault(kind, []).append(argument)
-        if self._add_dlpack_array(argument, value, kind, parameters, top):
+        if self._add_c_array(argument, value, kind, parameters, top):
             form = kind.fields
             memory = form["memory"].format(a=argument)
             pointer = form["pointer"].format(m=memory)
@@ -242,37 +245,33 @@ class ArgumentPlan:
         parts, make = self.constant(known.parts), self.constant(known.make)
         self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
 
-    def _add_dlpack_array(
+    def _add_c_array(
         self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
     ) -> bool:
-        """Read the array through its library's DLPack C exchange API, where the C extension
-        and the library have one: its part of the key in ``_L_key`` and its kernel parameters
-        in ``_L_fN`` with those of the arrays read before it whose parameters lead up to its,
-        for library ``L`` (:meth:`close` adds the read). False where it cannot be."""
+        """Read the array in C where the C extension is built: through its library's DLPack C
+        exchange API where it has one, else by the attributes its kind names; its part of the
+        key in ``_L_key`` and its kernel parameters in ``_L_fN`` with those of the arrays read
+        before it whose parameters lead up to its, for library ``L`` (:meth:`close` adds the
+        read). False where it cannot be."""
         reader = native.dlpack()
-        api = reader.api(type(value)) if reader is not None else 0
-        described = reader.describe(api, value) if api else None
-        if described is None or described[5] != 1:  # (vector types: lanes)
+        expected = _expected_in_c(reader, value, kind, parameters)
+        if expected is None:
             return False
-        device_type, device_id, ndim, code, bits, _ = described
-        expected = native.EXPECTED.pack(
-            device_type, device_id, ndim, code, bits, ord(parameters.layout),
-            native.STRUCTURES.index(parameters.structure.value),
-        )  # fmt: skip
-        reads = self._dlpack.setdefault(kind, _DLPackReads(reader.reader, api))
+        reads = self._c_reads.setdefault(kind, _CReads(reader.reader, reader.api(type(value))))
         reads.arguments.append(argument)
         reads.expected.append(expected)
+        reads.dtypes.append(value.dtype)
         reads.parts.append(None)
         if top:
             known = _key_parts(value)
             reads.parts[-1] = (known.parts, known.make)
             self.key_parts.append(f"_{kind.name}_key[{reads.keyed}]")
             reads.keyed += 1
-        self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * ndim)
+        self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * parameters.ndim)
         return True
 
-    def _add_to_run(self, reads: _DLPackReads, prefix: str, count: int) -> None:
-        """The last ``count`` fields, a DLPack read's array's, are given in the bytes of the
+    def _add_to_run(self, reads: _CReads, prefix: str, count: int) -> None:
+        """The last ``count`` fields, a read in C's array's, are given in the bytes of the
         read's last run where they follow its fields, else in a new run's, ``{prefix}N``."""
         first = len(self.fields) - count
         if reads.runs and reads.end == first:
@@ -290,6 +289,34 @@ class ArgumentPlan:
         self.packed[first] = count
         self.values.append(value)
         return first
+
+
+#: DLPack's device type of CUDA device memory (that of arrays read by attribute).
+_DLPACK_CUDA = 2
+
+
+def _expected_in_c(
+    reader: native.DLPack | None, value: Any, kind: ArrayKind, parameters: ArrayParameters
+) -> bytes | None:
+    """What the C extension's read expects of arrays like ``value`` (:data:`numbatune.native.
+    EXPECTED`), or None where it cannot read them."""
+    api = reader.api(type(value)) if reader is not None else 0
+    if api:
+        described = reader.describe(api, value)
+        if described is None or described[5] != 1:  # (vector types: lanes)
+            return None
+        device_type, device_id, ndim, code, bits, _ = described
+        reads_device = True
+    elif reader is not None and kind.attributes is not None and kind.stream is not None:
+        device_type, device_id, ndim = _DLPACK_CUDA, kind.device(value), parameters.ndim
+        code, bits = 0, 8 * parameters.itemsize  # (the dtype object is compared, not the code)
+        reads_device = kind.checks_device or devices.several()
+    else:
+        return None
+    return native.EXPECTED.pack(
+        device_type, device_id, ndim, code, bits, ord(parameters.layout),
+        native.STRUCTURES.index(parameters.structure.value), reads_device,
+    )  # fmt: skip
 
 
 def _key_parts(value: Any) -> KeyParts:
@@ -348,16 +375,18 @@ _MEMOS = {
 
 
 @dataclass
-class _DLPackReads:
-    """The arrays of one library that a fast path reads through DLPack, in one call: for
-    each, its expression, what is expected of it and the source of its default-key part (None:
-    not in the key); ``runs`` the count of arrays of each bytes value the read gives, of
-    consecutive parameters, the last starting at field ``start`` and ending before ``end``."""
+class _CReads:
+    """The arrays of one library that a fast path reads in C, in one call (through the DLPack
+    C exchange API at ``api``; 0: by attribute): for each, its expression, what is expected of
+    it, its dtype and the source of its default-key part (None: not in the key); ``runs`` the
+    count of arrays of each bytes value the read gives, of consecutive parameters, the last
+    starting at field ``start`` and ending before ``end``."""
 
     reader: Any
     api: int
     arguments: list[str] = field(default_factory=list)
     expected: list[bytes] = field(default_factory=list)
+    dtypes: list[Any] = field(default_factory=list)
     parts: list[tuple[dict[Any, Any], Any] | None] = field(default_factory=list)
     keyed: int = 0
     runs: list[int] = field(default_factory=list)
