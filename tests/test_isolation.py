@@ -344,3 +344,41 @@ def test_a_tuning_keeps_the_trial_settings_it_began_with(isolated, monkeypatch):
     report = tuned.tune(a, out, force=True)
     assert len(tried) == 2 and all(r.error is None for r in report.results)
     assert (nt.settings.isolate, nt.settings.trial_timeout_s) == (Isolate.NEW, 0.001)
+
+
+class _DriverError(RuntimeError):
+    """A driver error as numba-cuda raises it: with the driver's code."""
+
+    def __init__(self, code):
+        super().__init__(f"[{code}] cuLaunchKernel failed")
+        self.code = code
+
+
+@pytest.mark.parametrize(("code", "worker_ends"), [(701, False), (1, False), (700, True)])
+def test_a_launch_the_driver_refused_lets_the_trial_worker_go_on_to_the_next_kernel(
+    monkeypatch, tmp_path, code, worker_ends
+):
+    """Too many registers for a block (701) or a configuration out of range (1) is refused
+    before anything runs: the worker keeps its context and tries the next kernels (it ended,
+    and was started again, for each such variant: 8 of softmax's on numba-cuda-mlir cost 10.9 s
+    of trial runs). A fault in a kernel (700) still ends it."""
+    ran = []
+
+    def run_once(kernel, config, target):
+        if kernel == b"refused":
+            raise _DriverError(code)
+        ran.append(kernel)
+
+    monkeypatch.setitem(trials._staged, "token", "token")
+    monkeypatch.setattr(trials, "_run_once", run_once)
+    progress = tmp_path / "progress"
+    progress.write_bytes(bytes(64))
+    kernels = [(b"first", (1, 1)), (b"refused", (1, 1)), (b"last", (1, 1))]
+    outcome = trials.trial("token", kernels, None, str(progress))
+    if worker_ends:
+        assert isinstance(outcome, processes.Done) and outcome.ended
+        assert outcome.value == [None, f"_DriverError: [{code}] cuLaunchKernel failed"]
+        assert ran == [b"first"]
+    else:
+        assert outcome == [None, f"_DriverError: [{code}] cuLaunchKernel failed", None]
+        assert ran == [b"first", b"last"]

@@ -171,9 +171,11 @@ def trial(
     progress: str,
 ) -> list[str | None] | processes.Done:
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
-    arguments, restored first, and wait for it: None for each that ran. The first that fails
-    ends the list, with why, and the worker (its context may be spoilt). Before each kernel,
-    its index and the time are written to the file at ``progress`` (:class:`_Progress`)."""
+    arguments, restored first, and wait for it: None for each that ran, else why it failed.
+    A kernel whose launch the driver refused (:data:`REFUSED_LAUNCHES`: nothing ran) is noted
+    and the next one runs; any other failure ends the list, with why, and the worker (its
+    context may be spoilt). Before each kernel, its index and the time are written to the file
+    at ``progress`` (:class:`_Progress`)."""
     if _staged.get("token") != token:
         raise NotStaged(token)
     reasons: list[str | None] = []
@@ -184,9 +186,17 @@ def trial(
                 _run_once(kernel, config, target)
             except Exception as error:
                 reasons.append(f"{type(error).__name__}: {error}")
-                return processes.Done(reasons, ended=True)
+                if getattr(error, "code", None) not in REFUSED_LAUNCHES:
+                    return processes.Done(reasons, ended=True)
+                continue
             reasons.append(None)
     return reasons
+
+
+#: The driver's errors for a launch it refused before running anything, which leave the
+#: context as it was: CUDA_ERROR_INVALID_VALUE (a launch configuration out of range) and
+#: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many registers for the block, say).
+REFUSED_LAUNCHES = frozenset({1, 701})
 
 
 def _run_once(kernel: bytes, config: tuple[Any, ...], target: Target) -> None:
