@@ -150,6 +150,11 @@ class Callee:
     dispatcher: Any
 
     @property
+    def label(self) -> str:
+        """How the caller names it: ``name`` or ``name.attribute``."""
+        return self.name if self.attribute is None else f"{self.name}.{self.attribute}"
+
+    @property
     def function(self) -> types.FunctionType:
         function = device_function_of(self.dispatcher)
         assert function is not None

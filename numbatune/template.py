@@ -64,11 +64,10 @@ class KernelTemplate:
                 )
                 if other is not None:
                     raise TypeError(
-                        f"autotune({self.name}): {function.__qualname__} calls {callee.name}"
-                        f"{'.' + callee.attribute if callee.attribute else ''}, a {other.name} "
-                        f"device function; a {self.compiler.name} kernel can call only "
-                        f"{self.compiler.name}'s (make it with {self.compiler.name}'s "
-                        "cuda.jit(device=True))"
+                        f"autotune({self.name}): {function.__qualname__} calls {callee.label}, "
+                        f"a {other.name} device function; a {self.compiler.name} kernel can "
+                        f"call only {self.compiler.name}'s (make it with "
+                        f"{self.compiler.name}'s cuda.jit(device=True))"
                     )
 
     def check_params(self, variants: Sequence[Variant], launch_reads: Set[str]) -> None:
