@@ -41,14 +41,15 @@ exec(_SCALE_SOURCE, _scale_namespace)
 scale = cuda.jit(_scale_namespace["scale"])
 
 
-def tuned_scale(kind: str) -> nt.TunedKernel:
-    """``scale`` tuned over two block sizes; one tuned kernel per array kind, as a program
-    that uses one array library has."""
+def tuned_scale(kind: str, kernel: Any = scale) -> nt.TunedKernel:
+    """``kernel`` (``scale`` by default, or its numba-cuda-mlir build) tuned over two block
+    sizes; one tuned kernel per array kind and compiler, as a program that uses one array
+    library has."""
     return nt.autotune(
         variants=nt.product(BLOCK=[128, 256]),
         launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
-        name=f"bench_dispatch_scale_{kind}",
-    )(scale)
+        name=f"bench_dispatch_{'' if kernel is scale else 'mlir_'}scale_{kind}",
+    )(kernel)
 
 
 def per_call_us(
@@ -311,9 +312,7 @@ def _phase_two(kinds, host, a, tuned_kernels):
     if pair is not None:
         calls["numba", "driver event record and stream wait alone"] = pair
     # The host's speed in this phase (the same launch as phase one's), for comparing the phases.
-    x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
-    configured = scale[nt.cdiv(SIZE, BLOCK), BLOCK]
-    calls["numba", "numba cfg(...), after two streams"] = lambda: configured(x, out, a)
+    calls[_HOST["phase 2"]] = _numba_launch(host, a)
     return calls, checks
 
 
@@ -332,9 +331,7 @@ def _phase_three(kinds, host):
         declared(*args)
         calls[kind, "declared signature: numbatune hit"] = lambda d=declared, g=args: d(*g)
         calls[kind, "declared signature: numba cfg(...)"] = lambda g=args: numba_declared(*g)
-    x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
-    configured = scale[grid, BLOCK]
-    calls["numba", "numba cfg(...), phase 3"] = lambda: configured(x, out, np.float32(2.0))
+    calls[_HOST["phase 3"]] = _numba_launch(host, np.float32(2.0))
     return calls
 
 
@@ -356,20 +353,22 @@ def _phase_four(
     calls: dict[tuple[str, str], Callable[[], Any]] = {}
     for kind, make in makers.items():
         x, out = make(host), make(np.zeros_like(host))
-        tuned = nt.autotune(
-            variants=nt.product(BLOCK=[128, 256]),
-            launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
-            name=f"bench_dispatch_mlir_scale_{kind}",
-        )(kernel)
+        tuned = tuned_scale(kind, kernel)
         tuned(x, out, a)  # tune: what follows are cache hits
         label = f"mlir, {kind} arrays"
         calls[label, "numbatune hit"] = lambda t=tuned, x=x, out=out: t(x, out, a)
         if kind in ("numba-cuda-mlir", "cupy"):
             calls[label, "numba-cuda-mlir cfg(...)"] = lambda x=x, out=out: configured(x, out, a)
-    x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
-    numba_configured = scale[nt.cdiv(SIZE, BLOCK), BLOCK]
-    calls["numba", "numba cfg(...), phase 4"] = lambda: numba_configured(x, out, a)
+    calls[_HOST["phase 4"]] = _numba_launch(host, a)
     return calls
+
+
+def _numba_launch(host: np.ndarray, a: Any) -> Callable[[], Any]:
+    """numba's pre-configured launch of ``scale`` on new arrays of ``host``: each phase's
+    measure of the host's speed (:data:`_HOST`), the same launch as phase one's."""
+    x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
+    configured = scale[nt.cdiv(SIZE, BLOCK), BLOCK]
+    return lambda: configured(x, out, a)
 
 
 def _alternating(
