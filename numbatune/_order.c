@@ -33,6 +33,7 @@ typedef struct {
     Py_ssize_t index;        /* its position among the order's streams */
     long long *waited;       /* waited[i]: the last epoch of stream i it waited for */
     Py_ssize_t waited_size;  /* how many waited holds (0 beyond) */
+    int used;                /* whether a use noted its open epoch (StreamOrder._used) */
     unsigned long passed;    /* the number of the last barrier whose waits it had, plus one */
     long long barrier_epoch; /* its epoch at the last barrier (streams open then) */
 } Stream;
@@ -96,6 +97,7 @@ static Stream *stream_of(Order *self, PyObject *key) {
     made->index = self->count;
     made->waited = NULL;
     made->waited_size = 0;
+    made->used = 0;
     made->passed = 0;
     PyObject_GC_Track(made);
     int failed = PyDict_SetItem(self->streams, key, (PyObject *)made);
@@ -139,6 +141,7 @@ static int open_entry(Order *self, Stream *stream, long long epoch) {
     }
     Py_XSETREF(stream->entry, entry);
     stream->epoch = epoch;
+    stream->used = 0;
     PyObject *quick = PyDict_GetItemWithError(self->quick, stream->stream);
     if (quick == NULL) return PyErr_Occurred() ? -1 : 0;
     return PyDict_SetItem(self->quick, stream->stream, entry);
@@ -228,12 +231,16 @@ static int wait_for(Order *self, Stream *stream, Stream *producer, long long epo
     return failed ? -1 : set_waited(stream, producer, producer->epoch - 1);
 }
 
-/* barrier(): forget every buffer; each stream's next launch waits for all queued on the others. */
+/* barrier(): forget every buffer; each stream's next launch waits for all queued on the others:
+ * up to their open epoch, or, where no use noted it (and the stream is not quick), the last one
+ * recorded. */
 static PyObject *barrier(Order *self, PyObject *unused) {
     self->barrier_streams = PyList_GET_SIZE(self->opened);
     for (Py_ssize_t i = 0; i < self->barrier_streams; i++) {
         Stream *stream = (Stream *)PyList_GET_ITEM(self->opened, i);
-        stream->barrier_epoch = stream->epoch;
+        int quick = PyDict_Contains(self->quick, stream->stream);
+        if (quick < 0) return NULL;
+        stream->barrier_epoch = stream->used || quick ? stream->epoch : stream->epoch - 1;
     }
     self->barriers++;
     PyDict_Clear(self->last_use);
@@ -260,6 +267,7 @@ static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_
     Py_INCREF(stream); /* (the events' calls may run code that replaces dict values) */
     int failed = pass_barrier(self, stream) < 0 ||
                  (stream->entry == NULL && open_entry(self, stream, 1) < 0);
+    stream->used = 1;
     PyObject *entry = failed ? NULL : Py_NewRef(stream->entry);
     PyObject *seen = NULL;       /* the last entry waited for, and its stream */
     Stream *producer = NULL;

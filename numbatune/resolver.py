@@ -142,10 +142,10 @@ class Resolver:
         numba's stream for ``stream`` (the stream monitor told: tuning's clones of the arrays
         are copied on it, after their last tuned uses); a clear error for unhashable keys."""
         keys.check_hashable(key, self._spec.kernel_name)
-        stream = numba_stream(stream, arguments.values)
+        given, stream = stream, numba_stream(stream, arguments.values)
         handle = raw_stream(stream)
-        if handle != monitor.stream:
-            monitor.watch(handle, arguments.arrays, None, stream)
+        if handle != monitor.stream:  # (told of the caller's stream object, which it holds)
+            monitor.watch(handle, arguments.arrays, None, stream if given is None else given)
         return Miss(key, arguments, stream, unrestored, force, serve)
 
     def resolve(self, cache: TuneCache, miss: Miss) -> Resolved:

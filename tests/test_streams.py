@@ -9,6 +9,7 @@ import faulthandler
 import threading
 import time
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ import numbatune as nt
 from numbatune import native
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
+from numbatune.streams.handles import LEGACY
 from numbatune.streams.monitor import Monitor
 from numbatune.streams.order import LIMIT, StreamOrder, new_lock, new_order
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
@@ -343,6 +345,45 @@ def _numba_path_launch(monitor, stream, array, given=None):
         monitor.after(launch)
 
 
+class TouchingEvents(CountingEvents):
+    """CountingEvents that also note the streams events are made for."""
+
+    def __init__(self):
+        super().__init__()
+        self.made_for = []
+
+    def create(self, timing=True, stream=None):
+        self.made_for.append(stream)
+        return super().create(timing, stream)
+
+
+@pytest.mark.parametrize("order", ["C extension", "Python"])
+@pytest.mark.parametrize("case", ["a miss", "a launch, then a barrier"])
+def test_a_stream_that_may_be_closed_is_never_touched_after_its_last_use(order, case):
+    """A raw stream's event is recorded right after each use of it, so that later waits touch
+    only the event: the stream may be gone (the driver crashed on a closed stream's handle).
+    Before, tuning's notice of a miss left its epoch open, and a barrier waited for the empty
+    epoch after its last launch: both recorded on it later."""
+    events = TouchingEvents()
+    monitor = Monitor(events)
+    if order == "Python":
+        monitor._order = StreamOrder(events)
+    x, y = cuda.device_array(4, np.float32), cuda.device_array(4, np.float32)
+    held = cuda.stream()
+    _numba_path_launch(monitor, 7, y, given=held)
+    _numba_path_launch(monitor, 8, y, given=cuda.stream())  # ordering is on
+    if case == "a miss":
+        monitor.watch(9, (x,), None, given=9)  # raw stream 9: numbatune cannot hold it
+    else:
+        _numba_path_launch(monitor, 9, x, given=9)
+        monitor.order.barrier()
+    recorded, made = len(events.records), len(events.made_for)
+    # stream 9 is closed now; x is used on 7, which waits for 9's last use of it
+    _numba_path_launch(monitor, 7, x, given=held)
+    assert 9 not in events.records[recorded:] and 9 not in events.made_for[made:]
+    assert (7, 9) in events.waits  # through 9's event
+
+
 def test_with_two_streams_in_use_a_launch_on_its_arrays_own_stream_records_nothing():
     events = CountingEvents()
     monitor = Monitor(events)
@@ -412,19 +453,19 @@ def _ordered_launch(monitor, library_array=False):
     """The generated code's ordering around ``launch(stream)``, for one buffer ``x``; with
     ``library_array``, ``x`` is also a CuPy array whose library's current stream is
     ``producer_cupy`` (0)."""
-    from types import SimpleNamespace
-
     from numbatune.arraykinds import CUPY
     from numbatune.launch import codegen
 
     arrays = {CUPY: ["x"]} if library_array else {}
     plan = SimpleNamespace(buffers=["x"], library_arrays=arrays)
     before, after = codegen._ordering(plan, list(arrays))
-    body = "\n".join(["    producer_cupy = 0", *before, "    launch(stream)", *after])
+    current = ["    producer_cupy = 0", codegen.unordered(CUPY)]
+    body = "\n".join([*current, *before, "    launch(stream)", *after])
     namespace = {
         "_monitor": monitor, "_quick": monitor.order.quick, "_last_use": monitor.order.last_use,
         "_use": monitor.order.use, "_quick_use": monitor.order.quick_use, "_lock": monitor.lock,
-        "_name": "k", "_STALE": codegen.STALE, "_pending": monitor.pending,
+        "_name": "k", "_STALE": codegen.STALE, "_pending": monitor.pending, "_LEGACY": LEGACY,
+        "_blocking": monitor.blocking,
     }  # fmt: skip
     exec(f"def ordered(stream, x, given, launch):\n{body}", namespace)
     return namespace["ordered"]
@@ -446,6 +487,35 @@ def test_library_arrays_launched_off_their_librarys_stream_are_kept_with_one_str
             ordered(stream, Array(), cuda.stream(), lambda stream: None)
         assert monitor.stream == stream and monitor.kept_arrays() == kept
     events.released.set()
+
+
+@pytest.mark.parametrize("blocking, kept", [(True, 0), (False, 3)], ids=["blocking", "not"])
+def test_library_arrays_on_a_blocking_stream_are_not_kept_while_their_library_uses_the_legacy_one(
+    blocking, kept, monkeypatch
+):
+    """The legacy default stream's later work waits for a blocking stream's launches: arrays
+    whose library's current stream is the legacy one need no keeping past a launch on a
+    blocking stream, by the generated code or the general path (:func:`keep`)."""
+    from numbatune.streams.monitor import keep
+
+    class Array:
+        pass
+
+    events = RecordingEvents()
+    monitor = Monitor(events)
+    monitor.blocking[7] = blocking  # as Monitor.wait found out
+    ordered = _ordered_launch(monitor, library_array=True)
+    for _ in range(3):
+        ordered(7, Array(), cuda.stream(), lambda stream: None)
+    assert monitor.kept_arrays() == kept
+    events.released.set()
+
+    # The general path's: of an array whose library's current stream is the legacy one.
+    from numbatune.streams import monitor as monitor_module
+
+    legacy_current = SimpleNamespace(stream=SimpleNamespace(of=lambda array: 0))
+    monkeypatch.setattr(monitor_module, "kind_of", lambda cls: legacy_current)
+    assert len(keep(7, (Array(),), monitor.blocking)) == kept // 3
 
 
 @pytest.mark.parametrize("path", ["quick stream", "first launch", "right after the bookkeeping"])
@@ -728,6 +798,14 @@ def test_a_reader_thread_on_its_own_stream_sees_what_a_writer_thread_launched_be
         np.testing.assert_array_equal(out.copy_to_host(), float(value))
 
 
+def _filled(module, n):
+    """``make(value)``: a new array of ``n`` float32 ``value`` of torch or CuPy (``module``) on
+    the GPU."""
+    if module.__name__ == "torch":
+        return lambda value: module.full((n,), value, dtype=module.float32, device="cuda")
+    return lambda value: module.full((n,), value, dtype=module.float32)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("held", [False, True], ids=["raw stream", "library's stream"])
 @pytest.mark.parametrize("library", ["torch", "cupy"])
@@ -745,11 +823,7 @@ def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(libra
         other = module.cuda.Stream(non_blocking=True)
     out = cuda.device_array(n, np.float32)
     hold = cuda.device_array(1, np.float32)
-
-    def make(value):
-        if library == "torch":
-            return module.full((n,), value, dtype=module.float32, device="cuda")
-        return module.full((n,), value, dtype=module.float32)
+    make = _filled(module, n)
 
     copier(make(0.0), out, stream=other)  # tune first
     spin(hold, 0.0, 1000, stream=other)
@@ -765,6 +839,52 @@ def test_dropping_an_array_in_use_on_another_stream_does_not_free_it_early(libra
     while nt.memory_usage()["kept_arrays"] and time.monotonic() < deadline:
         time.sleep(0.01)  # the keeper thread lets x go once the device passed the copy
     assert nt.memory_usage()["kept_arrays"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_a_librarys_stream_first_seen_on_a_miss_is_held_by_numbatune(library):
+    """The stream order may record on a stream it saw until it recorded there (on the first
+    stream of a process, when a second comes): the stream object a miss was tuned on is held,
+    so that its library cannot destroy the stream meanwhile. Before, numba's wrapper of its
+    handle was held, and the driver crashed on the handle of a CuPy stream dropped since."""
+    from numbatune.streams.handles import stream_handle
+    from numbatune.streams.monitor import monitor
+
+    module = pytest.importorskip(library)
+    stream = module.cuda.Stream()
+    x = cuda.device_array(1 << 10, np.float32)
+    _copy()(x, cuda.device_array_like(x), stream=stream)  # a miss: tuned first
+    assert monitor._streams[stream_handle(stream)] is stream
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_an_array_in_use_on_a_blocking_stream_is_dropped_safely_without_being_kept(library):
+    """The legacy default stream, where the library allocates, waits for a blocking stream's
+    launches: an array in use there may be dropped at once, and numbatune keeps nothing."""
+    module = pytest.importorskip(library)
+    spin, copier = _spin_then_fill(), _copy()
+    n = 1 << 20
+    other = cuda.stream()  # blocking
+    out = cuda.device_array(n, np.float32)
+    hold = cuda.device_array(1, np.float32)
+    make = _filled(module, n)
+
+    copier(make(0.0), out, stream=other)  # tune first (this launch keeps its array)
+    spin(hold, 0.0, 1000, stream=other)
+    cuda.synchronize()
+    deadline = time.monotonic() + 30
+    while nt.memory_usage()["kept_arrays"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    x = make(1.0)
+    spin(hold, 0.0, SPIN_US, stream=other)  # keeps the other stream busy
+    copier(x, out, stream=other)  # reads x once the spin is over
+    assert nt.memory_usage()["kept_arrays"] == 0
+    del x  # the library's allocator may hand x's memory out again at once...
+    make(2.0)  # ...to this, on the legacy stream, which waits for the copy
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 1.0)
 
 
 @pytest.mark.gpu

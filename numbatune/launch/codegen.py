@@ -44,14 +44,28 @@ def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
 STALE = object()
 
 
+def unordered(kind: ArrayKind) -> str:
+    """Code that sets ``unordered_L`` for kind ``L``: whether the launch's ``stream`` is apart
+    from ``producer_L``, the current stream of the arguments' library, with nothing the driver
+    does ordering one after the other. It does where they are the same, and where the current
+    stream is the legacy default stream and ``stream`` a blocking one (the legacy stream waits
+    for blocking streams' work, and they for its), as far as :meth:`numbatune.streams.monitor.
+    Monitor.wait` found out (``_blocking``)."""
+    producer = f"producer_{kind.name}"
+    return (
+        f"    unordered_{kind.name} = stream != {producer} and not "
+        f"({producer} in _LEGACY and _blocking.get(stream))"
+    )
+
+
 def stream_lines(
     args: tuple[Any, ...], sync: bool, currents: dict[ArrayKind, str]
 ) -> tuple[list[str], list[ArrayKind]]:
     """Code that turns ``stream`` into a raw handle, ordered after the current streams of the
     arguments' libraries, as their kinds read them (:attr:`numbatune.arraykinds.ArrayKind.
     stream`), or the expressions in ``currents`` where the arguments' reads gave them; the
-    current stream of kind ``L`` is left in ``producer_L``), and the kinds whose streams it
-    reads."""
+    current stream of kind ``L`` is left in ``producer_L``, and whether the driver orders the
+    two in ``unordered_L`` (:func:`unordered`)), and the kinds whose streams it reads."""
     handle = (
         "stream if type(stream) is int else "
         f"getattr(stream, '{HANDLE_MEMO}', None) or _stream_handle(stream)"
@@ -70,28 +84,24 @@ def stream_lines(
         lines.append(f"    {producer} = {current}")
         if number == 0:
             lines.append(f"    stream = {producer} if stream is None else {handle}")
-        if sync:
-            # (no call where the driver orders the two: see Monitor.wait)
-            legacy = f"{producer} in _LEGACY and _blocking.get(stream)"
-            lines += [
-                f"    if stream != {producer} and not ({legacy}):",
-                f"        _wait(stream, {producer}, given)",
-            ]
+        lines.append(unordered(kind))
+        if sync:  # (no call where the driver orders the two: see Monitor.wait)
+            lines += [f"    if unordered_{kind.name}:", f"        _wait(stream, {producer}, given)"]
     return lines, list(producers)
 
 
 def _kept(plan: ArgumentPlan, libraries: list[ArrayKind]) -> str:
     """An expression for the torch and CuPy arrays to keep alive past a launch on ``stream``:
-    those launched on another stream than their library's current one (``producer_L`` where
-    the stream code read it, else asked of :func:`numbatune.streams.monitor.keep`)."""
+    those launched on a stream apart from their library's current one, which nothing orders
+    after the launch (``unordered_L`` where the stream code set it, else asked of
+    :func:`numbatune.streams.monitor.keep`)."""
     parts = []
     for library, arrays in plan.library_arrays.items():
         listed = f"({''.join(f'{a}, ' for a in arrays)})"
-        producer = f"producer_{library.name}"
         parts.append(
-            f"({listed} if stream != {producer} else ())"
+            f"({listed} if unordered_{library.name} else ())"
             if library in libraries
-            else f"_keep(stream, {listed})"
+            else f"_keep(stream, {listed}, _blocking)"
         )
     return parts[0] if len(parts) == 1 else f"({''.join(f'*{part}, ' for part in parts)})"
 

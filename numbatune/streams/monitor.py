@@ -6,7 +6,9 @@ last uses of its buffers (:mod:`numbatune.streams.order`); a launch whose buffer
 stream passes a lock-free check in the generated code and changes nothing. Torch and CuPy
 arrays launched on a stream other than their library's current stream are kept alive until that
 stream has passed the launch, so dropping them cannot hand their memory to the caching
-allocator while the kernel may still read it (cubecl's deferred release). A launch adds them to
+allocator while the kernel may still read it (cubecl's deferred release); not where the driver
+orders the current stream's later work after the launch (the legacy default stream, and a
+blocking stream). A launch adds them to
 its stream's list; a background thread (the keeper) looks every :data:`KEEPER_PERIOD_S`, records
 one event per stream for the new ones, and lets go of those whose events the device passed,
 asking without waiting. numba's own arrays need not be kept: numba frees them with
@@ -133,13 +135,17 @@ class Monitor:
         """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows). With a
         ``name`` (a tuned kernel's launch) it keeps the torch and CuPy arrays that need it, and
         once ordering is on it always returns what :meth:`after` needs, which notes the buffers
-        again once the launch is queued."""
+        again once the launch is queued. Without one (tuning's notice of a miss, whose copies
+        of the arrays it waits for itself) it returns None, a stream that may be closed having
+        its event recorded at once."""
         arrays = tuple(a for a in arrays if a is not None)
         buffers = tuple(buffer_of(a) for a in arrays)
         launch = self.before(stream, buffers, name, given)
-        if name is None:
-            return launch
-        kept = keep(stream, arrays)
+        if name is None:  # tuning's: its copies on ``stream`` are queued and waited for by it
+            if launch is not None:  # a stream that may be closed: its event recorded now
+                self.after(launch)
+            return None
+        kept = keep(stream, arrays, self.blocking)
         if kept or self.stream is _ANY:
             launch = launch or _Launch(stream, name, buffers)
             launch.kept = kept
@@ -342,16 +348,23 @@ def _may_close(given: Any) -> bool:
 _NUMBA_STREAM = None if SIMULATOR else cuda.cudadrv.driver.Stream
 
 
-def keep(stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``."""
-    return tuple(a for a in arrays if _needs_keeping(a, stream))
+def keep(stream: int, arrays: tuple[Any, ...], blocking: dict[int, bool]) -> tuple[Any, ...]:
+    """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``;
+    ``blocking`` says which streams are blocking ones, as far as known
+    (:attr:`Monitor.blocking`)."""
+    return tuple(a for a in arrays if _needs_keeping(a, stream, blocking))
 
 
-def _needs_keeping(array: Any, stream: int) -> bool:
-    """True for a torch or CuPy array launched on a stream other than its library's current
-    one: its caching allocator would hand its memory out again on that one when it is freed."""
+def _needs_keeping(array: Any, stream: int, blocking: dict[int, bool]) -> bool:
+    """True for a torch or CuPy array launched on a stream apart from its library's current
+    one, which its caching allocator would hand its memory out on again once it is freed: not
+    where that is the legacy default stream and ``stream`` a blocking one, whose work the
+    legacy stream's later work waits for."""
     kind = kind_of(type(array))
-    return kind is not None and kind.stream is not None and kind.stream.of(array) != stream
+    if kind is None or kind.stream is None:
+        return False
+    producer = kind.stream.of(array)
+    return producer != stream and not (producer in LEGACY and blocking.get(stream))
 
 
 monitor = Monitor()

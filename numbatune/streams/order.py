@@ -61,6 +61,8 @@ class StreamOrder:
         self._waited: dict[tuple[int, int], int] = {}
         self._barrier: dict[int, int] = {}
         self._past_barrier: set[int] = set()
+        #: The streams whose open epoch a use noted (quick streams' are taken as noted).
+        self._used: set[int] = set()
 
     def use(self, stream: int, buffers: Iterable[Hashable], quick: bool = False) -> None:
         """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use.
@@ -73,6 +75,7 @@ class StreamOrder:
         entry = self._open.get(stream)
         if entry is None:
             entry = self._open[stream] = (stream, 1)
+        self._used.add(stream)
         last_use, waited = self.last_use, self._waited
         for buffer in buffers:
             last = last_use.get(buffer)
@@ -114,8 +117,13 @@ class StreamOrder:
         self._end_epoch(stream)
 
     def barrier(self) -> None:
-        """Forget every buffer; each stream's next launch waits for all queued on the others."""
-        self._barrier = {stream: epoch for stream, (_, epoch) in self._open.items()}
+        """Forget every buffer; each stream's next launch waits for all queued on the others:
+        up to their open epoch, or, where no use noted it (a stream whose event is recorded
+        right after each launch, which may be gone), the last one recorded."""
+        self._barrier = {
+            stream: epoch if stream in self._used or stream in self.quick else epoch - 1
+            for stream, (_, epoch) in self._open.items()
+        }
         self._past_barrier = set()
         self.last_use.clear()
         self.quick.clear()
@@ -128,6 +136,7 @@ class StreamOrder:
         self.events.record(event, stream)
         _, epoch = self._open.get(stream, (stream, 0))
         entry = self._open[stream] = (stream, epoch + 1)
+        self._used.discard(stream)
         if stream in self.quick:
             self.quick[stream] = entry
 
