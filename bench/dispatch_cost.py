@@ -286,9 +286,11 @@ def _phase_one(kinds, host, a, results):
 
 def _phase_two(kinds, host, a, tuned_kernels):
     """After tuned launches on two streams: hits on the arrays' own stream, and hits that
-    must wait for another stream (alternating streams, so each call waits); on a GPU, both
-    with the launch stubbed out too, and the driver's event record and wait alone; numba's
-    pre-configured launch again, as this phase's measure of the host's speed."""
+    must wait for another stream (alternating numba's blocking streams, so each call waits; for
+    CuPy and torch, their own non-blocking streams too, where the arrays are kept alive past
+    each launch); on a GPU, both with the launch stubbed out too, and the driver's event record
+    and wait alone; numba's pre-configured launch again, as this phase's measure of the host's
+    speed."""
     calls: dict[tuple[str, str], Callable[[], Any]] = {}
     checks = []
     for kind, make in kinds.items():
@@ -299,6 +301,11 @@ def _phase_two(kinds, host, a, tuned_kernels):
         tuned(other_x, other_out, a, stream=streams[1])  # a second stream: ordering is on
         calls[kind, "hit, 2 streams used, own stream"] = lambda t=tuned, x=x, o=out: t(x, o, a)
         calls[kind, "hit that waits for another stream"] = _alternating(tuned, (x, out, a), streams)
+        if (own := _library_streams(kind)) is not None:
+            tuned(other_x, other_out, a, stream=own[1])
+            calls[kind, "waits, the library's non-blocking streams"] = _alternating(
+                tuned, (x, out, a), own
+            )
         if not SIMULATOR:
             stubbed = launch_stubbed(_fast_path_parts(tuned, (x, out, a))["call"])
             calls[kind, "own stream: generated code, launch stubbed"] = (
@@ -369,6 +376,21 @@ def _numba_launch(host: np.ndarray, a: Any) -> Callable[[], Any]:
     x, out = cuda.to_device(host), cuda.to_device(np.zeros_like(host))
     configured = scale[nt.cdiv(SIZE, BLOCK), BLOCK]
     return lambda: configured(x, out, a)
+
+
+def _library_streams(kind: str) -> list[Any] | None:
+    """Two non-blocking streams of the array library ``kind`` (torch's own are), on which its
+    arrays are kept alive past each launch (numbatune's deferred release); None for numba's
+    arrays (numba makes blocking streams only)."""
+    if kind == "torch":
+        import torch
+
+        return [torch.cuda.Stream(), torch.cuda.Stream()]
+    if kind == "cupy":
+        import cupy
+
+        return [cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)]
+    return None
 
 
 def _alternating(

@@ -30,7 +30,13 @@ import numpy as np
 from numba import cuda
 
 import numbatune
-from bench.dispatch_cost import SIZE, _array_kinds, launch_stubbed, per_call_us
+from bench.dispatch_cost import (
+    SIZE,
+    _array_kinds,
+    _library_streams,
+    launch_stubbed,
+    per_call_us,
+)
 
 OTHER = "numbatune_other"
 
@@ -94,7 +100,8 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
     differ), and the median us per hit, for each array kind and case, of this tree's package
     and the other's: first with one stream so far (and the host code alone, launch stubbed), then
     after each package launched on a second stream (hits on the arrays' own stream, and hits
-    that alternate streams, so that each waits for the other)."""
+    that alternate streams, so that each waits for the other: numba's blocking streams and, for
+    CuPy and torch, their own non-blocking ones)."""
     with tempfile.TemporaryDirectory(prefix="numbatune-versus-") as scratch:
         sys.path.insert(0, str(_renamed_copy(other_tree, Path(scratch))))
         other = importlib.import_module(OTHER)
@@ -124,6 +131,11 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
                     _alternate, tuned, (x, out, a), streams, [0]
                 )
                 second_streams.append(partial(tuned, make(host), make(host), a, stream=streams[1]))
+                if (own := _library_streams(kind)) is not None:
+                    two[kind, "waits, the library's non-blocking streams", name] = partial(
+                        _alternate, tuned, (x, out, a), own, [0]
+                    )
+                    second_streams.append(partial(tuned, make(host), make(host), a, stream=own[1]))
         medians = per_call_us(one, batches=30, per_batch=300, warmup_s=2.0)
         for launch in second_streams:
             launch()  # a second stream: ordering is on from now on
