@@ -24,7 +24,17 @@ import abc
 import enum
 import types
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
+
+
+def package_version(package: str) -> str:
+    """``"<package> <version>"`` of an installed package, ``"<package> missing"`` of another
+    (for compilers' identities)."""
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return f"{package} missing"
 
 
 @dataclass(frozen=True)

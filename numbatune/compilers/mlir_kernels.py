@@ -18,13 +18,13 @@ import pickle
 import sys
 import threading
 import types
-from importlib import metadata
 from typing import Any
 
 import numpy as np
 
 from numbatune.arraykinds import kind_of
 from numbatune.compilers import mlir_parameters, payloads
+from numbatune.compilers.base import package_version
 from numbatune.compilers.mlir_parameters import Packing
 
 #: The compiler's name, in identities and messages.
@@ -42,10 +42,7 @@ _NOT_OWN = frozenset({"device", "_lto_explicit", "chip", "cc", "_compile_output"
 
 def version() -> str:
     """numba-cuda-mlir's version ("missing" where it is not installed)."""
-    try:
-        return metadata.version("numba-cuda-mlir")
-    except metadata.PackageNotFoundError:
-        return "missing"
+    return package_version(NAME).partition(" ")[2]
 
 
 def installed() -> bool:

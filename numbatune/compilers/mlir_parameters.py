@@ -36,10 +36,6 @@ from numbatune.compilers.base import (
 #: numba-cuda-mlir versions whose kernel parameter layout this module was checked against.
 SUPPORTED = ("0.6.",)
 
-#: The ``struct`` letter of an integer parameter, by its width in bits (signed; upper case for
-#: unsigned).
-_INTEGER_LETTERS = {8: "b", 16: "h", 32: "i", 64: "q"}
-
 
 @dataclass(frozen=True)
 class TuplePacking:
@@ -83,17 +79,7 @@ def packing(argtype: Any) -> Packing | None:
     if isinstance(argtype, types.BaseTuple):
         items = [packing(item) for item in argtype]
         return None if None in items else TuplePacking(tuple(items))  # type: ignore[arg-type]
-    value = Conversion.VALUE
-    if argtype == types.boolean:
-        return ScalarParameters((("?", value),))
-    if isinstance(argtype, types.Integer):
-        letter = _INTEGER_LETTERS[argtype.bitwidth]
-        return ScalarParameters(((letter if argtype.signed else letter.upper(), value),))
-    if argtype == types.float16:
-        return ScalarParameters((("H", Conversion.HALF_BITS),))
-    if argtype in (types.float32, types.float64):
-        return ScalarParameters((("f" if argtype == types.float32 else "d", value),))
-    return None
+    return numba_parameters.scalar_parameters(argtype, types)
 
 
 def planned_type(declared: Any, actual: Any) -> Any:

@@ -92,7 +92,7 @@ class NumbaCudaMlir(KernelCompiler):
     def example_types(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """numba-cuda-mlir's types of ``args``, as for a call (a host array's is a device
         array's)."""
-        return tuple(mlir_kernels.argument_type(a) for a in args)
+        return self.argument_types(None, args)
 
     def compiled(self, kernel: Any, argtypes: tuple[Any, ...]) -> CompiledKernel | None:
         """The dispatcher's overload for ``argtypes``, or None."""

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import types
-from importlib import metadata
 from typing import Any
 
 from numba import cuda
 
 from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers import payloads
+from numbatune.compilers.base import package_version
 
 #: The compiler's name, in identities and messages.
 NAME = "numba-cuda"
@@ -22,7 +22,7 @@ NAME = "numba-cuda"
 
 def version() -> str:
     """numba-cuda's version."""
-    return _package_version("numba-cuda").partition(" ")[2]
+    return package_version("numba-cuda").partition(" ")[2]
 
 
 #: numba settings that change the code it generates (numba.cuda.core.config names).
@@ -45,7 +45,7 @@ def environment() -> list[str]:
     versions."""
     from numba.cuda.core import config
 
-    parts = [_package_version("numba"), f"{NAME} {version()}", _package_version("cuda-bindings")]
+    parts = [package_version("numba"), f"{NAME} {version()}", package_version("cuda-bindings")]
     parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
     if not SIMULATOR:
         from numba.cuda.cudadrv import nvvm
@@ -54,13 +54,6 @@ def environment() -> list[str]:
         parts.append(f"nvvm {nvvm.NVVM().get_version()}")
         parts.append(f"driver {driver.get_version()}")
     return parts
-
-
-def _package_version(package: str) -> str:
-    try:
-        return f"{package} {metadata.version(package)}"
-    except metadata.PackageNotFoundError:
-        return f"{package} missing"
 
 
 @functools.cache

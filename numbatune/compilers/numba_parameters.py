@@ -59,19 +59,27 @@ def parameters(numba_type: Any, value: Any) -> Parameters | None:
         return TupleParameters(tuple(numba_type))
     if type(value) is int and value >= 2**63:
         return None  # numba types these as uint64, smaller ints as int64: not by class
-    value_field = Conversion.VALUE
-    if numba_type == types.boolean:
-        return ScalarParameters((("?", value_field),))
-    if isinstance(numba_type, types.Integer):
-        letter = _INTEGER_LETTERS[numba_type.bitwidth]
-        return ScalarParameters(((letter if numba_type.signed else letter.upper(), value_field),))
-    if numba_type == types.float16:
-        return ScalarParameters((("H", Conversion.HALF_BITS),))
-    if numba_type in (types.float32, types.float64):
-        return ScalarParameters((("f" if numba_type == types.float32 else "d", value_field),))
     if numba_type in (types.complex64, types.complex128):
         letter = "f" if numba_type == types.complex64 else "d"
         return ScalarParameters(((letter, Conversion.REAL), (letter, Conversion.IMAG)))
+    return scalar_parameters(numba_type, types)
+
+
+def scalar_parameters(numba_type: Any, types: ModuleType) -> ScalarParameters | None:
+    """How a bool, integer or real scalar of ``numba_type`` is passed, as numba-cuda and
+    numba-cuda-mlir pass it: its value in its type's width (a bool: one byte; a float16: its
+    bits); None for other types. ``types`` is numba's types module, or numba-cuda-mlir's copy.
+    """
+    value = Conversion.VALUE
+    if numba_type == types.boolean:
+        return ScalarParameters((("?", value),))
+    if isinstance(numba_type, types.Integer):
+        letter = _INTEGER_LETTERS[numba_type.bitwidth]
+        return ScalarParameters(((letter if numba_type.signed else letter.upper(), value),))
+    if numba_type == types.float16:
+        return ScalarParameters((("H", Conversion.HALF_BITS),))
+    if numba_type in (types.float32, types.float64):
+        return ScalarParameters((("f" if numba_type == types.float32 else "d", value),))
     return None
 
 
