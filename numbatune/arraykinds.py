@@ -235,7 +235,7 @@ NUMBA_CUDA_MLIR = ArrayKind(
     read=_read_numba_array,
     itemsize=lambda array: array.dtype.itemsize,
     buffer=_allocation,
-    device=lambda array: int(array.gpu_data.context.device.id),
+    device=_numba_device,
     fast=FastRead.MEMO,
 )
 
@@ -374,8 +374,10 @@ CUDA_ARRAY_INTERFACE = ArrayKind(
 
 # -- any other object that offers DLPack (and not __cuda_array_interface__) -----------------
 
+#: DLPack's device type of CUDA device memory.
+DLPACK_CUDA = 2
 #: DLPack's device types of memory a kernel reads: CUDA device memory and managed memory.
-_DLPACK_CUDA = (2, 13)
+_DLPACK_KERNEL_MEMORY = (DLPACK_CUDA, 13)
 
 
 def _dlpack_interface(array: Any) -> dict[str, Any]:
@@ -392,7 +394,9 @@ def _dlpack_interface(array: Any) -> dict[str, Any]:
 
 def _dlpack_refusal(array: Any) -> str | None:
     device_type, _ = array.__dlpack_device__()
-    return None if device_type in _DLPACK_CUDA else f"a DLPack array of device type {device_type}"
+    if device_type in _DLPACK_KERNEL_MEMORY:
+        return None
+    return f"a DLPack array of device type {device_type}"
 
 
 def _dlpack_view(array: Any) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from numbatune import arrays, devices, native
-from numbatune.arraykinds import ArrayKind, FastRead, dtype_name, kind_of
+from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, dtype_name, kind_of
 from numbatune.arrays import buffer_of
 from numbatune.compilers import KernelCompiler
 from numbatune.compilers.base import (
@@ -210,8 +210,9 @@ class ArgumentPlan:
         fields = _read_library(self, argument, name, kind, ndim, itemsize)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
         # numba's strides are in bytes, a memref's in elements.
-        unit = itemsize if structure is ArrayStructure.NUMBA else 1
-        strides = fields.strides if unit > 1 else [f"({s}) // {itemsize}" for s in fields.strides]
+        numba = structure is ArrayStructure.NUMBA
+        unit = itemsize if numba else 1
+        strides = fields.strides if numba else [f"({s}) // {itemsize}" for s in fields.strides]
         if layout == "C":
             # A C-contiguous array exports no strides, and numba computes them from the shape.
             # (For dimensions of size 1 numba's may differ; no element's address depends on
@@ -291,10 +292,6 @@ class ArgumentPlan:
         return first
 
 
-#: DLPack's device type of CUDA device memory (that of arrays read by attribute).
-_DLPACK_CUDA = 2
-
-
 def _expected_in_c(
     reader: native.DLPack | None, value: Any, kind: ArrayKind, parameters: ArrayParameters
 ) -> bytes | None:
@@ -308,7 +305,7 @@ def _expected_in_c(
         device_type, device_id, ndim, code, bits, _ = described
         reads_device = True
     elif reader is not None and kind.attributes is not None and kind.stream is not None:
-        device_type, device_id, ndim = _DLPACK_CUDA, kind.device(value), parameters.ndim
+        device_type, device_id, ndim = DLPACK_CUDA, kind.device(value), parameters.ndim
         code, bits = 0, 8 * parameters.itemsize  # (the dtype object is compared, not the code)
         reads_device = kind.checks_device or devices.several()
     else:
