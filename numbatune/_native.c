@@ -530,7 +530,10 @@ static void find_getters(getters_t *found, PyTypeObject *type, PyObject *const *
     Py_XSETREF(found->type, (PyTypeObject *)Py_NewRef(type));
     memset(found->get, 0, sizeof found->get);
     found->version = 0;
-    if (type->tp_getattro != PyObject_GenericGetAttr) return; /* (its own lookup) */
+    if (type->tp_getattro != PyObject_GenericGetAttr) { /* its own lookup: every read asks it */
+        found->version = type->tp_version_tag; /* (so that it is not searched again each read) */
+        return;
+    }
     for (int n = 0; n < NAME_COUNT; n++) {
         PyObject *descriptor = PyObject_GetAttr((PyObject *)type, names[n]);
         if (descriptor == NULL) {
