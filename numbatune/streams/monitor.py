@@ -8,12 +8,11 @@ arrays launched on a stream other than their library's current stream are kept a
 stream has passed the launch, so dropping them cannot hand their memory to the caching
 allocator while the kernel may still read it (cubecl's deferred release); not where the driver
 orders the current stream's later work after the launch (the legacy default stream, and a
-blocking stream). A launch adds them to
-its stream's list; a background thread (the keeper) looks every :data:`KEEPER_PERIOD_S`, records
-one event per stream for the new ones, and lets go of those whose events the device passed,
-asking without waiting. numba's own arrays need not be kept: numba frees them with
-``cuMemFree``, which waits for the device. While a profile is open, every tuned launch is
-bracketed by two events.
+blocking stream). A launch adds them to its stream's list; a background thread (the keeper)
+looks every :data:`KEEPER_PERIOD_S`, records one event per stream for the new ones, and lets go
+of those whose events the device passed, asking without waiting. numba's own arrays need not
+be kept: numba frees them with ``cuMemFree``, which waits for the device. While a profile is
+open, every tuned launch is bracketed by two events.
 
 Only what numbatune launches is seen here: work queued by other code on a stream is ordered
 only by the ``__cuda_array_interface__`` rule (see :mod:`numbatune.launch.fastpath`) or by the
@@ -68,11 +67,11 @@ class Monitor:
 
     A launch compares its raw stream handle with :attr:`stream`; only when they differ does it
     look further. On a stream :meth:`before` made quick (in :attr:`order`'s ``quick``), the
-    generated launch code checks, without a lock, whether the order needs to hear of it
-    (:func:`numbatune.streams.order.quick_check`), and if so calls the order's ``use`` under
-    :attr:`lock`; on other streams it calls :meth:`before` and, with what that returns,
-    :meth:`after` once it is queued. Arrays to keep alive past a launch go to :meth:`hold`,
-    or straight into the list :attr:`pending` has for the stream.
+    generated launch code asks the order's ``quick_use``, which checks without a lock whether
+    the order needs to hear of it, and if so calls the order's ``use`` under :attr:`lock`; on
+    other streams it calls :meth:`before` and, with what that returns, :meth:`after` once it is
+    queued. Arrays to keep alive past a launch go to :meth:`hold`, or straight into the list
+    :attr:`pending` has for the stream.
     """
 
     def __init__(self, events: Any = None) -> None:

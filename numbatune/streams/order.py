@@ -67,7 +67,7 @@ class StreamOrder:
     def use(self, stream: int, buffers: Iterable[Hashable], quick: bool = False) -> None:
         """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use.
         ``quick``: later launches on ``stream`` may skip this while their buffers stay in its
-        open epoch (:func:`quick_check`)."""
+        open epoch (:meth:`quick_use`)."""
         if stream not in self._past_barrier:
             for producer, epoch in self._barrier.items():
                 self._wait_for(stream, producer, epoch)

@@ -18,8 +18,9 @@ device. No array passes through a pipe. The worker keeps a second device copy to
 trial from.
 Kernels are tried as they compile (:class:`Pipeline`, a thread of the caller's process), while
 the others still compile: the kernels given since the last task go to the worker in one task,
-which runs them one after another and stops at the first failure (the worker then ends: its
-context may be spoilt); the rest go in the next task. A tuning with nothing to try does not
+which runs them one after another: a launch the driver refused before anything ran fails its
+kernel and the next one runs; any other failure stops the task (the worker then ends: its
+context may be spoilt), and the rest go in the next task. A tuning with nothing to try does not
 copy its arguments. The worker notes in a small shared file which kernel of a task it is running,
 and since when (:class:`_Progress`): when a task dies or passes the time limit, the kernels
 before that one ran, and that one failed, with the reason; the rest go together in the next
