@@ -10,7 +10,6 @@ import os
 import struct
 import subprocess
 import sys
-import textwrap
 import types
 
 import numpy as np
@@ -180,7 +179,9 @@ def _calling(index):
     return types.FunctionType(scale_add_numba_cuda_index.__code__, namespace, "scale_add")
 
 
-MODULE_TO_PRECOMPILE = """
+#: A kernel module: ``numbatune compile`` builds it for a device it does not have, and a fresh
+#: process loads its winner from the disk cache and the kernel store.
+MODULE = """
 import numbatune as nt
 import numpy as np
 from numba_cuda_mlir import cuda
@@ -210,7 +211,7 @@ def test_numbatune_compile_builds_numba_cuda_mlir_kernels_for_a_device_it_does_n
 ):
     from numbatune import cli
 
-    (tmp_path / "doubling.py").write_text(MODULE_TO_PRECOMPILE)
+    (tmp_path / "doubling.py").write_text(MODULE)
     status = cli.main(["compile", "--cc", "9.0", "--cache-dir", str(tmp_path / "cache"),
                        "--workers", "1", str(tmp_path / "doubling.py")])  # fmt: skip
     printed = capsys.readouterr()
@@ -398,25 +399,6 @@ def test_check_mode_compares_every_variant_with_the_reference():
         assert (result.mismatch is not None) == (result.variant.params["ITEMS"] == 4)
 
 
-MODULE = """
-import numbatune as nt
-from numba_cuda_mlir import cuda
-
-ITEMS = 1
-
-
-@nt.autotune(
-    variants=nt.product(BLOCK=[64, 256], ITEMS=[1, 2]),
-    launch=lambda a, out, *, BLOCK, ITEMS: (nt.cdiv(a.shape[0], BLOCK * ITEMS), BLOCK),
-)
-@cuda.jit
-def double(a, out):
-    first = cuda.grid(1) * ITEMS
-    for k in range(ITEMS):
-        if first + k < a.shape[0]:
-            out[first + k] = 2 * a[first + k]
-"""
-
 SCRIPT = """
 import json
 import numbatune
@@ -435,7 +417,7 @@ print(json.dumps({"source": report.source, "stats": mlirkernel.double.stats,
 
 @pytest.mark.gpu
 def test_a_fresh_process_answers_from_disk_and_loads_the_winner_from_the_kernel_store(tmp_path):
-    (tmp_path / "mlirkernel.py").write_text(textwrap.dedent(MODULE))
+    (tmp_path / "mlirkernel.py").write_text(MODULE)
     env = {
         **os.environ,
         "NUMBATUNE_CACHE_DIR": str(tmp_path / "cache"),
