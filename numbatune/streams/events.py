@@ -62,6 +62,20 @@ class _DriverEvents:
         finally:
             driver.cuCtxPopCurrent()
 
+    def context(self, stream: int) -> int:
+        """The raw handle of the context ``stream`` (a live stream, not a default one) belongs
+        to."""
+        return int(self._checked(self._driver.cuStreamGetCtx(self._driver.CUstream(stream))))
+
+    def synchronize_context(self, context: int) -> None:
+        """Wait on the host for all queued in ``context``, on every stream of it."""
+        driver = self._driver
+        self._checked(driver.cuCtxPushCurrent(driver.CUcontext(context)))
+        try:
+            self._checked(driver.cuCtxSynchronize())
+        finally:
+            driver.cuCtxPopCurrent()
+
     def wait(self, waiting: int, producer: int) -> None:
         """``waiting`` waits for what is queued on ``producer`` (callers hold the monitor lock)."""
         self.record(self._wait_event, producer)
@@ -110,6 +124,12 @@ class _SimulatorEvents:
         pass
 
     def synchronize(self, event: Any) -> None:
+        pass
+
+    def context(self, stream: int) -> int:
+        return 0
+
+    def synchronize_context(self, context: int) -> None:
         pass
 
     def passed(self, event: Any) -> bool:

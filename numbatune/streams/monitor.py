@@ -99,10 +99,11 @@ class Monitor:
         # libraries' current streams, which their libraries keep).
         self._streams: dict[int, Any] = {}
         # Streams numbatune cannot keep alive (raw handles, numba's external streams, cuda.core
-        # streams, which may be closed): their event is recorded right after each launch on
-        # them, so that a later wait never touches the stream itself. On the others it is
-        # recorded when another stream first needs to wait for them.
-        self._eager: set[int] = set()
+        # streams, which may be closed), with the context each belongs to: their event is
+        # recorded right after each launch on them, so that a later wait never touches the
+        # stream itself. On the others it is recorded when another stream first needs to wait
+        # for them.
+        self._eager: dict[int, int] = {}
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = {}
@@ -179,7 +180,7 @@ class Monitor:
         self.events.check(stream)
         self._streams[stream] = None if isinstance(given, int) else given
         if stream not in DEFAULT_STREAMS and _may_close(given):
-            self._eager.add(stream)
+            self._eager[stream] = self.events.context(stream)
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted
@@ -247,10 +248,14 @@ class Monitor:
     def _start_ordering(self) -> None:
         """A second stream or a profile: from now on every launch is watched and every buffer
         tracked; what the first stream queued before is waited for by each other stream's
-        first launch."""
+        first launch. Where the first stream is one that may be closed (its launches recorded
+        no event while it was the only one), the host waits once for its context's work
+        instead: the stream itself may be gone."""
         first = self.stream
         self.stream = _ANY
-        if first is not None:
+        if first in self._eager:
+            self.events.synchronize_context(self._eager[first])
+        elif first is not None:
             self.order.use(first, ())
             self.order.barrier()
 
