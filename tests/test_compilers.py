@@ -146,3 +146,40 @@ def test_the_compilers_name_and_version_are_part_of_the_checksum(fake, monkeypat
     assert _tuned(FakeKernel(function)).checksum() == by_fake.checksum()
     monkeypatch.setattr(fake, "_version", "2.0")
     assert _tuned(FakeKernel(function)).checksum() != by_fake.checksum()
+
+
+def _reports(error_at, error):
+    """A stand-in for the driver's ``cuFuncGetParamInfo``: 8-byte parameters up to index
+    ``error_at``, which it answers with ``error``."""
+
+    def info(function, index):
+        return (error, 0, 0) if index == error_at else (0, 8 * index, 8)
+
+    return info
+
+
+def test_numba_cuda_mlirs_parameter_layout_ends_where_the_driver_says_past_the_last(monkeypatch):
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from numbatune.compilers import mlir_parameters
+
+    invalid = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    monkeypatch.setattr(driver, "cuFuncGetParamInfo", _reports(2, invalid))
+    assert mlir_parameters.parameter_layout(0x1001) == [(0, 8), (8, 8)]
+
+
+def test_a_driver_that_cannot_report_parameter_layouts_is_named_not_read_as_no_parameters(
+    monkeypatch,
+):
+    """An older driver lacks cuFuncGetParamInfo: launching through numbatune says so, and the
+    fast path leaves the kernel alone. Before, any error read as the end of the parameters, and
+    a launch failed on a layout of none."""
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    from numbatune.compilers import NUMBA_CUDA_MLIR, mlir_parameters
+
+    unsupported = driver.CUresult.CUDA_ERROR_NOT_SUPPORTED
+    monkeypatch.setattr(driver, "cuFuncGetParamInfo", _reports(1, unsupported))
+    with pytest.raises(CudaAPIError, match=r"cannot report .* parameter layout"):
+        mlir_parameters.parameter_layout(0x1002)
+    assert NUMBA_CUDA_MLIR.parameter_layout(0x1003) is None

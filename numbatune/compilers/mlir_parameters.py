@@ -173,7 +173,14 @@ _layouts: dict[int, list[tuple[int, int]]] = {}
 
 def parameter_layout(function: int) -> list[tuple[int, int]]:
     """(offset, size) of each parameter of a loaded ``CUfunction``, as the driver reports
-    them (``cuFuncGetParamInfo``); kept per function."""
+    them (``cuFuncGetParamInfo``); kept per function.
+
+    Raises
+    ------
+    numba.cuda.cudadrv.driver.CudaAPIError
+        The driver cannot report them (an older driver): it answered with another error than
+        the one past the last parameter.
+    """
     layout = _layouts.get(function)
     if layout is None:
         from cuda.bindings import driver
@@ -183,8 +190,15 @@ def parameter_layout(function: int) -> list[tuple[int, int]]:
             error, offset, size = driver.cuFuncGetParamInfo(
                 driver.CUfunction(function), len(layout)
             )
-            if error != driver.CUresult.CUDA_SUCCESS:
+            if error == driver.CUresult.CUDA_ERROR_INVALID_VALUE:  # past the last parameter
                 break
+            if error != driver.CUresult.CUDA_SUCCESS:
+                from numba.cuda.cudadrv.driver import CudaAPIError
+
+                raise CudaAPIError(
+                    int(error), "the driver cannot report a numba-cuda-mlir kernel's parameter "
+                    "layout (cuFuncGetParamInfo needs a CUDA 12.4 driver or later)",
+                )  # fmt: skip
             layout.append((int(offset), int(size)))
         _layouts[function] = layout
     return layout
@@ -217,7 +231,7 @@ def launch(
     TypeError
         An argument numbatune does not pass (:func:`fields`).
     numba.cuda.cudadrv.driver.CudaAPIError
-        The driver refused the launch.
+        The driver refused the launch, or cannot report the kernel's parameter layout.
     """
     from numba import cuda
 

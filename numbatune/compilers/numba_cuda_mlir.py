@@ -248,8 +248,14 @@ class NumbaCudaMlir(KernelCompiler):
         return mlir_parameters.parameters(argtype, value)
 
     def parameter_layout(self, function: int) -> list[tuple[int, int]] | None:
-        """The driver's ``cuFuncGetParamInfo`` for each parameter."""
-        return mlir_parameters.parameter_layout(function) or None
+        """The driver's ``cuFuncGetParamInfo`` for each parameter; None where it cannot
+        report them (the fast path then leaves the kernel to :meth:`launch`, which says so)."""
+        from numba.cuda.cudadrv.driver import CudaAPIError
+
+        try:
+            return mlir_parameters.parameter_layout(function) or None
+        except CudaAPIError:
+            return None
 
     def function_handle(self, function: int) -> int:
         """The ``CUfunction`` itself (:meth:`function_of` gives it)."""
