@@ -1084,8 +1084,8 @@ print("ok")
 @pytest.mark.gpu
 def test_closing_the_only_stream_used_so_far_leaves_the_next_stream_working(tmp_path):
     """numbatune records nothing on a process's only stream; when it is a raw handle, closed
-    before a second stream is used, the second stream's launches run and are ordered after the
-    first's. (That the closed handle is not touched is the CPU test's: the driver does not
+    before a second stream is used, the second stream's launch runs and its write is the one
+    left. (That the closed handle is not touched is the CPU test's: the driver does not
     always fault on a dead handle, and did not on the H100 with the code before.)"""
     (tmp_path / "closed_first.py").write_text(_CLOSED_FIRST_STREAM)
     env = {**os.environ, "NUMBATUNE_CACHE_DIR": str(tmp_path / "cache")}
