@@ -42,6 +42,7 @@ setup(
         Extension(
             "numbatune._native",
             sources=["numbatune/_native.c", "numbatune/_order.c"],
+            depends=["numbatune/_native.h"],
             libraries=["dl"],
             optional=True,  # a failed build leaves the install without it, with a warning
         )

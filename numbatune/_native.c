@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_native.h"
+
 #define MAX_PARAMETERS 1024
 
 typedef int (*launch_kernel_t)(void *function, unsigned grid_x, unsigned grid_y,
@@ -27,14 +29,12 @@ typedef int (*launch_cooperative_t)(void *function, unsigned grid_x, unsigned gr
                                     unsigned block_z, unsigned shared_bytes, void *stream,
                                     void **parameters);
 typedef int (*get_current_context_t)(void **context);
-typedef int (*event_record_t)(void *event, void *stream);
-typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
 typedef int (*event_query_t)(void *event);
 
 static launch_kernel_t launch_kernel = NULL;
 static launch_cooperative_t launch_cooperative = NULL;
 static get_current_context_t get_current_context = NULL;
-/* (not static: _order.c calls these two where an order's events are this module's) */
+/* (not static: _order.c calls these two, _native.h) */
 event_record_t event_record = NULL;
 stream_wait_event_t stream_wait_event = NULL;
 static event_query_t event_query = NULL;
@@ -936,8 +936,6 @@ static PyMethodDef methods[] = {
      "cooperative) -> CUresult"},
     {NULL, NULL, 0, NULL},
 };
-
-int add_order_type(PyObject *module); /* _order.c */
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "numbatune._native", NULL, -1,
                                     methods};

@@ -12,11 +12,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-/* The driver's cuEventRecord and cuStreamWaitEvent (_native.c; NULL where it is not loaded). */
-typedef int (*event_record_t)(void *event, void *stream);
-typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
-extern event_record_t event_record;
-extern stream_wait_event_t stream_wait_event;
+#include "_native.h"
 
 /* The C functions of the module's record and wait (set by add_order_type): events whose record
  * and wait_event are these are the driver's, which an order calls directly. */

@@ -1,0 +1,19 @@
+/* What the extension's two files share (_native.c, _order.c): the driver's event calls, which
+ * _native.c loads and _order.c calls where an order's events are the module's, and the hook that
+ * adds _order.c's types to the module. */
+#ifndef NUMBATUNE_NATIVE_H
+#define NUMBATUNE_NATIVE_H
+
+#include <Python.h>
+
+typedef int (*event_record_t)(void *event, void *stream);
+typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
+
+/* cuEventRecord and cuStreamWaitEvent (NULL where the driver is not loaded). */
+extern event_record_t event_record;
+extern stream_wait_event_t stream_wait_event;
+
+/* Adds the Order and Lock types to the extension module: 0, or -1 with an exception. */
+int add_order_type(PyObject *module);
+
+#endif
