@@ -32,6 +32,7 @@ from numba import cuda
 import numbatune
 from bench.dispatch_cost import (
     SIZE,
+    _alternating,
     _array_kinds,
     _library_streams,
     launch_stubbed,
@@ -127,13 +128,13 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
                     kind, "host code, launch stubbed", name
                 ]
                 streams = [cuda.stream(), cuda.stream()]
-                two[kind, "hit that waits for another stream", name] = partial(
-                    _alternate, tuned, (x, out, a), streams, [0]
+                two[kind, "hit that waits for another stream", name] = _alternating(
+                    tuned, (x, out, a), streams
                 )
                 second_streams.append(partial(tuned, make(host), make(host), a, stream=streams[1]))
                 if (own := _library_streams(kind)) is not None:
-                    two[kind, "waits, the library's non-blocking streams", name] = partial(
-                        _alternate, tuned, (x, out, a), own, [0]
+                    two[kind, "waits, the library's non-blocking streams", name] = _alternating(
+                        tuned, (x, out, a), own
                     )
                     second_streams.append(partial(tuned, make(host), make(host), a, stream=own[1]))
         medians = per_call_us(one, batches=30, per_batch=300, warmup_s=2.0)
@@ -144,11 +145,6 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
     for (kind, case, name), us in medians.items():
         result.setdefault(f"{kind}: {case}", {})[name] = us
     return result
-
-
-def _alternate(tuned: Any, args: tuple[Any, ...], streams: list[Any], flip: list[int]) -> None:
-    flip[0] ^= 1
-    tuned(*args, stream=streams[flip[0]])
 
 
 if __name__ == "__main__":
