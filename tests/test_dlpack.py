@@ -24,6 +24,7 @@ from numbatune.keys import KeyParts, default_key
 from numbatune.launch import fastpath
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.monitor import Monitor
+from tests.test_streams import RecordingEvents
 
 torch = pytest.importorskip("torch")
 
@@ -94,7 +95,8 @@ class MemrefCompiler:
 def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_CUDA):
     """The fast path generated for arguments like ``example``, launching the ``winners`` of
     their keys, with the launch capturing the packed parameters (into the returned list)
-    instead of calling the driver; ``compiler`` says how arguments become parameters."""
+    instead of calling the driver, and the stream order's events standing in for the driver's;
+    ``compiler`` says how arguments become parameters."""
     with monkeypatch.context() as patch:
         if not dlpack:
             patch.setattr(native, "dlpack", lambda: None)
@@ -104,7 +106,9 @@ def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_C
         plan.close()
     launched = []
     monkeypatch.setattr(native, "launcher", lambda: lambda *call: launched.append(call[3]) or 0)
-    monkeypatch.setattr(fastpath, "monitor", Monitor())
+    events = RecordingEvents()  # (the fake streams' handles never reach a driver)
+    events.released.set()  # the device passes each event at once
+    monkeypatch.setattr(fastpath, "monitor", Monitor(events))
     monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
     monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
         current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
