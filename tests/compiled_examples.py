@@ -56,7 +56,8 @@ def toolchain() -> tuple[str, ...]:
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env={**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "NUMBA_ENABLE_CUDASIM": "0",
+             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
     )  # fmt: skip
     return tuple(json.loads(done.stdout.splitlines()[-1]))
 

@@ -53,12 +53,14 @@ def cache(source, numbatune_cache):
 
 
 def stored_kernels(cache_dir, function, cc=(9, 0)):
-    """The kernels the store under ``cache_dir`` keeps for ``function``, by key."""
+    """The kernels the store under ``cache_dir`` keeps for ``function``, by key (not its
+    notes of the kernels that ran, which tuning on a GPU leaves)."""
     folder = kernels_folder(cache_dir, cc) / folder_name(function)
     if not folder.is_dir():
         return {}
     disk = Folder(folder, function, KERNELS)
-    return {key: disk.get(key) for key in disk.stored_keys()}
+    stored = {key: disk.get(key) for key in disk.stored_keys()}
+    return {key: value for key, value in stored.items() if isinstance(value, bytes)}
 
 
 def exported(capsys, path, *options):

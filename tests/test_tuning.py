@@ -8,6 +8,7 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
+from numbatune.arrays import SIMULATOR
 from tests import kernels
 
 
@@ -289,11 +290,16 @@ def test_a_kernel_defined_with_nothing_stored_gets_its_compile_workers_ready(
 def test_a_tuning_keeps_the_settings_it_began_with(monkeypatch):
     """Settings changed while a key is tuned (here by its launch function, which runs as the
     variants compile) apply to the next tuning, not to the one under way."""
-    runs = nt.settings.simulator_runs
-    monkeypatch.setattr(nt.settings, "simulator_runs", runs)  # restored after the test
+    # How many timed runs each variant gets: under the simulator, on a GPU (and fewer than
+    # early_stop_rounds, so that no variant is stopped early).
+    names = ["simulator_runs"] if SIMULATOR else ["min_runs", "max_runs"]
+    for name in names:
+        monkeypatch.setattr(nt.settings, name, getattr(nt.settings, name))  # restored after
+    runs = 2
+    nt.configure(**dict.fromkeys(names, runs))
 
     def launch(a, out, *, BLOCK):
-        nt.configure(simulator_runs=runs + 3)
+        nt.configure(**dict.fromkeys(names, runs + 3))
         return nt.cdiv(a.shape[0], BLOCK), BLOCK
 
     tuned = nt.autotune(variants=nt.product(BLOCK=[2, 4, 8]), launch=launch)(kernels.accumulate)
