@@ -290,8 +290,8 @@ def test_a_kernel_defined_with_nothing_stored_gets_its_compile_workers_ready(
 def test_a_tuning_keeps_the_settings_it_began_with(monkeypatch):
     """Settings changed while a key is tuned (here by its launch function, which runs as the
     variants compile) apply to the next tuning, not to the one under way."""
-    # How many timed runs each variant gets: under the simulator, on a GPU (and fewer than
-    # early_stop_rounds, so that no variant is stopped early).
+    # How many timed runs each variant gets: under the simulator, on a GPU (no more than
+    # early_stop_rounds, so that a variant the early stop drops has had them all).
     names = ["simulator_runs"] if SIMULATOR else ["min_runs", "max_runs"]
     for name in names:
         monkeypatch.setattr(nt.settings, name, getattr(nt.settings, name))  # restored after
