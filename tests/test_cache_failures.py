@@ -57,12 +57,51 @@ print(json.dumps({"sources": sources, "listed": json.loads(listed.getvalue())}))
 """
 
 
-def _results_warnings(caplog):
-    """The warnings that new results stay in memory (on a GPU the store of compiled kernels,
-    in a folder of its own, says the same of them in its own warning)."""
-    return [
-        r.getMessage() for r in caplog.records if "new results stay in memory" in r.getMessage()
+def _memory_warnings(caplog):
+    """The warnings that new entries stay in memory."""
+    return [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
+
+
+def _both_stores(cache):
+    """A results folder and a compiled kernels folder under the cache directory ``cache``, each
+    holding one entry (the kernels' are used on a GPU only: here their folder is made)."""
+    folders = [
+        disk_module.Folder(cache / "device" / "function", "f"),
+        disk_module.Folder(cache / "kernels" / "sm_90" / "function", "f", disk_module.KERNELS),
     ]
+    for folder in folders:
+        assert folder.set("key", b"value")
+        folder.close()
+    return [folder.folder for folder in folders]
+
+
+def test_a_cache_directory_both_stores_cannot_write_in_is_warned_of_once(
+    tmp_path, monkeypatch, caplog
+):
+    """Read-only (a cache shipped in an image) and then a full disk: one warning each for the
+    directory, whichever store meets it first, naming what stays in memory."""
+    results, kernels = _both_stores(tmp_path / "cache")
+    monkeypatch.setattr(disk_module, "writable", lambda folder: False)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        opened = [disk_module.Folder(results, "f"),
+                  disk_module.Folder(kernels, "f", disk_module.KERNELS)]  # fmt: skip
+    assert [folder.get("key") for folder in opened] == [b"value", b"value"]
+    (warning,) = _memory_warnings(caplog)
+    assert f"the tune cache at {tmp_path / 'cache'} cannot be written" in warning
+    assert "new results and compiled kernels stay in memory" in warning
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.undo()
+    monkeypatch.setattr(disk_module.diskcache.Cache, "set", full)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        opened = [disk_module.Folder(results, "f"),
+                  disk_module.Folder(kernels, "f", disk_module.KERNELS)]  # fmt: skip
+        assert [folder.set("other", b"value") for folder in opened] == [False, False]
+    (warning,) = _memory_warnings(caplog)
+    assert "the disk is full" in warning and "results and compiled kernels" in warning
 
 
 def test_a_read_only_cache_is_read_and_new_results_stay_in_memory(numbatune_cache):
@@ -72,8 +111,8 @@ def test_a_read_only_cache_is_read_and_new_results_stay_in_memory(numbatune_cach
     ran = run_read_only(READ_ONLY_TUNING, numbatune_cache, "8", "64", "64")
     assert ran["sources"] == ["disk", "benchmark", "memory"]
     assert [(row["keys"], row["damaged"]) for row in ran["listed"]] == [(1, 0)]
-    notes = [line for line in ran["stderr"].splitlines() if "new results stay in memory" in line]
-    assert len(notes) == 1 and "read-only" in notes[0] and "results are used" in notes[0], notes
+    notes = [line for line in ran["stderr"].splitlines() if "stay in memory" in line]
+    assert len(notes) == 1 and "read-only" in notes[0] and "what it holds is used" in notes[0]
     assert _folder(numbatune_cache) == folder  # not moved
     assert len(stored_entries(numbatune_cache)) == 1  # nothing written
 
@@ -94,8 +133,8 @@ def test_a_full_disk_keeps_results_in_memory_with_one_warning(
         assert tuned.tune(*_arguments(8)).source == "benchmark"
         assert tuned.tune(*_arguments(64)).source == "benchmark"
     assert tuned.tune(*_arguments(8)).source == "memory"
-    warnings = [r for r in caplog.records if "results stay in memory" in r.getMessage()]
-    assert len(warnings) == 1 and "disk is full" in warnings[0].getMessage()
+    (warning,) = _memory_warnings(caplog)
+    assert "disk is full" in warning
     assert "moved" not in caplog.text and not list(numbatune_cache.rglob("*.corrupt-*"))
 
 
@@ -119,7 +158,7 @@ def test_keys_stored_before_the_disk_filled_up_are_still_read(
     with caplog.at_level(logging.WARNING, logger="numbatune"):
         assert tuned.tune(*_arguments(8)).source == "disk"
         assert tuned.tune(*_arguments(64)).source == "benchmark"
-    (warning,) = _results_warnings(caplog)
+    (warning,) = _memory_warnings(caplog)
     assert "the disk is full" in warning and "free some space" in warning
 
 
@@ -294,7 +333,7 @@ def test_a_cache_directory_that_is_a_file_is_said_in_words_when_tuning_and_by_in
     nt.configure(cache_dir=a_file)
     with caplog.at_level(logging.WARNING, logger="numbatune"):
         assert _tuned().tune(*_arguments()).source == "benchmark"
-    (warning,) = _results_warnings(caplog)
+    (warning,) = _memory_warnings(caplog)
     assert f"{a_file} is a file, not a folder" in warning and "give a folder" in warning
     assert main(["info", "--json"]) == 0
     assert "is a file, not a folder" in json.loads(capsys.readouterr().out)["cache_problem"]

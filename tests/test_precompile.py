@@ -308,7 +308,7 @@ def test_a_read_only_kernel_store_loads_its_kernels(module, tmp_path):
         READ_STORE, tmp_path, str(tmp_path), two.function_id, env=worker_environment()
     )
     assert ran["loaded"] == [True, True], ran["stderr"]
-    assert "cannot be written" in ran["stderr"] and "compiled kernels are used" in ran["stderr"]
+    assert "cannot be written" in ran["stderr"] and "what it holds is used" in ran["stderr"]
 
 
 CLI_MODULE = """

@@ -8,18 +8,20 @@ for what it is:
 - **read-only** (a cache shipped in a container image, a read-only mount, a folder owned by
   another user, a full disk): its entries are read through SQLite's read-only mode (as an
   immutable file where the folder cannot take SQLite's shared-memory file), none are written;
-  what this process makes stays in its memory, said once per cache folder;
+  what this process makes stays in its memory, said once per cache directory (its results and
+  its compiled kernels, in folders of their own, alike);
 - **corrupt** (SQLite says the file is not a database, or is malformed): moved aside to
   ``<folder>.corrupt-<time>`` and started afresh; the warning says where it went, or that it
   could not be moved and new entries stay in memory;
 - **unavailable** (no database to read, and none can be made): entries stay in memory, with
-  one warning; nothing is moved or deleted.
+  one warning for the cache directory; nothing is moved or deleted.
 
 While a process runs, its database can be damaged under it (cut short, overwritten) or
 replaced by another process. Before each write the file is checked: one another process
 replaced (or removed) is opened again; a damaged one is moved aside, with a warning, and the
 entry goes to a fresh one. A write that fails (a full or read-only disk) warns once: the entry
-stays in memory, and the entries stored before are still read. Errors are said in words
+stays in memory, and the entries stored before are still read (said once per cache directory,
+as the disk's state is). Errors are said in words
 (:func:`in_words`), not as a bare errno.
 """
 
@@ -60,16 +62,21 @@ class Mode(enum.Enum):
 
 @dataclass(frozen=True)
 class Holds:
-    """What a folder holds, as its messages name it."""
+    """What a folder holds, as its messages name it, and where it lies."""
 
     #: The store, as "the tune cache".
     store: str
     #: Its entries, as "results".
     entries: str
+    #: How deep under the cache directory its folders lie (``<device>/<function>``: 2).
+    depth: int
 
 
-RESULTS = Holds("tune cache", "results")
-KERNELS = Holds("kernel store", "compiled kernels")
+RESULTS = Holds("tune cache", "results", 2)
+KERNELS = Holds("kernel store", "compiled kernels", 3)  # kernels/sm_90/<function>
+
+#: What stays in memory while the cache directory cannot be written: every store's entries.
+_EVERY_STORE = f"{RESULTS.entries} and {KERNELS.entries}"
 
 
 def _file_in_the_way(path: Path) -> Path | None:
@@ -237,6 +244,10 @@ class Folder:
         self.folder = folder
         self._name = name
         self._holds = holds
+        parents = folder.parents
+        #: The cache directory it lies in, whose state (read-only, full, a file in the way)
+        #: its stores share and are warned of once.
+        self._cache_dir = parents[holds.depth - 1] if len(parents) >= holds.depth else folder
         self.mode = Mode.MEMORY
         #: Why entries cannot be written here, in words (None while they can).
         self.problem: str | None = None
@@ -275,21 +286,17 @@ class Folder:
     def _open_read_only(self, error: BaseException) -> None:
         """Read what is there, writing nothing (``error``: why it cannot be written)."""
         self.mode, self._cache, self.problem = Mode.MEMORY, None, in_words(error, self.folder)
-        what = f"the {self._holds.store} at {self.folder}"
         if not (self.folder / _DATABASE).is_file():
-            self._say("open", f"{what} cannot be used: {self.problem}")
+            self._say_of_cache("open", f"cannot be used: {self.problem}")
             return
         try:
             self._cache = _ReadOnly(self.folder)
         except DISK_ERRORS as second:
+            what = f"the {self._holds.store} at {self.folder}"
             self._say("open", f"{what} cannot be read ({in_words(second)}) nor written")
             return
         self.mode = Mode.READ_ONLY
-        self._say(
-            "open",
-            f"{what} cannot be written: {self.problem}; its {self._holds.entries} are used",
-            place=self.folder.parent,
-        )
+        self._say_of_cache("open", f"cannot be written: {self.problem}; what it holds is used")
 
     def _set_aside(self, why: str) -> None:
         """Move the damaged folder aside and start a fresh one (``why``: what is wrong)."""
@@ -311,14 +318,20 @@ class Folder:
             self._name, what, why, aside,
         )  # fmt: skip
 
-    def _say(self, about: str, what: str, place: Path | None = None) -> None:
-        """Warn once per folder (or ``place``) and ``about``."""
-        told = (place or self.folder, about)
+    def _say(self, about: str, what: str) -> None:
+        """Warn once per folder and ``about`` (a problem of this folder alone)."""
+        self._warn_once((self.folder, about), what, self._holds.entries)
+
+    def _say_of_cache(self, about: str, what: str) -> None:
+        """Warn once per cache directory and ``about`` (a problem of the directory or its disk,
+        which every store in it meets), naming the directory."""
+        text = f"the {RESULTS.store} at {self._cache_dir} {what}"
+        self._warn_once((self._cache_dir, about), text, _EVERY_STORE)
+
+    def _warn_once(self, told: tuple[Path, str], what: str, entries: str) -> None:
         if told not in _said:
             _said.add(told)
-            logger.warning(
-                "numbatune: %s: %s: new %s stay in memory", self._name, what, self._holds.entries
-            )
+            logger.warning("numbatune: %s: %s: new %s stay in memory", self._name, what, entries)
 
     # -- while it is open ---------------------------------------------------------------------
 
@@ -366,7 +379,7 @@ class Folder:
         except DISK_ERRORS as error:
             if not _corrupt(error):
                 self.problem = in_words(error, self.folder)
-                self._say("write", f"cannot write the {self._holds.store}: {self.problem}")
+                self._say_of_cache("write", f"cannot be written: {self.problem}")
                 return False
             self._set_aside(f"was damaged while in use ({error})")
         return self.mode is Mode.WRITABLE and action(self._cache)
