@@ -28,13 +28,17 @@ from importlib import metadata
 from typing import Any
 
 
-def package_version(package: str) -> str:
-    """``"<package> <version>"`` of an installed package, ``"<package> missing"`` of another
-    (for compilers' identities)."""
+def installed_version(package: str) -> str:
+    """The version of an installed package, ``"missing"`` of another."""
     try:
-        return f"{package} {metadata.version(package)}"
+        return metadata.version(package)
     except metadata.PackageNotFoundError:
-        return f"{package} missing"
+        return "missing"
+
+
+def package_version(package: str) -> str:
+    """``"<package> <version>"`` (:func:`installed_version`), for compilers' identities."""
+    return f"{package} {installed_version(package)}"
 
 
 @dataclass(frozen=True)

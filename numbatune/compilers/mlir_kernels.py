@@ -24,7 +24,7 @@ import numpy as np
 
 from numbatune.arraykinds import kind_of
 from numbatune.compilers import mlir_parameters, payloads
-from numbatune.compilers.base import package_version
+from numbatune.compilers.base import installed_version
 from numbatune.compilers.mlir_parameters import Packing
 
 #: The compiler's name, in identities and messages.
@@ -42,7 +42,7 @@ _NOT_OWN = frozenset({"device", "_lto_explicit", "chip", "cc", "_compile_output"
 
 def version() -> str:
     """numba-cuda-mlir's version ("missing" where it is not installed)."""
-    return package_version(NAME).partition(" ")[2]
+    return installed_version(NAME)
 
 
 def installed() -> bool:

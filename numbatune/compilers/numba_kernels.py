@@ -14,7 +14,7 @@ from numba import cuda
 
 from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers import payloads
-from numbatune.compilers.base import package_version
+from numbatune.compilers.base import installed_version, package_version
 
 #: The compiler's name, in identities and messages.
 NAME = "numba-cuda"
@@ -22,7 +22,7 @@ NAME = "numba-cuda"
 
 def version() -> str:
     """numba-cuda's version."""
-    return package_version("numba-cuda").partition(" ")[2]
+    return installed_version(NAME)
 
 
 #: numba settings that change the code it generates (numba.cuda.core.config names).
