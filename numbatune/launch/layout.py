@@ -255,10 +255,11 @@ class ArgumentPlan:
         before it whose parameters lead up to its, for library ``L`` (:meth:`close` adds the
         read). False where it cannot be."""
         reader = native.dlpack()
-        expected = _expected_in_c(reader, value, kind, parameters)
+        api = reader.api(type(value)) if reader is not None else 0
+        expected = _expected_in_c(reader, api, value, kind, parameters)
         if expected is None:
             return False
-        reads = self._c_reads.setdefault(kind, _CReads(reader.reader, reader.api(type(value))))
+        reads = self._c_reads.setdefault(kind, _CReads(reader.reader, api))
         reads.arguments.append(argument)
         reads.expected.append(expected)
         reads.dtypes.append(value.dtype)
@@ -293,11 +294,15 @@ class ArgumentPlan:
 
 
 def _expected_in_c(
-    reader: native.DLPack | None, value: Any, kind: ArrayKind, parameters: ArrayParameters
+    reader: native.DLPack | None,
+    api: int,
+    value: Any,
+    kind: ArrayKind,
+    parameters: ArrayParameters,
 ) -> bytes | None:
     """What the C extension's read expects of arrays like ``value`` (:data:`numbatune.native.
-    EXPECTED`), or None where it cannot read them."""
-    api = reader.api(type(value)) if reader is not None else 0
+    EXPECTED`), or None where it cannot read them; ``api`` is the address of their class's
+    DLPack C exchange API (0: none)."""
     if api:
         described = reader.describe(api, value)
         if described is None or described[5] != 1:  # (vector types: lanes)
