@@ -265,8 +265,7 @@ static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_
                  (stream->entry == NULL && open_entry(self, stream, 1) < 0);
     stream->used = 1;
     PyObject *entry = failed ? NULL : Py_NewRef(stream->entry);
-    PyObject *seen = NULL;       /* the last entry waited for, and its stream */
-    Stream *producer = NULL;
+    PyObject *seen = NULL; /* the last entry waited for */
     for (Py_ssize_t i = 0; !failed && i < count; i++) {
         PyObject *last = PyDict_GetItemWithError(self->last_use, buffers[i]);
         if (last == entry) continue;
@@ -277,7 +276,7 @@ static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_
         if (last != NULL && last != seen) {
             Py_INCREF(last);
             Py_XSETREF(seen, last);
-            producer = stream_of(self, PyTuple_GET_ITEM(last, 0));
+            Stream *producer = stream_of(self, PyTuple_GET_ITEM(last, 0));
             long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(last, 1));
             failed = producer == NULL || (epoch < 0 && PyErr_Occurred()) ||
                      wait_for(self, stream, producer, epoch) < 0;
