@@ -273,3 +273,37 @@ def test_a_shipped_export_launches_every_key_in_a_fresh_process_with_no_compile(
     assert fresh["sources"] == ["memory", "memory", "memory"]
     stats = fresh["stats"]
     assert (stats["benchmarks"], stats["compiles"]) == (0, 0) and stats["loaded"] > 0, stats
+
+
+TUNED_UNDER_TWO_CACHES = """
+import sys
+import numpy as np
+import numbatune as nt
+from numba import cuda
+import sweep_kernels
+
+x, out = cuda.to_device(np.ones(16, np.float32)), cuda.device_array(16, np.float32)
+for cache in sys.argv[1:]:
+    nt.configure(cache_dir=cache)
+    sweep_kernels.scale.tune(x, out, np.float32(3.0))
+"""
+
+
+@pytest.mark.gpu
+def test_an_export_of_a_cache_tuned_after_another_makes_a_fresh_process_compile_nothing(program):
+    """A process that tuned a kernel under one cache directory, then under another (its
+    kernels compiled already, in memory), keeps them in the second's kernel store too: an
+    export of the second carries them, and a fresh process that imports it compiles nothing."""
+    (program / "two_caches.py").write_text(TUNED_UNDER_TWO_CACHES)
+    first, second = program / "cache-first", program / "cache-second"
+    subprocess.run([sys.executable, "two_caches.py", first, second], cwd=program, check=True)
+    export = program / "export.json"
+    subprocess.run(
+        [sys.executable, "-m", "numbatune", "cache", "export", str(export)],
+        env={**os.environ, "NUMBATUNE_CACHE_DIR": str(second)},
+        check=True,
+    )
+    assert files.read_export(export).kernels
+    fresh = run_program(program, program / "cache-fresh", export)
+    assert fresh["sources"][0] == "memory"  # (the export has the first key only)
+    assert fresh["stats"]["compiles"] == 0 and fresh["stats"]["loaded"] > 0, fresh["stats"]

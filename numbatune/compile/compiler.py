@@ -322,14 +322,17 @@ class Compiler:
         self, variant: Variant, signatures: Sequence[tuple[Any, ...]], tally: Tally
     ) -> list[tuple[Any, ...]]:
         """The ``signatures`` the variant's kernel has not compiled and the kernel store does
-        not hold."""
+        not hold. Those compiled already are kept in the store of the current cache directory
+        if it lacks them (they were compiled under another, or before one was set), so that an
+        export of what this tuning finds carries them."""
         existing = self._dispatchers.get(self._template.code_key(variant))
-        return [
-            argtypes
-            for argtypes in signatures
-            if (existing is None or not self._has(existing, argtypes))
-            and not self._load(variant, argtypes, tally)
-        ]
+        missing = []
+        for argtypes in signatures:
+            if existing is not None and self._has(existing, argtypes):
+                self._keep(variant, existing, argtypes)
+            elif not self._load(variant, argtypes, tally):
+                missing.append(argtypes)
+        return missing
 
     def _compile_waiting(
         self,
@@ -494,6 +497,15 @@ class Compiler:
         if self._add(self.dispatcher(variant), argtypes, kernel):
             tally.loaded += 1
         return True
+
+    def _keep(self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...]) -> None:
+        """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the current store,
+        unless this process stored or loaded it there."""
+        if settings.cache_dir is None:
+            return
+        cc = _current_cc()
+        if not self._store(cc).holds(self._key(variant, argtypes, cc)):
+            self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes)
 
     def _save(self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...]) -> None:
         if settings.cache_dir is None:

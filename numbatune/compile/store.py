@@ -55,6 +55,8 @@ class KernelStore:
         self._name = function_id
         self._disk: Folder | None = None
         self._lock = threading.Lock()
+        #: The keys this process stored or loaded here.
+        self._held: set[str] = set()
 
     def _open(self) -> Folder | None:
         with self._lock:
@@ -79,7 +81,9 @@ class KernelStore:
         try:
             if not isinstance(payload, bytes):
                 raise ValueError(f"a {type(payload).__name__} where a kernel was expected")
-            return self._compiler.load(payload, self._cc)
+            kernel = self._compiler.load(payload, self._cc)
+            self._held.add(key)
+            return kernel
         except ValueError as error:
             logger.warning(
                 "numbatune: %s: discarded a compiled kernel that does not load (%s); "
@@ -93,7 +97,14 @@ class KernelStore:
     def save(self, key: str, payload: bytes) -> bool:
         """Keep ``payload`` under ``key``; whether it was kept (see :attr:`problem`)."""
         disk = self._open()
-        return disk is not None and disk.set(key, payload)
+        kept = disk is not None and disk.set(key, payload)
+        if kept:
+            self._held.add(key)
+        return kept
+
+    def holds(self, key: str) -> bool:
+        """Whether this process stored or loaded the kernel under ``key`` here."""
+        return key in self._held
 
     def ran(self, key: str) -> bool:
         """Whether what ``key`` names ran on this kind of device (see :meth:`mark_ran`)."""
@@ -108,6 +119,7 @@ class KernelStore:
 
     def discard(self, key: str) -> None:
         """Forget the kernel stored under ``key``."""
+        self._held.discard(key)
         disk = self._open()
         if disk is not None:
             disk.delete(key)
