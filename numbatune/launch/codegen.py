@@ -47,10 +47,9 @@ STALE = object()
 def unordered(kind: ArrayKind) -> str:
     """Code that sets ``unordered_L`` for kind ``L``: whether the launch's ``stream`` is apart
     from ``producer_L``, the current stream of the arguments' library, with nothing the driver
-    does ordering one after the other. It does where they are the same, and where the current
-    stream is the legacy default stream and ``stream`` a blocking one (the legacy stream waits
-    for blocking streams' work, and they for its), as far as :meth:`numbatune.streams.monitor.
-    Monitor.wait` found out (``_blocking``)."""
+    does ordering one after the other: they differ, and :func:`numbatune.streams.monitor.
+    ordered_by_driver` (written out here) is false for them, as far as :meth:`numbatune.
+    streams.monitor.Monitor.wait` found out which streams are blocking ones (``_blocking``)."""
     producer = f"producer_{kind.name}"
     return (
         f"    unordered_{kind.name} = stream != {producer} and not "

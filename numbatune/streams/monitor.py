@@ -237,13 +237,10 @@ class Monitor:
         with self.lock:
             if waiting not in self._streams:
                 self._see(waiting, given)
-            if producer in LEGACY and self._held(waiting):
-                blocking = self.blocking.get(waiting)
-                if blocking is None:
-                    blocking = self.blocking[waiting] = self.events.blocking(waiting)
-                if blocking:
-                    return
-            self.events.wait(waiting, producer)
+            if producer in LEGACY and self._held(waiting) and waiting not in self.blocking:
+                self.blocking[waiting] = self.events.blocking(waiting)
+            if not ordered_by_driver(producer, waiting, self.blocking):
+                self.events.wait(waiting, producer)
 
     def _start_ordering(self) -> None:
         """A second stream or a profile: from now on every launch is watched and every buffer
@@ -368,7 +365,16 @@ def _needs_keeping(array: Any, stream: int, blocking: dict[int, bool]) -> bool:
     if kind is None or kind.stream is None:
         return False
     producer = kind.stream.of(array)
-    return producer != stream and not (producer in LEGACY and blocking.get(stream))
+    return producer != stream and not ordered_by_driver(producer, stream, blocking)
+
+
+def ordered_by_driver(producer: int, stream: int, blocking: dict[int, bool]) -> bool:
+    """Whether the driver orders the work queued on ``stream`` and on ``producer``, one after
+    the other, with no event: where ``producer`` is the legacy default stream and ``stream`` a
+    blocking one (as far as ``blocking`` knows: :attr:`Monitor.blocking`), the legacy stream's
+    work waits for the blocking stream's, and its for the legacy stream's. The generated launch
+    code makes the same test inline (:func:`numbatune.launch.codegen.unordered`)."""
+    return producer in LEGACY and bool(blocking.get(stream))
 
 
 monitor = Monitor()
