@@ -165,6 +165,12 @@ class _Progress:
         return None if index < 0 else (index, since)
 
 
+#: The driver's errors for a launch it refused before running anything, which leave the
+#: context as it was: CUDA_ERROR_INVALID_VALUE (a launch configuration out of range) and
+#: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many registers for the block, say).
+REFUSED_LAUNCHES = frozenset({1, 701})
+
+
 def trial(
     token: str,
     kernels: Sequence[tuple[bytes, tuple[Any, ...]]],
@@ -192,12 +198,6 @@ def trial(
                 continue
             reasons.append(None)
     return reasons
-
-
-#: The driver's errors for a launch it refused before running anything, which leave the
-#: context as it was: CUDA_ERROR_INVALID_VALUE (a launch configuration out of range) and
-#: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many registers for the block, say).
-REFUSED_LAUNCHES = frozenset({1, 701})
 
 
 def _run_once(kernel: bytes, config: tuple[Any, ...], target: Target) -> None:

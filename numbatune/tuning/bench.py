@@ -45,6 +45,7 @@ from numba import cuda
 from numbatune import arrays
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Snapshot, settings
+from numbatune.streams.handles import stream_handle
 from numbatune.tuning.results import Timed
 
 #: A function that queues one launch of a variant.
@@ -172,7 +173,7 @@ class _Events:
 
         self._restore = restore
         self._stream = stream
-        self._stream_handle = driver._stream_handle(stream)
+        self._stream_handle = stream_handle(stream)
         self._memset = driver.driver.cuMemsetD8Async
         self._flush = cuda.device_array(flush_size, np.uint8) if flush_size else None
         self._events: dict[Hashable, tuple[Any, Any]] = {}
