@@ -500,11 +500,13 @@ class Compiler:
 
     def _keep(self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...]) -> None:
         """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the current store,
-        unless this process stored or loaded it there."""
+        unless this process stored or loaded it there, or the store cannot be written (a
+        read-only cache: the kernel is not serialised for nothing at every tuning)."""
         if settings.cache_dir is None:
             return
         cc = _current_cc()
-        if not self._store(cc).holds(self._key(variant, argtypes, cc)):
+        store = self._store(cc)
+        if store.problem is None and not store.holds(self._key(variant, argtypes, cc)):
             self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes)
 
     def _save(self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...]) -> None:
