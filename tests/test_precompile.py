@@ -286,6 +286,21 @@ def test_stored_kernels_that_do_not_load_are_discarded_never_used(
     assert still_there == kept
 
 
+def test_a_kernel_store_cleared_under_a_running_process_takes_its_kernels_again(
+    numbatune_cache, capsys
+):
+    """A process that stored a kernel, then saw the cache cleared (`numbatune cache clear`,
+    here or in another shell), stores it again where it tunes next: its store says it no
+    longer holds the kernel, and what it saves lands in the fresh store."""
+    store = KernelStore(numbatune_cache, (9, 0), "f")
+    assert store.save("k", b"kernel") and store.holds("k")
+    assert main(["cache", "clear"]) == 0
+    capsys.readouterr()
+    assert not store.holds("k")
+    assert store.save("k", b"kernel")
+    assert KernelStore(numbatune_cache, (9, 0), "f").holds("k")
+
+
 READ_STORE = """
 import json
 import sys
@@ -295,12 +310,14 @@ from numbatune.compile.store import KernelStore, kernels_folder
 
 store = KernelStore(Path(sys.argv[1]), (9, 0), sys.argv[2])
 stored = [key for key in store._open().stored_keys() if not key.startswith("ran ")]
-print(json.dumps({"loaded": [store.load(key) is not None for key in stored]}))
+print(json.dumps({"loaded": [store.load(key) is not None for key in stored],
+                  "held": [store.holds(key) for key in stored] + [store.holds("other")]}))
 """
 
 
 def test_a_read_only_kernel_store_loads_its_kernels(module, tmp_path):
-    """A kernel store shipped in an image (read-only) is read, not left unused."""
+    """A kernel store shipped in an image (read-only) is read, not left unused, and says which
+    kernels it holds."""
     args = (cuda.to_device(np.zeros(8, np.float32)),)
     two = module.scale.with_variants([{"FACTOR": 2, "BLOCK": 32}, {"FACTOR": 3, "BLOCK": 32}])
     assert [c.error for c in precompile([(two, args)], (9, 0), tmp_path, workers=1)] == [None] * 2
@@ -308,6 +325,7 @@ def test_a_read_only_kernel_store_loads_its_kernels(module, tmp_path):
         READ_STORE, tmp_path, str(tmp_path), two.function_id, env=worker_environment()
     )
     assert ran["loaded"] == [True, True], ran["stderr"]
+    assert ran["held"] == [True, True, False]
     assert "cannot be written" in ran["stderr"] and "what it holds is used" in ran["stderr"]
 
 

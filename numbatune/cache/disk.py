@@ -187,14 +187,21 @@ class _ReadOnly:
             raise
         return connection
 
-    def get(self, key: str) -> Any:
+    def _row(self, columns: str, key: str) -> Any:
+        """The ``columns`` of the live entry under ``key``, or None."""
         with self._lock:
-            row = self._connection.execute(
-                "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
+            return self._connection.execute(
+                f"SELECT {columns} FROM Cache WHERE key = ? AND raw = 1 "
                 "AND (expire_time IS NULL OR expire_time > ?)",
                 (key, time.time()),
             ).fetchone()
+
+    def get(self, key: str) -> Any:
+        row = self._row("mode, filename, value", key)
         return None if row is None else self._disk.fetch(*row, read=False)
+
+    def __contains__(self, key: str) -> bool:
+        return self._row("1", key) is not None
 
     def iterkeys(self) -> Iterator[str]:
         with self._lock:
@@ -394,6 +401,23 @@ class Folder:
         except DISK_ERRORS as error:
             self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
             return None
+
+    def holds(self, key: str) -> bool:
+        """Whether a value is stored under ``key`` in the folder as it is now: a database that
+        another process replaced or removed (``numbatune cache clear``) is opened again first.
+        False also when the disk cannot be read."""
+        with self._writing:
+            if self.mode is Mode.WRITABLE and self._identity_on_disk() != self._identity:
+                self.close()
+                self._open()
+            cache = self._cache
+        if cache is None:
+            return False
+        try:
+            return key in cache
+        except DISK_ERRORS as error:
+            self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
+            return False
 
     def stored_keys(self) -> list[str]:
         """Every key stored (none when the disk cannot be read)."""

@@ -500,24 +500,32 @@ class Compiler:
 
     def _keep(self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...]) -> None:
         """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the current store,
-        unless this process stored or loaded it there, or the store cannot be written (a
-        read-only cache: the kernel is not serialised for nothing at every tuning)."""
+        unless the store holds it already or cannot be written (a read-only cache: the kernel
+        is not serialised for nothing at every tuning)."""
         if settings.cache_dir is None:
             return
         cc = _current_cc()
         store = self._store(cc)
-        if store.problem is None and not store.holds(self._key(variant, argtypes, cc)):
-            self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes)
+        key = self._key(variant, argtypes, cc)
+        if store.problem is None and not store.holds(key):
+            payload = self._serialised(self._kernels.compiled(dispatcher, argtypes))
+            if payload is not None:
+                store.save(key, payload)
 
     def _save(self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...]) -> None:
         if settings.cache_dir is None:
             return
+        payload = self._serialised(kernel)
+        if payload is not None:
+            self._save_payload(variant, argtypes, _current_cc(), payload)
+
+    def _serialised(self, kernel: Any) -> bytes | None:
+        """The kernel as the store keeps it, or None where it cannot be serialised."""
         try:
-            payload = self._kernels.serialise(kernel)
+            return self._kernels.serialise(kernel)
         except Exception as error:  # numba serialises no kernel that links extra files
             logger.debug("%s: not kept on disk: %s", self._function_id, error)
-            return
-        self._save_payload(variant, argtypes, _current_cc(), payload)
+            return None
 
     def _save_payload(
         self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int], payload: bytes

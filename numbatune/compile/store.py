@@ -55,8 +55,6 @@ class KernelStore:
         self._name = function_id
         self._disk: Folder | None = None
         self._lock = threading.Lock()
-        #: The keys this process stored or loaded here.
-        self._held: set[str] = set()
 
     def _open(self) -> Folder | None:
         with self._lock:
@@ -81,9 +79,7 @@ class KernelStore:
         try:
             if not isinstance(payload, bytes):
                 raise ValueError(f"a {type(payload).__name__} where a kernel was expected")
-            kernel = self._compiler.load(payload, self._cc)
-            self._held.add(key)
-            return kernel
+            return self._compiler.load(payload, self._cc)
         except ValueError as error:
             logger.warning(
                 "numbatune: %s: discarded a compiled kernel that does not load (%s); "
@@ -97,14 +93,13 @@ class KernelStore:
     def save(self, key: str, payload: bytes) -> bool:
         """Keep ``payload`` under ``key``; whether it was kept (see :attr:`problem`)."""
         disk = self._open()
-        kept = disk is not None and disk.set(key, payload)
-        if kept:
-            self._held.add(key)
-        return kept
+        return disk is not None and disk.set(key, payload)
 
     def holds(self, key: str) -> bool:
-        """Whether this process stored or loaded the kernel under ``key`` here."""
-        return key in self._held
+        """Whether a kernel is stored under ``key`` (asked of the disk: another process may
+        have cleared the store since this one wrote it)."""
+        disk = self._open()
+        return disk is not None and disk.holds(key)
 
     def ran(self, key: str) -> bool:
         """Whether what ``key`` names ran on this kind of device (see :meth:`mark_ran`)."""
@@ -119,7 +114,6 @@ class KernelStore:
 
     def discard(self, key: str) -> None:
         """Forget the kernel stored under ``key``."""
-        self._held.discard(key)
         disk = self._open()
         if disk is not None:
             disk.delete(key)
