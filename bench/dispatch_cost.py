@@ -410,7 +410,7 @@ def _event_pair() -> Callable[[], None] | None:
     """An event recorded on one stream and waited for on another, the two in turn, through the
     calls the stream order makes; None (with a line that says why) where the driver refuses
     them in this thread."""
-    from numbatune.streams.handles import stream_handle
+    from numbatune.rawstreams import stream_handle
     from numbatune.streams.monitor import monitor
 
     events = monitor.events

@@ -24,6 +24,7 @@ from numbatune.arraykinds import (
     Read,
     kind_of,
 )
+from numbatune.rawstreams import stream_handle
 
 if not SIMULATOR:
     from numba.cuda.cudadrv import driver as _driver
@@ -158,7 +159,7 @@ def restorer(
         if span:
             copies.append((clone_.device_ctypes_pointer.value + low,
                            original.device_ctypes_pointer.value + low, span))  # fmt: skip
-    copy, handle = _driver.driver.cuMemcpyDtoDAsync, _driver._stream_handle(stream)
+    copy, handle = _driver.driver.cuMemcpyDtoDAsync, stream_handle(stream)
 
     def restore() -> None:
         # ``pairs`` stays referenced here: the arrays must outlive the copies of their memory.
@@ -203,9 +204,7 @@ def clone(array: Any, stream: Any = 0) -> Any:
     buffer = cuda.device_array(span + offset, dtype=np.uint8, stream=stream)
     if span:
         destination = buffer.device_ctypes_pointer.value + offset
-        _driver.driver.cuMemcpyDtoDAsync(
-            destination, source + low, span, _driver._stream_handle(stream)
-        )
+        _driver.driver.cuMemcpyDtoDAsync(destination, source + low, span, stream_handle(stream))
     return NumbaDeviceArray(
         view.shape,
         view.strides,

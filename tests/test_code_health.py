@@ -16,6 +16,7 @@ LAYERS = [
     [
         "_version",
         "errors",
+        "rawstreams",
         "values",
         "strategies",
         "config",
@@ -73,8 +74,16 @@ PUBLIC_NUMBA = {
     "numba.cuda.simulator.cudadrv.devicearray",
 }
 
-#: Private attributes of numba-cuda's kernels that only the compiler seam may read or set.
-NUMBA_PRIVATE = {"_codelibrary", "_specialized", "_can_compile", "_reduce_states", "_rebuild"}
+#: Private names of numba-cuda (its kernels' attributes, its driver's helpers) that only the
+#: compiler seam may read or set.
+NUMBA_PRIVATE = {
+    "_codelibrary",
+    "_specialized",
+    "_can_compile",
+    "_reduce_states",
+    "_rebuild",
+    "_stream_handle",
+}
 
 
 def _modules() -> dict[str, Path]:

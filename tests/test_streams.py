@@ -267,7 +267,7 @@ def _stream_class(module):
 
 
 def test_a_library_streams_handle_is_read_once_and_a_closable_ones_every_time():
-    from numbatune.streams.handles import stream_handle
+    from numbatune.rawstreams import stream_handle
 
     for module, reads in [("torch.cuda.streams", 1), ("cuda.core.experimental._stream", 3)]:
         stream = _stream_class(module)()
@@ -308,9 +308,6 @@ class RecordingEvents:
 
     def passed(self, event):
         return self.released.is_set()
-
-    def check(self, stream):
-        pass
 
     def elapsed_s(self, start, end):
         return 0.5
@@ -873,7 +870,7 @@ def test_a_librarys_stream_first_seen_on_a_miss_is_held_by_numbatune(library):
     stream of a process, when a second comes): the stream object a miss was tuned on is held,
     so that its library cannot destroy the stream meanwhile. Before, numba's wrapper of its
     handle was held, and the driver crashed on the handle of a CuPy stream dropped since."""
-    from numbatune.streams.handles import stream_handle
+    from numbatune.rawstreams import stream_handle
     from numbatune.streams.monitor import monitor
 
     module = pytest.importorskip(library)

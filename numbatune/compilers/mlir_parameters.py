@@ -32,6 +32,7 @@ from numbatune.compilers.base import (
     ScalarParameters,
     TupleParameters,
 )
+from numbatune.rawstreams import stream_handle
 
 #: numba-cuda-mlir versions whose kernel parameter layout this module was checked against.
 SUPPORTED = ("0.6.",)
@@ -204,17 +205,6 @@ def parameter_layout(function: int) -> list[tuple[int, int]]:
     return layout
 
 
-def stream_handle(stream: Any) -> int:
-    """The raw ``CUstream`` of a numba stream, an integer handle or None (the default
-    stream)."""
-    if not stream:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    handle = getattr(stream, "handle", stream)
-    return int(getattr(handle, "value", handle) or 0)
-
-
 def launch(
     function: int,
     packings: tuple[Packing | None, ...],
@@ -238,7 +228,7 @@ def launch(
     context = int(cuda.current_context().handle)  # (numba-cuda's: the device's primary one)
     data, offsets = pack(fields(packings, args), parameter_layout(function))
     error = native.launcher()(
-        function, config, stream_handle(stream), data, offsets, context, cooperative
+        function, config, stream_handle(stream or 0), data, offsets, context, cooperative
     )
     if error and error != native.EMPTY_LAUNCH:
         from numba.cuda.cudadrv.driver import CudaAPIError

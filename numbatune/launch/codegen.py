@@ -22,7 +22,7 @@ from typing import Any
 
 from numbatune.arraykinds import ArrayKind, kind_of
 from numbatune.launch.layout import ArgumentPlan
-from numbatune.streams.handles import HANDLE_MEMO
+from numbatune.rawstreams import HANDLE_MEMO
 
 
 def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:

@@ -29,7 +29,8 @@ from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
 from numbatune.launch.config import checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import ArgumentPlan, half_bits
-from numbatune.streams.handles import LEGACY, check_stream, stream_getter, stream_handle
+from numbatune.rawstreams import stream_handle
+from numbatune.streams.handles import LEGACY, check_stream, stream_getter
 from numbatune.streams.monitor import keep, monitor
 
 logger = logging.getLogger("numbatune")

@@ -63,9 +63,9 @@ class _DriverEvents:
             driver.cuCtxPopCurrent()
 
     def context(self, stream: int) -> int:
-        """The raw handle of the context ``stream`` (a live stream, not a default one) belongs
-        to."""
-        return int(self._checked(self._driver.cuStreamGetCtx(self._driver.CUstream(stream))))
+        """The raw handle of the context ``stream`` belongs to, checked: a live stream of the
+        current context (:func:`numbatune.streams.handles.check_stream`)."""
+        return check_stream(stream)
 
     def synchronize_context(self, context: int) -> None:
         """Wait on the host for all queued in ``context``, on every stream of it."""
@@ -88,9 +88,6 @@ class _DriverEvents:
         """Whether the device passed ``event``'s latest record, without waiting. An error (the
         context destroyed, a device fault) counts as passed: nothing queued will run."""
         return self._native.query(event) != _NOT_READY
-
-    def check(self, stream: int) -> None:
-        check_stream(stream)
 
     def blocking(self, stream: int) -> bool:
         """Whether ``stream`` waits for the legacy default stream (created without
@@ -134,9 +131,6 @@ class _SimulatorEvents:
 
     def passed(self, event: Any) -> bool:
         return True
-
-    def check(self, stream: int) -> None:
-        pass
 
     def blocking(self, stream: int) -> bool:
         return False

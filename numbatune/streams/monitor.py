@@ -177,10 +177,10 @@ class Monitor:
 
     def _see(self, stream: int, given: Any) -> None:
         """A stream met for the first time: checked, and kept (or recorded eagerly)."""
-        self.events.check(stream)
+        context = self.events.context(stream)
         self._streams[stream] = None if isinstance(given, int) else given
         if stream not in DEFAULT_STREAMS and _may_close(given):
-            self._eager[stream] = self.events.context(stream)
+            self._eager[stream] = context
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted

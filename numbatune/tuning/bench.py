@@ -45,7 +45,7 @@ from numba import cuda
 from numbatune import arrays
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Snapshot, settings
-from numbatune.streams.handles import stream_handle
+from numbatune.rawstreams import stream_handle
 from numbatune.tuning.results import Timed
 
 #: A function that queues one launch of a variant.
@@ -173,7 +173,7 @@ class _Events:
 
         self._restore = restore
         self._stream = stream
-        self._stream_handle = stream_handle(stream)
+        self._raw_stream = stream_handle(stream)
         self._memset = driver.driver.cuMemsetD8Async
         self._flush = cuda.device_array(flush_size, np.uint8) if flush_size else None
         self._events: dict[Hashable, tuple[Any, Any]] = {}
@@ -183,7 +183,7 @@ class _Events:
     def _flush_l2(self) -> None:
         flush = self._flush
         assert flush is not None
-        self._memset(flush.device_ctypes_pointer.value, 0, flush.size, self._stream_handle)
+        self._memset(flush.device_ctypes_pointer.value, 0, flush.size, self._raw_stream)
 
     def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
         outcome: dict[Hashable, float | Exception] = {}
