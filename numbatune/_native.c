@@ -85,6 +85,17 @@ static int dim3_of(PyObject *value, unsigned out[3]) {
     return unsigned_of(value, &out[0]);
 }
 
+/* Why the driver's calls cannot be made (load_driver's answer; NULL when they can). */
+static const char *driver_error = NULL;
+
+/* 1, with a RuntimeError saying why, where the driver's calls cannot be made; else 0. */
+static int without_driver(void) {
+    if (driver_error == NULL) return 0;
+    PyErr_Format(PyExc_RuntimeError, "numbatune._native: no CUDA driver call can be made: %s",
+                 driver_error);
+    return 1;
+}
+
 /* launch(function, config, stream, parameters, offsets, context, cooperative) -> CUresult,
  * where config is (grid, block) or (grid, block, shared_bytes), context the function's
  * CUcontext and cooperative true for a kernel that synchronises its grid; WRONG_CONTEXT or
@@ -92,6 +103,7 @@ static int dim3_of(PyObject *value, unsigned out[3]) {
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned grid[3], block[3], shared = 0;
     void *pointers[MAX_PARAMETERS];
+    if (without_driver()) return NULL;
     if (nargs != 7 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
         !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError,
@@ -174,19 +186,20 @@ static PyObject *checked(int error, const char *message) {
 /* record(event, stream) -> None: cuEventRecord, raising numba's CudaAPIError on a failure. */
 static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *event, *stream;
-    if (two_pointers(args, nargs, &event, &stream) < 0) return NULL;
+    if (without_driver() || two_pointers(args, nargs, &event, &stream) < 0) return NULL;
     return checked(event_record(event, stream), "cuEventRecord failed");
 }
 
 /* wait(stream, event) -> None: cuStreamWaitEvent with no flags, raising as record does. */
 static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *stream, *event;
-    if (two_pointers(args, nargs, &stream, &event) < 0) return NULL;
+    if (without_driver() || two_pointers(args, nargs, &stream, &event) < 0) return NULL;
     return checked(stream_wait_event(stream, event, 0), "cuStreamWaitEvent failed");
 }
 
 /* query(event) -> CUresult: cuEventQuery (0 once the device passed it, 600 before). */
 static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (without_driver()) return NULL;
     if (nargs != 1) {
         PyErr_SetString(PyExc_TypeError, "query(event)");
         return NULL;
@@ -961,7 +974,7 @@ static const char *load_driver(void) {
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *result = PyModule_Create(&module);
     if (result == NULL) return NULL;
-    const char *driver_error = load_driver();
+    driver_error = load_driver();
     PyObject *reason = driver_error ? PyUnicode_FromString(driver_error) : Py_NewRef(Py_None);
     if (reason == NULL || PyModule_AddObject(result, "DRIVER_ERROR", reason) < 0) {
         Py_XDECREF(reason);
@@ -969,7 +982,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     }
     if (add_order_type(result) < 0 || PyType_Ready(&reader_type) < 0 ||
-        PyModule_AddObject(result, "Reader", Py_NewRef((PyObject *)&reader_type)) < 0) {
+        PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0) {
         Py_DECREF(result);
         return NULL;
     }

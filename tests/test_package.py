@@ -110,6 +110,22 @@ def test_the_install_built_the_c_extension():
     assert not isinstance(native._extension_or_why(), native.Unavailable)
 
 
+def test_the_extensions_driver_calls_raise_where_the_driver_cannot_be_loaded():
+    """Where libcuda cannot be loaded the extension still builds and imports (its array reads
+    need no driver); a call of its driver functions raises, saying why, instead of crashing the
+    interpreter through a null pointer."""
+    module = native._extension_or_why()
+    if module.DRIVER_ERROR is None:
+        pytest.skip("the driver is loaded here: its calls are made")
+    for call in [lambda: module.query(0), lambda: module.record(0, 0),
+                 lambda: module.wait(0, 0),
+                 lambda: module.launch(0, ((1,), (1,)), 0, b"", b"", 0, False)]:  # fmt: skip
+        with pytest.raises(
+            RuntimeError, match=f"no CUDA driver call can be made: {module.DRIVER_ERROR}"
+        ):
+            call()
+
+
 def test_info_says_what_launches_the_kernels(capsys):
     assert main(["info", "--json"]) == 0
     launcher = json.loads(capsys.readouterr().out)["launcher"]
