@@ -256,7 +256,8 @@ class TunedKernel:
     def run_variant(
         self, variant: Variant | Mapping[str, Any], *args: Any, stream: Any = None
     ) -> None:
-        """Launch one given variant on ``args``, as if it had won (compiling it if needed).
+        """Launch one given variant on ``args``, as if it had won (compiling it if needed),
+        ordered after other streams' uses of the arrays as a call is.
 
         Parameters
         ----------
@@ -283,7 +284,7 @@ class TunedKernel:
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
         if not is_empty(self._spec.launch_config(args, variant)):
             kernel = self._winners.compiled(variant, args)
-            self._kernel_variants.launcher(variant, kernel, args)(args, stream)
+            self._kernel_variants.launcher(variant, kernel, args, watched=True)(args, stream)
 
     def tune(self, *args: Any, force: bool = False, stream: Any = None) -> TuneReport:
         """Tune for these arguments if needed, without launching on them.

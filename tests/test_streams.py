@@ -442,6 +442,37 @@ def test_a_raw_stream_handle_gets_its_event_recorded_right_after_each_launch():
     assert events.records[-1] == 1234
 
 
+def _stream_object(module, name):
+    """A stand-in for a stream object of ``module`` named ``name`` (torch's and CuPy's
+    streams have ``__cuda_stream__``, as cuda.core's do)."""
+    cls = type(name, (), {"__module__": module, "__cuda_stream__": lambda self: (0, 4321)})
+    return cls()
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "eager"),
+    [("torch.cuda.streams", "Stream", False), ("cupy.cuda.stream", "Stream", False),
+     ("torch.cuda.streams", "ExternalStream", True), ("cupy.cuda.stream", "ExternalStream", True),
+     ("cuda.core.experimental", "Stream", True)],
+)  # fmt: skip
+def test_a_librarys_own_stream_is_held_and_quick_and_one_that_may_close_is_recorded_eagerly(
+    module, name, eager
+):
+    """torch's and CuPy's own streams live as long as their object, which numbatune holds: their
+    launches take the quick path, and their events wait until another stream needs them. A
+    stream that may be destroyed under numbatune (their ExternalStream, cuda.core's) has its
+    event recorded right after each launch instead, and is never quick."""
+    events = CountingEvents()
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    monitor.watch(7, (cuda.device_array(4, np.float32),), "k", given=cuda.stream())
+    launch = monitor.watch(4321, (x,), "k", given=_stream_object(module, name))
+    if launch is not None:
+        monitor.after(launch)
+    assert (4321 in monitor.order.quick) is not eager
+    assert (events.records[-1:] == [4321]) is eager
+
+
 @pytest.mark.parametrize("given", [1234, "held"], ids=["raw handle", "held stream"])
 def test_a_launch_whose_streams_epoch_another_thread_ended_before_it_was_queued_is_waited_for(
     given,
@@ -786,6 +817,34 @@ def test_a_reader_on_another_stream_sees_the_writers_result():
     copier(x, out, stream=b)  # without a wait on the device it would copy before the fill
     cuda.synchronize()
     np.testing.assert_array_equal(out.copy_to_host(), 9.0)
+
+
+@pytest.mark.gpu
+def test_a_variant_run_on_another_stream_sees_the_writers_result():
+    """run_variant launches on the caller's arrays as a call does: after other streams' uses."""
+    spin, copier = _spin_then_fill(), _copy()
+    a, b = cuda.stream(), cuda.stream()
+    x, out = cuda.device_array(1 << 16, np.float32), cuda.device_array(1 << 16, np.float32)
+    copier.run_variant({"BLOCK": 128}, x, out, stream=b)  # compiled before the timed part
+    spin(x, 0.0, 1000, stream=a)
+    cuda.synchronize()
+    spin(x, 9.0, SPIN_US, stream=a)
+    copier.run_variant({"BLOCK": 128}, x, out, stream=b)
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 9.0)
+
+
+def test_run_variant_tells_the_stream_monitor_of_its_launch(monkeypatch):
+    """A variant run on the caller's arrays is a launch the stream monitor orders (numba's
+    launch path with the kernel's name), not one of tuning's on its private clones."""
+    from numbatune.streams.monitor import monitor
+
+    heard, watch = [], monitor.watch
+    monkeypatch.setattr(monitor, "watch", lambda *a, **k: heard.append(a[2]) or watch(*a, **k))
+    copier = _copy()
+    x = cuda.to_device(np.ones(8, np.float32))
+    copier.run_variant({"BLOCK": 128}, x, cuda.device_array_like(x), stream=cuda.stream())
+    assert copier.name in heard
 
 
 @pytest.mark.gpu

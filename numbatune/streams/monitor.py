@@ -337,13 +337,23 @@ class Monitor:
 
 def _may_close(given: Any) -> bool:
     """Whether the stream ``given`` names may be destroyed while numbatune holds ``given``: a
-    raw handle, numba's external stream, another library's ``__cuda_stream__`` object (cuda.core
-    closes its streams when asked)."""
+    raw handle, numba's external stream, torch's and CuPy's ``ExternalStream`` (a handle another
+    owner destroys), another library's ``__cuda_stream__`` object (cuda.core closes its streams
+    when asked). Not torch's and CuPy's own streams, though they have ``__cuda_stream__`` too:
+    their object keeps them (torch's come from a pool it never destroys, CuPy destroys one with
+    its object)."""
     if isinstance(given, int):
         return True
     if _NUMBA_STREAM is not None and isinstance(given, _NUMBA_STREAM):
         return bool(given.external)
+    cls = type(given)
+    if cls.__module__.partition(".")[0] in _ARRAY_LIBRARIES:
+        return cls.__name__ == "ExternalStream"
     return hasattr(given, "__cuda_stream__")
+
+
+#: The array libraries whose stream objects keep their streams alive (but their ExternalStream).
+_ARRAY_LIBRARIES = ("torch", "cupy")
 
 
 _NUMBA_STREAM = None if SIMULATOR else cuda.cudadrv.driver.Stream

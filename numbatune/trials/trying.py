@@ -56,11 +56,15 @@ class KernelVariants:
             )
         return config
 
-    def launcher(self, variant: Variant, kernel: Any, args: tuple[Any, ...]) -> Launcher:
+    def launcher(
+        self, variant: Variant, kernel: Any, args: tuple[Any, ...], watched: bool = False
+    ) -> Launcher:
         """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
-        configuration its launch function gives for ``args``."""
+        configuration its launch function gives for ``args``; ``watched``: a launch on the
+        caller's arrays, which the stream monitor orders after other streams' uses of them (as
+        a tuned kernel's), not tuning's on its private clones."""
         config = self.runnable_config(args, variant)
-        launch = numba_launch(kernel)
+        launch = numba_launch(kernel, self.name if watched else None)
         return lambda args, stream: launch(args, config, stream)
 
 
