@@ -12,6 +12,7 @@ from numbatune.testing import assert_variants_agree
 
 ITEMS = 1  # elements per thread
 OFF_BY_ONE = 0  # 1: the deliberate bug, each thread's tile stops one element short
+P = 0  # scaled's variants: from 10 on, the deliberate bug (3 * x where 2 * x is right)
 
 
 @cuda.jit
@@ -80,6 +81,52 @@ def test_mismatches_are_kept_in_the_disk_cache_and_unchecked_results_are_checked
     assert not unchecked.checked
     # A checked kernel that shares nothing in memory finds only the unchecked entry on disk.
     assert _double(check=nt.Check(rtol=1e-4)).tune(x, out).source == "benchmark"
+
+
+@cuda.jit
+def scaled(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = (3 if P >= 10 else 2) * x[i]
+
+
+def _scaled(check):
+    """20 variants measured in three batches (a random search over all of them), half wrong."""
+    return nt.autotune(variants=[{"P": p} for p in range(20)], launch=lambda x, out, *, P: (4, 32),
+                       check=check, search="random", budget=20)(scaled)  # fmt: skip
+
+
+def test_every_batch_of_a_search_is_checked_against_the_kernel_as_written():
+    """A search measures its variants in batches: each batch's are compared with the outputs
+    of the kernel as written, not with those of the first variant the batch runs."""
+    report = _scaled(check=True).tune(*_arguments())
+    assert [r.mismatch is not None for r in report.results] == [p >= 10 for p in range(20)]
+    assert report.best["P"] < 10
+
+
+def test_a_checked_tuning_does_not_go_on_with_an_unfinished_unchecked_one(
+    numbatune_cache, monkeypatch
+):
+    """An unfinished tuning that did not check outputs leaves its variants unchecked: a
+    tuning of the key in check mode starts over instead of taking them."""
+    from numbatune.tuning import bench
+
+    measure, measured = bench.measure, []
+
+    def cut_short(*args, **options):  # stopped after its first batch (a Ctrl-C, say)
+        if measured:
+            raise KeyboardInterrupt
+        measured.append(True)
+        return measure(*args, **options)
+
+    monkeypatch.setattr(bench, "measure", cut_short)
+    x, out = _arguments()
+    with pytest.raises(KeyboardInterrupt):
+        _scaled(check=None).tune(x, out)
+    monkeypatch.setattr(bench, "measure", measure)
+    report = _scaled(check=True).tune(x, out)
+    assert report.checked
+    assert [r.mismatch is not None for r in report.results] == [p >= 10 for p in range(20)]
 
 
 def test_the_check_setting_turns_check_mode_on_for_every_kernel():

@@ -173,6 +173,7 @@ def _search(
     outcomes = _resumed(job, variants)
     times = {v: _median(outcome) for v, outcome in outcomes.items()}
     best = _fastest(job, times, times, None)
+    expected = _reference_outputs(job)
     room = math.inf  # how many builds the next batch may take
     started = time.perf_counter()
     while (count := int(min(limit - len(outcomes), room, proposals.batch))) > 0:
@@ -182,7 +183,11 @@ def _search(
             break
         proposal = proposal[: limit - len(outcomes)]
         measured = [*proposal, best] if best is not None else proposal
-        outcomes.update(_measure(job, measured, clones, restore, clock, progress, outcomes))
+        if expected is None and job.check is not None and job.reference in variants:
+            measured = [*dict.fromkeys([job.reference, *measured])]  # its outputs are expected
+        found, expected = _measure(job, measured, clones, restore, clock, progress, outcomes,
+                                   expected)  # fmt: skip
+        outcomes.update(found)
         if len(outcomes) < limit:  # more batches may follow (the last one's result is stored)
             job.journal.record(outcomes)
         times.update({v: _median(outcomes[v]) for v in measured})
@@ -264,9 +269,11 @@ def _measure(
     clock: Clock,
     progress: Progress,
     earlier: Mapping[Variant, Outcome],
-) -> dict[Variant, Outcome]:
+    expected: checks.Observed | None,
+) -> tuple[dict[Variant, Outcome], checks.Observed | None]:
     """Compile ``variants`` (trial runs included; on a GPU, screening them as they arrive),
-    check those not checked ``earlier``, and time the others together; each one's outcome."""
+    check those not checked ``earlier`` against the ``expected`` outputs (:func:`_checked`),
+    and time the others together; each one's outcome, and the expected outputs."""
     done = len(earlier)
     started = time.perf_counter()
     screen = Screen(clones, job.stream, restore, job.settings) if _screening(variants) else None
@@ -292,7 +299,8 @@ def _measure(
     }
     launchers = {v: launcher for v, launcher in compiled.items() if v not in outcomes}
     if job.check is not None:
-        outcomes.update(_checked(job, {v: f for v, f in launchers.items() if v not in earlier}))
+        checked, expected = _checked(job, launchers, earlier, expected)
+        outcomes.update(checked)
     for variant, timing in dropped.items():  # check mode's verdict stands
         outcome = outcomes.setdefault(variant, _outcome(timing))
         clock.screened_out += isinstance(outcome, Timed)  # not those whose run raised
@@ -306,7 +314,7 @@ def _measure(
         timings = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     outcomes.update({variant: _outcome(timing) for variant, timing in timings.items()})
     clock.benchmark_s += time.perf_counter() - started
-    return outcomes
+    return outcomes, expected
 
 
 def _outcome(timing: Timed | Exception) -> Outcome:
@@ -338,25 +346,47 @@ def _report(
     return TuneReport(job.key, job.variants.index(best), source, results, checked)
 
 
-def _checked(job: TuneJob, launchers: Mapping[Variant, Launcher]) -> dict[Variant, Outcome]:
-    """Run each variant once on fresh clones of the arguments and compare its outputs with the
-    reference's; the variants that differ (:class:`Mismatched`, logged as warnings) or fail."""
+def _reference_outputs(job: TuneJob) -> checks.Observed | None:
+    """In check mode, the outputs of the check's reference function, computed once for the
+    tuning; None where there is none (the kernel as written gives them: :func:`_checked`)."""
+    check = job.check
+    if check is None or check.reference is None:
+        return None
+    return checks.reference_outputs(check, job.args, _names(job), job.stream)
+
+
+def _names(job: TuneJob) -> tuple[str, ...]:
+    return job.parameter_names or tuple(f"#{i}" for i in range(len(job.args)))
+
+
+def _checked(
+    job: TuneJob,
+    launchers: Mapping[Variant, Launcher],
+    earlier: Mapping[Variant, Outcome],
+    expected: checks.Observed | None,
+) -> tuple[dict[Variant, Outcome], checks.Observed | None]:
+    """Run each variant not checked ``earlier`` once on fresh clones of the arguments and
+    compare its outputs with the ``expected`` ones; the variants that differ
+    (:class:`Mismatched`, logged as warnings) or fail, and the expected outputs.
+
+    Where none are expected yet (no reference function, and the tuning's first batch, or the
+    first after it was resumed), the kernel as written runs first and gives them (where the
+    plan leaves it out or it fails, the first variant that runs does): every later batch is
+    compared with the same outputs."""
     check = job.check
     assert check is not None
-    names = job.parameter_names or tuple(f"#{i}" for i in range(len(job.args)))
-    expected = None
-    if check.reference is not None:
-        expected = checks.reference_outputs(check, job.args, names, job.stream)
+    names = _names(job)
     outcomes: dict[Variant, Outcome] = {}
-    # The reference variant (the kernel as written) runs first: the first that runs is the
-    # reference when there is no reference function.
     for variant in sorted(launchers, key=lambda v: v != job.reference):
+        if variant in earlier and (expected is not None or variant != job.reference):
+            continue
         fresh = job.arguments.clone(job.stream)
         try:
             launchers[variant](fresh, job.stream)
             got = checks.observe(check, fresh, names, job.stream)
         except Exception as error:
-            outcomes[variant] = Failed.of(error)
+            if variant not in earlier:  # (the outcome measured before stands)
+                outcomes[variant] = Failed.of(error)
             continue
         if expected is None:
             expected = got
@@ -370,7 +400,7 @@ def _checked(job: TuneJob, launchers: Mapping[Variant, Launcher]) -> dict[Varian
                 variant.label,
                 mismatch,
             )
-    return outcomes
+    return outcomes, expected
 
 
 def _originals(job: TuneJob) -> tuple[Any, ...]:
@@ -378,7 +408,7 @@ def _originals(job: TuneJob) -> tuple[Any, ...]:
     run leaves as the next one needs them): a kernel that writes its inputs, such as a stream
     compaction with a counter, runs each time on what the caller passed."""
     arguments = job.arguments
-    names = job.parameter_names or tuple(f"#{i}" for i in range(len(arguments.values)))
+    names = _names(job)
     return tuple(
         arrays.clone(value, job.stream) if view is not None and name not in job.unrestored else None
         for name, value, view in zip(names, arguments.values, arguments.views, strict=True)
