@@ -198,7 +198,7 @@ class Resolver:
             elif not tunes:
                 report = self._served(cache, walk)
             else:
-                journal = cache.journal(miss.key, fresh=miss.force)
+                journal = cache.journal(miss.key, miss.force, walk.check is not None)
                 report = self._tuned(self._job(cache, walk, walk.plan, walk.search, journal))
             if report.source in (Source.BENCHMARK, Source.RANKS):
                 cache.store(key, report)
@@ -232,7 +232,7 @@ class Resolver:
         """Tune share ``index`` of ``count`` of the plan's first set (all of it for one)."""
         miss, plan = walk.miss, walk.plan
         if count == 1:
-            journal = cache.journal(miss.key, fresh=miss.force)
+            journal = cache.journal(miss.key, miss.force, walk.check is not None)
             return self._tuned(self._job(cache, walk, plan, walk.search, journal))
         part = levels.Plan(plan.level, (tuple(plan.first[index::count]),), 1, plan.pruned)
         exhaustive = dataclasses.replace(walk.search, strategy=Strategy.EXHAUSTIVE)

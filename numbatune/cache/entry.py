@@ -102,22 +102,26 @@ def _encode_result(result: VariantResult) -> dict[str, Any]:
     }
 
 
-def encode_outcomes(outcomes: Mapping[Variant, Outcome], checksum: str) -> dict[str, Any]:
-    """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`)."""
+def encode_outcomes(
+    outcomes: Mapping[Variant, Outcome], checksum: str, checked: bool
+) -> dict[str, Any]:
+    """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`);
+    ``checked``: whether check mode compared the variants' outputs."""
     results = [_encode_result(VariantResult(v, o)) for v, o in outcomes.items()]
-    return {"format": FORMAT, "checksum": checksum, "results": results}
+    return {"format": FORMAT, "checksum": checksum, "checked": checked, "results": results}
 
 
 def decode_outcomes(
-    stored: Any, variants: Mapping[str, Variant], checksum: str
+    stored: Any, variants: Mapping[str, Variant], checksum: str, checked: bool
 ) -> dict[Variant, Outcome]:
-    """The outcomes :func:`encode_outcomes` stored (none when of another checksum), or
-    :class:`DamagedEntry`."""
+    """The outcomes :func:`encode_outcomes` stored, or :class:`DamagedEntry`: none when of
+    another checksum, or, for a tuning in check mode (``checked``), of one whose outputs were
+    not checked (its variants would go on unchecked)."""
     if not isinstance(stored, dict) or stored.get("format") != FORMAT:
         raise DamagedEntry(f"an unfinished tuning's outcomes are not of format {FORMAT}")
     if not isinstance(stored.get("results"), list):
         raise DamagedEntry(f"results are {stored.get('results')!r}, expected a list")
-    if stored.get("checksum") != checksum:
+    if stored.get("checksum") != checksum or (checked and stored.get("checked") is not True):
         return {}
     return _outcomes(stored["results"], variants)
 

@@ -3,7 +3,8 @@
 A tuning that measures its variants in several batches (a search, or an exhaustive run of a
 large space) writes every variant's outcome to its journal after each batch but the last, beside
 the tune cache's entries (:func:`numbatune.cache.entry.journal_key`). A later tuning of the same
-key and checksum, in this process or another, starts from them: variants measured before are not
+key and checksum, in this process or another, starts from them (a tuning in check mode only
+from one that checked outputs too): variants measured before are not
 measured again, and the best of them is measured with the next batch, so every decision still
 compares times from one measurement. Storing the key's result deletes the journal; so does a
 tuning in which every variant failed, and a forced retune starts without it. Kernel Tuner's
@@ -28,12 +29,20 @@ class DiskJournal:
     """The journal of one key's tuning in one function's cache folder."""
 
     def __init__(
-        self, folder: Folder, key_text: str, checksum: str, variants: Mapping[str, Variant]
+        self,
+        folder: Folder,
+        key_text: str,
+        checksum: str,
+        variants: Mapping[str, Variant],
+        checked: bool,
     ) -> None:
         self._folder = folder
         self._stored_under = entries.journal_key(key_text, checksum)
         self._checksum = checksum
         self._variants = variants
+        #: Whether the tuning checks its variants' outputs (check mode): it goes on only with
+        #: an unfinished tuning that did.
+        self._checked = checked
 
     def earlier(self) -> dict[Variant, Outcome]:
         """The outcomes an earlier, unfinished tuning of the key recorded (none if damaged:
@@ -42,7 +51,9 @@ class DiskJournal:
         if stored is None:
             return {}
         try:
-            return entries.decode_outcomes(json.loads(stored), self._variants, self._checksum)
+            return entries.decode_outcomes(
+                json.loads(stored), self._variants, self._checksum, self._checked
+            )
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
                 "numbatune: discarded the damaged record of an unfinished tuning (%s, %s)",
@@ -55,7 +66,8 @@ class DiskJournal:
     def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
         """Keep ``outcomes`` (every variant measured so far)."""
         self._folder.set(
-            self._stored_under, json.dumps(entries.encode_outcomes(outcomes, self._checksum))
+            self._stored_under,
+            json.dumps(entries.encode_outcomes(outcomes, self._checksum, self._checked)),
         )
 
     def discard(self) -> None:

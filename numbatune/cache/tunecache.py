@@ -270,13 +270,16 @@ class TuneCache:
         nearest = sorted(found, key=lambda other: keys.distance(text, other))
         return list(dict.fromkeys(found[other] for other in nearest))[:count]
 
-    def journal(self, key: Hashable, fresh: bool) -> Journal:
+    def journal(self, key: Hashable, fresh: bool, checked: bool) -> Journal:
         """Where ``key``'s tuning keeps its outcomes as they are measured (nothing without a
-        cache directory); ``fresh``: first forget what an earlier, unfinished one measured."""
+        cache directory); ``fresh``: first forget what an earlier, unfinished one measured;
+        ``checked``: the tuning checks its variants' outputs (it goes on only with an
+        unfinished one that did)."""
         disk = self._open()
         if disk is None:
             return NoJournal()
-        journal = DiskJournal(disk, key_text(canonical_key(key)), self.checksum, self._by_label)
+        text = key_text(canonical_key(key))
+        journal = DiskJournal(disk, text, self.checksum, self._by_label, checked)
         if fresh:
             journal.discard()
         return journal
