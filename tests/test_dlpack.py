@@ -327,6 +327,25 @@ def test_a_winner_published_again_for_a_key_is_launched_from_the_next_call(monke
         path.call((torch.zeros(9), torch.zeros(5), 2.5), None)
 
 
+def test_a_launch_configuration_the_launch_cannot_take_is_refused_in_words(monkeypatch):
+    """A launch function that returns what no launch takes (a negative grid, for arguments of
+    a key tuned with a good one) gets the general path's error, which says what is wrong, not
+    the C launcher's conversion error."""
+    example = (torch.zeros(5), torch.zeros(5), 2.5)
+    winners = WinnerTable()
+    winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+    path, _ = _fast_path(example, monkeypatch, winners=winners)
+    path.call.__globals__["_config"] = lambda *args, **params: (-1, 32)
+
+    def launch(*call):  # as the C launcher refuses it
+        raise OverflowError("can't convert negative int to unsigned")
+
+    path.call.__globals__["_launch"] = launch
+    refused = r"copy: the launch function returned \(-1, 32\); expected"
+    with pytest.raises(ValueError, match=refused):
+        path.call(example, None)
+
+
 def test_c_strides_of_rows_of_2_to_the_31_elements_or_more_are_numbas():
     """numba's strides of a C-contiguous array, made from its shape (empty: no memory)."""
     tensor = torch.empty(0, 2**31, dtype=torch.uint8)

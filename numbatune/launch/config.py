@@ -2,9 +2,11 @@
 
 A launch function is called as ``launch(*args, **params)`` and returns ``(grid, block)`` or
 ``(grid, block, dynamic_shared_memory_bytes)``, grid and block each a positive integer or a
-tuple of 1 to 3 of them, within the device's limits (:class:`Limits`: checked before any
-launch, under numba's simulator too, which would otherwise run a block of 2,048 threads as
-2,048 Python threads; a variant whose configuration is beyond them fails while tuning).
+tuple of 1 to 3 of them, within the device's limits (:class:`Limits`: checked before a
+tuning's launches and the general path's, under numba's simulator too, which would otherwise
+run a block of 2,048 threads as 2,048 Python threads; a variant whose configuration is beyond
+them fails while tuning). A hit's fast path leaves the check to the launch, and checks where
+the C launcher or the driver refuses the configuration, so that its error says what is wrong.
 """
 
 from __future__ import annotations

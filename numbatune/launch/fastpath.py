@@ -210,6 +210,7 @@ def _generate(
         "_next": next_path,
         "_numba": _numba_launcher(hooks),
         "_failed": _failure_handler(hooks),
+        "_checked_config": checked_launch_config,
         "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
         **{
