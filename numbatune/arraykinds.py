@@ -450,8 +450,8 @@ def kind_of(cls: type) -> ArrayKind | None:
 
 
 def register(kind: ArrayKind) -> None:
-    """Add an array kind, asked before the kinds known so far (the generic
-    ``__cuda_array_interface__`` and DLPack ones last).
+    """Add an array kind, asked after the kinds known so far and before the generic
+    ``__cuda_array_interface__`` and DLPack ones, which stay last.
 
     Parameters
     ----------

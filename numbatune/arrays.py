@@ -144,7 +144,7 @@ def restorer(
     clones: tuple[Any, ...], originals: tuple[Any, ...], stream: Any = 0
 ) -> Callable[[], None]:
     """A function that queues, on ``stream``, copies of ``originals`` (clones made by
-    :func:`clone_arguments`, or None for arguments to leave) over ``clones``."""
+    :func:`clone`, or None for arguments to leave) over ``clones``."""
     pairs = [(c, o) for c, o in zip(clones, originals, strict=True) if o is not None]
     if SIMULATOR:
 
@@ -192,7 +192,8 @@ def clone(array: Any, stream: Any = 0) -> Any:
     """A numba device array with the same shape, dtype, strides, alignment and contents.
 
     The clone is typed by numba exactly like ``array``, so a kernel compiled for one runs on the
-    other, and it shares no memory with ``array``. The copy is queued on ``stream``.
+    other, and it shares no memory with ``array``. The copy is queued on ``stream``. (Under the
+    simulator, where no kernel is compiled for a layout, the clone is a contiguous copy.)
     """
     if SIMULATOR:
         host = device_view(array).copy_to_host()

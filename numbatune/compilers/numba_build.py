@@ -6,7 +6,7 @@ In a worker process (no CUDA context, no GPU needed) :func:`build` tells numba t
 compute capability instead, compiles the kernel as numba's own compile would (the same
 ``_Kernel``, linked to a cubin by nvJitLink), and returns it serialised as numba's disk cache
 serialises kernels, with the resources the assembler reported. The parent loads it
-(:func:`numbatune.compilers.numba_cuda.load`) and adds it to a dispatcher: launching it then
+(:func:`numbatune.compilers.numba_kernels.load`) and adds it to a dispatcher: launching it then
 needs no numba compile.
 
 Functions cross to the worker pickled by value (numba's cloudpickle); a device function the

@@ -116,7 +116,7 @@ def build(
     """A fast path for arguments typed as ``args`` (whose classes the caller has matched),
     launching the winners in ``winners``; calls of another signature go to ``next_path``.
 
-    Returns None, logging why at DEBUG, when it has no plan for the kernel or its arguments;
+    Returns None, logging why as a warning, when it has no plan for the kernel or its arguments;
     the caller then launches through numba. ``dispatcher``'s overload for ``args`` must be
     compiled.
     """

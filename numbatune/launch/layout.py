@@ -16,7 +16,8 @@ Which parameters an argument of a type becomes is the kernel compiler's to say
 API, so it is checked twice: numba-cuda must be a version it was written against, and the
 layout planned must match, parameter for parameter, the sizes the driver reports for the
 compiled function. Whatever is not planned (unknown versions, records, datetimes, arrays of
-other libraries, debug or cooperative kernels) is left to the compiler's launch.
+other libraries, debug kernels) is left to the compiler's launch; cooperative kernels are
+planned as the others, and launched with cuLaunchCooperativeKernel.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Launching through the kernel compiler's own launch (numba's
 ``kernel[grid, block, stream, shared](*args)``: :mod:`numbatune.compilers`).
 
-For what the fast path does not take (the simulator, argument kinds it has no plan for,
-cooperative kernels) and for tuning's launches on private clones. numba orders torch and CuPy
-arrays after their current stream by synchronising the host, as ``__cuda_array_interface__``
-asks.
+For what the fast path does not take (the simulator, argument kinds it has no plan for, debug
+kernels), for tuning's launches on private clones and for ``run_variant``. numba orders torch
+and CuPy arrays after their current stream by synchronising the host, as
+``__cuda_array_interface__`` asks.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ before that one ran, and that one failed, with the reason; the rest go together 
 task. A kernel that passed the limit after the kernels before it had taken a noticeable part of
 it (more than a tenth, or a second) is tried again alone, with the whole limit; where the worker
 noted nothing, the variants are tried one at a time until the one that failed is found. So a
-variant that hangs costs one time limit, not one for its task and one more alone.
+variant that hangs costs one time limit where it started its task or early in it, and at most
+two (what its task had run before it, and a whole limit alone) otherwise.
 
 What is isolated: a variant's first run on this kind of device, at the first key it is tuned
 for. What is not: its later runs (timing it, and launching it when it wins), at that key or
