@@ -245,6 +245,8 @@ def _cache_export(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
     from numbatune.errors import CacheFileError
 
+    if arguments.function is not None:
+        _stored(arguments.function)  # an unknown function is a mistake, before any writing
     try:
         written, damaged = files.export(
             _needs_cache(), _output(arguments.file), arguments.function, arguments.kernels
@@ -302,7 +304,7 @@ def _compile(arguments: argparse.Namespace) -> int:
         if not path.exists():
             raise _Failure(f"{path}: no such file or folder")
         for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
-            cases += [example(True) for example in demo.examples_of(demo.load_module(file))]
+            cases += [example(True) for example in demo.examples_of(_module(file))]
     if not cases:
         raise _Failure(demo.NO_EXAMPLES)
     started = time.perf_counter()
@@ -332,6 +334,17 @@ def _compile(arguments: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1 if failed or lost else 0
+
+
+def _module(path: Path) -> Any:
+    """The example module ``path``, run; its error (a syntax error, an import that fails), said
+    in one line with the file's name, is a mistake."""
+    from numbatune import demo
+
+    try:
+        return demo.load_module(path)
+    except Exception as error:  # the module's own code: whatever it raises is its error
+        raise _Failure(f"cannot import {path}: {type(error).__name__}: {error}") from error
 
 
 def _compiled_row(compiled: Any) -> list[str]:
@@ -377,6 +390,17 @@ def _compute_capability(text: str) -> tuple[int, int]:
     if not (major.isdigit() and minor.isdigit()):
         raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR, as 9.0, got {text!r}")
     return int(major), int(minor)
+
+
+def _positive_int(text: str) -> int:
+    """A count given on the command line (``--workers``): a whole number, 1 or more."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, as 4, got {text!r}")
+    return count
 
 
 def _sweep(arguments: argparse.Namespace) -> int:
@@ -466,7 +490,7 @@ def _add_sweep(commands: Any) -> None:
         "--ray", nargs="?", const="", metavar="ADDRESS",
         help="spread the keys over a Ray cluster (auto, HOST:PORT; none: start one here)",
     )  # fmt: skip
-    sweep.add_argument("--workers", type=int, help="workers (default: one per GPU)")
+    sweep.add_argument("--workers", type=_positive_int, help="workers (default: one per GPU)")
     _with_no_kernels(sweep)
     sweep.set_defaults(run=_sweep)
 
@@ -528,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("paths", nargs="+", type=Path, help="example modules or their folders")
     compile_.add_argument("--cc", type=_compute_capability, required=True, help="e.g. 9.0")
     compile_.add_argument("--cache-dir", type=Path, help="where to keep them (default: the cache)")
-    compile_.add_argument("--workers", type=int, help="worker processes (default: cores)")
+    compile_.add_argument("--workers", type=_positive_int, help="worker processes (default: cores)")
     compile_.set_defaults(run=_compile)
     _add_sweep(commands)
     report = _with_json(commands.add_parser("report", help="every variant's time per key"))

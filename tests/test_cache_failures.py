@@ -285,6 +285,21 @@ def test_the_command_line_reports_damaged_entries_and_clear_clears_them(numbatun
     assert stored_entries(numbatune_cache) == []
 
 
+def test_cache_clear_of_one_function_clears_the_damaged_entries_of_its_folder_only(
+    numbatune_cache, capsys
+):
+    _tuned().tune(*_arguments())
+    folder = disk_module.Folder(_folder(numbatune_cache), "test")
+    folder.set("(('junk',),) @0000", "{not json")
+    folder.close()
+    assert main(["cache", "clear", "cum"]) == 0  # a part of accumulate's name, not its name
+    assert "deleted 0 stored results" in capsys.readouterr().err
+    assert len(stored_entries(numbatune_cache)) == 2
+    assert main(["cache", "clear", "accumulate"]) == 0
+    assert "deleted 2 stored results" in capsys.readouterr().err
+    assert stored_entries(numbatune_cache) == []
+
+
 def test_an_import_after_an_upgrade_is_used_instead_of_the_stale_entry(
     numbatune_cache, monkeypatch, tmp_path
 ):

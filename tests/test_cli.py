@@ -15,6 +15,7 @@ from numba import cuda
 import numbatune as nt
 from numbatune import plot
 from numbatune.arrays import SIMULATOR
+from numbatune.cache import compiled
 from numbatune.cache import files as cachefile
 from numbatune.cli import main
 from numbatune.devices import current_kind
@@ -128,6 +129,36 @@ def test_export_clear_import_round_trip_answers_from_disk(
     assert report.source == "disk" and fresh.stats["benchmarks"] == 0
     status, _, err = run(capsys, "cache", "import", str(shipped))
     assert "imported 0" in err and "1 already in the cache" in err
+
+
+def test_cache_clear_of_one_function_deletes_its_compiled_kernels_and_no_others(
+    capsys, numbatune_cache
+):
+    saxpy = "numbatune_examples.saxpy.saxpy"
+    closure = f"{saxpy} [closure 0123abcd]"
+    ids = [saxpy, closure, "numbatune_examples.transpose.transpose", f"{saxpy}_twice"]
+    compiled.add(
+        [compiled.Kernel("sm_90", f, "ab" * 20, b"a kernel") for f in ids], numbatune_cache
+    )
+
+    def kept():
+        return {kernel.function for kernel in compiled.stored(numbatune_cache, ids)}
+
+    assert run(capsys, "cache", "clear", "ample")[0] == 0  # a part of two names: neither's
+    assert kept() == set(ids)
+    assert run(capsys, "cache", "clear", "saxpy")[0] == 0  # its last part: it and its closure
+    assert kept() == set(ids) - {saxpy, closure}
+
+
+def test_export_of_an_unknown_function_fails_and_leaves_the_file_as_it_was(
+    capsys, tmp_path, tuned_saxpy
+):
+    shipped = tmp_path / "tuned.json"
+    assert run(capsys, "cache", "export", str(shipped))[0] == 0
+    before = shipped.read_text()
+    status, _, err = run(capsys, "cache", "export", str(shipped), "--function", "no_such_kernel")
+    assert status == 2 and "no stored result for no_such_kernel" in error_line(err)
+    assert shipped.read_text() == before
 
 
 def test_import_skips_other_devices_and_refuses_bad_files(capsys, tmp_path, tuned_saxpy):
@@ -253,6 +284,23 @@ def test_mistakes_end_in_one_line_and_status_2(capsys, tmp_path, argv, says):
     status, out, err = run(capsys, *[word.format(tmp=tmp_path) for word in argv])
     assert status == 2 and out == ""
     assert says.format(tmp=tmp_path) in error_line(err)
+
+
+@pytest.mark.parametrize("workers", ["-1", "0", "two"])
+@pytest.mark.parametrize(
+    "command", [["compile", "kernels.py", "--cc", "9.0"], ["sweep", "-o", "x"]]
+)
+def test_workers_that_are_not_a_positive_integer_are_refused_before_anything_runs(
+    capsys, monkeypatch, command, workers
+):
+    monkeypatch.setattr("numbatune.cli._compile", lambda arguments: pytest.fail("it ran"))
+    monkeypatch.setattr("numbatune.cli._sweep", lambda arguments: pytest.fail("it ran"))
+    with pytest.raises(SystemExit) as usage:
+        main([*command, "--workers", workers])
+    assert usage.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.endswith(f"error: argument --workers: expected a positive integer, as 4, "
+                         f"got {workers!r}")  # fmt: skip
 
 
 def test_bugs_still_show_their_traceback(monkeypatch):

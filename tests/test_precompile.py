@@ -376,6 +376,27 @@ def test_compile_into_a_file_or_a_read_only_folder_fails_at_once_saying_why(
     assert done.returncode == 2 and "shipped is read-only" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("def example(small:\n", "SyntaxError: "),
+        (
+            "import no_such_module_here\n",
+            "ModuleNotFoundError: No module named 'no_such_module_here'",
+        ),
+    ],
+    ids=["a syntax error", "an import that fails"],
+)
+def test_compile_of_a_module_that_does_not_import_says_why_in_one_line(
+    tmp_path, capsys, code, says
+):
+    module = tmp_path / "broken.py"
+    module.write_text(code)
+    assert main(_compile(module, tmp_path / "cache")) == 2
+    [said] = capsys.readouterr().err.strip().splitlines()
+    assert said.startswith(f"numbatune: error: cannot import {module}: {says}"), said
+
+
 def test_compile_onto_a_full_disk_says_how_many_were_kept_and_fails(
     two_kernels, tmp_path, capsys, monkeypatch
 ):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -42,10 +43,12 @@ from numbatune.cache.disk import Additions, Folder, Mode, in_words
 from numbatune.cache.tunecache import function_folder
 from numbatune.devices import current_kind
 from numbatune.errors import CacheFileError
-from numbatune.identity import base_name
+from numbatune.identity import base_name, folder_name
 
 FILE_FORMAT = "numbatune-cache"
 FILE_VERSION = 1
+#: The readable part of a closure's folder name (:func:`numbatune.identity.function_id`).
+_CLOSURE = re.compile(r"(.+)_closure_([0-9a-f]{8})")
 
 
 @dataclass(frozen=True)
@@ -107,23 +110,51 @@ def size_bytes(cache_dir: Path) -> int:
     return sum(p.stat().st_size for p in cache_dir.rglob("*") if p.is_file())
 
 
+def _function_of(folder: str, known: dict[str, str]) -> str | None:
+    """The function id whose entries or kernels a folder named ``folder`` holds, where it can
+    be told: a function with stored results (``known``: their ids by folder name), or an id
+    that the folder's readable part spells out whole (checked against the folder's digest)."""
+    if folder in known:
+        return known[folder]
+    readable = folder.rpartition("-")[0]
+    closure = _CLOSURE.fullmatch(readable)
+    spelled = [readable, *([f"{closure[1]} [closure {closure[2]}]"] if closure else [])]
+    return next((name for name in spelled if folder_name(name) == folder), None)
+
+
+def _folder_named(folder: str, function: str | None, known: dict[str, str]) -> bool:
+    """Whether a folder named ``folder`` (of results or kernels) is that of the function asked
+    for (all when None), matched as :func:`_named` matches results: a folder whose function
+    cannot be told is only that of its full id."""
+    if function is None or folder == folder_name(function):
+        return True
+    name = _function_of(folder, known)
+    return name is not None and _named(name, function)
+
+
 def clear(cache_dir: Path, function: str | None = None) -> int:
-    """Delete the stored results (of one function; damaged entries of its folders too) and the
-    compiled kernels (all, or the function's); returns how many results were deleted."""
+    """Delete the stored results (of one function, by its full name or last part; damaged
+    entries of its folders too) and the compiled kernels (all, or the function's); returns
+    how many results were deleted."""
+    known = {
+        folder_name(e.function): e.function
+        for e in stored_entries(cache_dir)
+        if e.stored is not None
+    }
     deleted = 0
     for device, directory in _function_directories(cache_dir):
         folder = Folder(directory, directory.name)
         for stored_under in folder.stored_keys():
             entry = _read(device, directory, stored_under, folder.get(stored_under))
             mine = _named(entry.function, function) or (
-                entry.damaged is not None and function is not None and function in directory.name
+                entry.damaged is not None and _folder_named(directory.name, function, known)
             )
             if mine and folder.mode is Mode.WRITABLE:
                 folder.delete(stored_under)
                 deleted += 1
         folder.close()
     for kernels in (cache_dir / compiled.STORE).glob("*/*") if cache_dir.is_dir() else ():
-        if function is None or function in kernels.name:
+        if _folder_named(kernels.name, function, known):
             shutil.rmtree(kernels, ignore_errors=True)
     return deleted
 
