@@ -189,7 +189,7 @@ class Snapshot:
     #: record the keys they serve in ``<cache_dir>/record.jsonl``).
     record: Path | None = None
     #: Level of the ``numbatune`` logger: debug, info, warning or error; None leaves it to the
-    #: application's logging set-up.
+    #: application's logging set-up (set to None again, the level numbatune set is undone).
     log_level: str | None = None
     #: Worker processes that compile variants in parallel (numbatune.compile); 0 or 1 compiles
     #: in the calling process.
@@ -276,6 +276,8 @@ def _validated(name: str, value: Any) -> Any:
         raise ValueError(f"numbatune: unknown setting {name!r}; settings are {sorted(_PARSERS)}")
     if name in ("cache_dir", "record") and (value is None or isinstance(value, os.PathLike)):
         return None if value is None else Path(value)
+    if name == "log_level" and value is None:  # the default: the application's logging decides
+        return None
     try:
         return _PARSERS[name](str(value))
     except ValueError as error:
@@ -312,10 +314,13 @@ def configure(**values: Any) -> Settings:
     checked = {name: _validated(name, value) for name, value in values.items()}
     if checked.get("min_runs", settings.min_runs) > checked.get("max_runs", settings.max_runs):
         raise ValueError("numbatune: setting min_runs must not exceed max_runs")
+    level_was_set = settings.log_level is not None
     for name, value in checked.items():
         setattr(settings, name, value)
-    if "log_level" in checked:
+    if checked.get("log_level") is not None:
         logging.getLogger("numbatune").setLevel(checked["log_level"].upper())
+    elif "log_level" in checked and level_was_set:  # undo numbatune's level, none of the app's
+        logging.getLogger("numbatune").setLevel(logging.NOTSET)
     return settings
 
 

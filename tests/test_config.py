@@ -39,6 +39,23 @@ def test_the_log_level_setting_sets_the_numbatune_logger():
         nt.configure(log_level="warning")
 
 
+def test_log_level_none_the_default_leaves_the_level_to_the_application():
+    logger = logging.getLogger("numbatune")
+    previous, setting = logger.level, nt.settings.log_level
+    try:
+        nt.settings.log_level = None  # as by default
+        logger.setLevel(logging.ERROR)  # the application's own choice
+        assert nt.configure(log_level=None).log_level is None
+        assert logger.level == logging.ERROR  # left as the application set it
+        nt.configure(log_level="debug")
+        assert logger.level == logging.DEBUG
+        nt.configure(log_level=None)
+        assert logger.level == logging.NOTSET  # numbatune's level undone: the application's again
+    finally:
+        nt.settings.log_level = setting
+        logger.setLevel(previous)
+
+
 def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
     from numbatune.tuning.progress import Progress
 
