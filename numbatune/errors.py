@@ -60,3 +60,8 @@ class CompilerNotFoundError(NumbatuneError, RuntimeError):
 
     The library is NVRTC, NVVM or nvJitLink; the message names it and the extra that installs
     it."""
+
+
+class RayNotInstalled(NumbatuneError, RuntimeError):
+    """A sweep over Ray (``numbatune sweep --ray``) where Ray is not installed; the message says
+    what to install."""

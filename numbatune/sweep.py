@@ -11,7 +11,9 @@ import`` or :func:`numbatune.cache_import` adds to a cache, so that the program'
 keys are hits.
 
 Nothing tuned is lost: each key's result is stored as it is tuned, so the keys a worker tuned
-before it died are exported too. The export file is checked before any tuning (a folder, a
+before it died are exported too (a Ray actor's where it ran on this machine, or on one that
+sees this machine's temporary folder: an actor elsewhere tunes into a folder of its own there,
+which this machine cannot read). The export file is checked before any tuning (a folder, a
 missing folder, a read-only or full disk are refused), written whole or not at all, and read
 first if it exists: its entries are kept, and a rerun goes on from there (its keys are
 ``stored``, not tuned again). A line of the record that is not a record is a row of its own,
@@ -40,7 +42,7 @@ from numbatune.cache import files
 from numbatune.cache.disk import write_problem
 from numbatune.config import configure
 from numbatune.dispatch import TunedKernel
-from numbatune.errors import CacheFileError
+from numbatune.errors import CacheFileError, RayNotInstalled
 from numbatune.record import Record, Unreadable, rebuild_all
 from numbatune.tuning.results import Source
 from numbatune.values import TextEnum, key_text
@@ -116,7 +118,9 @@ def sweep(
     default). ``unreadable``: the record's lines that are not records, one outcome each.
 
     Raises :class:`~numbatune.errors.CacheFileError`, before tuning anything, where ``output``
-    cannot be written (or is a file that is not an export), and where writing it fails.
+    cannot be written (or is a file that is not an export), and where writing it fails;
+    :class:`~numbatune.errors.RayNotInstalled` (a ``RuntimeError``), before tuning anything,
+    where Ray is asked for and not installed.
     """
     started = time.perf_counter()
     found = _earlier(Path(output))
@@ -267,8 +271,8 @@ def _on_ray(
     try:
         import ray
     except ImportError:
-        raise RuntimeError(
-            "numbatune sweep --ray needs Ray: pip install 'numbatune[ray]'"
+        raise RayNotInstalled(
+            "numbatune sweep --ray needs Ray, which is not installed: pip install 'numbatune[ray]'"
         ) from None
     started_here = not ray.is_initialized()
     if started_here:
@@ -278,18 +282,23 @@ def _on_ray(
         shares = split(records, _share_count(workers, gpus))
         actor = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(Sweeper)
         actors = [actor.remote() for _ in shares]
-        pending = [
-            a.tune.remote(s, tuple(modules), tuple(paths), earlier)
-            for a, s in zip(actors, shares, strict=True)
-        ]
-        done, deadline = [], time.perf_counter() + WORKER_LIMIT_S
-        for share, future in zip(shares, pending, strict=True):
-            try:
-                done.append(ray.get(future, timeout=max(0.0, deadline - time.perf_counter())))
-            except Exception as error:  # an actor that died (its folder with it), or raised
-                nothing = {"items": [], "kernels": []}
-                done.append(_kept_share(share, nothing, earlier, f"its Ray actor failed: {error}"))
-        return done
+        with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as folder:
+            cache_dirs = [str(Path(folder) / f"worker-{index}") for index in range(len(shares))]
+            pending = [
+                a.tune.remote(s, tuple(modules), tuple(paths), earlier, d)
+                for a, s, d in zip(actors, shares, cache_dirs, strict=True)
+            ]
+            done, deadline = [], time.perf_counter() + WORKER_LIMIT_S
+            for a, share, future, cache_dir in zip(
+                actors, shares, pending, cache_dirs, strict=True
+            ):
+                try:
+                    done.append(ray.get(future, timeout=max(0.0, deadline - time.perf_counter())))
+                except Exception as error:  # an actor that died, raised or ran past the limit
+                    ray.kill(a)  # (it writes no more into its folder)
+                    kept = _results(Path(cache_dir))  # none where it ran on another machine
+                    done.append(_kept_share(share, kept, earlier, f"its Ray actor failed: {error}"))
+            return done
     finally:
         if started_here:
             ray.shutdown()
@@ -304,9 +313,15 @@ class Sweeper:
         modules: Sequence[str],
         paths: Sequence[str],
         earlier: list[dict[str, Any]],
+        cache_dir: str,
     ) -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as cache_dir:
+        """Tune ``records`` into ``cache_dir``, in the sweep's temporary folder, where that
+        folder is on this actor's machine (the sweep reads what the actor tuned if it dies);
+        else into a temporary folder of the actor's own, removed when it is done."""
+        if Path(cache_dir).parent.is_dir():
             return tune_records(records, modules, paths, cache_dir, earlier)
+        with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as own:
+            return tune_records(records, modules, paths, own, earlier)
 
 
 def tune_records(

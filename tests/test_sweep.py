@@ -188,6 +188,22 @@ def test_a_sweep_whose_worker_dies_keeps_what_it_tuned_and_a_rerun_goes_on_from_
     assert list(temporary.iterdir()) == []
 
 
+def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(program, capsys):
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+    path = recorded(program)
+    export = program / "export.json"
+    dies = {"env_vars": {"SWEEP_DIES_AT": "40"}}  # the last of the one actor's three keys
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=dies)
+    try:
+        status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program), "--ray"])
+    finally:
+        ray.shutdown()
+    said = capsys.readouterr().err.splitlines()  # (and Ray's lines)
+    [summary] = [line for line in said if line.startswith("numbatune sweep:")]
+    assert status == 1 and "2 tuned, 0 stored, 1 failed" in summary, summary
+    assert len(json.loads(export.read_text())["entries"]) == 2
+
+
 def _line(arguments, function="sweep_kernels.scale"):
     return json.dumps({"format": 1, "function": function, "module": function.rpartition(".")[0],
                        "qualname": "scale", "arguments": arguments})  # fmt: skip
@@ -231,6 +247,19 @@ def test_a_sweep_whose_output_cannot_be_written_fails_before_tuning(
     words = {"a folder": "is a folder", "a missing folder": "no folder",
              "a full disk": "the disk is full"}[output]  # fmt: skip
     assert words in said, said
+
+
+def test_a_ray_sweep_without_ray_says_in_one_line_what_to_install(program, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    x = record.describe(cuda.to_device(np.ones(8, np.float32)))
+    (program / "keys.jsonl").write_text(_line([x, x, record.describe(np.float32(2))]) + "\n")
+    export = program / "export.json"
+    command = ["sweep", str(program / "keys.jsonl"), "-o", str(export), "--ray"]
+    assert cli.main(command) == 2
+    [said] = capsys.readouterr().err.strip().splitlines()
+    assert said == ("numbatune: error: numbatune sweep --ray needs Ray, which is not installed: "
+                    "pip install 'numbatune[ray]'")  # fmt: skip
+    assert not export.exists()
 
 
 def test_a_rerun_sweep_keeps_the_kernels_of_the_export_it_goes_on_from(program, capsys):
