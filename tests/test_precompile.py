@@ -397,6 +397,16 @@ def test_compile_of_a_module_that_does_not_import_says_why_in_one_line(
     assert said.startswith(f"numbatune: error: cannot import {module}: {says}"), said
 
 
+def test_compile_of_an_example_that_raises_says_which_and_why_in_one_line(tmp_path, capsys):
+    module = tmp_path / "raising.py"
+    module.write_text("def example(small):\n    raise RuntimeError('no GPU data here')\n")
+    assert main(_compile(module, tmp_path / "cache")) == 2
+    [said] = capsys.readouterr().err.strip().splitlines()
+    assert said == (
+        f"numbatune: error: {module}: example(small=True) raised RuntimeError: no GPU data here"
+    )
+
+
 def test_compile_onto_a_full_disk_says_how_many_were_kept_and_fails(
     two_kernels, tmp_path, capsys, monkeypatch
 ):
