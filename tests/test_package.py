@@ -6,13 +6,17 @@ The wheels are built as pip builds them from the sdist: the sdist is unpacked an
 PEP 517 hooks run in it, each build in a fresh copy (setuptools would reuse an earlier build).
 """
 
+import fcntl
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,12 +39,18 @@ print(getattr(build_meta, sys.argv[1])(sys.argv[2]))
 
 
 def _build(hook: str, source: Path, out: Path, **environment: str) -> tuple[Path, str]:
-    """Run a PEP 517 hook of setuptools in ``source``; the file it made and its log."""
-    done = subprocess.run(
-        [sys.executable, "-c", _BUILD, hook, str(out)],
-        cwd=source, env={**os.environ, **environment}, capture_output=True, text=True,
-        check=False,
-    )  # fmt: skip
+    """Run a PEP 517 hook of setuptools in ``source``; the file it made and its log. Builds in
+    one tree take turns (pytest's workers each build the sdist of the repository, and two
+    builds at once write over each other's files)."""
+    tree = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
+    lock = Path(tempfile.gettempdir()) / f"numbatune-build-{tree}.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = subprocess.run(
+            [sys.executable, "-c", _BUILD, hook, str(out)],
+            cwd=source, env={**os.environ, **environment}, capture_output=True, text=True,
+            check=False,
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "deprecat" not in done.stderr.lower(), done.stderr
     return out / done.stdout.splitlines()[-1], done.stderr
@@ -86,6 +96,13 @@ def test_without_a_c_compiler_the_wheel_is_built_without_the_extension(sdist, tm
     files, log = _wheel_from(sdist, tmp_path, CC="no-such-compiler")
     assert 'building extension "numbatune._native" failed' in log
     assert EXTENSION not in files and "numbatune/native.py" in files
+
+
+def test_two_builds_of_the_sdist_at_once_both_succeed(tmp_path):
+    """pytest's workers may each build the repository's sdist at the same time."""
+    with ThreadPoolExecutor(2) as pool:
+        built = list(pool.map(lambda n: _build("build_sdist", ROOT, tmp_path / str(n))[0], [0, 1]))
+    assert all(path.is_file() for path in built)
 
 
 def test_the_sdist_holds_what_its_tests_need(sdist):
