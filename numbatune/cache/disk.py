@@ -391,16 +391,21 @@ class Folder:
             self._set_aside(f"was damaged while in use ({error})")
         return self.mode is Mode.WRITABLE and action(self._cache)
 
-    def get(self, key: str) -> Any:
-        """The value stored under ``key``, or None (also when the disk cannot be read)."""
+    def _read(self, action: Callable[[Any], Any], otherwise: Any) -> Any:
+        """``action(cache)``, or ``otherwise`` where nothing is open or the disk cannot be read
+        (said once)."""
         cache = self._cache  # (another thread may set a damaged database aside meanwhile)
         if cache is None:
-            return None
+            return otherwise
         try:
-            return cache.get(key)
+            return action(cache)
         except DISK_ERRORS as error:
             self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
-            return None
+            return otherwise
+
+    def get(self, key: str) -> Any:
+        """The value stored under ``key``, or None (also when the disk cannot be read)."""
+        return self._read(lambda cache: cache.get(key), None)
 
     def holds(self, key: str) -> bool:
         """Whether a value is stored under ``key`` in the folder as it is now: a database that
@@ -410,25 +415,11 @@ class Folder:
             if self.mode is Mode.WRITABLE and self._identity_on_disk() != self._identity:
                 self.close()
                 self._open()
-            cache = self._cache
-        if cache is None:
-            return False
-        try:
-            return key in cache
-        except DISK_ERRORS as error:
-            self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
-            return False
+        return bool(self._read(lambda cache: key in cache, False))
 
     def stored_keys(self) -> list[str]:
         """Every key stored (none when the disk cannot be read)."""
-        cache = self._cache
-        if cache is None:
-            return []
-        try:
-            return list(cache.iterkeys())
-        except DISK_ERRORS as error:
-            self._say("read", f"cannot read the {self._holds.store} ({in_words(error)})")
-            return []
+        return self._read(lambda cache: list(cache.iterkeys()), [])
 
     def set(self, key: str, value: Any) -> bool:
         """Store ``value``; False (with one warning) where the folder cannot take it."""
