@@ -205,11 +205,14 @@ def _stored(function: str, key: str | None = None) -> list[Any]:
 
 
 def _cache_show(arguments: argparse.Namespace) -> int:
-    found = _stored(arguments.function, arguments.key)
-    data = [_entry_data(e) for e in found]
-    rows = [row for entry in found for row in _entry_rows(entry)]
-    _print(arguments, data, _ENTRY_HEADER, rows)
+    _print_entries(arguments, _stored(arguments.function, arguments.key))
     return 0
+
+
+def _print_entries(arguments: argparse.Namespace, found: list[Any]) -> None:
+    """The stored entries ``found``: a row per variant, or their data with ``--json``."""
+    rows = [row for entry in found for row in _entry_rows(entry)]
+    _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
 
 
 def _entry_data(entry: Any) -> dict[str, Any]:
@@ -471,8 +474,7 @@ def _report(arguments: argparse.Namespace) -> int:
 
     output = None if arguments.output is None else _picture(arguments.output)
     found = _stored(arguments.function)
-    rows = [row for entry in found for row in _entry_rows(entry)]
-    _print(arguments, [_entry_data(e) for e in found], _ENTRY_HEADER, rows)
+    _print_entries(arguments, found)
     if output is not None:
         plot.picture([e for e in found if e.stored is not None], output)
         print(f"numbatune: wrote {output}", file=sys.stderr)
