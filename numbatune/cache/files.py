@@ -87,20 +87,28 @@ def _read(device: str, directory: Path, stored_under: str, text: Any) -> Entry:
     return Entry(device, stored.get("function", directory.name), key, stored)
 
 
+def _walk(cache_dir: Path) -> Iterator[tuple[Folder, str, Entry]]:
+    """Each entry stored under ``cache_dir``: its folder (open while the entry is handled),
+    what it is stored under, and the entry as read."""
+    for device, directory in _function_directories(cache_dir):
+        folder = Folder(directory, directory.name)
+        try:
+            for stored_under in folder.stored_keys():
+                yield folder, stored_under, _read(device, directory, stored_under,
+                                                  folder.get(stored_under))  # fmt: skip
+        finally:
+            folder.close()
+
+
 def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
     """Every stored result under ``cache_dir`` (of one function, by name or its last part);
     damaged entries are listed as such, under their folder's name."""
-    found = []
-    for device, directory in _function_directories(cache_dir):
-        folder = Folder(directory, directory.name)
-        for stored_under in folder.stored_keys():
-            if entries.is_journal(stored_under):  # an unfinished tuning: no result yet
-                continue
-            entry = _read(device, directory, stored_under, folder.get(stored_under))
-            if _named(entry.function, function):
-                found.append(entry)
-        folder.close()
-    return found
+    return [
+        entry
+        for _, stored_under, entry in _walk(cache_dir)
+        if not entries.is_journal(stored_under)  # an unfinished tuning: no result yet
+        and _named(entry.function, function)
+    ]
 
 
 def size_bytes(cache_dir: Path) -> int:
@@ -142,17 +150,13 @@ def clear(cache_dir: Path, function: str | None = None) -> int:
         if e.stored is not None
     }
     deleted = 0
-    for device, directory in _function_directories(cache_dir):
-        folder = Folder(directory, directory.name)
-        for stored_under in folder.stored_keys():
-            entry = _read(device, directory, stored_under, folder.get(stored_under))
-            mine = _named(entry.function, function) or (
-                entry.damaged is not None and _folder_named(directory.name, function, known)
-            )
-            if mine and folder.mode is Mode.WRITABLE:
-                folder.delete(stored_under)
-                deleted += 1
-        folder.close()
+    for folder, stored_under, entry in _walk(cache_dir):
+        mine = _named(entry.function, function) or (
+            entry.damaged is not None and _folder_named(folder.folder.name, function, known)
+        )
+        if mine and folder.mode is Mode.WRITABLE:
+            folder.delete(stored_under)
+            deleted += 1
     for kernels in (cache_dir / compiled.STORE).glob("*/*") if cache_dir.is_dir() else ():
         if _folder_named(kernels.name, function, known):
             shutil.rmtree(kernels, ignore_errors=True)
