@@ -61,7 +61,7 @@ class WinnerLauncher:
 
     def compiled(self, variant: Variant, args: tuple[Any, ...]) -> Any:
         """The variant's kernel, compiled (or loaded) for the types of ``args``."""
-        return self._shared.compiler.compiled(variant, args, self._tally)
+        return self._shared.compiler.compiled(variant, args, self._tally, settings.cache_dir)
 
     def launch(
         self, state: DeviceState, winner: Winner, args: tuple[Any, ...], stream: Any

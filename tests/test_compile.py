@@ -171,3 +171,32 @@ def test_kernels_written_out_in_workers_are_compiled_largest_first_and_compute_r
         out = cuda.to_device(np.zeros(8, np.float32))
         prefix_sums.run_variant({"STEPS": steps}, a, out)
         np.testing.assert_array_equal(out.copy_to_host()[:steps], np.cumsum(host)[:steps])
+
+
+def test_a_tuning_keeps_its_kernels_beside_its_results_when_the_setting_changes_meanwhile(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    """A tuning reads its settings once: a ``configure(cache_dir=...)`` made while it compiles
+    (from another thread, say) does not send its kernels to another cache directory than its
+    results."""
+    from numbatune.compile.compiler import Compiler
+
+    other, add = tmp_path / "other", Compiler._add
+
+    def add_then_move(self, *args, **options):
+        nt.configure(cache_dir=other)  # as another thread might, while this tuning compiles
+        return add(self, *args, **options)
+
+    monkeypatch.setattr(Compiler, "_add", add_then_move)
+
+    @nt.autotune(variants=nt.product(BLOCK=[32, 64]),
+                 launch=lambda x, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK))  # fmt: skip
+    @cuda.jit
+    def bump(x):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            x[i] += 1
+
+    bump.tune(cuda.device_array(64, np.float32))
+    assert len(list((numbatune_cache / "kernels").rglob("cache.db"))) == 1
+    assert not (other / "kernels").exists()

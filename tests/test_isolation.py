@@ -234,7 +234,7 @@ def test_a_kernel_compiled_here_for_several_signatures_is_given_to_its_trial_onc
     members = tuned.variants
     first, second = ("float32[:]", "float32[:]"), ("float64[:]", "float64[:]")
     monkeypatch.setattr(compiler, "compile_pool", lambda kernels, size: None)  # compiled here
-    monkeypatch.setattr(Compiler, "compiled", lambda self, variant, args, tally: "kernel")
+    monkeypatch.setattr(Compiler, "compiled", lambda self, *given: "kernel")
     ready = []
     settled = _Settled({}, lambda count: None, lambda *given: ready.append(given), first)
     # The kernel misses two declared signatures: one compile here makes both.

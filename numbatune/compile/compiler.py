@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from numbatune import processes, unroll
@@ -260,18 +261,20 @@ class Compiler:
             return list(self._template.signatures)
         return [self._kernels.argument_types(dispatcher, args)]
 
-    def compiled(self, variant: Variant, args: tuple[Any, ...], tally: Tally) -> Any:
-        """The variant's dispatcher, compiled (or loaded) for ``args`` here; a compile error
-        is raised."""
+    def compiled(
+        self, variant: Variant, args: tuple[Any, ...], tally: Tally, cache_dir: Path | None
+    ) -> Any:
+        """The variant's dispatcher, compiled (or loaded from the kernel store of
+        ``cache_dir``, and kept there) for ``args`` here; a compile error is raised."""
         dispatcher = self.dispatcher(variant)
         if SIMULATOR:
             return dispatcher
         for argtypes in self._signatures(dispatcher, args):
-            if self._has(dispatcher, argtypes) or self._load(variant, argtypes, tally):
+            if self._has(dispatcher, argtypes) or self._load(variant, argtypes, tally, cache_dir):
                 continue
             if self._add(dispatcher, argtypes):
                 tally.compiles += 1
-            self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes)
+            self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes, cache_dir)
         return dispatcher
 
     def compile_all(
@@ -287,8 +290,9 @@ class Compiler:
         as variants are settled, and ``ready(members, made)`` as the kernel that ``members``
         share is compiled for the first of the argument types (the one trial runs take), while
         others may still be compiling; ``made``: by this call (else it was compiled or loaded
-        before, or is loaded from the kernel store). The compile workers and their time limit
-        are the tuning's settings, ``taken``."""
+        before, or is loaded from the kernel store). The compile workers, their time limit and
+        the cache directory whose kernel store is read and kept are the tuning's settings,
+        ``taken``."""
         results: dict[Variant, Any] = {}
         waiting: list[_Waiting] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
@@ -303,7 +307,7 @@ class Compiler:
                     signatures = self._signatures(self.dispatcher(members[0]), args)
                 # A kernel's code is written out only when it is loaded or compiled: in a
                 # worker's task (below) as the worker takes it, not all before the first.
-                missing = self._missing(members[0], signatures, tally)
+                missing = self._missing(members[0], signatures, tally, taken.cache_dir)
                 if not missing:
                     results.update(dict.fromkeys(members, self.dispatcher(members[0])))
                     ready(members, False)
@@ -319,7 +323,11 @@ class Compiler:
         return results
 
     def _missing(
-        self, variant: Variant, signatures: Sequence[tuple[Any, ...]], tally: Tally
+        self,
+        variant: Variant,
+        signatures: Sequence[tuple[Any, ...]],
+        tally: Tally,
+        cache_dir: Path | None,
     ) -> list[tuple[Any, ...]]:
         """The ``signatures`` the variant's kernel has not compiled and the kernel store does
         not hold. Those compiled already are kept in the store of the current cache directory
@@ -329,8 +337,8 @@ class Compiler:
         missing = []
         for argtypes in signatures:
             if existing is not None and self._has(existing, argtypes):
-                self._keep(variant, existing, argtypes)
-            elif not self._load(variant, argtypes, tally):
+                self._keep(variant, existing, argtypes, cache_dir)
+            elif not self._load(variant, argtypes, tally, cache_dir):
                 missing.append(argtypes)
         return missing
 
@@ -346,12 +354,12 @@ class Compiler:
         here = waiting
         if pool is not None:
             builds = self._builds(waiting)
-            here = self._compile_in_workers(pool, builds, settled, tally, taken.compile_timeout_s)
+            here = self._compile_in_workers(pool, builds, settled, tally, taken)
         for members, argtypes in here:  # compiled() makes every signature at once
             if isinstance(settled.results.get(members[0]), Failed):
                 continue
             try:
-                dispatcher = self.compiled(members[0], args, tally)
+                dispatcher = self.compiled(members[0], args, tally, taken.cache_dir)
             except Exception as error:
                 settled.failed(members, Failed.of(error))
             else:
@@ -373,10 +381,10 @@ class Compiler:
         builds: list[list[_Waiting]],
         settled: _Settled,
         tally: Tally,
-        timeout_s: float,
+        taken: Snapshot,
     ) -> list[_Waiting]:
-        """Compile ``builds`` in ``pool``, each within ``timeout_s``; returns what to compile
-        here instead."""
+        """Compile ``builds`` in ``pool``, each within the tuning's compile time limit
+        (``taken``); returns what to compile here instead."""
         from numba import cuda
 
         device = cuda.get_current_device()
@@ -398,7 +406,8 @@ class Compiler:
                         settled.failed(members, Failed(built.error))
                         continue
                     with cuda.gpus[device.id]:  # loaded now, while other kernels compile
-                        dispatcher = self._take(members[0], argtypes, built, cc, tally)
+                        dispatcher = self._take(members[0], argtypes, built, cc, tally,
+                                                taken.cache_dir)  # fmt: skip
                     settled.compiled(members, dispatcher, argtypes)
                 # The build's time: its kernels' compile is one, their links run together.
                 times = [b.seconds for b in outcome.value if isinstance(b, Built)]
@@ -411,7 +420,7 @@ class Compiler:
                     settled.failed(members, Failed(str(outcome)))
 
         tasks = processes.LazyTasks(len(builds), task)
-        pool.run(tasks, timeout_s, finished)
+        pool.run(tasks, taken.compile_timeout_s, finished)
         logger.info(
             "numbatune: %s: %d kernels compiled (%d builds) in %d worker processes in %.2f s "
             "(%.2f s of building in all, the longest %.2f s)",
@@ -432,15 +441,17 @@ class Compiler:
         built: Built,
         cc: tuple[int, int],
         tally: Tally,
+        cache_dir: Path | None,
     ) -> Any:
         """The variant's dispatcher, with the kernel a worker built for ``argtypes`` loaded
-        into it (and kept in the kernel store, and for a trial run as built)."""
+        into it (and kept in the kernel store of ``cache_dir``, and for a trial run as
+        built)."""
         dispatcher = self.dispatcher(variant)
         kernel = self._kernels.load(built.payload, cc)
         self._kernels.bind(kernel)
         if self._add(dispatcher, argtypes, kernel):
             tally.compiles += 1
-        self._save_payload(variant, argtypes, cc, built.payload)
+        self._save_payload(variant, argtypes, cc, built.payload, cache_dir)
         with self._lock:
             self._payloads.setdefault((self._template.code_key(variant), argtypes), built.payload)
         return dispatcher
@@ -465,59 +476,69 @@ class Compiler:
         argtypes = self._signatures(self.dispatcher(variant), args)[0]
         return self._key(variant, argtypes, _current_cc())
 
-    def kernel_store(self) -> KernelStore | None:
-        """The kernel store of the current device and cache directory; None where kernels are
-        not kept (no cache directory, the simulator)."""
-        if SIMULATOR or settings.cache_dir is None:
+    def kernel_store(self, cache_dir: Path | None) -> KernelStore | None:
+        """The kernel store of the current device in ``cache_dir``; None where kernels are not
+        kept (no cache directory, the simulator)."""
+        if SIMULATOR or cache_dir is None:
             return None
-        return self._store(_current_cc())
+        return self._store(_current_cc(), cache_dir)
 
     # -- the kernel store -------------------------------------------------------------------
 
-    def _store(self, cc: tuple[int, int]) -> KernelStore:
+    def _store(self, cc: tuple[int, int], cache_dir: Path) -> KernelStore:
         with self._lock:
-            store = self._stores.get((settings.cache_dir, cc))
+            store = self._stores.get((cache_dir, cc))
             if store is None:
-                store = KernelStore(settings.cache_dir, cc, self._function_id, self._kernels)
-                self._stores[(settings.cache_dir, cc)] = store
+                store = KernelStore(cache_dir, cc, self._function_id, self._kernels)
+                self._stores[(cache_dir, cc)] = store
             return store
 
     def _key(self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int]) -> str:
         return store_key(self._template, variant, argtypes, cc, _toolchain(self._kernels))
 
-    def _load(self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally) -> bool:
-        """Add the stored kernel for ``argtypes`` to the variant's dispatcher, if one is
-        stored."""
-        if settings.cache_dir is None:
+    def _load(
+        self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally, cache_dir: Path | None
+    ) -> bool:
+        """Add the kernel for ``argtypes`` stored in ``cache_dir`` to the variant's dispatcher,
+        if one is stored."""
+        if cache_dir is None:
             return False
         cc = _current_cc()
-        kernel = self._store(cc).load(self._key(variant, argtypes, cc))
+        kernel = self._store(cc, cache_dir).load(self._key(variant, argtypes, cc))
         if kernel is None:
             return False
         if self._add(self.dispatcher(variant), argtypes, kernel):
             tally.loaded += 1
         return True
 
-    def _keep(self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...]) -> None:
-        """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the current store,
-        unless the store holds it already or cannot be written (a read-only cache: the kernel
-        is not serialised for nothing at every tuning)."""
-        if settings.cache_dir is None:
+    def _keep(
+        self,
+        variant: Variant,
+        dispatcher: Any,
+        argtypes: tuple[Any, ...],
+        cache_dir: Path | None,
+    ) -> None:
+        """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the store of
+        ``cache_dir``, unless the store holds it already or cannot be written (a read-only
+        cache: the kernel is not serialised for nothing at every tuning)."""
+        if cache_dir is None:
             return
         cc = _current_cc()
-        store = self._store(cc)
+        store = self._store(cc, cache_dir)
         key = self._key(variant, argtypes, cc)
         if store.problem is None and not store.holds(key):
             payload = self._serialised(self._kernels.compiled(dispatcher, argtypes))
             if payload is not None:
                 store.save(key, payload)
 
-    def _save(self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...]) -> None:
-        if settings.cache_dir is None:
+    def _save(
+        self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...], cache_dir: Path | None
+    ) -> None:
+        if cache_dir is None:
             return
         payload = self._serialised(kernel)
         if payload is not None:
-            self._save_payload(variant, argtypes, _current_cc(), payload)
+            self._save_payload(variant, argtypes, _current_cc(), payload, cache_dir)
 
     def _serialised(self, kernel: Any) -> bytes | None:
         """The kernel as the store keeps it, or None where it cannot be serialised."""
@@ -528,10 +549,15 @@ class Compiler:
             return None
 
     def _save_payload(
-        self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int], payload: bytes
+        self,
+        variant: Variant,
+        argtypes: tuple[Any, ...],
+        cc: tuple[int, int],
+        payload: bytes,
+        cache_dir: Path | None,
     ) -> None:
-        if settings.cache_dir is not None:
-            self._store(cc).save(self._key(variant, argtypes, cc), payload)
+        if cache_dir is not None:
+            self._store(cc, cache_dir).save(self._key(variant, argtypes, cc), payload)
 
 
 def store_key(

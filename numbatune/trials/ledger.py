@@ -8,6 +8,7 @@ that a later process whose store it reads does not try it again either.
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 from typing import Any
 
 from numbatune.compile.compiler import Compiler
@@ -23,7 +24,9 @@ def _ran_key(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> str
     return f"{kernel} {variant.label} {current_kind().partition}"
 
 
-def has_run(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> bool:
+def has_run(
+    compiler: Compiler, variant: Variant, args: tuple[Any, ...], cache_dir: Path | None
+) -> bool:
     """Whether ``variant`` ran on this kind of device for the types of ``args`` (in this
     process, or in an earlier one whose kernel store this one reads).
 
@@ -35,6 +38,8 @@ def has_run(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> bool
         The variant.
     args
         The arguments it would run on (their types decide its kernel).
+    cache_dir
+        The cache directory whose kernel store is read (the tuning's; None: none).
 
     Returns
     -------
@@ -45,18 +50,20 @@ def has_run(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> bool
     ran = _ran.setdefault(compiler, set())
     if key in ran:
         return True
-    store = compiler.kernel_store()
+    store = compiler.kernel_store(cache_dir)
     if store is None or not store.ran(key):
         return False
     ran.add(key)
     return True
 
 
-def mark_run(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> None:
+def mark_run(
+    compiler: Compiler, variant: Variant, args: tuple[Any, ...], cache_dir: Path | None
+) -> None:
     """Remember that ``variant`` ran for the types of ``args``, in this process and in the
     kernel store (see :func:`has_run` for the parameters)."""
     key = _ran_key(compiler, variant, args)
     _ran.setdefault(compiler, set()).add(key)
-    store = compiler.kernel_store()
+    store = compiler.kernel_store(cache_dir)
     if store is not None:
         store.mark_ran(key)

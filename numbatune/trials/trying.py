@@ -151,6 +151,7 @@ class _Trying:
     ) -> None:
         self._kernel, self._args, self._may_run = kernel, args, may_run
         self._isolate = taken.isolate
+        self._cache_dir = taken.cache_dir  # (whose kernel store says which variants ran)
         self._made: set[Variant] = set()
         self._failed: dict[Variant, Failed] = {}
         self._pipeline = None
@@ -169,7 +170,8 @@ class _Trying:
         compiler = self._kernel.compiler
         for variant in members:
             if self._pipeline is None or (
-                self._isolate is Isolate.NEW and ledger.has_run(compiler, variant, self._args)
+                self._isolate is Isolate.NEW
+                and ledger.has_run(compiler, variant, self._args, self._cache_dir)
             ):
                 if made:
                     self._may_run(variant)
@@ -198,7 +200,7 @@ class _Trying:
         self._kernel.tally.trial_s += time.perf_counter() - waited
         for variant, why in reasons.items():
             if why is None:
-                ledger.mark_run(self._kernel.compiler, variant, self._args)
+                ledger.mark_run(self._kernel.compiler, variant, self._args, self._cache_dir)
             else:
                 self._failed[variant] = Failed(why)
         return self._failed
