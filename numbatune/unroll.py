@@ -353,8 +353,8 @@ _COMPARE = {
 
 class _Folder(ast.NodeTransformer):
     """Replaces each expression of integer and boolean constants by its value, computed as
-    numba would (64-bit integers: an expression with a step out of their range is left to
-    numba), and ``a if constant else b`` by the branch taken.
+    numba would (64-bit integers: an expression with a step out of their range, or a shift by
+    a count out of 0..63, is left to numba), and ``a if constant else b`` by the branch taken.
 
     An operation left as it was keeps its operands as written when they would all become
     constants: Python's compiler would compute it itself, past numba's range."""
@@ -408,6 +408,10 @@ class _Folder(ast.NodeTransformer):
             and bool in map(type, values)
         ):
             return _UNKNOWN  # numba's arithmetic on booleans differs from Python's
+        if how in (operator.lshift, operator.rshift) and not 0 <= values[1] < 64:
+            # Python raises on a negative count (code a guard may never let run) and computes
+            # a huge number for a large one, which numba's 64-bit shift does not give.
+            return _UNKNOWN
         try:
             value = how(*values)
         except ArithmeticError:  # e.g. // 0: left for numba to report

@@ -153,6 +153,31 @@ def test_written_out_loops_have_their_constant_expressions_computed(width, sprea
     np.testing.assert_array_equal(out.copy_to_host(), [first, second, third])
 
 
+LOG = 3
+
+
+@nt.autotune(variants=nt.product(LOG=[3, 4]), launch=lambda a, out: (1, 1))
+@cuda.jit
+def guarded_shifts(a, out):
+    """Shifts by counts that are negative, or huge, only in a branch never taken for them."""
+    total = float32(0)
+    for s in nt.static_range(LOG):
+        if s > 0:
+            total += a[1 << (s - 1)] * (8 >> (s - 1))
+        if s > 99:
+            total += 1 << (1 << 40)
+    out[0] = total
+
+
+@pytest.mark.parametrize("log", [3, 4])
+def test_shifts_in_branches_not_taken_are_left_to_run_time(log):
+    a = np.arange(10, 20, dtype=np.float32)
+    out = cuda.to_device(np.zeros(1, np.float32))
+    guarded_shifts.run_variant({"LOG": log}, cuda.to_device(a), out)
+    expected = sum(a[1 << (s - 1)] * (8 >> (s - 1)) for s in range(1, log))
+    np.testing.assert_array_equal(out.copy_to_host(), [expected])
+
+
 def test_the_size_of_a_written_out_kernel_grows_with_its_static_loops():
     # prefix_sums writes out STEPS outer steps, step k holding k + 1 inner ones.
     sizes = [prefix_sums._template.written_out_size(nt.Variant({"STEPS": s})) for s in (1, 3, 4)]
