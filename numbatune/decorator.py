@@ -120,15 +120,16 @@ def autotune(
     TypeError
         An option of the wrong kind: a kernel that is neither a function nor a numba kernel, a
         launch or prune that is not callable, variants that are not dicts or `Variant`
-        objects, a budget of another type. The message names the kernel and the option.
+        objects, a read_only that is not a list of names, a name that is not a string, a budget
+        of another type. The message names the kernel and the option.
     ValueError
         An option with a wrong value: no variants, or one listed twice; a variant parameter
         that neither the kernel, its device functions nor the launch function reads, or that
         the kernel assigns or takes as an argument; an unknown level or search; ``read_only``
         names that are not arguments; a budget that cannot be read; a parameter of the launch
         function that neither the kernel's arguments nor any variant give a value, with no
-        default; an unknown ``on_miss``. At a call: no variant valid for the arguments
-        (``valid``).
+        default; an unknown ``on_miss``; an empty name. At a call: no variant valid for the
+        arguments (``valid``).
     ImportError
         ``search="model"`` without scikit-learn installed.
 

@@ -9,7 +9,7 @@ the kernel and the option.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ class KernelSpec:
     search_budget: Budget | None = field(init=False)
 
     def __post_init__(self) -> None:
-        name = self.name or getattr(self.kernel, "__name__", type(self.kernel).__name__)
+        name = _checked_name(self.name, self.kernel)
         derive = _setter(self)
         derive("kernel_name", name)
         derive("template", KernelTemplate(self.kernel, name))
@@ -181,6 +181,19 @@ def _setter(spec: KernelSpec) -> Callable[[str, Any], None]:
     return lambda name, value: object.__setattr__(spec, name, value)
 
 
+def _checked_name(name: Any, kernel: Any) -> str:
+    """Validate ``name=``; the name in messages: ``name``, else the kernel function's."""
+    written = getattr(kernel, "__name__", type(kernel).__name__)
+    if name is None:
+        return written
+    if isinstance(name, str) and name:
+        return name
+    raise (ValueError if isinstance(name, str) else TypeError)(
+        f"autotune({written}): name must be a non-empty string (the tuned kernel's name in "
+        f"messages and logs) or None for the kernel function's name, got {name!r}"
+    )
+
+
 def _check_parameter_names(
     variants: Sequence[Variant], parameters: Sequence[str], name: str
 ) -> None:
@@ -211,17 +224,18 @@ def _valid_params(
 
 def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> frozenset[str]:
     """Validate ``read_only=``: names of the kernel's arguments."""
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+    listed = None if isinstance(names, str) or not isinstance(names, Iterable) else list(names)
+    if listed is None or not all(isinstance(n, str) for n in listed):
         raise TypeError(
             f"autotune({name}): read_only must be a list of argument names, got {names!r}"
         )
-    unknown = sorted(set(names) - set(parameters))
+    unknown = sorted(set(listed) - set(parameters))
     if unknown:
         raise ValueError(
             f"autotune({name}): read_only names {unknown}, which are not arguments of the "
             f"kernel; its arguments are {list(parameters)}"
         )
-    return frozenset(names)
+    return frozenset(listed)
 
 
 def _on_miss_option(on_miss: OnMiss | str | None, kernel_name: str) -> OnMiss | None:

@@ -41,8 +41,15 @@ def test_a_kernel_that_writes_its_inputs_is_tuned_as_it_runs_once(read_only):
 def test_read_only_names_arguments_of_the_kernel():
     with pytest.raises(ValueError, match=r"read_only names \['y'\], which are not arguments"):
         _compact(read_only=["y"])
-    with pytest.raises(TypeError, match="read_only must be a list of argument names"):
-        _compact(read_only="x")
+    for bad in ("x", None, 5, [1]):
+        with pytest.raises(TypeError, match=r"^autotune\(compact\): read_only must be a list of"):
+            _compact(read_only=bad)
+
+
+@pytest.mark.parametrize(("name", "error"), [(5, TypeError), (["x"], TypeError), ("", ValueError)])
+def test_a_name_must_be_a_non_empty_string(name, error):
+    with pytest.raises(error, match=r"^autotune\(compact\): name must be a non-empty string"):
+        _compact(name=name)
 
 
 @cuda.jit
