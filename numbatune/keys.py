@@ -35,9 +35,10 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     x
         A size, an integer >= 0. ``anchor(0)`` and ``anchor(1)`` are 1.
     max
-        The largest anchor to return, or None for no limit.
+        The largest anchor to return, an integer, or None for no limit.
     min
-        The smallest anchor to return, or None for no limit.
+        The smallest anchor to return, an integer no larger than ``max``, or None for no
+        limit.
     base
         The base of the powers, an integer >= 2.
 
@@ -49,9 +50,9 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     Raises
     ------
     TypeError
-        ``x`` is not an integer.
+        ``x``, or ``max`` or ``min`` where given, is not an integer.
     ValueError
-        ``x`` is negative, or ``base`` is not an integer >= 2.
+        ``x`` is negative, ``min`` is larger than ``max``, or ``base`` is not an integer >= 2.
 
     Examples
     --------
@@ -71,8 +72,14 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
         while power < x:
             power *= base
     if max is not None:
+        if type(max) is not int and not is_integer(max):  # the test of a plain int first: fast
+            raise TypeError(f"anchor: max must be an integer or None, got {max!r}")
         power = power if power < max else max
     if min is not None:
+        if type(min) is not int and not is_integer(min):
+            raise TypeError(f"anchor: min must be an integer or None, got {min!r}")
+        if max is not None and min > max:
+            raise ValueError(f"anchor: min must not be larger than max, got {min} > {max}")
         power = power if power > min else min
     return power
 

@@ -28,6 +28,19 @@ def test_anchor_refuses_a_base_below_two():
         anchor(8, base=1)
 
 
+@pytest.mark.parametrize(
+    ("bounds", "error", "message"),
+    [
+        ({"max": "a"}, TypeError, "anchor: max must be an integer or None, got 'a'"),
+        ({"min": 2.5}, TypeError, "anchor: min must be an integer or None, got 2.5"),
+        ({"max": 4, "min": 16}, ValueError, "anchor: min must not be larger than max"),
+    ],
+)
+def test_anchor_refuses_bounds_that_are_not_integers_or_cross(bounds, error, message):
+    with pytest.raises(error, match=f"^{message}"):
+        anchor(8, **bounds)
+
+
 def test_describe_reads_array_parts_of_keys_shortly():
     from numbatune.keys import describe
 
