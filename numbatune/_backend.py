@@ -24,7 +24,9 @@ import enum
 import importlib
 import logging
 import os
+import subprocess
 import sys
+from typing import Any
 
 from numbatune.errors import BackendError
 
@@ -60,20 +62,53 @@ backend = Backend.AS_CHOSEN
 _CONFIG_MODULES = ("numba.core.config", "numba.cuda.core.config")
 
 
-def cuda_device_count() -> int:
-    """The number of CUDA devices the driver reports, or 0 without a driver; imports nothing."""
+#: ``count(library)``: the devices the CUDA driver in ``library`` reports (0 where it fails).
+_COUNT = """
+import ctypes
+
+
+def count(library):
+    devices = ctypes.c_int(0)
+    driver = ctypes.CDLL(library)
+    ok = driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(devices)) == 0
+    return devices.value if ok else 0
+"""
+
+
+def _driver_library() -> str | None:
+    """The name of the CUDA driver's library that loads here (loading it starts nothing), or
+    None without one."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
-            libcuda = ctypes.CDLL(name)
-            break
+            ctypes.CDLL(name)
         except OSError:
             continue
-    else:
+        return name
+    return None
+
+
+def cuda_device_count() -> int:
+    """The number of CUDA devices the driver reports, or 0 without a driver; imports nothing.
+
+    The driver is asked in a child process: one initialised here (``cuInit``) would leave the
+    processes forked from this one unable to use CUDA, before the program used any (numba and
+    torch initialise it only when first used, for the same reason)."""
+    library = _driver_library()
+    if library is None:
         return 0
-    count = ctypes.c_int(0)
-    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    if not sys.executable:  # an embedded interpreter, with no Python to run: asked here
+        namespace: dict[str, Any] = {}
+        exec(_COUNT, namespace)
+        return int(namespace["count"](library))
+    try:
+        asked = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", f"{_COUNT}\nimport sys\nprint(count(sys.argv[1]))",
+             library],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        return int(asked.stdout.strip() or 0) if asked.returncode == 0 else 0
+    except (OSError, ValueError, subprocess.SubprocessError):
         return 0
-    return count.value
 
 
 def select_backend() -> None:

@@ -61,3 +61,25 @@ def test_the_simulator_notice_is_given_once_not_again_by_the_processes_started_a
     done = _run(script)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("using numba's CUDA simulator") == 1, done.stderr
+
+
+FORK_AFTER_IMPORT = """
+import ctypes, os
+from numbatune.arrays import SIMULATOR
+assert not SIMULATOR, "a GPU is there: the simulator must not be chosen"
+pid = os.fork()
+if pid == 0:  # the child uses CUDA for the first time
+    driver, count = ctypes.CDLL("libcuda.so.1"), ctypes.c_int(0)
+    ok = driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0
+    os._exit(0 if ok and count.value > 0 else 1)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+@pytest.mark.gpu
+def test_a_process_forked_after_importing_numbatune_can_use_cuda():
+    """Choosing between the GPU and the simulator does not initialise CUDA in the importing
+    process (the driver is asked in a child): a process forked from it, before it used CUDA,
+    can use CUDA, as after importing numba or torch."""
+    done = _run(FORK_AFTER_IMPORT)
+    assert done.stdout.strip() == "0", done.stderr
