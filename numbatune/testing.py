@@ -217,8 +217,8 @@ def host_arrays(dtype: Any, shape: Any, special_values: bool = False) -> Any:
     shape
         A shape, or a strategy of shapes (see `shapes`).
     special_values
-        Draw negative zero, subnormals, infinities and NaN too; otherwise floats are finite
-        and normal.
+        Draw negative zero, subnormals, infinities and NaN too; otherwise floats (and both
+        parts of complex numbers) are finite and normal, or zero.
 
     Returns
     -------
@@ -243,7 +243,8 @@ def host_arrays(dtype: Any, shape: Any, special_values: bool = False) -> Any:
             floats = st.one_of(floats, st.sampled_from([-0.0, tiny, -tiny, np.inf, np.nan]))
         else:
             floats = floats.map(lambda value: value + 0.0)  # -0.0 + 0.0 is 0.0
-        elements = floats if dtype.kind == "f" else st.complex_numbers(width=2 * width)
+        # complex numbers: real and imaginary parts drawn as the floats are, by the same rules
+        elements = floats if dtype.kind == "f" else st.builds(complex, floats, floats)
     return hnp.arrays(dtype, shape, elements=elements)
 
 

@@ -52,6 +52,16 @@ def test_special_values_include_negative_zero_subnormals_infinities_and_nan(want
         find(testing.host_arrays(np.float32, (16,)), wanted, settings=settings(database=None))
 
 
+@given(dtype=testing.dtypes("c"), data=st.data())
+@settings(max_examples=40, deadline=None, derandomize=True)
+def test_complex_arrays_without_special_values_have_finite_normal_parts(dtype, data):
+    array = data.draw(testing.host_arrays(dtype, (16,)))
+    parts = np.concatenate([array.real, array.imag])
+    assert np.isfinite(parts).all()
+    assert ((parts == 0) | (np.abs(parts) >= np.finfo(parts.dtype).tiny)).all()
+    assert not np.signbit(parts[parts == 0]).any()
+
+
 def test_dtypes_refuse_unknown_kinds():
     with pytest.raises(ValueError, match="kinds must be letters of 'fiucb'"):
         testing.dtypes("fx")
@@ -110,3 +120,28 @@ def test_with_variants_tunes_only_the_given_variants_and_leaves_the_original_alo
     np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(70) + 1)
     assert saxpy.stats["benchmarks"] == benchmarks_before
     assert small.stats["benchmarks"] == 1
+
+
+GPU_WORDS = """
+import pytest
+
+
+@pytest.mark.gpu
+def test_marked():
+    pass
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_parametrized(device):
+    pass
+"""
+
+
+def test_only_tests_marked_gpu_are_skipped_not_those_with_gpu_in_their_names(pytester):
+    pytester.makepyfile(test_words=GPU_WORDS)
+    pytester.mkpydir("gpu")
+    pytester.makepyfile(**{"gpu/test_in_a_gpu_folder": "def test_plain():\n    pass\n"})
+    result = pytester.runpytest_subprocess("-p", "numbatune.pytest_plugin", "-rs")
+    result.assert_outcomes(passed=3 if SIMULATOR else 4, skipped=1 if SIMULATOR else 0)
+    if SIMULATOR:
+        result.stdout.re_match_lines([r"SKIPPED .*test_words.py:\d+: needs a real CUDA GPU.*"])
