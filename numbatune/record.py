@@ -4,10 +4,11 @@ With the ``record`` setting (a file), each tuned kernel's first call of each key
 appends one line of JSON to the file: the kernel (its function id, module and qualified name),
 the key's text, and each argument (an array's shape, byte strides and dtype, whatever its
 layout: a reversed view's strides are negative, a broadcast array's zero; a scalar's value and
-type). Only a key's first call in a process writes, on the general path: the launches that
-follow, on the fast path, are untouched. Each line is appended with one write, so processes and
-ranks may share the file; a sweep reads each (kernel, key) once, and names each line that is not
-a record (one cut short, say) while it tunes the others.
+type, a complex one's value as ``[real, imaginary]``). Only a key's first call in a process
+writes, on the general path: the launches that follow, on the fast path, are untouched. Each
+line is appended with one write, so processes and ranks may share the file; a sweep reads each
+(kernel, key) once, and names each line that is not a record (one cut short, say) while it
+tunes the others.
 
 The same format, written by hand, lists shapes to sweep::
 
@@ -66,20 +67,27 @@ def describe(value: Any) -> dict[str, Any]:
         shape, dtype, _ = found
         return {"shape": list(shape), "strides": list(arrays.strides(value)), "dtype": dtype}
     if isinstance(value, np.generic):
-        return {"scalar": value.item(), "type": value.dtype.name}
-    if isinstance(value, bool | int | float):
-        return {"scalar": value, "type": type(value).__name__}
+        return {"scalar": _plain(value.item()), "type": value.dtype.name}
+    if isinstance(value, bool | int | float | complex):
+        return {"scalar": _plain(value), "type": type(value).__name__}
     raise TypeError(f"cannot record an argument of type {type(value).__name__}: {value!r}")
+
+
+def _plain(value: Any) -> Any:
+    """A scalar as JSON can hold it: a complex number as ``[real, imaginary]``."""
+    return [value.real, value.imag] if isinstance(value, complex) else value
 
 
 def rebuild(description: dict[str, Any], seed: int = 0) -> Any:
     """An argument like the one ``description`` describes: a numba device array of that shape,
     strides and dtype (floats uniform in [0, 1), other types zeros), or the scalar."""
     if "scalar" in description:
-        kind = description["type"]
-        if kind in ("bool", "int", "float"):
-            return {"bool": bool, "int": int, "float": float}[kind](description["scalar"])
-        return np.dtype(kind).type(description["scalar"])
+        kind, value = description["type"], description["scalar"]
+        if isinstance(value, list):  # a complex number, [real, imaginary]
+            value = complex(*value)
+        if kind in ("bool", "int", "float", "complex"):
+            return {"bool": bool, "int": int, "float": float, "complex": complex}[kind](value)
+        return np.dtype(kind).type(value)
     dtype = np.dtype(description["dtype"])
     shape = tuple(description["shape"])
     if dtype.kind in "fc":
@@ -97,28 +105,29 @@ def write(
     key_text: str,
     args: tuple[Any, ...],
 ) -> None:
-    """Append the line of one call to the record at ``path``, unless this process wrote it."""
+    """Append the line of one call to the record at ``path``, unless this process wrote it
+    (a write that raised is tried again the next time the key is met: a miss, a ``tune``)."""
     seen = (str(path), function, key_text)
-    with _lock:
+    with _lock:  # held while writing: two threads meeting the same key write it once
         if seen in _written:
             return
+        line = json.dumps(
+            {
+                "format": FORMAT,
+                "function": function,
+                "module": module,
+                "qualname": qualname,
+                "key": key_text,
+                "arguments": [describe(value) for value in args],
+            }
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(descriptor, (line + "\n").encode())
+        finally:
+            os.close(descriptor)
         _written.add(seen)
-    line = json.dumps(
-        {
-            "format": FORMAT,
-            "function": function,
-            "module": module,
-            "qualname": qualname,
-            "key": key_text,
-            "arguments": [describe(value) for value in args],
-        }
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(descriptor, (line + "\n").encode())
-    finally:
-        os.close(descriptor)
 
 
 @dataclass(frozen=True)

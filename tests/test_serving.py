@@ -202,3 +202,43 @@ def test_the_lines_recorded_for_reversed_and_broadcast_arrays_are_read_and_rebui
     (found,) = record.read(path).records
     rebuilt = record.rebuild_all(found.arguments)
     assert [(a.shape, tuple(a.strides)) for a in rebuilt] == [((8,), (-4,)), ((8,), (0,))]
+
+
+@cuda.jit
+def scale(a, x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0] and BLOCK > 0:
+        out[i] = a * x[i]
+
+
+@pytest.mark.parametrize("a", [np.complex64(2 - 0.5j), np.complex128(1e300 + 3j), 2 - 0.5j],
+                         ids=["complex64", "complex128", "Python complex"])  # fmt: skip
+def test_a_complex_scalar_argument_is_recorded_and_rebuilt_as_it_was(
+    on_miss, tmp_path, monkeypatch, a
+):
+    path = tmp_path / "keys.jsonl"
+    monkeypatch.setattr(nt.settings, "record", path)
+    kernel = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]),
+        launch=lambda a, x, out, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+    )(scale)
+    x = cuda.to_device(np.arange(8, dtype=np.complex128))
+    kernel(a, x, cuda.device_array(8, np.complex128))
+    (found,) = record.read(path).records
+    rebuilt = record.rebuild_all(found.arguments)[0]
+    assert type(rebuilt) is type(a) and rebuilt == a
+
+
+def test_a_key_whose_record_could_not_be_written_is_written_when_it_is_next_met(
+    on_miss, tmp_path, monkeypatch, caplog
+):
+    blocker = tmp_path / "records"
+    blocker.write_text("a file where the record's folder should be")
+    path = blocker / "keys.jsonl"
+    monkeypatch.setattr(nt.settings, "record", path)
+    kernel = tuned()
+    kernel(*arrays(40))
+    assert "could not record key" in caplog.text and not path.exists()
+    blocker.unlink()
+    kernel.tune(*arrays(40))  # the key is met again (every tune asks for it)
+    assert [r.key[:4] for r in record.read(path).records] == ["(40,"]
