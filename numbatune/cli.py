@@ -307,7 +307,8 @@ def _compile(arguments: argparse.Namespace) -> int:
         if not path.exists():
             raise _Failure(f"{path}: no such file or folder")
         for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
-            cases += [_case(example, file) for example in demo.examples_of(_module(file))]
+            module = demo.example_module(file)
+            cases += [demo.example_case(example, True) for example in demo.examples_of(module)]
     if not cases:
         raise _Failure(demo.NO_EXAMPLES)
     started = time.perf_counter()
@@ -337,28 +338,6 @@ def _compile(arguments: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1 if failed or lost else 0
-
-
-def _module(path: Path) -> Any:
-    """The example module ``path``, run; its error (a syntax error, an import that fails), said
-    in one line with the file's name, is a mistake."""
-    from numbatune import demo
-
-    try:
-        return demo.load_module(path)
-    except Exception as error:  # the module's own code: whatever it raises is its error
-        raise _Failure(f"cannot import {path}: {type(error).__name__}: {error}") from error
-
-
-def _case(example: Any, path: Path) -> Any:
-    """What the example function ``example`` of module ``path`` gives to compile (its small
-    case); its error, said in one line with the function's name, is a mistake."""
-    try:
-        return example(True)
-    except Exception as error:  # the example's own code: whatever it raises is its error
-        name = getattr(example, "__name__", "example")
-        why = f"{type(error).__name__}: {error}"
-        raise _Failure(f"{path}: {name}(small=True) raised {why}") from error
 
 
 def _compiled_row(compiled: Any) -> list[str]:

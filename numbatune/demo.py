@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from numbatune.arrays import SIMULATOR
 from numbatune.dispatch import TunedKernel
+from numbatune.errors import NumbatuneError
 from numbatune.keys import describe, is_array_part
 from numbatune.testing import covering_variants
 from numbatune.tuning.results import Source, TuneReport, VariantResult
@@ -30,6 +31,11 @@ Example = Callable[[bool], tuple[TunedKernel, tuple[Any, ...]]]
 
 #: What the demo and ``numbatune compile`` say when they are given no example functions.
 NO_EXAMPLES = "no example functions found (a module defines example(small) -> (kernel, args))"
+
+
+class ExampleError(NumbatuneError, RuntimeError):
+    """An example module that cannot be imported, or an example function that raised; the
+    message says which, and the error, in one line (as ``numbatune compile`` does)."""
 
 
 def find_examples_dir() -> Path:
@@ -84,14 +90,47 @@ def load_examples(directory: Path) -> list[Example]:
     ------
     FileNotFoundError
         When ``directory`` is not a folder.
+    ExampleError
+        When a module cannot be imported (its code raised).
     """
     if not directory.is_dir():
         raise FileNotFoundError(errno.ENOENT, "no such folder", str(directory))
     return [
         example
         for path in sorted(directory.glob("*.py"))
-        for example in examples_of(load_module(path))
+        for example in examples_of(example_module(path))
     ]
+
+
+def example_module(path: Path) -> ModuleType:
+    """The example module ``path``, run.
+
+    Raises
+    ------
+    ExampleError
+        Where its code raises (a syntax error, an import that fails), saying so in one line.
+    """
+    try:
+        return load_module(path)
+    except Exception as error:  # the module's own code: whatever it raises is its error
+        raise ExampleError(f"cannot import {path}: {type(error).__name__}: {error}") from error
+
+
+def example_case(example: Example, small: bool) -> tuple[TunedKernel, tuple[Any, ...]]:
+    """What the example function ``example`` gives: its tuned kernel and arguments.
+
+    Raises
+    ------
+    ExampleError
+        Where it raises, saying so in one line with its module's file and its name.
+    """
+    try:
+        return example(small)
+    except Exception as error:  # the example's own code: whatever it raises is its error
+        module = sys.modules.get(example.__module__)
+        where = getattr(module, "__file__", None) or example.__module__
+        name, why = getattr(example, "__name__", "example"), f"{type(error).__name__}: {error}"
+        raise ExampleError(f"{where}: {name}(small={small}) raised {why}") from error
 
 
 def report_rows(name: str, report: TuneReport) -> list[list[str]]:
@@ -301,6 +340,8 @@ def main(
     ------
     ValueError
         When ``examples`` is empty.
+    ExampleError
+        When an example function raises.
     """
     examples = list(examples)
     if not examples:
@@ -326,7 +367,7 @@ def _tune(example: Example, small: bool) -> Tuned:
     """Tune the example's kernel for its arguments and launch the winner once. Under the
     simulator, where every thread is a Python thread, over a covering few of its variants
     (the kernel as written among them or not: its speedup means nothing there)."""
-    tuned, args = example(small)
+    tuned, args = example_case(example, small)
     written = tuned.written_variant
     if SIMULATOR:
         tuned = tuned.with_variants(covering_variants(tuned))

@@ -42,24 +42,25 @@ def picture(entries: Sequence[Any], path: Path) -> None:
 
 
 def check_format(path: Path) -> None:
-    """Refuse, before anything is drawn, a ``path`` whose suffix names a format matplotlib
-    cannot write.
+    """Refuse, before anything is drawn, a ``path`` with no suffix (matplotlib would write
+    ``path`` + ``.png``, not ``path``) or whose suffix names a format matplotlib cannot write.
 
     Raises
     ------
     ImportError
         When matplotlib is not installed.
     ValueError
-        When matplotlib cannot write the format ``path``'s suffix names.
+        When ``path`` has no suffix, or matplotlib cannot write the format it names.
     """
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()
     suffix = Path(path).suffix.lstrip(".").lower()
-    if suffix and suffix not in formats:
+    if suffix not in formats:
+        why = "it has no suffix" if not suffix else f"matplotlib cannot write .{suffix}"
         raise ValueError(
-            f"cannot draw {path}: matplotlib writes {', '.join(sorted(formats))}, named by the "
-            "file's suffix"
+            f"cannot draw {path}: {why}; the suffix of -o FILE names the format: "
+            f"{', '.join(sorted(formats))}"
         )
 
 

@@ -286,6 +286,17 @@ def test_mistakes_end_in_one_line_and_status_2(capsys, tmp_path, argv, says):
     assert says.format(tmp=tmp_path) in error_line(err)
 
 
+def test_report_refuses_a_picture_file_with_no_suffix_and_writes_nothing(
+    capsys, tmp_path, tuned_saxpy
+):
+    status, out, err = run(capsys, "report", "saxpy", "-o", str(tmp_path / "times"))
+    assert status == 2 and out == ""
+    line = error_line(err)
+    assert f"cannot draw {tmp_path / 'times'}: it has no suffix" in line
+    assert "-o FILE" in line and all(f" {name}" in line for name in ("pdf,", "png,", "svg,"))
+    assert list(tmp_path.glob("times*")) == []
+
+
 @pytest.mark.parametrize("workers", ["-1", "0", "two"])
 @pytest.mark.parametrize(
     "command", [["compile", "kernels.py", "--cc", "9.0"], ["sweep", "-o", "x"]]

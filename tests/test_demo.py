@@ -101,6 +101,23 @@ def test_demo_all_prints_every_variant(capsys, examples):
     assert sum("*" in row for row in rows) == 2  # a winner per key
 
 
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("import not_a_module_xyz\n",
+         "cannot import {path}: ModuleNotFoundError: No module named 'not_a_module_xyz'"),
+        ("def example(small=False):\n    raise RuntimeError('no device memory')\n",
+         "{path}: example(small=True) raised RuntimeError: no device memory"),
+    ],
+    ids=["a module that cannot be imported", "an example that raises"],
+)  # fmt: skip
+def test_a_broken_example_is_named_in_one_line_with_status_2(capsys, tmp_path, code, says):
+    path = tmp_path / "broken.py"
+    path.write_text(code)
+    assert main(["demo", "--small", "--examples", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == ["numbatune: error: " + says.format(path=path)]
+
+
 def _timed(variant: Variant, seconds: float) -> VariantResult:
     return VariantResult(variant, Timed(seconds, 0.0, 5))
 
