@@ -16,11 +16,26 @@ import time
 from typing import Any
 
 from numbatune import devices
+from numbatune.forking import renew_in_child
 
 logger = logging.getLogger("numbatune")
 
-_running: set[threading.Thread] = set()
-_lock = threading.Lock()
+
+class _Tunings:
+    """The threads tuning in the background in this process, under a lock; a forked child
+    starts with none (its parent's threads do not run in it) and a free lock."""
+
+    def __init__(self) -> None:
+        self.running: set[threading.Thread] = set()
+        self.lock = threading.Lock()
+        renew_in_child(self)
+
+    def after_fork_in_child(self) -> None:
+        """Forget the parent's threads (and its lock)."""
+        self.running, self.lock = set(), threading.Lock()
+
+
+_tunings = _Tunings()
 
 
 def start(kernel: Any, clones: tuple[Any, ...], name: str) -> None:
@@ -29,8 +44,8 @@ def start(kernel: Any, clones: tuple[Any, ...], name: str) -> None:
     thread = threading.Thread(
         target=_tune, args=(kernel, clones, device, name), name=f"numbatune-{name}", daemon=True
     )
-    with _lock:
-        _running.add(thread)
+    with _tunings.lock:
+        _tunings.running.add(thread)
     thread.start()
 
 
@@ -49,8 +64,8 @@ def _tune(kernel: Any, clones: tuple[Any, ...], device: int, name: str) -> None:
             error,
         )
     finally:
-        with _lock:
-            _running.discard(threading.current_thread())
+        with _tunings.lock:
+            _tunings.running.discard(threading.current_thread())
 
 
 def wait_for_background_tuning(timeout_s: float | None = None) -> bool:
@@ -68,8 +83,8 @@ def wait_for_background_tuning(timeout_s: float | None = None) -> bool:
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
-        with _lock:
-            running = list(_running)
+        with _tunings.lock:
+            running = list(_tunings.running)
         if not running:
             return True
         left = None if deadline is None else deadline - time.monotonic()

@@ -8,9 +8,11 @@ worker (spawn and forkserver do) nor fork a process that holds a CUDA context (a
 cannot use it). A task names a function by module and name and passes pickled arguments; the
 worker answers with the pickled result or the error it raised. A worker that dies, or passes a
 task's time limit (it is killed), fails that task with the reason, and the next task starts a
-fresh worker. A task whose exception has ``end_worker`` set, or that returns a ``Done`` with
-``ended`` set, ends its worker after the reply (a CUDA context it spoilt). Workers left idle
-for a while exit. Tasks given as :class:`LazyTasks` are made as workers take them.
+fresh worker. A task that cannot be handed to a worker (it cannot be pickled, or no worker
+can be started) fails alone, as :class:`Raised`. A task whose exception has ``end_worker`` set,
+or that returns a ``Done`` with ``ended`` set, ends its worker after the reply (a CUDA context
+it spoilt). Workers left idle for a while exit. Tasks given as :class:`LazyTasks` are made as
+workers take them.
 
 A pool given a ``warm`` task forks its workers from one process that ran it: a fork server,
 started as a fresh Python with the first worker, which never holds a CUDA context. Each worker
@@ -259,13 +261,15 @@ class _Worker:
         )
 
     def run(self, task: Task, limit_s: float) -> TaskOutcome:
-        """Run ``task``; its time limit starts once the worker has started."""
+        """Run ``task``; its time limit starts once the worker has started. What pickling
+        ``task`` raises is raised, the worker left as it was."""
         assert self.process.stdin is not None and self.process.stdout is not None
+        payload = pickle.dumps(task, protocol=5)
         try:
             if not self._ready:  # the worker says it has started before any task is timed
                 _read_frame(self.process.stdout, time.monotonic() + START_LIMIT_S)
                 self._ready = True
-            _write_frame(self.process.stdin, pickle.dumps(task, protocol=5))
+            _write_frame(self.process.stdin, payload)
             reply = _read_frame(self.process.stdout, time.monotonic() + limit_s)
         except TimeoutError:
             self.stop()
@@ -326,7 +330,7 @@ class WorkerPool:
         limit_s: float,
         done: Callable[[int, TaskOutcome], None] = lambda index, outcome: None,
     ) -> list[TaskOutcome]:
-        """Run ``tasks`` on up to ``size`` workers at once; their outcomes, in order.
+        """Run ``tasks`` on up to ``size`` workers at once; their outcomes, one per task in order.
         ``done(index, outcome)`` is called as each task finishes."""
         with self._lock:
             self._running += 1
@@ -341,7 +345,7 @@ class WorkerPool:
     def _run(
         self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, TaskOutcome], None]
     ) -> list[TaskOutcome]:
-        outcomes: list[TaskOutcome | None] = [None] * len(tasks)
+        outcomes: dict[int, TaskOutcome] = {}
         pending = queue.SimpleQueue()
         for index in range(len(tasks)):
             pending.put(index)
@@ -355,13 +359,14 @@ class WorkerPool:
                     break
                 try:
                     task = tasks[index]
-                except Exception as error:  # a LazyTasks task that could not be made
-                    details = traceback.format_exc()
-                    outcomes[index] = Raised(type(error).__name__, str(error), details)
-                else:
                     worker = worker if worker is not None and worker.alive() else self._worker()
-                    outcomes[index] = worker.run(task, limit_s)
-                done(index, outcomes[index])
+                    outcome = worker.run(task, limit_s)
+                except Exception as error:  # a LazyTasks task that could not be made, a task
+                    # that could not be pickled, or a worker that could not be started: the
+                    # task fails alone, and the next one tries again
+                    outcome = Raised(type(error).__name__, str(error), traceback.format_exc())
+                outcomes[index] = outcome
+                done(index, outcome)
             if worker is not None and worker.alive():
                 self._idle.put(worker)
 
@@ -373,7 +378,7 @@ class WorkerPool:
             thread.start()
         for thread in threads:
             thread.join()
-        return [outcome for outcome in outcomes if outcome is not None]
+        return [outcomes[index] for index in range(len(tasks))]
 
     def start(self, count: int) -> None:
         """Start up to ``count`` workers now (at most ``size`` in all), so that they are ready

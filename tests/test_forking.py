@@ -5,6 +5,8 @@ import threading
 
 import pytest
 
+import numbatune as nt
+from numbatune import background
 from numbatune.forking import ForkSafeLock, PerProcess
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -44,3 +46,21 @@ def test_a_per_process_value_is_made_again_in_a_forked_child():
     parent = values.get(lambda: made.append(1) or object())
     assert values.get(object) is parent  # made once per process
     assert _in_child(lambda: values.get(object) is not parent) == 0
+
+
+def test_a_child_forked_while_a_tuning_runs_in_the_background_has_none_to_wait_for():
+    tuning, release = threading.Event(), threading.Event()
+
+    class Kernel:
+        def tune(self, *clones, **options):
+            tuning.set()
+            release.wait()
+
+    background.start(Kernel(), (), "kernel")
+    try:
+        assert tuning.wait(timeout=60)
+        assert not nt.wait_for_background_tuning(timeout_s=0)  # the parent's runs
+        assert _in_child(lambda: nt.wait_for_background_tuning(timeout_s=0)) == 0
+    finally:
+        release.set()
+    assert nt.wait_for_background_tuning(timeout_s=60)

@@ -72,6 +72,39 @@ def test_lazy_tasks_are_made_as_workers_take_them_and_one_not_made_fails_alone(p
     assert overlapped == []
 
 
+def test_a_task_that_cannot_be_pickled_fails_alone_and_every_task_gets_its_outcome(pool):
+    finished = []
+    outcomes = pool.run(
+        [task("square", 2), task("square", threading.Lock()), task("square", 3)],
+        limit_s=60,
+        done=lambda index, outcome: finished.append(index),
+    )
+    assert len(outcomes) == 3 and sorted(finished) == [0, 1, 2]
+    assert outcomes[0] == Done(4) and outcomes[2] == Done(9)
+    assert isinstance(outcomes[1], Raised) and outcomes[1].kind == "TypeError"
+    assert "pickle" in outcomes[1].message
+
+
+def test_a_worker_that_cannot_be_started_fails_its_task_and_the_next_starts_one(monkeypatch):
+    popen, starts = subprocess.Popen, []
+
+    def start_but_the_first(*args, **options):
+        starts.append(args)
+        if len(starts) == 1:
+            raise OSError(12, "Cannot allocate memory")
+        return popen(*args, **options)
+
+    monkeypatch.setattr(subprocess, "Popen", start_but_the_first)
+    pool = WorkerPool(1, processes.environment(simulator=SIMULATOR))
+    try:
+        failed, done = pool.run([task("square", 2), task("square", 3)], limit_s=60)
+    finally:
+        pool.close()
+    assert isinstance(failed, Raised)
+    assert str(failed) == "OSError: [Errno 12] Cannot allocate memory"
+    assert done == Done(9)
+
+
 def test_a_task_past_its_time_limit_is_stopped_and_the_next_runs(pool):
     late, done = pool.run([task("sleep", 30), task("square", 4)], limit_s=1.0)
     assert isinstance(late, Lost) and "time limit of 1 s" in late.reason
