@@ -10,10 +10,11 @@ the code, and to tell which arguments the kernel uses as arrays.
 from __future__ import annotations
 
 import ast
+import builtins
 import dis
+import functools
 import hashlib
 import inspect
-import itertools
 import sys
 import textwrap
 import types
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 from numba import types as numba_types
 
-from numbatune.values import stable_text
+from numbatune.values import is_integer, stable_text
 
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
 _STORES = {"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"}
@@ -74,14 +75,20 @@ def _line_of(instruction: dis.Instruction) -> int | None:
 
 
 def attributes_read(code: types.CodeType) -> set[tuple[str, str]]:
-    """``(name, attribute)`` for each ``name.attribute`` the code reads, ``name`` a global or
-    free variable (``mod.helper``, ``cuda.grid``)."""
-    return {
-        (first.argval, second.argval)
-        for nested in _codes(code)
-        for first, second in itertools.pairwise(dis.get_instructions(nested))
-        if first.opname in _LOADS and second.opname in _ATTRIBUTE_LOADS
-    }
+    """``(name, attributes)`` for each chain of attributes the code reads of a global or free
+    variable ``name``, ``attributes`` dotted (``mod.helper``: ``("mod", "helper")``;
+    ``pkg.sub.N``: ``("pkg", "sub.N")``; ``cuda.threadIdx.x``)."""
+    found = set()
+    for nested in _codes(code):
+        chain: list[str] = []  # code ends in a return or a jump, never in a chain
+        for instruction in dis.get_instructions(nested):
+            if chain and instruction.opname in _ATTRIBUTE_LOADS:
+                chain.append(instruction.argval)
+                continue
+            if len(chain) > 1:
+                found.add((chain[0], ".".join(chain[1:])))
+            chain = [instruction.argval] if instruction.opname in _LOADS else []
+    return found
 
 
 def lookup(function: types.FunctionType, name: str) -> Any:
@@ -95,19 +102,36 @@ def lookup(function: types.FunctionType, name: str) -> Any:
     return function.__globals__.get(name, _MISSING)
 
 
+def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:
+    """How far a chain of ``attributes`` (dotted) read of ``value`` goes through modules
+    (other than numba's), and the value it reaches there: ``("sub.N", 10)`` for ``pkg`` and
+    ``"sub.N"``, ``("", value)`` where ``value`` is no such module."""
+    done: list[str] = []
+    for attribute in attributes.split("."):
+        if not isinstance(value, types.ModuleType) or is_numba(value):
+            break
+        value = getattr(value, attribute, _MISSING)
+        if value is _MISSING:
+            return "", _MISSING
+        done.append(attribute)
+    return ".".join(done), value
+
+
 def values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
-    """The globals and closure variables ``function`` reads, and the attributes it reads of
-    modules (other than numba's), as ``(name, value)``; builtins are left out."""
+    """The globals and closure variables ``function`` reads, and what it reads through
+    modules (other than numba's) as attributes, at any depth (``pkg.sub.N``), as ``(name,
+    value)``; builtins are left out."""
     for name in sorted(names_read(function.__code__)):
         value = lookup(function, name)
         if value is not _MISSING:
             yield name, value
-    for name, attribute in sorted(attributes_read(function.__code__)):
-        owner = lookup(function, name)
-        if isinstance(owner, types.ModuleType) and not is_numba(owner):
-            value = getattr(owner, attribute, _MISSING)
-            if value is not _MISSING:
-                yield f"{name}.{attribute}", value
+    found: dict[str, Any] = {}
+    for name, attributes in attributes_read(function.__code__):
+        path, value = _through_modules(lookup(function, name), attributes)
+        if path:
+            found[f"{name}.{path}"] = value
+    for label in sorted(found):
+        yield label, found[label]
 
 
 #: The packages whose API kernels use: numba's and numba-cuda-mlir's (their versions are in
@@ -143,7 +167,8 @@ def device_function_of(value: Any) -> types.FunctionType | None:
 @dataclass(frozen=True)
 class Callee:
     """A device function ``caller`` reaches by ``name`` (a global or closure variable) or by
-    ``name.attribute`` (an attribute of a module)."""
+    ``name.attribute`` (an attribute of a module, or a dotted chain of them through modules:
+    ``pkg.sub.helper``)."""
 
     name: str
     attribute: str | None
@@ -184,9 +209,9 @@ def reachable(function: types.FunctionType) -> list[types.FunctionType]:
 
 
 def source_of(function: Callable[..., Any]) -> str:
-    """The source of a function (or a ``functools.partial`` or callable object: of what it
-    calls, with its bound arguments), or its code's bytes and constants where no source can be
-    read."""
+    """The source of a function (of a lambda, the lambda alone, not the rest of its line; of a
+    ``functools.partial`` or callable object: of what it calls, with its bound arguments), or
+    its code's bytes and constants where no source can be read."""
     target = getattr(function, "func", None)
     if target is not None and callable(target):  # functools.partial
         bound = stable_text((tuple(function.args), dict(function.keywords)))
@@ -194,12 +219,63 @@ def source_of(function: Callable[..., Any]) -> str:
     if not isinstance(function, types.FunctionType | types.MethodType | type):
         function = type(function)  # a callable object: its class
     try:
+        if function.__name__ == "<lambda>":
+            return _lambda_source(function)
         return inspect.getsource(function)
     except (OSError, TypeError):
         code = getattr(function, "__code__", None)
         if code is None:
             return stable_text(function)
         return repr((code.co_code, code.co_consts, code.co_names))
+
+
+def _lambda_source(function: types.FunctionType | types.MethodType) -> str:
+    """The text of the lambda ``function`` alone: of the lambdas that begin on its first line,
+    those of its parameters (several only where one line holds two such); its source lines
+    where its file does not parse."""
+    lines, _ = inspect.findsource(function)
+    source = "".join(lines)
+    parameters = list(inspect.signature(function).parameters)
+    texts = [
+        ast.get_source_segment(source, node) or ""
+        for node in _lambdas(source).get(function.__code__.co_firstlineno, [])
+        if [a.arg for a in _parameters(node.args)] == parameters
+    ]
+    return "\n".join(texts) or inspect.getsource(function)
+
+
+@functools.lru_cache(maxsize=16)
+def _lambdas(source: str) -> dict[int, list[ast.Lambda]]:
+    """The lambdas of a module's ``source`` by the line each begins on (parsed once: a
+    module's kernels' options are often lambdas); none where it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    found: dict[int, list[ast.Lambda]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Lambda):
+            found.setdefault(node.lineno, []).append(node)
+    return found
+
+
+def _parameters(arguments: ast.arguments) -> list[ast.arg]:
+    """A lambda's parameters, in the order its signature lists them."""
+    starred = [arguments.vararg] if arguments.vararg else []
+    keywords = [arguments.kwarg] if arguments.kwarg else []
+    return [*arguments.posonlyargs, *arguments.args, *starred, *arguments.kwonlyargs, *keywords]
+
+
+def _undecorated(source: str) -> str:
+    """A function's (or class's) source less the decorators above its ``def`` (or
+    ``class``); ``source`` itself where it has none or does not parse."""
+    try:
+        node = ast.parse(textwrap.dedent(source)).body[0]
+    except (SyntaxError, IndexError):
+        return source
+    if not getattr(node, "decorator_list", None):
+        return source
+    return "".join(source.splitlines(keepends=True)[node.lineno - 1 :])
 
 
 def helpers(function: Callable[..., Any]) -> list[types.FunctionType]:
@@ -245,19 +321,27 @@ def value_text(value: Any) -> str:
     return stable_text(value)
 
 
-def code_description(function: types.FunctionType) -> list[str]:
-    """What decides the code of ``function``: its source, the values of the globals and closure
-    variables it reads, and, through every device function it calls (by name, closure or
-    ``module.attribute``, at any depth), theirs."""
+def code_description(function: types.FunctionType, device: bool = False) -> list[str]:
+    """What decides the code of ``function``, a kernel (a device function if ``device``): its
+    source, the values of the globals and closure variables it reads, and, through every
+    device function it calls (by name, closure or ``module.attribute``, at any depth), theirs.
+
+    A kernel's source is taken without its decorators: ``autotune``'s options there change
+    no code, and the kernel's jit options and signatures count on their own. A device
+    function's keeps its ``cuda.jit(device=True, ...)``, whose options change its code.
+    """
     parts: list[str] = []
     seen: set[int] = set()
-    pending = [("kernel", function)]
+    pending = [("device" if device else "kernel", function)]
     while pending:
         label, current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        parts.append(f"{label}: {source_of(current)}")
+        source = source_of(current)
+        if current is function and not device:
+            source = _undecorated(source)
+        parts.append(f"{label}: {source}")
         for name, value in values_read(current):
             called = device_function_of(value)
             if called is not None:
@@ -305,7 +389,8 @@ class ElementUse:
     """How a kernel's own code uses the elements of an array parameter: whether it reads them,
     writes them, and with how many indices (``a[i, j]``: 2). A use this does not follow (the
     array passed to a function, such as an atomic or a device function, a view or slice of it
-    taken, the name rebound) counts as reading and writing."""
+    taken, by any index not an integer for certain (:class:`_Indices`), the name rebound)
+    counts as reading and writing."""
 
     reads: bool = False
     writes: bool = False
@@ -342,15 +427,16 @@ def element_uses(function: types.FunctionType) -> dict[str, ElementUse]:
         for node in ast.walk(statement)
         for child in ast.iter_child_nodes(node)
     }
+    indices = _Indices(device_function_of(function) or function, parameters, body, parents)
     uses = dict.fromkeys(parameters, ElementUse())
     for statement in body:
         for node in ast.walk(statement):
             if isinstance(node, ast.Name) and node.id in parameters:
-                uses[node.id] |= _element_use(node, parents)
+                uses[node.id] |= _element_use(node, parents, indices)
     return uses
 
 
-def _element_use(name: ast.Name, parents: dict[ast.AST, ast.AST]) -> ElementUse:
+def _element_use(name: ast.Name, parents: dict[ast.AST, ast.AST], indices: _Indices) -> ElementUse:
     """What one occurrence of an array parameter's name does with its elements."""
     parent = parents.get(name)
     if not isinstance(name.ctx, ast.Load):
@@ -365,7 +451,7 @@ def _element_use(name: ast.Name, parents: dict[ast.AST, ast.AST]) -> ElementUse:
     while True:  # a[i][j]: one element access of two indices
         index = outer.slice
         elements = index.elts if isinstance(index, ast.Tuple) else [index]
-        if any(_takes_many(element) for element in elements):
+        if not all(indices.is_element(element) for element in elements):
             return _UNFOLLOWED
         count += len(elements)
         above = parents.get(outer)
@@ -384,7 +470,120 @@ def _is_len(call: ast.Call, name: ast.Name) -> bool:
     return isinstance(call.func, ast.Name) and call.func.id == "len" and call.args == [name]
 
 
-def _takes_many(index: ast.expr) -> bool:
-    """Whether an index selects several elements (a slice, ``...``, ``*rest``)."""
-    ellipsis = isinstance(index, ast.Constant) and index.value is Ellipsis
-    return ellipsis or isinstance(index, ast.Slice | ast.Starred)
+#: Functions whose calls give integers (or tuples of them), besides numba's API
+#: (``cuda.grid(1)``, ``cuda.atomic.add(...)``).
+_INTEGER_FUNCTIONS = frozenset(
+    {
+        "builtins.abs",
+        "builtins.int",
+        "builtins.len",
+        "builtins.max",
+        "builtins.min",
+        "builtins.range",
+        "builtins.round",
+        "numbatune.intrinsics.nonnegative",
+        "numbatune.unroll.static_range",
+    }
+)
+
+
+class _Indices:
+    """Which of a kernel's indices are element indices for certain: integers (or tuples of
+    them) made of integer constants, the kernel's parameters, integer globals, numba's API
+    (``cuda.threadIdx.x``, ``cuda.grid(1)``), calls of :data:`_INTEGER_FUNCTIONS`, arithmetic,
+    and local names every assignment (or loop) of which binds such a value. Any other index
+    may select several elements: a slice (``a[i:j]``, ``s = slice(i, j); a[s]``), ``...``,
+    ``None``, a device function's result, a name bound to one of these."""
+
+    def __init__(
+        self,
+        function: types.FunctionType,
+        parameters: set[str],
+        body: list[ast.stmt],
+        parents: dict[ast.AST, ast.AST],
+    ) -> None:
+        self._function = function
+        self._parameters = parameters
+        #: What each local name is bound to, None for a binding not followed.
+        self._bindings: dict[str, list[ast.expr | None]] = {}
+        for statement in body:
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    self._bindings.setdefault(node.id, []).append(_bound_value(node, parents))
+
+    def is_element(self, index: ast.AST, assuming: frozenset[str] = frozenset()) -> bool:
+        """Whether ``index`` is an element index for certain, the names ``assuming`` holds
+        taken to be (``i = i + 1``: ``i``'s other assignments decide)."""
+        if isinstance(index, ast.Constant):
+            return isinstance(index.value, int)
+        if isinstance(index, ast.Name):
+            return self._is_element_name(index.id, assuming)
+        if isinstance(index, ast.Attribute):  # a.shape, cuda.threadIdx.x, module.N
+            return self.is_element(index.value, assuming) or is_integer(self._value(index))
+        if isinstance(index, ast.Call):  # numba's API: cuda.grid(1) as cuda.threadIdx.x
+            function = index.func
+            return self.is_element(function, assuming) or _gives_integers(self._value(function))
+        if isinstance(index, _ARITHMETIC):
+            parts = [c for c in ast.iter_child_nodes(index) if isinstance(c, ast.expr)]
+            return all(self.is_element(part, assuming) for part in parts)
+        return False
+
+    def _is_element_name(self, name: str, assuming: frozenset[str]) -> bool:
+        if name in assuming:
+            return True
+        bindings = self._bindings.get(name, [])
+        if not bindings and name not in self._parameters:
+            value = self._value(ast.Name(name))
+            return is_integer(value) or is_numba(value)
+        return all(
+            value is not None and self.is_element(value, assuming | {name}) for value in bindings
+        )
+
+    def _value(self, node: ast.expr) -> Any:
+        """The value a global name, or a chain of attributes of one through modules, has;
+        ``_MISSING`` for anything else (the simulator's ``cuda`` has no ``grid`` until a
+        kernel runs)."""
+        if isinstance(node, ast.Name):
+            if node.id in self._bindings or node.id in self._parameters:
+                return _MISSING
+            value = lookup(self._function, node.id)
+            return getattr(builtins, node.id, _MISSING) if value is _MISSING else value
+        if isinstance(node, ast.Attribute):
+            owner = self._value(node.value)
+            if isinstance(owner, types.ModuleType):
+                return getattr(owner, node.attr, _MISSING)
+        return _MISSING
+
+
+#: The expressions an element index may be made of, each of its parts one.
+_ARITHMETIC = (
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.IfExp,
+    ast.Tuple,
+    ast.Subscript,
+)
+
+
+def _gives_integers(function: Any) -> bool:
+    """Whether calls of ``function`` give integers (or tuples of them): numba's API, and
+    :data:`_INTEGER_FUNCTIONS`."""
+    python = device_function_of(function) or function
+    name = f"{getattr(python, '__module__', '')}.{getattr(python, '__qualname__', '')}"
+    return is_numba(function) or name in _INTEGER_FUNCTIONS
+
+
+def _bound_value(name: ast.Name, parents: dict[ast.AST, ast.AST]) -> ast.expr | None:
+    """What an assignment binds ``name`` from (all its right-hand side where it unpacks:
+    ``i, j = cuda.grid(2)``), or a loop (its iterable); None for any other binding."""
+    target: ast.AST = name
+    while isinstance(parents.get(target), ast.Tuple | ast.List | ast.Starred):
+        target = parents[target]
+    statement = parents.get(target)
+    if isinstance(statement, ast.For):
+        return statement.iter
+    if isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.NamedExpr):
+        return statement.value
+    return None

@@ -22,7 +22,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.compilers import COMPILERS, KernelCompiler, compiler_for
 from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
-from numbatune.variants import JIT_OPTIONS, LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
+from numbatune.variants import LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
 
 
 def environment_description(compiler: KernelCompiler) -> list[str]:
@@ -51,6 +51,7 @@ class KernelTemplate:
             name for f in self._functions for name in references.names_read(f.__code__)
         )
         self._code_text: str | None = None
+        self._device_codes: dict[int, tuple[Any, str]] = {}
 
     def _check_callees(self) -> None:
         """Refuse a device function of another kernel compiler than the kernel's: its compiler
@@ -134,7 +135,26 @@ class KernelTemplate:
 
     def _key(self, variant: Variant, options: Mapping[str, Any]) -> tuple[str, str]:
         read = {name: value for name, value in variant.params.items() if name in self.names_read}
-        return stable_text(read), stable_text(options)
+        return stable_text(read) + self._code_of(read), stable_text(options)
+
+    def _code_of(self, params: Mapping[str, Any]) -> str:
+        """What decides the code of the device functions among a variant's ``params`` (their
+        names are all its label says): a digest of each one's code at any depth."""
+        codes = {name: self._device_code(value) for name, value in params.items()}
+        return "".join(f" {name}: {codes[name]}" for name in sorted(codes) if codes[name])
+
+    def _device_code(self, value: Any) -> str:
+        """A digest of :func:`code_description` of ``value``, a device function, made once;
+        "" for any other value."""
+        function = references.device_function_of(value)
+        if function is None:
+            return ""
+        known = self._device_codes.get(id(value))
+        if known is None:  # kept with the value, so that its id is not another's
+            text = "\0".join(code_description(function, device=True))
+            known = (value, hashlib.sha256(text.encode()).hexdigest()[:32])
+            self._device_codes[id(value)] = known
+        return known[1]
 
     def by_build(self, variants: Sequence[Variant]) -> list[list[list[Variant]]]:
         """``variants`` grouped by kernel (:meth:`by_kernel`), the kernels grouped by their
@@ -172,43 +192,50 @@ class KernelTemplate:
         return specialiser.function(self.function, write_out)
 
     def written_out_size(self, variant: Variant) -> int:
-        """How many statements the variant's kernel has once its ``static_range`` loops are
-        written out (0 when it has none): the larger, the longer it takes to compile."""
-        function = self.function
-        if not unroll.has_static_loops(function):
-            return 0
-        cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
-        closure = {name: cell.cell_contents for name, cell in cells}
-        return unroll.written_out_size(
-            function, {**function.__globals__, **closure, **variant.params}
-        )
+        """How many statements the variant's kernel and the device functions it calls have once
+        their ``static_range`` loops are written out (0 when none has any): the larger, the
+        longer it takes to compile."""
+        return sum(_written_out_size(f, variant.params) for f in self._functions)
 
     def checksum(self, variants: Sequence[Variant], launch: Callable[..., Any]) -> str:
         """A digest of everything that decides what the variants compute and how fast.
 
         It covers the kernel's source, the values of the globals and closure variables it
-        reads, the device functions it calls at any depth (:func:`code_description`), each
-        variant's parameters and jit options, the launch function and the functions of its own
-        package it calls at any depth (:func:`numbatune.references.helpers`), and the versions
-        and settings that change generated code (:func:`environment_description`). A stored result
-        whose checksum differs is tuned again.
+        reads, the device functions it calls at any depth (:func:`code_description`), its jit
+        options and signatures, each variant's parameters and jit options (and the code of the
+        device functions among its parameters, at any depth), the launch function and the
+        functions of its own package it calls at any depth
+        (:func:`numbatune.references.helpers`), and the versions and settings that change
+        generated code (:func:`environment_description`). A stored result whose checksum
+        differs is tuned again.
         """
         digest = hashlib.sha256()
         parts = [
             *environment_description(self.compiler),
-            stable_text({k: v for k, v in self.jit_options.items() if k in JIT_OPTIONS}),
+            stable_text(self.jit_options),
+            repr(tuple(self.signatures)),
             *code_description(self.function),
             f"launch: {source_of(launch)}",
             *(
                 f"launch helper {h.__qualname__}: {source_of(h)}"
                 for h in references.helpers(launch)
             ),
-            *(f"variant {v.label}" for v in variants),
+            *(f"variant {v.label}{self._code_of(v.params)}" for v in variants),
         ]
         for part in parts:
             digest.update(part.encode())
             digest.update(b"\0")
         return digest.hexdigest()[:32]
+
+
+def _written_out_size(function: types.FunctionType, params: Mapping[str, Any]) -> int:
+    """How many statements ``function`` has once its ``static_range`` loops are written out
+    with ``params`` bound (0 when it has none)."""
+    if not unroll.has_static_loops(function):
+        return 0
+    cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
+    closure = {name: cell.cell_contents for name, cell in cells}
+    return unroll.written_out_size(function, {**function.__globals__, **closure, **params})
 
 
 class _Specialiser:
@@ -268,8 +295,14 @@ class _Specialiser:
                 rebound[callee.name] = replacement
             else:
                 proxies.setdefault(callee.name, {})[callee.attribute] = replacement
-        for name, attributes in proxies.items():
-            rebound[name] = _proxy_module(references.lookup(function, name), attributes, function)
+        for name, replaced in proxies.items():
+            module = references.lookup(function, name)
+            read = {
+                chain
+                for other, chain in references.attributes_read(function.__code__)
+                if references.lookup(function, other) is module
+            }
+            rebound[name] = _proxy_module(module, read, replaced)
         namespace.update(
             {k: v for k, v in rebound.items() if k not in function.__code__.co_freevars}
         )
@@ -285,15 +318,23 @@ class _Specialiser:
         return unroll.written_out(copy) if write_out else copy
 
 
-def _proxy_module(
-    module: Any, attributes: dict[str, Any], reader: types.FunctionType
-) -> types.ModuleType:
-    """A module standing in for ``module`` in ``reader``'s code: the attributes ``reader``
-    reads of it, with ``attributes`` replacing some."""
+def _proxy_module(module: Any, read: Set[str], replaced: Mapping[str, Any]) -> types.ModuleType:
+    """A module standing in for ``module`` in a function's code, which reads the chains of
+    attributes ``read`` of it (dotted: ``sub.helper``): what they begin with, with the chains
+    ``replaced`` names reaching their replacement instead (through stand-ins of the modules
+    on the way)."""
     proxy = types.ModuleType(f"{module.__name__}.numbatune_variant")
-    for name, attribute in references.attributes_read(reader.__code__):
-        if references.lookup(reader, name) is module and hasattr(module, attribute):
-            setattr(proxy, attribute, getattr(module, attribute))
-    for attribute, value in attributes.items():
-        setattr(proxy, attribute, value)
+    for first in {chain.partition(".")[0] for chain in read}:
+        if hasattr(module, first):
+            setattr(proxy, first, getattr(module, first))
+    below: dict[str, dict[str, Any]] = {}
+    for chain, value in replaced.items():
+        first, _, rest = chain.partition(".")
+        if rest:
+            below.setdefault(first, {})[rest] = value
+        else:
+            setattr(proxy, first, value)
+    for first, inner in below.items():
+        chains = {rest for head, _, rest in (c.partition(".") for c in read) if head == first}
+        setattr(proxy, first, _proxy_module(getattr(module, first), chains - {""}, inner))
     return proxy

@@ -111,3 +111,10 @@ def to_host(array):
     if hasattr(array, "get"):
         return array.get()
     return array.cpu().numpy()
+
+
+def store_keys(kernel: nt.TunedKernel) -> list[str]:
+    """The kernel store's keys of a tuned kernel's variants (for sm_90, no argument types)."""
+    from numbatune.compile.compiler import store_key
+
+    return [store_key(kernel._template, v, (), (9, 0), ()) for v in kernel.variants]

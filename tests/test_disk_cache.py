@@ -165,3 +165,46 @@ def test_editing_a_helper_of_the_launch_function_invalidates_the_stored_result(
     assert tuned("").tune(a, out).source == "benchmark"
     assert tuned("").tune(a, out).source == "disk"
     assert tuned(" + 1  # one block more").tune(a, out).source == "benchmark"
+
+
+TUNING_OPTIONS = """
+import numbatune as nt
+from numba import cuda
+
+
+@nt.autotune(
+    variants=nt.product(BLOCK=[2, 4]),
+    launch=lambda a, out, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK), {options}
+)
+@cuda.jit
+def add(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] + 1
+"""
+
+
+def test_changing_the_tuning_options_of_the_decorator_keeps_the_stored_result(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    """Options on the decorator's lines (the launch function's lambda's line too) decide no
+    code: a result tuned at ``full`` serves every level, search and prune function."""
+    import numpy as np
+    from numba import cuda
+
+    from numbatune.demo import load_module
+    from tests import kernels
+
+    def tuned(options):
+        (tmp_path / "tuning_options.py").write_text(TUNING_OPTIONS.format(options=options))
+        kernels.forget_shared_state(monkeypatch)
+        return load_module(tmp_path / "tuning_options.py").add
+
+    a, out = cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.zeros(8, np.float32))
+    full = tuned('level="full"')
+    assert full.tune(a, out).source == "benchmark"
+    for options in ('level="minimal"', 'search="exhaustive"', "prune=lambda key, vs: vs[::-1]"):
+        kernel = tuned(options)
+        assert kernel.tune(a, out).source == "disk", options
+        assert kernel.stats["benchmarks"] == 0
+        assert kernels.store_keys(kernel) == kernels.store_keys(full)

@@ -151,3 +151,129 @@ def test_kernels_of_the_same_code_in_two_modules_keep_their_results_under_their_
         kernel.tune(cuda.to_device(np.zeros(8, np.float32)))
     stored = {entry.function for entry in files.stored_entries(numbatune_cache)}
     assert stored == {kernel.function_id for kernel in tuned}
+
+
+VARIANT_FUNCTIONS = """
+import numbatune as nt
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def scale(x):
+    return x * {factor}
+
+
+@cuda.jit(device=True)
+def scaled(x):
+    return scale(x)
+
+
+@cuda.jit(device=True)
+def plus_one(x):
+    return x + 1
+
+
+OP = plus_one
+
+
+@nt.autotune(variants=[{{"OP": plus_one}}, {{"OP": scaled}}], launch=lambda a, *, OP: (1, 8))
+@cuda.jit
+def apply(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = OP(a[i])
+"""
+
+
+def test_editing_a_device_function_only_a_variant_names_invalidates_the_stored_result(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    """The code of a device function a variant gives counts, at any depth (here: what it
+    calls), for stored results and compiled kernels alike."""
+
+    def tuned(factor):
+        (tmp_path / "variant_functions.py").write_text(VARIANT_FUNCTIONS.format(factor=factor))
+        kernels.forget_shared_state(monkeypatch)
+        return load_module(tmp_path / "variant_functions.py").apply
+
+    a = cuda.to_device(np.ones(8, np.float32))
+    first = tuned(2)
+    assert first.tune(a).source == "benchmark"
+    assert tuned(2).tune(a).source == "disk"
+    edited = tuned(10)
+    assert edited.tune(a).source == "benchmark"
+    plus_one, scaled = zip(kernels.store_keys(first), kernels.store_keys(edited), strict=True)
+    assert plus_one[0] == plus_one[1] and scaled[0] != scaled[1]
+
+
+DEEP_CONSTANT = """
+import numbatune as nt
+from numba import cuda
+import {package}
+
+
+@nt.autotune(
+    variants=nt.product(BLOCK=[2, 4]),
+    launch=lambda a, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
+)
+@cuda.jit
+def shifted(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] += {package}.constants.N
+"""
+
+DEEP_FUNCTION = """
+import numbatune as nt
+from numba import cuda
+import {package}
+
+FACTOR = 1
+
+
+@nt.autotune(variants=nt.product(FACTOR=[2, 3]), launch=lambda a: (1, 8))
+@cuda.jit
+def scaled(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = {package}.helpers.scaled(a[i])
+"""
+
+
+def _deep_kernels(tmp_path, monkeypatch, package, kernels_text):
+    """``kernels_text``'s module, which reads attributes of ``package``'s modules
+    (``package.constants.N``, ``package.helpers.scaled``)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / package).mkdir(exist_ok=True)
+    (tmp_path / package / "__init__.py").write_text("from . import constants, helpers\n")
+    (tmp_path / package / "constants.py").write_text("N = 10\n")
+    (tmp_path / package / "helpers.py").write_text(
+        "from numba import cuda\n\nFACTOR = 1\n\n\n@cuda.jit(device=True)\n"
+        "def scaled(x):\n    return x * FACTOR\n"
+    )
+    path = tmp_path / f"kernels_{package}.py"
+    path.write_text(kernels_text.format(package=package))
+    kernels.forget_shared_state(monkeypatch)
+    return load_module(path)
+
+
+def test_a_module_attribute_read_two_modules_deep_is_in_the_checksum(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    def tune():
+        module = _deep_kernels(tmp_path, monkeypatch, "deep_constant", DEEP_CONSTANT)
+        return module, module.shifted.tune(cuda.to_device(np.ones(8, np.float32))).source
+
+    module, source = tune()
+    assert source == "benchmark"
+    assert tune()[1] == "disk"
+    monkeypatch.setattr(module.deep_constant.constants, "N", 99)
+    assert tune()[1] == "benchmark"
+
+
+def test_a_device_function_two_modules_deep_is_specialised_on_the_variant(tmp_path, monkeypatch):
+    scaled = _deep_kernels(tmp_path, monkeypatch, "deep_function", DEEP_FUNCTION).scaled
+    for factor in (2, 3):
+        a = cuda.to_device(np.ones(8, np.float32))
+        scaled.run_variant({"FACTOR": factor}, a)
+        assert a.copy_to_host().tolist() == [factor] * 8

@@ -118,3 +118,27 @@ def test_tuning_copies_back_only_the_arrays_a_run_can_change(monkeypatch):
     a, b = cuda.to_device(np.zeros(8, np.float32)), cuda.to_device(np.ones(8, np.float32))
     assert _restored_names(monkeypatch, twice, (a, b)) == {"a", "b"}
     assert (a.copy_to_host() == 0).all() and (b.copy_to_host() == 1).all()  # tuning wrote clones
+
+
+@cuda.jit
+def _bump_through_a_slice(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        one = slice(i, i + 1)  # a[one] is a view of a, as a[i : i + 1] is
+        view = a[one]
+        view[0] += 1
+        out[i] = view[0]
+
+
+def test_a_view_taken_through_a_slice_held_in_a_name_is_copied_back_before_each_run(
+    monkeypatch,
+):
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]),
+        launch=lambda a, out, *, BLOCK: (nt.cdiv(a.shape[0], BLOCK), BLOCK),
+    )(_bump_through_a_slice)
+    a, out = cuda.to_device(np.zeros(8, np.float32)), cuda.device_array(8, np.float32)
+    assert _restored_names(monkeypatch, tuned, (a, out)) == {"a"}
+    assert not references.element_uses(_bump_through_a_slice)["a"].rerun_changes_nothing(
+        ndim=1, records=False
+    )

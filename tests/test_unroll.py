@@ -184,3 +184,23 @@ def test_the_size_of_a_written_out_kernel_grows_with_its_static_loops():
     # Step k: the step's loop, total = 0, k + 1 inner steps of one add each, out[k] = total.
     assert sizes[2] - sizes[1] == 1 + 1 + 4 * 2 + 1
     assert sizes[1] - sizes[0] == (1 + 1 + 2 * 2 + 1) + (1 + 1 + 3 * 2 + 1)
+
+
+@cuda.jit(device=True)
+def _first_sum(a):
+    total = float32(0)
+    for j in nt.static_range(STEPS):
+        total += a[j]
+    return total
+
+
+@nt.autotune(variants=nt.product(STEPS=[1, 4]), launch=lambda a, out: (1, 1))
+@cuda.jit
+def summed_by_a_device_function(a, out):
+    out[0] = _first_sum(a)
+
+
+def test_the_written_out_size_counts_the_loops_of_the_device_functions_the_kernel_calls():
+    template = summed_by_a_device_function._template
+    sizes = [template.written_out_size(nt.Variant({"STEPS": s})) for s in (1, 4)]
+    assert sizes[1] - sizes[0] == 3 * 2  # three more steps, each of one add
