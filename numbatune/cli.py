@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from numbatune.config import check_environment
 from numbatune.errors import NumbatuneError
 
 if TYPE_CHECKING:
@@ -564,6 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     arguments = build_parser().parse_args(argv)
     try:
+        check_environment()  # (an invalid NUMBATUNE_* variable)
         return arguments.run(arguments)
     except _MISTAKES as error:
         print(f"numbatune: error: {_one_line(error)}", file=sys.stderr)
@@ -575,7 +577,7 @@ def _one_line(error: Exception) -> str:
     the first line of the message."""
     if isinstance(error, OSError) and error.filename is not None:
         return f"{error.filename}: {error.strerror}"
-    lines = str(error).strip().splitlines() or [type(error).__name__]
+    lines = str(error).strip().removeprefix("numbatune: ").splitlines() or [type(error).__name__]
     more = f" (and {len(lines) - 1} more lines)" if len(lines) > 1 else ""
     return lines[0] + more
 

@@ -2,7 +2,9 @@
 
 Every setting is read from its environment variable when numbatune is imported, and can be
 changed later with ``numbatune.configure(name=value)``. An invalid value raises a ``ValueError``
-that names the setting and what it expects.
+that names the setting and what it expects: from ``configure`` at once; from an environment
+variable, when a kernel is tuned (``autotune``) or the command line runs, importing numbatune
+itself succeeds.
 """
 
 from __future__ import annotations
@@ -324,12 +326,41 @@ def configure(**values: Any) -> Settings:
     return settings
 
 
+#: Why the ``NUMBATUNE_*`` variables could not all be taken when numbatune was imported (the
+#: settings they name kept their defaults), or None: :func:`check_environment` raises it.
+environment_problem: str | None = None
+
+
 def load_environment() -> None:
-    """Read every ``NUMBATUNE_<NAME>`` variable that is set."""
-    configure(
-        **{
-            name: os.environ[f"NUMBATUNE_{name.upper()}"]
-            for name in _PARSERS
-            if f"NUMBATUNE_{name.upper()}" in os.environ
-        }
-    )
+    """Read every ``NUMBATUNE_<NAME>`` variable that is set. Where one is invalid, importing
+    numbatune still succeeds (the command line can then say so in one line), the settings of
+    the invalid ones keep their defaults, and :func:`check_environment` raises why."""
+    global environment_problem
+    given = {
+        name: os.environ[f"NUMBATUNE_{name.upper()}"]
+        for name in _PARSERS
+        if f"NUMBATUNE_{name.upper()}" in os.environ
+    }
+    valid, problems = {}, []
+    for name, value in given.items():
+        try:
+            valid[name] = _validated(name, value)
+        except ValueError as error:
+            problems.append(str(error))
+    try:
+        configure(**valid)
+    except ValueError as error:  # (settings that contradict each other: none is taken)
+        problems.append(str(error))
+    environment_problem = "; ".join(problems) or None
+
+
+def check_environment() -> None:
+    """Raise where a ``NUMBATUNE_*`` variable was invalid when numbatune was imported.
+
+    Raises
+    ------
+    ValueError
+        Naming the variable and what it expects (:data:`environment_problem`).
+    """
+    if environment_problem is not None:
+        raise ValueError(environment_problem)

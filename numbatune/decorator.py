@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from numbatune._backend import require_a_backend
-from numbatune.config import OnMiss
+from numbatune.config import OnMiss, check_environment
 from numbatune.dispatch import TunedKernel
 from numbatune.launch.config import LaunchConfig
 from numbatune.spec import OPTIONS, KernelSpec
@@ -152,6 +152,7 @@ def autotune(
 
     given = {option: value for option, value in locals().items() if option in OPTIONS}
     require_a_backend()
+    check_environment()
 
     def make(kernel: Any) -> TunedKernel:
         return TunedKernel(KernelSpec(**{**given, "kernel": kernel}))

@@ -1,6 +1,9 @@
 """Settings: every one from its environment variable or Python, with clear errors."""
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -93,3 +96,36 @@ def test_every_setting_is_in_the_documented_table():
     table = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     for field in fields(nt.settings):
         assert f"`NUMBATUNE_{field.name.upper()}`" in table, field.name
+
+
+BAD_VARIABLE = """
+import numbatune as nt
+from numba import cuda
+
+try:
+    nt.autotune(variants=[{}], launch=lambda a: (1, 1))(cuda.jit(lambda a: None))
+except ValueError as error:
+    print("refused:", error)
+"""
+
+
+def test_an_invalid_environment_variable_lets_numbatune_import_and_refuses_tuning():
+    """Importing numbatune with an invalid ``NUMBATUNE_*`` variable succeeds (the command line
+    can say so in one line); defining a tuned kernel raises, naming the variable."""
+    env = {**os.environ, "NUMBATUNE_LEVEL": "bogus", "NUMBA_ENABLE_CUDASIM": "1"}
+    done = subprocess.run([sys.executable, "-c", BAD_VARIABLE], env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "refused: numbatune: invalid value 'bogus' for setting level (NUMBATUNE_LEVEL)" in (
+        done.stdout
+    )
+
+
+def test_the_command_line_says_an_invalid_environment_variable_in_one_line():
+    env = {**os.environ, "NUMBATUNE_SEARCH_BUDGET": "0", "NUMBA_ENABLE_CUDASIM": "1"}
+    done = subprocess.run([sys.executable, "-m", "numbatune", "info"], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 2
+    [said] = [line for line in done.stderr.splitlines() if "NUMBATUNE_SEARCH_BUDGET" in line]
+    assert said.startswith("numbatune: error: invalid value '0' for setting search_budget")
+    assert "Traceback" not in done.stderr
