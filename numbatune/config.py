@@ -344,9 +344,11 @@ def load_environment() -> None:
     valid, problems = {}, []
     for name, value in given.items():
         try:
-            valid[name] = _validated(name, value)
+            _validated(name, value)
         except ValueError as error:
             problems.append(str(error))
+        else:
+            valid[name] = value
     try:
         configure(**valid)
     except ValueError as error:  # (settings that contradict each other: none is taken)
