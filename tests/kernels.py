@@ -75,6 +75,14 @@ def forget_shared_state(monkeypatch) -> None:
     monkeypatch.setattr(shared, "_shared", collections.OrderedDict())
 
 
+def load_written(path: Path, text: str, monkeypatch) -> ModuleType:
+    """The module ``text``, written to ``path`` and loaded as a new process would load it
+    (tuned kernels made before share nothing in memory with its own)."""
+    path.write_text(text)
+    forget_shared_state(monkeypatch)
+    return load_module(path)
+
+
 @cuda.jit
 def fill_with(x, value):
     i = cuda.grid(1)

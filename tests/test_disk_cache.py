@@ -153,13 +153,11 @@ def test_editing_a_helper_of_the_launch_function_invalidates_the_stored_result(
     import numpy as np
     from numba import cuda
 
-    from numbatune.demo import load_module
     from tests import kernels
 
     def tuned(edit):
-        (tmp_path / "launch_helpers.py").write_text(LAUNCH_HELPERS.format(edit=edit))
-        kernels.forget_shared_state(monkeypatch)
-        return load_module(tmp_path / "launch_helpers.py").add
+        path = tmp_path / "launch_helpers.py"
+        return kernels.load_written(path, LAUNCH_HELPERS.format(edit=edit), monkeypatch).add
 
     a, out = cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.zeros(8, np.float32))
     assert tuned("").tune(a, out).source == "benchmark"
@@ -192,13 +190,11 @@ def test_changing_the_tuning_options_of_the_decorator_keeps_the_stored_result(
     import numpy as np
     from numba import cuda
 
-    from numbatune.demo import load_module
     from tests import kernels
 
     def tuned(options):
-        (tmp_path / "tuning_options.py").write_text(TUNING_OPTIONS.format(options=options))
-        kernels.forget_shared_state(monkeypatch)
-        return load_module(tmp_path / "tuning_options.py").add
+        path = tmp_path / "tuning_options.py"
+        return kernels.load_written(path, TUNING_OPTIONS.format(options=options), monkeypatch).add
 
     a, out = cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.zeros(8, np.float32))
     full = tuned('level="full"')

@@ -192,9 +192,8 @@ def test_editing_a_device_function_only_a_variant_names_invalidates_the_stored_r
     calls), for stored results and compiled kernels alike."""
 
     def tuned(factor):
-        (tmp_path / "variant_functions.py").write_text(VARIANT_FUNCTIONS.format(factor=factor))
-        kernels.forget_shared_state(monkeypatch)
-        return load_module(tmp_path / "variant_functions.py").apply
+        path, text = tmp_path / "variant_functions.py", VARIANT_FUNCTIONS.format(factor=factor)
+        return kernels.load_written(path, text, monkeypatch).apply
 
     a = cuda.to_device(np.ones(8, np.float32))
     first = tuned(2)
@@ -252,9 +251,7 @@ def _deep_kernels(tmp_path, monkeypatch, package, kernels_text):
         "def scaled(x):\n    return x * FACTOR\n"
     )
     path = tmp_path / f"kernels_{package}.py"
-    path.write_text(kernels_text.format(package=package))
-    kernels.forget_shared_state(monkeypatch)
-    return load_module(path)
+    return kernels.load_written(path, kernels_text.format(package=package), monkeypatch)
 
 
 def test_a_module_attribute_read_two_modules_deep_is_in_the_checksum(
