@@ -525,8 +525,10 @@ class Compiler:
             return
         cc = _current_cc()
         store = self._store(cc, cache_dir)
+        if store.problem is not None:
+            return
         key = self._key(variant, argtypes, cc)
-        if store.problem is None and not store.holds(key):
+        if not store.holds(key):
             payload = self._serialised(self._kernels.compiled(dispatcher, argtypes))
             if payload is not None:
                 store.save(key, payload)
