@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from numbatune.config import check_environment
+from numbatune.config import check_environment, parse_positive_int
 from numbatune.errors import NumbatuneError
 
 if TYPE_CHECKING:
@@ -389,12 +389,11 @@ def _compute_capability(text: str) -> tuple[int, int]:
 def _positive_int(text: str) -> int:
     """A count given on the command line (``--workers``): a whole number, 1 or more."""
     try:
-        count = int(text)
+        return parse_positive_int(text)
     except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, as 4, got {text!r}")
-    return count
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer, as 4, got {text!r}"
+        ) from None
 
 
 def _sweep(arguments: argparse.Namespace) -> int:

@@ -96,7 +96,8 @@ def _parse_enum(kind: type[enum.Enum]) -> Callable[[str], Any]:
     return lambda text: kind(choose(text))
 
 
-def _parse_positive_int(text: str) -> int:
+def parse_positive_int(text: str) -> int:
+    """A count from its text: an integer, 1 or more (ValueError, saying so, otherwise)."""
     value = int(text)
     if value < 1:
         raise ValueError("must be an integer >= 1")
@@ -245,13 +246,13 @@ class Settings(Snapshot):
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "cache_dir": _parse_optional_path,
     "budget_s": _parse_positive_float,
-    "min_runs": _parse_positive_int,
-    "max_runs": _parse_positive_int,
+    "min_runs": parse_positive_int,
+    "max_runs": parse_positive_int,
     "warmup_s": _parse_non_negative_float,
     "flush_l2": _parse_bool,
     "early_stop_ratio": _parse_ratio,
-    "early_stop_rounds": _parse_positive_int,
-    "simulator_runs": _parse_positive_int,
+    "early_stop_rounds": parse_positive_int,
+    "simulator_runs": parse_positive_int,
     "fast_launch": _parse_bool,
     "level": _one_of(*LEVELS),
     "check": _parse_bool,
