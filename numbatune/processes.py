@@ -331,7 +331,8 @@ class WorkerPool:
         done: Callable[[int, TaskOutcome], None] = lambda index, outcome: None,
     ) -> list[TaskOutcome]:
         """Run ``tasks`` on up to ``size`` workers at once; their outcomes, one per task in order.
-        ``done(index, outcome)`` is called as each task finishes."""
+        ``done(index, outcome)`` is called as each task finishes; where it raises, the other
+        tasks still run and are handed to it, and the first of its errors is raised here."""
         with self._lock:
             self._running += 1
         self._cancel_timer()
@@ -346,6 +347,7 @@ class WorkerPool:
         self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, TaskOutcome], None]
     ) -> list[TaskOutcome]:
         outcomes: dict[int, TaskOutcome] = {}
+        errors: list[Exception] = []  # done's, raised once every task has its outcome
         pending = queue.SimpleQueue()
         for index in range(len(tasks)):
             pending.put(index)
@@ -366,7 +368,10 @@ class WorkerPool:
                     # task fails alone, and the next one tries again
                     outcome = Raised(type(error).__name__, str(error), traceback.format_exc())
                 outcomes[index] = outcome
-                done(index, outcome)
+                try:
+                    done(index, outcome)
+                except Exception as error:
+                    errors.append(error)
             if worker is not None and worker.alive():
                 self._idle.put(worker)
 
@@ -378,6 +383,8 @@ class WorkerPool:
             thread.start()
         for thread in threads:
             thread.join()
+        if errors:
+            raise errors[0]
         return [outcomes[index] for index in range(len(tasks))]
 
     def start(self, count: int) -> None:

@@ -85,6 +85,18 @@ def test_a_task_that_cannot_be_pickled_fails_alone_and_every_task_gets_its_outco
     assert "pickle" in outcomes[1].message
 
 
+def test_a_done_callback_that_raises_stops_no_task_and_its_error_reaches_the_caller(pool):
+    finished = []
+
+    def done(index, outcome):
+        finished.append(index)
+        raise OSError(f"cannot record task {index}")
+
+    with pytest.raises(OSError, match="cannot record task"):
+        pool.run([task("square", n) for n in range(5)], limit_s=60, done=done)
+    assert sorted(finished) == [0, 1, 2, 3, 4]  # every task ran and was handed over
+
+
 def test_a_worker_that_cannot_be_started_fails_its_task_and_the_next_starts_one(monkeypatch):
     popen, starts = subprocess.Popen, []
 
