@@ -123,6 +123,7 @@ class Budget:
             raise ValueError(f"Budget: variants must be >= 1, got {self.variants}")
         if self.seconds is not None and not (
             isinstance(self.seconds, int | float)
+            and not isinstance(self.seconds, bool)
             and self.seconds > 0
             and math.isfinite(self.seconds)
         ):

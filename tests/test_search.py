@@ -442,6 +442,12 @@ def test_a_bad_search_or_budget_is_refused_naming_it(options, message):
         tuned(**options)
 
 
+@pytest.mark.parametrize("seconds", [True, 0, -1.0, float("inf"), "60"])
+def test_a_budget_of_seconds_that_are_not_a_positive_number_is_refused(seconds):
+    with pytest.raises(ValueError, match="seconds must be a number > 0"):
+        nt.Budget(seconds=seconds)
+
+
 def test_a_model_search_without_scikit_learn_is_refused_saying_what_to_install(monkeypatch):
     import importlib.util
 
