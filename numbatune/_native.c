@@ -595,25 +595,22 @@ static int integers_in(PyObject *found, int count, int64_t *out) {
     return ok ? 0 : -1;
 }
 
-/* The integer ``found`` (a new reference, released) into ``out``; -1 where it is NULL or no
- * integer. */
-static int integer_in(PyObject *found, int64_t *out) {
+/* The integer ``found`` (a new reference, released) into ``*value`` or, where ``value`` is
+ * NULL, the address it holds (0 included) into ``*address``; -1 where it is NULL, no integer
+ * or out of range (of PyLong_AsLongLong, of PyLong_AsVoidPtr). */
+static inline int number_in(PyObject *found, int64_t *value, void **address) {
     if (found == NULL) return -1;
     int integer = PyLong_Check(found);
-    *out = integer ? PyLong_AsLongLong(found) : -1;
+    if (value != NULL) *value = integer ? PyLong_AsLongLong(found) : -1;
+    else *address = integer ? PyLong_AsVoidPtr(found) : NULL;
     Py_DECREF(found);
-    return !integer || (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    int maybe_error = value != NULL ? *value == -1 : *address == NULL; /* (or a valid -1, 0) */
+    return !integer || (maybe_error && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* The address in the integer ``found`` (a new reference, released; 0 included) into ``out``;
- * -1 where it is NULL or no integer. */
-static int address_in(PyObject *found, void **out) {
-    if (found == NULL) return -1;
-    int integer = PyLong_Check(found);
-    *out = integer ? PyLong_AsVoidPtr(found) : NULL;
-    Py_DECREF(found);
-    return !integer || (*out == NULL && PyErr_Occurred()) ? -1 : 0;
-}
+static int integer_in(PyObject *found, int64_t *out) { return number_in(found, out, NULL); }
+
+static int address_in(PyObject *found, void **out) { return number_in(found, NULL, out); }
 
 /* The extents of array ``value`` of ``ndim`` dimensions into ``shape``: of an array of at
  * most one, its rank and size (no sequence made); -1 where it has another rank. */

@@ -162,25 +162,29 @@ static void *handle_of(PyObject *value, int *failed) {
     return handle;
 }
 
+/* The handles of the ints ``a`` and ``b`` into ``*x`` and ``*y``: whether both are ints. */
+static inline int handles_of(PyObject *a, PyObject *b, void **x, void **y) {
+    int failed = 0;
+    *x = handle_of(a, &failed);
+    *y = handle_of(b, &failed);
+    return !failed;
+}
+
 /* events.record(event, stream): cuEventRecord itself where the events are the driver's. Where
  * the direct call fails, the call is made again through events.record, which raises the
  * driver's error as the module's record does. */
 static int record_event(Order *self, PyObject *event, PyObject *stream) {
-    if (self->driver) {
-        int failed = 0;
-        void *e = handle_of(event, &failed), *s = handle_of(stream, &failed);
-        if (!failed && event_record(e, s) == 0) return 0;
-    }
+    void *e, *s;
+    if (self->driver && handles_of(event, stream, &e, &s) && event_record(e, s) == 0) return 0;
     return call_events(self->record, event, stream);
 }
 
 /* events.wait_event(stream, event): cuStreamWaitEvent itself where the events are the
  * driver's (as record_event). */
 static int wait_event_on(Order *self, PyObject *stream, PyObject *event) {
-    if (self->driver) {
-        int failed = 0;
-        void *s = handle_of(stream, &failed), *e = handle_of(event, &failed);
-        if (!failed && stream_wait_event(s, e, 0) == 0) return 0;
+    void *s, *e;
+    if (self->driver && handles_of(stream, event, &s, &e) && stream_wait_event(s, e, 0) == 0) {
+        return 0;
     }
     return call_events(self->wait_event, stream, event);
 }
