@@ -301,6 +301,37 @@ def test_a_kernel_store_cleared_under_a_running_process_takes_its_kernels_again(
     assert KernelStore(numbatune_cache, (9, 0), "f").holds("k")
 
 
+def test_a_kernel_that_does_not_serialise_is_tried_once_in_a_process(
+    module, numbatune_cache, monkeypatch
+):
+    """A compiled kernel that cannot be serialised (numba serialises no kernel that links extra
+    files) is not kept in the kernel store, and the tunings after the compile that met it do
+    not serialise it again in this process: each would fail as the first did."""
+    import numba
+
+    from numbatune.compile import compiler as compiling
+
+    tried = []
+
+    def unserialisable(self, kernel):
+        tried.append(kernel)
+        raise RuntimeError("links extra files")
+
+    kernels = type(module.scale._template.compiler)
+    monkeypatch.setattr(kernels, "serialise", unserialisable)
+    monkeypatch.setattr(kernels, "compiled", lambda self, dispatcher, argtypes: "kernel")
+    monkeypatch.setattr(compiling, "_toolchain", lambda kernels: ("tools",))  # (none simulated)
+    compiler = compiling.Compiler(module.scale._template, module.scale.function_id)
+    variant, argtypes = module.scale.variants[0], (numba.float32[::1],)
+    compiler.dispatcher(variant)
+    compiler._save(variant, "kernel", argtypes, numbatune_cache)  # as compiled here
+    for _ in range(2):  # a later tuning of the kernel, compiled already
+        assert compiler._missing(variant, [argtypes], compiling.Tally(), numbatune_cache) == []
+    assert tried == ["kernel"]
+    cc = tuple(cuda.get_current_device().compute_capability)
+    assert KernelStore(numbatune_cache, cc, module.scale.function_id)._open().stored_keys() == []
+
+
 READ_STORE = """
 import json
 import sys

@@ -179,6 +179,8 @@ class Compiler:
         self._functions: dict[CodeKey, Any] = {}
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
         self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
+        #: The store keys of the kernels that could not be serialised (not tried again here).
+        self._unserialisable: set[str] = set()
         self._lock = ForkSafeLock(reentrant=True)
 
     @property
@@ -520,7 +522,8 @@ class Compiler:
     ) -> None:
         """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the store of
         ``cache_dir``, unless the store holds it already or cannot be written (a read-only
-        cache: the kernel is not serialised for nothing at every tuning)."""
+        cache), or the kernel did not serialise before: it is not serialised for nothing at
+        every tuning."""
         if cache_dir is None:
             return
         cc = _current_cc()
@@ -529,7 +532,7 @@ class Compiler:
             return
         key = self._key(variant, argtypes, cc)
         if not store.holds(key):
-            payload = self._serialised(self._kernels.compiled(dispatcher, argtypes))
+            payload = self._serialised(key, self._kernels.compiled(dispatcher, argtypes))
             if payload is not None:
                 store.save(key, payload)
 
@@ -538,16 +541,22 @@ class Compiler:
     ) -> None:
         if cache_dir is None:
             return
-        payload = self._serialised(kernel)
+        cc = _current_cc()
+        key = self._key(variant, argtypes, cc)
+        payload = self._serialised(key, kernel)
         if payload is not None:
-            self._save_payload(variant, argtypes, _current_cc(), payload, cache_dir)
+            self._store(cc, cache_dir).save(key, payload)
 
-    def _serialised(self, kernel: Any) -> bytes | None:
-        """The kernel as the store keeps it, or None where it cannot be serialised."""
+    def _serialised(self, key: str, kernel: Any) -> bytes | None:
+        """The kernel of store key ``key`` as the store keeps it, or None where it cannot be
+        serialised: tried once in this process (it would fail again at every tuning)."""
+        if key in self._unserialisable:
+            return None
         try:
             return self._kernels.serialise(kernel)
         except Exception as error:  # numba serialises no kernel that links extra files
             logger.debug("%s: not kept on disk: %s", self._function_id, error)
+            self._unserialisable.add(key)
             return None
 
     def _save_payload(
