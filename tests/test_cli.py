@@ -150,6 +150,25 @@ def test_cache_clear_of_one_function_deletes_its_compiled_kernels_and_no_others(
     assert kept() == set(ids) - {saxpy, closure}
 
 
+def test_cache_clear_of_one_function_reads_each_stored_entry_once(capsys, tuned_saxpy, monkeypatch):
+    """Clearing a function reads the cache's entries once, both to tell which are its own
+    and to delete them."""
+    x = cuda.to_device(np.ones(1000, np.float32))
+    tuned_saxpy.tune(np.float32(2.0), x, x, cuda.device_array(1000, np.float32))  # a 2nd key
+    read = []
+    reader = cachefile._read
+
+    def counted(device, directory, stored_under, text):
+        read.append(stored_under)
+        return reader(device, directory, stored_under, text)
+
+    monkeypatch.setattr(cachefile, "_read", counted)
+    assert run(capsys, "cache", "clear", "saxpy")[0] == 0
+    assert len(read) == len(set(read)) >= 2
+    monkeypatch.undo()
+    assert stored_saxpy() == []
+
+
 def test_export_of_an_unknown_function_fails_and_leaves_the_file_as_it_was(
     capsys, tmp_path, tuned_saxpy
 ):

@@ -87,15 +87,15 @@ def _read(device: str, directory: Path, stored_under: str, text: Any) -> Entry:
     return Entry(device, stored.get("function", directory.name), key, stored)
 
 
-def _walk(cache_dir: Path) -> Iterator[tuple[Folder, str, Entry]]:
-    """Each entry stored under ``cache_dir``: its folder (open while the entry is handled),
-    what it is stored under, and the entry as read."""
+def _walk(cache_dir: Path) -> Iterator[tuple[Path, str, Entry]]:
+    """Each entry stored under ``cache_dir``: its folder, what it is stored under, and the
+    entry as read."""
     for device, directory in _function_directories(cache_dir):
         folder = Folder(directory, directory.name)
         try:
             for stored_under in folder.stored_keys():
-                yield folder, stored_under, _read(device, directory, stored_under,
-                                                  folder.get(stored_under))  # fmt: skip
+                yield directory, stored_under, _read(device, directory, stored_under,
+                                                     folder.get(stored_under))  # fmt: skip
         finally:
             folder.close()
 
@@ -143,24 +143,38 @@ def _folder_named(folder: str, function: str | None, known: dict[str, str]) -> b
 def clear(cache_dir: Path, function: str | None = None) -> int:
     """Delete the stored results (of one function, by its full name or last part; damaged
     entries of its folders too) and the compiled kernels (all, or the function's); returns
-    how many results were deleted."""
+    how many results were deleted. The entries are read once."""
+    found = list(_walk(cache_dir))
     known = {
-        folder_name(e.function): e.function
-        for e in stored_entries(cache_dir)
-        if e.stored is not None
+        folder_name(entry.function): entry.function
+        for _, stored_under, entry in found
+        if not entries.is_journal(stored_under) and entry.stored is not None
     }
-    deleted = 0
-    for folder, stored_under, entry in _walk(cache_dir):
-        mine = _named(entry.function, function) or (
-            entry.damaged is not None and _folder_named(folder.folder.name, function, known)
-        )
-        if mine and folder.mode is Mode.WRITABLE:
-            folder.delete(stored_under)
-            deleted += 1
+    doomed: dict[Path, list[str]] = {}
+    for directory, stored_under, entry in found:
+        if _named(entry.function, function) or (
+            entry.damaged is not None and _folder_named(directory.name, function, known)
+        ):
+            doomed.setdefault(directory, []).append(stored_under)
+    deleted = sum(_delete(directory, keys) for directory, keys in doomed.items())
     for kernels in (cache_dir / compiled.STORE).glob("*/*") if cache_dir.is_dir() else ():
         if _folder_named(kernels.name, function, known):
             shutil.rmtree(kernels, ignore_errors=True)
     return deleted
+
+
+def _delete(directory: Path, keys: list[str]) -> int:
+    """Delete ``keys`` from the cache folder ``directory``; how many (none where it cannot be
+    written)."""
+    folder = Folder(directory, directory.name)
+    try:
+        if folder.mode is not Mode.WRITABLE:
+            return 0
+        for key in keys:
+            folder.delete(key)
+        return len(keys)
+    finally:
+        folder.close()
 
 
 @dataclass(frozen=True)
