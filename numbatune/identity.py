@@ -69,11 +69,12 @@ def sharing_key(
     settings: dict[str, Any],
 ) -> str:
     """The key under which tuned kernels share their state: ``code`` (the kernel's
-    :func:`~numbatune.references.code_description`), its jit ``options`` and ``signatures``, the
-    variants in order, the launch function and the decorator's other ``settings``
-    (:meth:`~numbatune.spec.KernelSpec.sharing_options`: key, name, level, prune, check,
-    search, budget, valid, on_miss), functions among them by their code and the values they
-    read."""
+    :func:`~numbatune.references.code_description`, and the code of the device functions its
+    variants give: :meth:`~numbatune.template.KernelTemplate.variant_text`), its jit
+    ``options`` and ``signatures``, the variants in order, the launch function and the
+    decorator's other ``settings`` (:meth:`~numbatune.spec.KernelSpec.sharing_options`: key,
+    name, level, prune, check, search, budget, valid, on_miss), functions among them by their
+    code and the values they read."""
     parts = [
         code,
         stable_text(options),

@@ -108,9 +108,17 @@ def shared_state(spec: KernelSpec, function_id: str) -> SharedState:
     """The state a tuned kernel of ``spec`` shares with those of the same code and options."""
     template = spec.template
     key = identity.sharing_key(
-        # The function's name: a kernel of the same code in another module keeps its results
-        # (and its compiled kernels) under its own name.
-        f"{function_id}\0{template.compiler.identity()}\0{template.code_text()}",
+        "\0".join(
+            [
+                # The function's name: a kernel of the same code in another module keeps its
+                # results (and its compiled kernels) under its own name.
+                function_id,
+                template.compiler.identity(),
+                template.code_text(),
+                # The code of the device functions the variants give, which labels only name.
+                *(template.variant_text(v) for v in spec.variants),
+            ]
+        ),
         template.jit_options,
         template.signatures,
         spec.variants,

@@ -137,11 +137,29 @@ class KernelTemplate:
         read = {name: value for name, value in variant.params.items() if name in self.names_read}
         return stable_text(read) + self._code_of(read), stable_text(options)
 
+    def variant_text(self, variant: Variant) -> str:
+        """The variant as the checksum and the sharing key see it: its label, and the code of
+        the device functions among its parameters (:meth:`_code_of`), which it only names."""
+        return f"variant {variant.label}{self._code_of(variant.params)}"
+
     def _code_of(self, params: Mapping[str, Any]) -> str:
-        """What decides the code of the device functions among a variant's ``params`` (their
-        names are all its label says): a digest of each one's code at any depth."""
-        codes = {name: self._device_code(value) for name, value in params.items()}
+        """What decides the code of the device functions among a variant's ``params``, given
+        as values or inside tuples, lists and dicts (their names are all its label says): a
+        digest of each one's code at any depth."""
+        codes = {name: self._codes_in(value) for name, value in params.items()}
         return "".join(f" {name}: {codes[name]}" for name in sorted(codes) if codes[name])
+
+    def _codes_in(self, value: Any) -> str:
+        """The digests (:meth:`_device_code`) of ``value``, a device function, or of those it
+        holds in tuples, lists and dict values at any depth, in a fixed order; "" for none."""
+        items: Sequence[Any]
+        if isinstance(value, tuple | list):
+            items = value
+        elif isinstance(value, dict):
+            items = [value[key] for key in sorted(value, key=stable_text)]
+        else:
+            return self._device_code(value)
+        return " ".join(code for code in map(self._codes_in, items) if code)
 
     def _device_code(self, value: Any) -> str:
         """A digest of :func:`code_description` of ``value``, a device function, made once;
@@ -203,11 +221,11 @@ class KernelTemplate:
         It covers the kernel's source, the values of the globals and closure variables it
         reads, the device functions it calls at any depth (:func:`code_description`), its jit
         options and signatures, each variant's parameters and jit options (and the code of the
-        device functions among its parameters, at any depth), the launch function and the
-        functions of its own package it calls at any depth
-        (:func:`numbatune.references.helpers`), and the versions and settings that change
-        generated code (:func:`environment_description`). A stored result whose checksum
-        differs is tuned again.
+        device functions among its parameters or in tuples, lists and dicts of them, at any
+        depth: :meth:`variant_text`), the launch function and the functions of its own package
+        it calls at any depth (:func:`numbatune.references.helpers`), and the versions and
+        settings that change generated code (:func:`environment_description`). A stored result
+        whose checksum differs is tuned again.
         """
         digest = hashlib.sha256()
         parts = [
@@ -220,7 +238,7 @@ class KernelTemplate:
                 f"launch helper {h.__qualname__}: {source_of(h)}"
                 for h in references.helpers(launch)
             ),
-            *(f"variant {v.label}{self._code_of(v.params)}" for v in variants),
+            *(self.variant_text(v) for v in variants),
         ]
         for part in parts:
             digest.update(part.encode())

@@ -274,3 +274,81 @@ def test_a_device_function_two_modules_deep_is_specialised_on_the_variant(tmp_pa
         a = cuda.to_device(np.ones(8, np.float32))
         scaled.run_variant({"FACTOR": factor}, a)
         assert a.copy_to_host().tolist() == [factor] * 8
+
+
+CONTAINED_FUNCTIONS = """
+import numbatune as nt
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def add(x):
+    return x + {step}
+
+
+@cuda.jit(device=True)
+def mul(x):
+    return x * 2
+
+
+OPS = None
+
+
+@nt.autotune(variants=[{{"OPS": {value}}}], launch=lambda a: (1, 8))
+@cuda.jit
+def apply(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = OPS[0](a[i])
+"""
+
+
+@pytest.mark.parametrize("value", ["(add, mul)", "[mul, (add,)]", "{'first': [mul, add]}"])
+def test_editing_a_device_function_inside_a_variant_container_changes_the_checksum(
+    value, tmp_path, monkeypatch
+):
+    """A device function inside a tuple, list or dict a variant gives, at any depth, counts
+    by its code, as one the variant gives itself does."""
+
+    def checksum(step):
+        text = CONTAINED_FUNCTIONS.format(step=step, value=value)
+        path = tmp_path / "contained_functions.py"
+        return kernels.load_written(path, text, monkeypatch).apply.checksum()
+
+    assert checksum(1) == checksum(1)
+    assert checksum(1) != checksum(2)
+
+
+#: The device function a variant gives as OP (read by apply_op; None as written).
+OP = None
+
+
+@cuda.jit
+def apply_op(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = OP(a[i])
+
+
+def test_a_device_function_a_variant_gives_redefined_in_the_process_is_the_one_called():
+    """A kernel tuned again with a device function of the same name but other code, given only
+    by its variant, shares nothing in memory with the first: it calls the new code."""
+
+    def tuned(op):
+        return nt.autotune(variants=[{"OP": op}], launch=lambda a: (1, 8))(apply_op)
+
+    @cuda.jit(device=True)
+    def f1(x):
+        return x + 1
+
+    a = cuda.to_device(np.zeros(8, np.float32))
+    tuned(f1)(a)
+    assert a.copy_to_host().tolist() == [1] * 8
+
+    @cuda.jit(device=True)
+    def f1(x):
+        return x + 2
+
+    a = cuda.to_device(np.zeros(8, np.float32))
+    tuned(f1)(a)
+    assert a.copy_to_host().tolist() == [2] * 8
