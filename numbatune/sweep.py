@@ -11,13 +11,12 @@ import`` or :func:`numbatune.cache_import` adds to a cache, so that the program'
 keys are hits.
 
 Nothing tuned is lost: each key's result is stored as it is tuned, so the keys a worker tuned
-before it died are exported too (a Ray actor's where it ran on this machine, or on one that
-sees this machine's temporary folder: an actor elsewhere tunes into a folder of its own there,
-which this machine cannot read). The export file is checked before any tuning (a folder, a
-missing folder, a read-only or full disk are refused), written whole or not at all, and read
-first if it exists: its entries are kept, and a rerun goes on from there (its keys are
-``stored``, not tuned again). A line of the record that is not a record is a row of its own,
-saying why; the others are tuned.
+before it died are exported too (a worker process's read from its folder; a Ray actor hands
+back each key's results as it tunes it, so that its keys are kept wherever it ran). The export
+file is checked before any tuning (a folder, a missing folder, a read-only or full disk are
+refused), written whole or not at all, and read first if it exists: its entries are kept, and a
+rerun goes on from there (its keys are ``stored``, not tuned again). A line of the record that
+is not a record is a row of its own, saying why; the others are tuned.
 
 A kernel defined in a script run as ``__main__`` cannot be imported by name: its records are
 skipped, with the reason.
@@ -26,8 +25,10 @@ skipped, with the reason.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -281,47 +282,110 @@ def _on_ray(
         gpus = int(ray.cluster_resources().get("GPU", 0))
         shares = split(records, _share_count(workers, gpus))
         actor = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(Sweeper)
-        actors = [actor.remote() for _ in shares]
         with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as folder:
             cache_dirs = [str(Path(folder) / f"worker-{index}") for index in range(len(shares))]
-            pending = [
-                a.tune.remote(s, tuple(modules), tuple(paths), earlier, d)
-                for a, s, d in zip(actors, shares, cache_dirs, strict=True)
+            actors = [actor.remote(tuple(modules), tuple(paths), earlier, d) for d in cache_dirs]
+            # One call per record, run in turn by its actor: each key's results come back as it
+            # is tuned, so those an actor tuned before it failed are kept wherever it ran.
+            calls = [
+                [a.tune.remote(record) for record in share]
+                for a, share in zip(actors, shares, strict=True)
             ]
-            done, deadline = [], time.perf_counter() + WORKER_LIMIT_S
-            for a, share, future, cache_dir in zip(
-                actors, shares, pending, cache_dirs, strict=True
-            ):
-                try:
-                    done.append(ray.get(future, timeout=max(0.0, deadline - time.perf_counter())))
-                except Exception as error:  # an actor that died, raised or ran past the limit
-                    ray.kill(a)  # (it writes no more into its folder)
-                    kept = _results(Path(cache_dir))  # none where it ran on another machine
-                    done.append(_kept_share(share, kept, earlier, f"its Ray actor failed: {error}"))
-            return done
+            deadline = time.perf_counter() + WORKER_LIMIT_S
+            return [
+                _gathered(ray, a, share, futures, deadline)
+                for a, share, futures in zip(actors, shares, calls, strict=True)
+            ]
     finally:
         if started_here:
             ray.shutdown()
 
 
-class Sweeper:
-    """A Ray actor that tunes a share of the records (:func:`tune_records`)."""
+def _gathered(
+    ray: Any, actor: Any, share: Sequence[Record], futures: Sequence[Any], deadline: float
+) -> dict[str, Any]:
+    """A Ray actor's results for its ``share``, record by record (:meth:`Sweeper.tune`); the
+    records from the first whose call failed on (the actor died, raised or ran past
+    ``deadline``) failed, and the actor stopped."""
+    gathered: dict[str, list[Any]] = {"outcomes": [], "items": [], "kernels": []}
+    for index, future in enumerate(futures):
+        try:
+            results = ray.get(future, timeout=max(0.0, deadline - time.perf_counter()))
+        except Exception as error:  # an actor that died, raised or ran past the limit
+            ray.kill(actor)
+            why = f"its Ray actor failed: {error}"
+            gathered["outcomes"] += [
+                SweepOutcome(r.function, r.key, Status.FAILED, why) for r in share[index:]
+            ]
+            return gathered
+        for part, values in results.items():
+            gathered[part] += values
+    with contextlib.suppress(Exception):  # (a folder of its own is left behind, no more)
+        ray.get(actor.close.remote(), timeout=60)
+    return gathered
 
-    def tune(
+
+class Sweeper:
+    """A Ray actor that tunes records one by one (:meth:`tune`) into a cache directory of its
+    own (:func:`_prepare`): ``cache_dir``, in the sweep's temporary folder, where that folder is
+    on the actor's machine (the sweep removes it, whatever becomes of the actor), else a
+    temporary folder of the actor's, removed by :meth:`close`."""
+
+    def __init__(
         self,
-        records: Sequence[Record],
         modules: Sequence[str],
         paths: Sequence[str],
         earlier: list[dict[str, Any]],
         cache_dir: str,
-    ) -> dict[str, Any]:
-        """Tune ``records`` into ``cache_dir``, in the sweep's temporary folder, where that
-        folder is on this actor's machine (the sweep reads what the actor tuned if it dies);
-        else into a temporary folder of the actor's own, removed when it is done."""
-        if Path(cache_dir).parent.is_dir():
-            return tune_records(records, modules, paths, cache_dir, earlier)
-        with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as own:
-            return tune_records(records, modules, paths, own, earlier)
+    ) -> None:
+        here = Path(cache_dir).parent.is_dir()
+        self._own = None if here else Path(tempfile.mkdtemp(prefix="numbatune-sweep-"))
+        self._folder = self._own or Path(cache_dir)
+        _prepare(modules, paths, str(self._folder), earlier)
+        #: What was handed back already (or came with the earlier export).
+        self._sent_items = {_item_identity(item) for item in earlier}
+        self._sent_kernels: set[tuple[str, str, str]] = set()
+
+    def tune(self, record: Record) -> dict[str, Any]:
+        """Tune ``record``'s key: its :class:`SweepOutcome`, and the export items and compiled
+        kernels of its function not handed back before."""
+        outcome = _tune_one(record)
+        items = [
+            item
+            for item in files.export_items(files.stored_entries(self._folder, record.function))
+            if _item_identity(item) not in self._sent_items
+        ]
+        kernels = [
+            kernel
+            for kernel in files.export_kernels(self._folder, items)
+            if (kernel.arch, kernel.function, kernel.key) not in self._sent_kernels
+        ]
+        self._sent_items.update(map(_item_identity, items))
+        self._sent_kernels.update((k.arch, k.function, k.key) for k in kernels)
+        return {"outcomes": [outcome], "items": items, "kernels": kernels}
+
+    def close(self) -> None:
+        """Remove the actor's own temporary folder, if it made one."""
+        if self._own is not None:
+            shutil.rmtree(self._own, ignore_errors=True)
+
+
+def _item_identity(item: dict[str, Any]) -> tuple[str, str, str, str]:
+    """What tells export items apart (as :func:`numbatune.cache.files.write_export` does)."""
+    return item["device"], item["function"], item["key"], item["entry"]["checksum"]
+
+
+def _prepare(
+    modules: Sequence[str], paths: Sequence[str], cache_dir: str, earlier: list[dict[str, Any]]
+) -> None:
+    """(In a worker) tune into ``cache_dir``, which first takes this device's ``earlier``
+    export items (their keys are not tuned again), with ``paths`` first on ``sys.path`` and
+    ``modules`` imported."""
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    configure(cache_dir=Path(cache_dir))
+    files.import_items(earlier, Path(cache_dir))
+    for name in modules:
+        importlib.import_module(name)
 
 
 def tune_records(
@@ -331,14 +395,10 @@ def tune_records(
     cache_dir: str,
     earlier: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """(In a worker) tune each record's key into the cache directory ``cache_dir``, which
-    first takes this device's ``earlier`` export items (their keys are not tuned again); each
-    record's :class:`SweepOutcome`, and the directory's results (:func:`_results`)."""
-    sys.path[:0] = [p for p in paths if p not in sys.path]
-    configure(cache_dir=Path(cache_dir))
-    files.import_items(earlier, Path(cache_dir))
-    for name in modules:
-        importlib.import_module(name)
+    """(In a worker) tune each record's key into the cache directory ``cache_dir``
+    (:func:`_prepare`); each record's :class:`SweepOutcome`, and the directory's results
+    (:func:`_results`)."""
+    _prepare(modules, paths, cache_dir, earlier)
     outcomes = [_tune_one(record) for record in records]
     return {"outcomes": outcomes, **_results(Path(cache_dir))}
 

@@ -1,6 +1,7 @@
 """Record, then sweep: a program records the keys it meets; ``numbatune sweep`` tunes them, on
 worker processes or Ray actors, into one export that makes every recorded key a hit."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -192,6 +193,30 @@ def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(program, capsys):
     ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
     path = recorded(program)
     export = program / "export.json"
+    dies = {"env_vars": {"SWEEP_DIES_AT": "40"}}  # the last of the one actor's three keys
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=dies)
+    try:
+        status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program), "--ray"])
+    finally:
+        ray.shutdown()
+    said = capsys.readouterr().err.splitlines()  # (and Ray's lines)
+    [summary] = [line for line in said if line.startswith("numbatune sweep:")]
+    assert status == 1 and "2 tuned, 0 stored, 1 failed" in summary, summary
+    assert len(json.loads(export.read_text())["entries"]) == 2
+
+
+def test_a_ray_sweep_keeps_what_an_actor_on_another_machine_tuned_before_it_died(
+    program, capsys, monkeypatch
+):
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+    path = recorded(program)
+    export = program / "export.json"
+
+    @contextlib.contextmanager
+    def elsewhere(prefix=None):  # a folder of this machine that the actor cannot see
+        yield str(program / "not-on-the-actors-machine" / f"{prefix}folder")
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", elsewhere)
     dies = {"env_vars": {"SWEEP_DIES_AT": "40"}}  # the last of the one actor's three keys
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=dies)
     try:
