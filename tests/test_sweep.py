@@ -189,34 +189,18 @@ def test_a_sweep_whose_worker_dies_keeps_what_it_tuned_and_a_rerun_goes_on_from_
     assert list(temporary.iterdir()) == []
 
 
-def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(program, capsys):
+@pytest.mark.parametrize("actor", ["on this machine", "on another machine"])
+def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(actor, program, capsys, monkeypatch):
     ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
     path = recorded(program)
     export = program / "export.json"
-    dies = {"env_vars": {"SWEEP_DIES_AT": "40"}}  # the last of the one actor's three keys
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=dies)
-    try:
-        status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program), "--ray"])
-    finally:
-        ray.shutdown()
-    said = capsys.readouterr().err.splitlines()  # (and Ray's lines)
-    [summary] = [line for line in said if line.startswith("numbatune sweep:")]
-    assert status == 1 and "2 tuned, 0 stored, 1 failed" in summary, summary
-    assert len(json.loads(export.read_text())["entries"]) == 2
+    if actor == "on another machine":
 
+        @contextlib.contextmanager
+        def elsewhere(prefix=None):  # the sweep's folder, which the actor cannot see
+            yield str(program / "not-on-the-actors-machine" / f"{prefix}folder")
 
-def test_a_ray_sweep_keeps_what_an_actor_on_another_machine_tuned_before_it_died(
-    program, capsys, monkeypatch
-):
-    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
-    path = recorded(program)
-    export = program / "export.json"
-
-    @contextlib.contextmanager
-    def elsewhere(prefix=None):  # a folder of this machine that the actor cannot see
-        yield str(program / "not-on-the-actors-machine" / f"{prefix}folder")
-
-    monkeypatch.setattr(tempfile, "TemporaryDirectory", elsewhere)
+        monkeypatch.setattr(tempfile, "TemporaryDirectory", elsewhere)
     dies = {"env_vars": {"SWEEP_DIES_AT": "40"}}  # the last of the one actor's three keys
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=dies)
     try:
