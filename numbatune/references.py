@@ -164,6 +164,20 @@ def device_function_of(value: Any) -> types.FunctionType | None:
     return function if isinstance(function, types.FunctionType) else None
 
 
+def device_functions_in(value: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    """The device functions ``value`` is, or holds in tuples, lists and dict values at any
+    depth (dicts in the order of their keys' :func:`stable_text`), each with where it lies in
+    ``value``, after ``where``: ``""`` for the value itself, ``[0]``, ``['first'][1]``."""
+    if device_function_of(value) is not None:
+        yield where, value
+    elif isinstance(value, tuple | list):
+        for index, item in enumerate(value):
+            yield from device_functions_in(item, f"{where}[{index}]")
+    elif isinstance(value, dict):
+        for key in sorted(value, key=stable_text):
+            yield from device_functions_in(value[key], f"{where}[{stable_text(key)}]")
+
+
 @dataclass(frozen=True)
 class Callee:
     """A device function ``caller`` reaches by ``name`` (a global or closure variable) or by
@@ -324,7 +338,8 @@ def value_text(value: Any) -> str:
 def code_description(function: types.FunctionType, device: bool = False) -> list[str]:
     """What decides the code of ``function``, a kernel (a device function if ``device``): its
     source, the values of the globals and closure variables it reads, and, through every
-    device function it calls (by name, closure or ``module.attribute``, at any depth), theirs.
+    device function it calls (by name, closure or ``module.attribute``, at any depth) or reads
+    in tuples, lists and dicts (:func:`device_functions_in`), theirs.
 
     A kernel's source is taken without its decorators: ``autotune``'s options there change
     no code, and the kernel's jit options and signatures count on their own. A device
@@ -349,6 +364,10 @@ def code_description(function: types.FunctionType, device: bool = False) -> list
                 pending.append((f"{label}.{name}", called))
             else:
                 parts.append(f"{label}.{name} = {value_text(value)}")
+                pending += [
+                    (f"{label}.{name}{where}", device_function_of(held))
+                    for where, held in device_functions_in(value)
+                ]
     return parts
 
 

@@ -151,15 +151,10 @@ class KernelTemplate:
 
     def _codes_in(self, value: Any) -> str:
         """The digests (:meth:`_device_code`) of ``value``, a device function, or of those it
-        holds in tuples, lists and dict values at any depth, in a fixed order; "" for none."""
-        items: Sequence[Any]
-        if isinstance(value, tuple | list):
-            items = value
-        elif isinstance(value, dict):
-            items = [value[key] for key in sorted(value, key=stable_text)]
-        else:
-            return self._device_code(value)
-        return " ".join(code for code in map(self._codes_in, items) if code)
+        holds in tuples, lists and dict values at any depth
+        (:func:`numbatune.references.device_functions_in`); "" for none."""
+        held = references.device_functions_in(value)
+        return " ".join(self._device_code(function) for _, function in held)
 
     def _device_code(self, value: Any) -> str:
         """A digest of :func:`code_description` of ``value``, a device function, made once;

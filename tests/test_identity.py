@@ -319,6 +319,40 @@ def test_editing_a_device_function_inside_a_variant_container_changes_the_checks
     assert checksum(1) != checksum(2)
 
 
+HELD_FUNCTIONS = """
+import numbatune as nt
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def add(x):
+    return x + {step}
+
+
+OPS = (add,)
+
+
+@nt.autotune(variants=nt.product(BLOCK=[8]), launch=lambda a, *, BLOCK: (1, BLOCK))
+@cuda.jit
+def apply(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = OPS[0](a[i])
+"""
+
+
+def test_editing_a_device_function_a_kernel_reads_from_a_global_tuple_changes_the_checksum(
+    tmp_path, monkeypatch
+):
+    def checksum(step):
+        text = HELD_FUNCTIONS.format(step=step)
+        path = tmp_path / "held_functions.py"
+        return kernels.load_written(path, text, monkeypatch).apply.checksum()
+
+    assert checksum(1) == checksum(1)
+    assert checksum(1) != checksum(2)
+
+
 #: The device function a variant gives as OP (read by apply_op; None as written).
 OP = None
 
