@@ -85,6 +85,13 @@ static int dim3_of(PyObject *value, unsigned out[3]) {
     return unsigned_of(value, &out[0]);
 }
 
+/* The address in the Python int ``value`` into ``*out`` (0 included): 0, or -1 with an
+ * exception where it is no int or out of range. */
+static inline int pointer_of(PyObject *value, void **out) {
+    *out = PyLong_AsVoidPtr(value);
+    return *out == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
 /* Why the driver's calls cannot be made (load_driver's answer; NULL when they can). */
 static const char *driver_error = NULL;
 
@@ -111,9 +118,8 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                         "offsets: bytes, context, cooperative)");
         return NULL;
     }
-    void *expected = PyLong_AsVoidPtr(args[5]);
-    if (expected == NULL && PyErr_Occurred()) return NULL;
-    void *current = NULL;
+    void *expected, *current = NULL;
+    if (pointer_of(args[5], &expected) < 0) return NULL;
     if (get_current_context(&current) != 0 || current != expected) {
         return PyLong_FromLong(WRONG_CONTEXT);
     }
@@ -128,10 +134,8 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (int i = 0; i < 3; i++) {
         if (grid[i] == 0 || block[i] == 0) return PyLong_FromLong(EMPTY_LAUNCH);
     }
-    void *function = PyLong_AsVoidPtr(args[0]);
-    if (function == NULL && PyErr_Occurred()) return NULL;
-    void *stream = PyLong_AsVoidPtr(args[2]);
-    if (stream == NULL && PyErr_Occurred()) return NULL;
+    void *function, *stream;
+    if (pointer_of(args[0], &function) < 0 || pointer_of(args[2], &stream) < 0) return NULL;
     char *data = PyBytes_AS_STRING(args[3]);
     int cooperative = PyObject_IsTrue(args[6]);
     if (cooperative < 0) return NULL;
@@ -163,11 +167,7 @@ static int two_pointers(PyObject *const *args, Py_ssize_t nargs, void **a, void 
         PyErr_SetString(PyExc_TypeError, "expected two handles");
         return -1;
     }
-    *a = PyLong_AsVoidPtr(args[0]);
-    if (*a == NULL && PyErr_Occurred()) return -1;
-    *b = PyLong_AsVoidPtr(args[1]);
-    if (*b == NULL && PyErr_Occurred()) return -1;
-    return 0;
+    return pointer_of(args[0], a) < 0 || pointer_of(args[1], b) < 0 ? -1 : 0;
 }
 
 /* None for CUDA_SUCCESS; else numba's CudaAPIError(error, message) raised. */
@@ -204,8 +204,8 @@ static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_SetString(PyExc_TypeError, "query(event)");
         return NULL;
     }
-    void *event = PyLong_AsVoidPtr(args[0]);
-    if (event == NULL && PyErr_Occurred()) return NULL;
+    void *event;
+    if (pointer_of(args[0], &event) < 0) return NULL;
     return PyLong_FromLong(event_query(event));
 }
 
