@@ -347,7 +347,7 @@ class WorkerPool:
         self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, TaskOutcome], None]
     ) -> list[TaskOutcome]:
         outcomes: dict[int, TaskOutcome] = {}
-        errors: list[Exception] = []  # done's, raised once every task has its outcome
+        errors: list[BaseException] = []  # done's, raised once every task has its outcome
         pending = queue.SimpleQueue()
         for index in range(len(tasks)):
             pending.put(index)
@@ -370,7 +370,7 @@ class WorkerPool:
                 outcomes[index] = outcome
                 try:
                     done(index, outcome)
-                except Exception as error:
+                except BaseException as error:  # (SystemExit too: the caller's to raise)
                     errors.append(error)
             if worker is not None and worker.alive():
                 self._idle.put(worker)

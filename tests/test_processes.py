@@ -85,14 +85,15 @@ def test_a_task_that_cannot_be_pickled_fails_alone_and_every_task_gets_its_outco
     assert "pickle" in outcomes[1].message
 
 
-def test_a_done_callback_that_raises_stops_no_task_and_its_error_reaches_the_caller(pool):
+@pytest.mark.parametrize("error", [OSError, SystemExit])
+def test_a_done_callback_that_raises_stops_no_task_and_its_error_reaches_the_caller(pool, error):
     finished = []
 
     def done(index, outcome):
         finished.append(index)
-        raise OSError(f"cannot record task {index}")
+        raise error(f"cannot record task {index}")
 
-    with pytest.raises(OSError, match="cannot record task"):
+    with pytest.raises(error, match="cannot record task"):
         pool.run([task("square", n) for n in range(5)], limit_s=60, done=done)
     assert sorted(finished) == [0, 1, 2, 3, 4]  # every task ran and was handed over
 
