@@ -39,6 +39,7 @@ from typing import Any
 
 from numbatune import processes
 from numbatune.arrays import SIMULATOR
+from numbatune.cache import entry as entries
 from numbatune.cache import files
 from numbatune.cache.disk import write_problem
 from numbatune.config import configure
@@ -71,7 +72,8 @@ class Status(TextEnum):
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    """One record's outcome: the winner's label, or why it failed or was skipped."""
+    """One record's outcome: the winner's label, or why it failed or was skipped; ``key`` is
+    the record's, or for a record that names none, the key tuned (where one was)."""
 
     function: str
     key: str | None
@@ -312,6 +314,8 @@ def _gathered(
         try:
             results = ray.get(future, timeout=max(0.0, deadline - time.perf_counter()))
         except Exception as error:  # an actor that died, raised or ran past the limit
+            with contextlib.suppress(Exception):  # (one that lives removes a folder of its own)
+                ray.get(actor.close.remote(), timeout=10)
             ray.kill(actor)
             why = f"its Ray actor failed: {error}"
             gathered["outcomes"] += [
@@ -329,7 +333,8 @@ class Sweeper:
     """A Ray actor that tunes records one by one (:meth:`tune`) into a cache directory of its
     own (:func:`_prepare`): ``cache_dir``, in the sweep's temporary folder, where that folder is
     on the actor's machine (the sweep removes it, whatever becomes of the actor), else a
-    temporary folder of the actor's, removed by :meth:`close`."""
+    temporary folder of the actor's, removed by :meth:`close` (and where preparing it fails;
+    an actor that dies leaves it behind)."""
 
     def __init__(
         self,
@@ -341,26 +346,36 @@ class Sweeper:
         here = Path(cache_dir).parent.is_dir()
         self._own = None if here else Path(tempfile.mkdtemp(prefix="numbatune-sweep-"))
         self._folder = self._own or Path(cache_dir)
-        _prepare(modules, paths, str(self._folder), earlier)
-        #: What was handed back already (or came with the earlier export).
-        self._sent_items = {_item_identity(item) for item in earlier}
+        try:
+            _prepare(modules, paths, str(self._folder), earlier)
+        except BaseException:
+            self.close()
+            raise
+        #: The entries handed back (or in the earlier export), by what tells them apart.
+        self._sent = {_item_identity(item): item["entry"] for item in earlier}
+        #: The storage keys read from the folder so far.
+        self._read: set[str] = set()
         self._sent_kernels: set[tuple[str, str, str]] = set()
 
     def tune(self, record: Record) -> dict[str, Any]:
         """Tune ``record``'s key: its :class:`SweepOutcome`, and the export items and compiled
-        kernels of its function not handed back before."""
+        kernels of its function not handed back before (an entry tuned again over one handed
+        back, or over one of the earlier export, again). Only the entries stored since the
+        last call, or under the key tuned, are read, and only the kernels not handed back."""
         outcome = _tune_one(record)
+
+        def wanted(stored_under: str) -> bool:
+            return stored_under not in self._read or entries.key_of(stored_under) == outcome.key
+
+        found = files.entries_of(self._folder, record.function, wanted)
+        self._read.update(stored_under for stored_under, _ in found)
         items = [
             item
-            for item in files.export_items(files.stored_entries(self._folder, record.function))
-            if _item_identity(item) not in self._sent_items
+            for item in files.export_items([entry for _, entry in found])
+            if self._sent.get(_item_identity(item)) != item["entry"]
         ]
-        kernels = [
-            kernel
-            for kernel in files.export_kernels(self._folder, items)
-            if (kernel.arch, kernel.function, kernel.key) not in self._sent_kernels
-        ]
-        self._sent_items.update(map(_item_identity, items))
+        self._sent.update((_item_identity(item), item["entry"]) for item in items)
+        kernels = files.export_kernels(self._folder, items, known=self._sent_kernels)
         self._sent_kernels.update((k.arch, k.function, k.key) for k in kernels)
         return {"outcomes": [outcome], "items": items, "kernels": kernels}
 
@@ -431,4 +446,4 @@ def _tune_one(record: Record) -> SweepOutcome:
         return outcome(Status.FAILED, f"the rebuilt arguments give key {found}, the record "
                        f"says {record.key}")  # fmt: skip
     status = Status.TUNED if report.source is Source.BENCHMARK else Status.STORED
-    return outcome(status, report.winner.label)
+    return SweepOutcome(record.function, found, status, report.winner.label)

@@ -213,6 +213,70 @@ def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(actor, program, capsys
     assert len(json.loads(export.read_text())["entries"]) == 2
 
 
+def test_a_ray_actor_reads_each_stored_result_once_over_its_records(program, monkeypatch):
+    arrays = [record.describe(cuda.to_device(np.ones(n, np.float32))) for n in (8, 16, 32, 64)]
+    lines = [_line([x, x, record.describe(np.float32(2))]) for x in arrays]
+    (program / "keys.jsonl").write_text("\n".join(lines) + "\n")
+    records = record.read(program / "keys.jsonl").records
+    actor = sweep.Sweeper(["sweep_kernels"], [str(program)], [], str(program / "sweep" / "w0"))
+    read, reading = [], files._read
+    monkeypatch.setattr(files, "_read", lambda *a: read.append(a[2]) or reading(*a))
+    handed = [actor.tune(r) for r in records]
+    assert [len(h["items"]) for h in handed] == [1, 1, 1, 1]
+    assert len(read) == len(set(read)) == 4  # each key's result read once, not all at each key
+    actor.close()
+
+
+def test_a_ray_actor_that_cannot_prepare_removes_the_folder_it_made(program, monkeypatch):
+    temporary = program / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    elsewhere = str(program / "not-on-the-actors-machine" / "worker-0")
+    with pytest.raises(ModuleNotFoundError):
+        sweep.Sweeper(["no_such_module_here"], [str(program)], [], elsewhere)
+    assert list(temporary.iterdir()) == []
+
+
+LEVELS = """
+import os
+
+import numbatune as nt
+from numba import cuda
+
+
+@nt.autotune(
+    variants=nt.product(BLOCK=[2, 4, 8], priority=lambda BLOCK: 0 if BLOCK == 8 else 1),
+    launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+    level=os.environ["SWEEP_LEVEL"],
+)
+@cuda.jit
+def scale(x, out, a):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = a * x[i]
+"""
+
+
+def test_a_ray_sweep_exports_a_key_tuned_again_over_the_earlier_exports_entry(program, capsys):
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+    (program / "levels_kernels.py").write_text(LEVELS)
+    x = record.describe(cuda.to_device(np.ones(8, np.float32)))
+    line = _line([x, x, record.describe(np.float32(2))], function="levels_kernels.scale")
+    (program / "keys.jsonl").write_text(line + "\n")
+    export = program / "export.json"
+    command = ["sweep", str(program / "keys.jsonl"), "-o", str(export), "--path", str(program),
+               "--ray"]  # fmt: skip
+    for level in ("minimal", "full"):  # full measures the variant minimal left out: tuned again
+        environment = {"env_vars": {"SWEEP_LEVEL": level}}
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=environment)
+        try:
+            assert cli.main(command) == 0, capsys.readouterr().err
+        finally:
+            ray.shutdown()
+    [entry] = json.loads(export.read_text())["entries"]
+    assert len(entry["entry"]["results"]) == 3  # not the earlier export's two
+
+
 def _line(arguments, function="sweep_kernels.scale"):
     return json.dumps({"format": 1, "function": function, "module": function.rpartition(".")[0],
                        "qualname": "scale", "arguments": arguments})  # fmt: skip

@@ -22,7 +22,7 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,18 +70,24 @@ class DamagedKernel(ValueError):
     """A kernel of an export file that is not what numbatune writes."""
 
 
-def stored(cache_dir: Path, functions: Iterable[str]) -> list[Kernel]:
+def stored(
+    cache_dir: Path, functions: Iterable[str], known: Container[tuple[str, str, str]] = ()
+) -> list[Kernel]:
     """The kernels the store under ``cache_dir`` keeps for ``functions`` (ids), for every
-    compute capability it has; entries that are not kernels (damaged ones) are left out."""
+    compute capability it has, but those whose (arch, function, key) is ``known`` (not read);
+    entries that are not kernels (damaged ones) are left out."""
     arches = sorted(p.name for p in (cache_dir / STORE).glob("sm_*") if _ARCH.fullmatch(p.name))
     found = []
     for function in sorted(set(functions)):
         for arch in arches:
-            found += _stored_in(function_folder(cache_dir / STORE / arch, function), arch, function)
+            folder = function_folder(cache_dir / STORE / arch, function)
+            found += _stored_in(folder, arch, function, known)
     return found
 
 
-def _stored_in(folder: Path, arch: str, function: str) -> list[Kernel]:
+def _stored_in(
+    folder: Path, arch: str, function: str, known: Container[tuple[str, str, str]]
+) -> list[Kernel]:
     if not (folder / "cache.db").is_file():
         return []
     disk = Folder(folder, function, KERNELS)
@@ -89,7 +95,9 @@ def _stored_in(folder: Path, arch: str, function: str) -> list[Kernel]:
         kernels = [
             Kernel(arch, function, key, payload)
             for key in disk.stored_keys()
-            if _KEY.fullmatch(key) and isinstance(payload := disk.get(key), bytes)
+            if _KEY.fullmatch(key)
+            and (arch, function, key) not in known
+            and isinstance(payload := disk.get(key), bytes)
         ]
     finally:
         disk.close()

@@ -32,7 +32,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,15 +87,21 @@ def _read(device: str, directory: Path, stored_under: str, text: Any) -> Entry:
     return Entry(device, stored.get("function", directory.name), key, stored)
 
 
-def _walk(cache_dir: Path) -> Iterator[tuple[Path, str, Entry]]:
-    """Each entry stored under ``cache_dir``: its folder, what it is stored under, and the
-    entry as read."""
+def _walk(
+    cache_dir: Path, function_id: str | None = None, wanted: Callable[[str], bool] | None = None
+) -> Iterator[tuple[Path, str, Entry]]:
+    """Each entry stored under ``cache_dir`` (in the folders of ``function_id`` only, where
+    given; under the keys ``wanted`` accepts only, where given: the others are not read): its
+    folder, what it is stored under, and the entry as read."""
     for device, directory in _function_directories(cache_dir):
+        if function_id is not None and directory.name != folder_name(function_id):
+            continue
         folder = Folder(directory, directory.name)
         try:
             for stored_under in folder.stored_keys():
-                yield directory, stored_under, _read(device, directory, stored_under,
-                                                     folder.get(stored_under))  # fmt: skip
+                if wanted is None or wanted(stored_under):
+                    yield directory, stored_under, _read(device, directory, stored_under,
+                                                         folder.get(stored_under))  # fmt: skip
         finally:
             folder.close()
 
@@ -108,6 +114,19 @@ def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
         for _, stored_under, entry in _walk(cache_dir)
         if not entries.is_journal(stored_under)  # an unfinished tuning: no result yet
         and _named(entry.function, function)
+    ]
+
+
+def entries_of(
+    cache_dir: Path, function_id: str, wanted: Callable[[str], bool]
+) -> list[tuple[str, Entry]]:
+    """The stored results of the function ``function_id`` (on every device) under
+    ``cache_dir`` whose storage keys ``wanted`` accepts, each with its storage key; only those
+    are read."""
+    return [
+        (stored_under, entry)
+        for _, stored_under, entry in _walk(cache_dir, function_id, wanted)
+        if not entries.is_journal(stored_under)
     ]
 
 
@@ -213,9 +232,12 @@ def export_items(found: list[Entry]) -> list[dict[str, Any]]:
     ]
 
 
-def export_kernels(cache_dir: Path, items: list[dict[str, Any]]) -> list[compiled.Kernel]:
-    """The compiled kernels under ``cache_dir`` of the functions of export ``items``."""
-    return compiled.stored(Path(cache_dir), (item["function"] for item in items))
+def export_kernels(
+    cache_dir: Path, items: list[dict[str, Any]], known: Container[tuple[str, str, str]] = ()
+) -> list[compiled.Kernel]:
+    """The compiled kernels under ``cache_dir`` of the functions of export ``items``, but those
+    whose (arch, function, key) is ``known``."""
+    return compiled.stored(Path(cache_dir), (item["function"] for item in items), known)
 
 
 def write_export(
