@@ -133,19 +133,29 @@ class Arguments:
         return tuple(v for v, view in zip(self.values, self.views, strict=True) if view)
 
     def clone(self, stream: Any = 0) -> tuple[Any, ...]:
-        """The arguments with every array replaced by a :func:`clone` of it."""
+        """The arguments with every array, and every array in a tuple, replaced by a
+        :func:`clone` of it (:func:`clone_value`)."""
         return tuple(
-            v if view is None else clone(v, stream)
+            clone(v, stream) if view is not None else clone_value(v, stream)
             for v, view in zip(self.values, self.views, strict=True)
         )
+
+
+def clone_value(value: Any, stream: Any = 0) -> Any:
+    """``value`` with every array in it replaced by a :func:`clone` of it: ``value`` itself
+    where it is an array, the arrays of tuples at any depth; other values as they are."""
+    if isinstance(value, tuple):
+        return tuple(clone_value(item, stream) for item in value)
+    return value if kind_of(type(value)) is None else clone(value, stream)
 
 
 def restorer(
     clones: tuple[Any, ...], originals: tuple[Any, ...], stream: Any = 0
 ) -> Callable[[], None]:
-    """A function that queues, on ``stream``, copies of ``originals`` (clones made by
-    :func:`clone`, or None for arguments to leave) over ``clones``."""
-    pairs = [(c, o) for c, o in zip(clones, originals, strict=True) if o is not None]
+    """A function that queues, on ``stream``, copies of ``originals`` (made by
+    :func:`clone_value`, or None for arguments to leave) over ``clones``: of each array, and of
+    each array in a tuple."""
+    pairs = [pair for c, o in zip(clones, originals, strict=True) for pair in _array_pairs(c, o)]
     if SIMULATOR:
 
         def restore() -> None:
@@ -167,6 +177,14 @@ def restorer(
             copy(destination, source, span, handle)
 
     return restore
+
+
+def _array_pairs(clone_: Any, original: Any) -> list[tuple[Any, Any]]:
+    """The (clone, original) pairs of arrays in ``original`` (an array, a tuple of values, a
+    value that holds none, or None) and in ``clone_``, which has its shape."""
+    if isinstance(original, tuple):
+        return [p for c, o in zip(clone_, original, strict=True) for p in _array_pairs(c, o)]
+    return [] if original is None or kind_of(type(original)) is None else [(clone_, original)]
 
 
 def _extent(view: Any) -> tuple[int, int]:

@@ -38,6 +38,25 @@ def test_a_kernel_that_writes_its_inputs_is_tuned_as_it_runs_once(read_only):
     assert sorted(out.copy_to_host()) == sorted(values[values > 0])
 
 
+@cuda.jit
+def bump_first(arrays_, n):
+    i = cuda.grid(1)
+    if i < n:
+        arrays_[0][i] += 1
+
+
+def test_arrays_passed_in_a_tuple_are_tuned_on_copies_and_written_once():
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[8, 16, 32]),
+        launch=lambda arrays_, n, *, BLOCK: (nt.cdiv(n, BLOCK), BLOCK),
+    )(bump_first)
+    a = cuda.to_device(np.zeros(32, np.float32))
+    tuned.tune((a,), 32)
+    assert a.copy_to_host().tolist() == [0] * 32  # tuning writes no array of the caller's
+    tuned((a,), 32)
+    assert a.copy_to_host().tolist() == [1] * 32
+
+
 def test_read_only_names_arguments_of_the_kernel():
     with pytest.raises(ValueError, match=r"read_only names \['y'\], which are not arguments"):
         _compact(read_only=["y"])

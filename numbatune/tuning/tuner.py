@@ -404,12 +404,13 @@ def _checked(
 
 
 def _originals(job: TuneJob) -> tuple[Any, ...]:
-    """Clones of the arguments every run starts from (None for scalars and for the arguments a
-    run leaves as the next one needs them): a kernel that writes its inputs, such as a stream
-    compaction with a counter, runs each time on what the caller passed."""
+    """Clones of the arguments every run starts from, arrays in tuples included (scalars as they
+    are; None for the arguments a run leaves as the next one needs them): a kernel that writes
+    its inputs, such as a stream compaction with a counter, runs each time on what the caller
+    passed."""
     arguments = job.arguments
     names = _names(job)
     return tuple(
-        arrays.clone(value, job.stream) if view is not None and name not in job.unrestored else None
-        for name, value, view in zip(names, arguments.values, arguments.views, strict=True)
+        None if name in job.unrestored else arrays.clone_value(value, job.stream)
+        for name, value in zip(names, arguments.values, strict=True)
     )
