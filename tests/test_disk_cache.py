@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from numbatune.cache.disk import Folder
+
 KERNEL_MODULE = """
 from numba import cuda
 import numbatune as nt
@@ -204,3 +206,22 @@ def test_changing_the_tuning_options_of_the_decorator_keeps_the_stored_result(
         assert kernel.tune(a, out).source == "disk", options
         assert kernel.stats["benchmarks"] == 0
         assert kernels.store_keys(kernel) == kernels.store_keys(full)
+
+
+_KEYS_SEEN = "import diskcache, sys; print(sorted(diskcache.Cache(sys.argv[1]).iterkeys()))"
+
+
+def test_results_stored_after_another_process_closed_the_cache_are_kept(tmp_path):
+    """Checking the database before a write must not drop the locks SQLite holds on it: another
+    process closing it would then delete the log this process still writes to."""
+    folder = Folder(tmp_path / "function", "function")
+    folder.set("k0", "v0")
+    folder.set("k1", "v1")
+    subprocess.run([sys.executable, "-c", _KEYS_SEEN, str(tmp_path / "function")], check=True)
+    folder.set("k2", "v2")
+    folder.set("k3", "v3")
+    seen = subprocess.run(
+        [sys.executable, "-c", _KEYS_SEEN, str(tmp_path / "function")],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert seen.strip() == "['k0', 'k1', 'k2', 'k3']"

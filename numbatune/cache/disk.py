@@ -212,6 +212,34 @@ class _ReadOnly:
         self._connection.close()
 
 
+#: A read-only descriptor of each database file this process checks, by (device, inode): never
+#: closed, since closing any descriptor of a file drops the locks SQLite holds on it here.
+_watching: dict[tuple[int, int], int] = {}
+
+
+def _watched(database: Path, stat: os.stat_result) -> int:
+    """The descriptor :data:`_watching` keeps for ``database`` (of status ``stat``)."""
+    descriptor = _watching.get((stat.st_dev, stat.st_ino))
+    if descriptor is None:  # (a file that replaced it since ``stat``: seen at the next check)
+        descriptor = os.open(database, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        opened = os.fstat(descriptor)
+        _watching[opened.st_dev, opened.st_ino] = descriptor
+    return descriptor
+
+
+def _whole(database: Path) -> bool:
+    """Whether SQLite finds ``database`` whole (``PRAGMA quick_check``, through a connection
+    of this process's SQLite, which keeps the locks of its other connections)."""
+    try:
+        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=60)
+        try:
+            return connection.execute("PRAGMA quick_check").fetchone() == ("ok",)
+        finally:
+            connection.close()
+    except sqlite3.DatabaseError:
+        return False
+
+
 def writable(folder: Path) -> bool:
     """Whether this process may write in ``folder``."""
     return os.access(folder, os.W_OK)
@@ -344,27 +372,35 @@ class Folder:
 
     def _damage(self) -> str | None:
         """What is wrong with the database file opened, or None while it is whole; one another
-        process replaced or removed is opened again."""
+        process replaced or removed is opened again. The header is read through a descriptor
+        kept open for the process's life (:func:`_watched`): opening the file and closing it
+        again would drop the locks SQLite holds on it in this process (POSIX locks go with any
+        close), after which another process closing the database deletes the write-ahead log
+        this one still writes to."""
         database = self.folder / _DATABASE
         try:
-            with database.open("rb") as file:
-                stat = os.fstat(file.fileno())
-                header = file.read(100)
+            stat = database.stat()
         except FileNotFoundError:
-            header, stat = b"", None
+            stat = None
         except OSError as error:
             return in_words(error)
         if stat is None or (stat.st_dev, stat.st_ino) != self._identity:
             self.close()
             self._open()
             return None
+        try:
+            header = os.pread(_watched(database, stat), 100, 0)
+        except OSError as error:
+            return in_words(error)
         if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
             return f"it is not a database any more ({len(header)} bytes of a header)"
         page_size = int.from_bytes(header[16:18], "big")
         pages = int.from_bytes(header[28:32], "big")
         counted = pages and header[24:28] == header[92:96]
         expected = (65536 if page_size == 1 else page_size) * pages
-        if counted and stat.st_size < expected:
+        # (Shorter than its header says also while another process checkpoints its log: SQLite
+        # writes the first page before those that grow the file. Its own check decides.)
+        if counted and stat.st_size < expected and not _whole(database):
             return f"it was cut short ({stat.st_size} of {expected} bytes)"
         return None
 
