@@ -225,3 +225,26 @@ def test_results_stored_after_another_process_closed_the_cache_are_kept(tmp_path
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     assert seen.strip() == "['k0', 'k1', 'k2', 'k3']"
+
+
+def test_two_tuned_kernels_of_one_function_with_other_variants_keep_each_others_results(
+    monkeypatch,
+):
+    import numpy as np
+    from numba import cuda
+
+    import numbatune as nt
+    from tests import kernels
+
+    def tuned(blocks):
+        return nt.autotune(variants=nt.product(BLOCK=blocks), launch=kernels.accumulate_launch)(
+            kernels.accumulate
+        )
+
+    def sources():
+        a, out = cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.zeros(8, np.float32))
+        return [tuned(blocks).tune(a, out).source for blocks in ([2, 4], [4, 8])]
+
+    assert sources() == ["benchmark", "benchmark"]
+    kernels.forget_shared_state(monkeypatch)  # as in a new process
+    assert sources() == ["disk", "disk"]

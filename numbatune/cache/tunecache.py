@@ -321,16 +321,14 @@ class TuneCache:
             return None
 
     def store(self, key: Hashable, report: TuneReport) -> None:
-        """Keep ``report`` on disk as ``key``'s entry (it replaces the key's journal and its
-        entries for other versions of the kernel)."""
+        """Keep ``report`` on disk as ``key``'s entry (it replaces the key's journal). Entries of
+        the key for other checksums stay: they may be another tuned kernel's of the same
+        function (other variants) or another version's still in use; ``numbatune cache clear``
+        removes them."""
         disk = self._open()
         if disk is None:
             return
         text = key_text(key)
         entry = entries.encode(report, self.checksum, self.function_id, text)
-        current = entries.storage_key(text, self.checksum)
-        if disk.set(current, json.dumps(entry)):
-            # The same key tuned for another version of the kernel, and this tuning's journal.
-            stale = [k for k in disk.stored_keys() if entries.key_of(k) == text and k != current]
-            for other in stale:
-                disk.delete(other)
+        if disk.set(entries.storage_key(text, self.checksum), json.dumps(entry)):
+            disk.delete(entries.journal_key(text, self.checksum))
