@@ -5,9 +5,10 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
-from numbatune.tuning import levels
+from numbatune.tuning import bench, levels, tuner
 from numbatune.tuning.results import Timed
 from tests import kernels
+from tests.test_search import arguments, cost, shift
 
 #: Four priority groups: BLOCK=8 alone on top, then 4, then 2 and 16 together, then 1.
 PRIORITIES = {8: 3, 4: 2, 2: 1, 16: 1, 1: 0}
@@ -149,6 +150,51 @@ def test_a_result_tuned_at_minimal_is_tuned_again_at_full_but_full_serves_minima
     at_minimal = accumulate(level="minimal").tune(a, out)
     assert at_minimal.source == "disk"
     assert at_minimal.best_index == at_full.best_index
+
+
+@pytest.fixture
+def searched_in_new_processes(monkeypatch, numbatune_cache):
+    """``search(level)``: the report of a pattern search of 512 variants in two priority groups
+    of 256 (D of 16 or 32 first), each in a new process sharing the disk cache. The times are
+    test_search's fake ones, 100 us more in the top group: every variant of the lower group
+    is faster than all of the top group."""
+
+    def measure(runs, stream=0, inputs=(), restore=lambda: None, rounds=None, taken=None):
+        return {v: Timed((cost(v) + 100 * (v.params["D"] <= 32)) * 1e-6, 0.0, 10) for v in runs}
+
+    monkeypatch.setattr(bench, "measure", measure)
+    monkeypatch.setattr(tuner, "_screening", lambda variants: False)
+
+    def top_group(D, **others):
+        return 1 if D <= 32 else 0
+
+    def search(level):
+        kernels.forget_shared_state(monkeypatch)
+        return nt.autotune(
+            variants=nt.product(
+                A=range(8), B=range(8), C=range(2), D=[16, 32, 64, 128], priority=top_group
+            ),
+            launch=lambda x, out: (1, 32),
+            search="pattern",
+            budget=20,
+            level=level,
+        )(shift).tune(*arguments())
+
+    return search
+
+
+def test_a_search_at_minimal_is_searched_again_at_full_and_one_at_full_serves_minimal(
+    searched_in_new_processes,
+):
+    search = searched_in_new_processes
+    at_minimal = search("minimal")
+    assert at_minimal.space == 256
+    assert {r.params["D"] for r in at_minimal.results if r.tried} <= {16, 32}
+    at_full = search("full")
+    assert at_full.source == "benchmark" and at_full.space == 512
+    assert at_full.best["D"] in (64, 128)  # from the group minimal left out
+    again = search("minimal")
+    assert again.source == "disk" and again.best == at_full.best
 
 
 def test_a_stored_winner_that_prune_now_removes_is_not_used():

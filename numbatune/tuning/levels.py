@@ -21,7 +21,9 @@ works, when other groups are left to fall back on.
 
 A stored result is reused while it covers the variants that the current level and prune would
 try first: a result tuned at ``minimal`` is tuned again when the level is raised to ``full``,
-and a result tuned at ``full`` serves every level.
+and a result tuned at ``full`` serves every level. A stored search covers them when it searched
+a space of at least as many variants (a search tries few of its space's variants, so its
+results alone cannot say).
 """
 
 from __future__ import annotations
@@ -154,16 +156,21 @@ def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneRepo
 
     It serves when it has a result (a time, an error or a mismatch) for every variant the plan
     tries first, or when both it and this tuning come from a search (``searched``: one that
-    does not try every variant; numbatune.tuning.search), whatever its strategy and budget.
+    does not try every variant; numbatune.tuning.search) and it searched a space of at least
+    the plan's first set (the same groups or more), whatever its strategy and budget.
     Its winner stays the winner unless the prune function now removes it; then the fastest of
     the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
     """
     known = {r.variant for r in stored.results if r.tried}
-    covered = searched and stored.strategy is not Strategy.EXHAUSTIVE
+    covered = (
+        searched
+        and stored.strategy is not Strategy.EXHAUSTIVE
+        and stored.space >= len(planned.first)
+    )
     if not covered and not all(variant in known for variant in planned.first):
         logger.info(
-            "numbatune: stored result for key %r tried fewer variants than level %s asks; "
-            "tuning again",
+            "numbatune: stored result for key %r covers fewer variants than level %s tries "
+            "first; tuning again",
             stored.key,
             planned.level,
         )
