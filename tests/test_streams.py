@@ -416,6 +416,27 @@ def test_a_first_stream_that_may_be_closed_is_never_touched_once_ordering_starts
     assert events.synchronized == [events.context(9)] and events.waits == []
 
 
+@pytest.mark.parametrize("order", ["C extension", "Python"])
+def test_a_profile_started_between_a_quick_use_and_a_barrier_keeps_that_use_ordered(order):
+    """A quick stream notes its arrays' uses without the lock and without marking itself used;
+    a profile empties the quick streams, and a barrier that follows must still cover what they
+    noted. Before, it waited only for their epoch before, and a later launch that reads the
+    array on another stream was not ordered after the write."""
+    events = CountingEvents()
+    monitor = Monitor(events)
+    if order == "Python":
+        monitor._order = StreamOrder(events)
+    order_ = monitor.order
+    order_.use(1, ["x"], quick=True)
+    order_.use(2, ["x"])  # 2 waits for 1's epoch so far
+    order_.quick_use(1, ("z",), monitor.lock)  # z written on 1, in its open epoch
+    monitor.start_profile()
+    order_.barrier()  # (as when the buffers remembered reach the limit)
+    waits = len(events.waits)
+    order_.use(2, ["z"])  # reads z on 2: after 1's write of it
+    assert events.waits[waits:] == [(2, 1)]
+
+
 def test_with_two_streams_in_use_a_launch_on_its_arrays_own_stream_records_nothing():
     events = CountingEvents()
     monitor = Monitor(events)

@@ -307,7 +307,12 @@ class Monitor:
             self._profiles[token] = []
             if self.stream is not _ANY:
                 self._start_ordering()
-            self.order.quick.clear()  # every launch is watched while a profile is open
+            # Every launch is watched while a profile is open. What the quick streams noted
+            # without the lock is marked as their streams' use first, so that a barrier
+            # still waits for their open epoch.
+            for stream in list(self.order.quick):
+                self.order.use(stream, ())
+            self.order.quick.clear()
             return token
 
     def end_profile(self, token: ProfileToken) -> Profile:
