@@ -146,10 +146,15 @@ _dtype_names: dict[Any, str] = {}
 
 
 def dtype_name(dtype: Any) -> str:
-    """NumPy's name for a NumPy or torch dtype (``torch.float32`` -> ``float32``), cached."""
+    """NumPy's name for a NumPy or torch dtype (``torch.float32`` -> ``float32``), cached; a
+    record dtype's with its fields (``void64[('x', '<f4'), ('y', '<f4')]``: NumPy names every
+    record of 8 bytes ``void64``)."""
     name = _dtype_names.get(dtype)
     if name is None:
-        text = dtype.name if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
+        if isinstance(dtype, np.dtype):
+            text = dtype.name if dtype.fields is None else f"{dtype.name}{dtype.descr}"
+        else:
+            text = str(dtype).removeprefix("torch.")
         name = _dtype_names[dtype] = text
     return name
 

@@ -163,3 +163,23 @@ def test_a_torch_tensor_seen_only_through_dlpack_tunes_and_launches():
     tuned(x, out)
     torch.cuda.synchronize()
     assert torch.equal(out.inner, x.inner)
+
+
+@cuda.jit
+def first_field(records, out):
+    i = cuda.grid(1)
+    if i < records.shape[0]:
+        out[i] = records[i][0]
+
+
+def test_record_arrays_of_one_size_and_other_fields_have_other_keys():
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2, 4]),
+        launch=lambda records, out, *, BLOCK: (nt.cdiv(records.shape[0], BLOCK), BLOCK),
+    )(first_field)
+    out = cuda.to_device(np.zeros(8, np.float64))
+    points = cuda.to_device(np.zeros(8, np.dtype([("x", np.float32), ("y", np.float32)])))
+    pairs = cuda.to_device(np.zeros(8, np.dtype([("i", np.int32), ("j", np.int32)])))
+    assert tuned.tune(points, out).source == "benchmark"
+    report = tuned.tune(pairs, out)  # 8 bytes too: NumPy names both void64
+    assert report.source == "benchmark" and report.key != tuned.tune(points, out).key
