@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 from typing import Any
 
 from numbatune.errors import StreamError
@@ -25,8 +26,8 @@ def stream_handle(stream: Any) -> int:
     StreamError
         A ``__cuda_stream__`` object that cannot say its handle (closed).
     """
-    if isinstance(stream, int):
-        return stream
+    if isinstance(stream, numbers.Integral):  # (NumPy's integers too)
+        return int(stream)
     handle = getattr(stream, HANDLE_MEMO, None)
     if handle is None:
         handle = _read_handle(stream)

@@ -275,6 +275,13 @@ def test_a_library_streams_handle_is_read_once_and_a_closable_ones_every_time():
         assert type(stream).reads == reads, module
 
 
+def test_a_numpy_integer_is_taken_as_a_raw_stream_handle():
+    from numbatune.rawstreams import stream_handle
+
+    handle = stream_handle(np.int64(1234))
+    assert handle == 1234 and type(handle) is int
+
+
 class RecordingEvents:
     """Events that record what is asked of them; ``synchronize`` blocks until released."""
 
