@@ -6,9 +6,10 @@ the key's text, and each argument (an array's shape, byte strides and dtype, wha
 layout: a reversed view's strides are negative, a broadcast array's zero; a scalar's value and
 type, a complex one's value as ``[real, imaginary]``). Only a key's first call in a process
 writes, on the general path: the launches that follow, on the fast path, are untouched. Each
-line is appended with one write, so processes and ranks may share the file; a sweep reads each
-(kernel, key) once, and names each line that is not a record (one cut short, say) while it
-tunes the others.
+line is appended with one write, so processes and ranks may share the file; a line cut short (a
+full disk) is not counted as written, and the next line written starts a line of its own. A
+sweep reads each (kernel, key) once, and names each line that is not a record (one cut short,
+say) while it tunes the others.
 
 The same format, written by hand, lists shapes to sweep::
 
@@ -106,7 +107,8 @@ def write(
     args: tuple[Any, ...],
 ) -> None:
     """Append the line of one call to the record at ``path``, unless this process wrote it
-    (a write that raised is tried again the next time the key is met: a miss, a ``tune``)."""
+    (a write that raised, or was cut short, is tried again the next time the key is met: a
+    miss, a ``tune``)."""
     seen = (str(path), function, key_text)
     with _lock:  # held while writing: two threads meeting the same key write it once
         if seen in _written:
@@ -122,12 +124,24 @@ def write(
             }
         )
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(descriptor, (line + "\n").encode())
+            _append(descriptor, line)
         finally:
             os.close(descriptor)
         _written.add(seen)
+
+
+def _append(descriptor: int, line: str) -> None:
+    """Append ``line`` to the file open at ``descriptor``, in one write, as a line of its own:
+    after a line cut short (a full disk, a process killed), a newline ends that one first.
+    Raises OSError where this line is cut short itself."""
+    size = os.fstat(descriptor).st_size
+    after_a_cut = size > 0 and os.pread(descriptor, 1, size - 1) != b"\n"
+    data = (("\n" if after_a_cut else "") + line + "\n").encode()
+    written = os.write(descriptor, data)
+    if written < len(data):
+        raise OSError(f"the line was cut short ({written} of its {len(data)} bytes written)")
 
 
 @dataclass(frozen=True)
@@ -191,7 +205,8 @@ def _argument(item: Any) -> bool:
         return False
     itemsize = np.dtype(dtype).itemsize  # TypeError: not a dtype
     return (
-        len(shape) == len(strides)
+        itemsize > 0  # (a flexible dtype with no size, "S" or "V", holds nothing)
+        and len(shape) == len(strides)
         and all(type(n) is int and n >= 0 for n in shape)
         and all(type(s) is int and s % itemsize == 0 for s in strides)
     )

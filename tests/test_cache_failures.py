@@ -5,6 +5,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -14,8 +15,10 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
+from numbatune.cache import compiled
 from numbatune.cache import disk as disk_module
-from numbatune.cache.files import export, stored_entries
+from numbatune.cache import entry as entries
+from numbatune.cache.files import export, size_bytes, stored_entries
 from numbatune.cli import main
 from tests import kernels
 from tests.read_only import made_read_only, read_only, run, run_python, run_read_only
@@ -203,9 +206,11 @@ def test_a_corrupt_cache_that_cannot_be_moved_aside_says_so(numbatune_cache, mon
 
 @pytest.mark.parametrize(
     "damage",
-    [{"best_index": 99}, {"best_index": -1}, {"results": "nope"}, None],
-    ids=["index past the end", "negative index", "results not a list", "a JSON list"],
-)
+    [{"best_index": 99}, {"best_index": -1}, {"results": "nope"}, None,
+     {"compile_s": 10**400}, {"strategy": []}],
+    ids=["index past the end", "negative index", "results not a list", "a JSON list",
+         "a time beyond a float's range", "a list as the strategy"],
+)  # fmt: skip
 def test_a_damaged_but_valid_json_entry_is_discarded_and_tuned_again(
     numbatune_cache, monkeypatch, caplog, damage
 ):
@@ -224,9 +229,11 @@ def test_a_damaged_but_valid_json_entry_is_discarded_and_tuned_again(
 @pytest.mark.parametrize(
     "damage",
     [{"status": "failed", "error": "x", "median_s": "fast"}, {"error": 5},
-     {"params": ["BLOCK", 2]}, {"status": "mismatched", "mismatch": {"output": "out"}}],
+     {"params": ["BLOCK", 2]}, {"status": "mismatched", "mismatch": {"output": "out"}},
+     {"status": "mismatched", "median_s": None, "spread_s": None, "runs": None,
+      "mismatch": {"output": "out", "count": 1, "size": 8, "largest_error": 10**400}}],
     ids=["a failed result with a time", "a timed result with an error", "params not a mapping",
-         "a mismatch without counts"],
+         "a mismatch without counts", "a largest error beyond a float's range"],
 )  # fmt: skip
 def test_an_entry_whose_results_are_wrong_is_discarded_and_tuned_again(
     numbatune_cache, monkeypatch, caplog, capsys, damage
@@ -274,10 +281,18 @@ def test_an_import_into_a_cache_it_cannot_write_fails_saying_why(
     assert f"could not write {count}: the disk is full" in capsys.readouterr().err
 
 
-def test_the_command_line_reports_damaged_entries_and_clear_clears_them(numbatune_cache, capsys):
+@pytest.mark.parametrize(
+    "damaged",
+    [lambda entry: "{not json", lambda entry: json.dumps({**entry, "compile_s": 10**400})],
+    ids=["not JSON", "a time beyond a float's range"],
+)
+def test_the_command_line_reports_damaged_entries_and_clear_clears_them(
+    numbatune_cache, capsys, damaged
+):
     _tuned().tune(*_arguments())
     folder = disk_module.Folder(_folder(numbatune_cache), "test")
-    folder.set("(('junk',),) @0000", "{not json")
+    (stored_under,) = folder.stored_keys()
+    folder.set("(('junk',),) @0000", damaged(json.loads(folder.get(stored_under))))
     for command in (["cache", "list"], ["cache", "show", "accumulate"], ["report", "accumulate"]):
         assert main(command) == 0
     listed = capsys.readouterr().out
@@ -376,3 +391,199 @@ def test_a_cache_that_cannot_be_written_says_why_in_words(
         assert _tuned().tune(*_arguments()).source == "benchmark"
     (warning,) = [r.getMessage() for r in caplog.records if "stay in memory" in r.getMessage()]
     assert words in warning
+
+
+#: A result whose largest error is an integer beyond a float's range (JSON's have no bound).
+_MISMATCH_BEYOND_FLOATS = {
+    "variant": "BLOCK=8", "params": {"BLOCK": "8"}, "jit": {}, "status": "mismatched",
+    "median_s": None, "spread_s": None, "runs": None, "error": None,
+    "mismatch": {"output": "out", "count": 1, "size": 8, "largest_error": 10**400},
+}  # fmt: skip
+
+
+def _refused_in_one_line(capsys, shipped, numbatune_cache):
+    """``numbatune cache import shipped`` fails with one line naming the file, writing nothing."""
+    before = stored_entries(numbatune_cache)
+    assert main(["cache", "import", str(shipped)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("numbatune: error: ") and str(shipped) in line
+    assert stored_entries(numbatune_cache) == before
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda entry: {**entry, "compile_s": 10**400},
+     lambda entry: {**entry, "strategy": []},
+     lambda entry: {**entry, "results": [*entry["results"], _MISMATCH_BEYOND_FLOATS]}],
+    ids=["a time beyond a float's range", "a list as the strategy",
+         "a largest error beyond a float's range"],
+)  # fmt: skip
+def test_an_export_with_a_damaged_entry_is_refused_in_one_line(
+    numbatune_cache, tmp_path, capsys, damage
+):
+    _tuned().tune(*_arguments())
+    shipped = tmp_path / "shipped.json"
+    export(numbatune_cache, shipped)
+    document = json.loads(shipped.read_text())
+    document["entries"][0]["entry"] = damage(document["entries"][0]["entry"])
+    shipped.write_text(json.dumps(document))
+    with pytest.raises(entries.DamagedEntry):
+        entries.check(document["entries"][0]["entry"])
+    _refused_in_one_line(capsys, shipped, numbatune_cache)
+
+
+@pytest.mark.parametrize(
+    "entries_text",
+    ["[" * 100_000 + "]" * 100_000, "[" + "9" * 5000 + "]"],
+    ids=["nested too deep", "a number of more digits than Python reads"],
+)
+def test_an_export_json_cannot_read_is_refused_in_one_line(
+    numbatune_cache, tmp_path, capsys, entries_text
+):
+    shipped = tmp_path / "shipped.json"
+    shipped.write_text(f'{{"format": "numbatune-cache", "version": 1, "entries": {entries_text}}}')
+    _refused_in_one_line(capsys, shipped, numbatune_cache)
+
+
+def test_an_import_replaces_a_damaged_entry_under_the_same_key(
+    numbatune_cache, tmp_path, monkeypatch
+):
+    _tuned().tune(*_arguments())
+    shipped = tmp_path / "shipped.json"
+    export(numbatune_cache, shipped)
+    folder = disk_module.Folder(_folder(numbatune_cache), "test")
+    (stored_under,) = folder.stored_keys()
+    folder.set(stored_under, "{not json")
+    folder.close()
+    result = nt.cache_import(shipped)
+    assert (result.imported, result.already_present) == (1, 0)
+    kernels.forget_shared_state(monkeypatch)
+    assert _tuned().tune(*_arguments()).source == "disk"
+    assert nt.cache_import(shipped).already_present == 1
+
+
+def test_an_import_replaces_a_damaged_compiled_kernel_under_the_same_key(numbatune_cache):
+    kernel = compiled.Kernel("sm_90", "pkg.kernel", "ab" * 20, b"a kernel")
+    folder = disk_module.Folder(
+        kernel.folder(numbatune_cache), kernel.function, disk_module.KERNELS
+    )
+    folder.set(kernel.key, "not a kernel's payload")
+    folder.close()
+    added = compiled.add([kernel], numbatune_cache)
+    assert (added.written, added.already_present) == (1, 0)
+    assert compiled.stored(numbatune_cache, [kernel.function]) == [kernel]
+
+
+def test_cache_clear_counts_the_results_it_deleted_and_no_unfinished_tuning(
+    numbatune_cache, capsys
+):
+    _tuned().tune(*_arguments())
+    folder = disk_module.Folder(_folder(numbatune_cache), "test")
+    (stored_under,) = folder.stored_keys()
+    checksum = json.loads(folder.get(stored_under))["checksum"]
+    outcomes = entries.encode_outcomes({}, checksum, False)
+    folder.set(entries.journal_key("(('other',),)", checksum), json.dumps(outcomes))
+    folder.close()
+    assert main(["cache", "clear"]) == 0
+    assert "deleted 1 stored results" in capsys.readouterr().err
+    assert disk_module.Folder(_folder(numbatune_cache), "test").stored_keys() == []
+
+
+def test_cache_clear_counts_no_result_it_could_not_delete(numbatune_cache, monkeypatch, capsys):
+    _tuned().tune(*_arguments())
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(disk_module.diskcache.Cache, "delete", full)
+    assert main(["cache", "clear"]) == 0
+    assert "deleted 0 stored results" in capsys.readouterr().err
+    assert len(stored_entries(numbatune_cache)) == 1
+
+
+def test_a_write_probe_that_fails_part_way_is_not_left_behind(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    write_bytes = Path.write_bytes
+
+    def half_then_full(self, data):
+        write_bytes(self, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", half_then_full)
+    assert "the disk is full" in disk_module.write_problem(cache)
+    assert list(cache.iterdir()) == []
+
+
+class _Listing:
+    """A folder's entries as :func:`os.scandir` gives them, read whole beforehand."""
+
+    def __init__(self, found):
+        self._found = iter(found)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *raised):
+        return None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._found)
+
+
+def _removed_once_listed(monkeypatch):
+    """Log files (-wal, -shm) and the folders of compiled kernels go as soon as their folder is
+    listed: another process closed its cache, or cleared its kernels."""
+    scandir = os.scandir
+
+    def listed(path):
+        with scandir(path) as listing:
+            found = list(listing)
+        for entry in found:
+            if entry.name.endswith(("-wal", "-shm")):
+                os.unlink(entry.path)
+            elif entry.name == "sm_90":
+                shutil.rmtree(entry.path)
+        return _Listing(found)
+
+    monkeypatch.setattr(os, "scandir", listed)
+
+
+def _removed_once_looked_at(monkeypatch):
+    """Log files (-wal, -shm) go as soon as their status is read: another process closed its
+    cache."""
+    stat = os.stat
+
+    def looked_at(path, *args, **kwargs):
+        found = stat(path, *args, **kwargs)
+        if str(path).endswith(("-wal", "-shm")):
+            os.unlink(path)
+        return found
+
+    monkeypatch.setattr(os, "stat", looked_at)
+
+
+@pytest.mark.parametrize(
+    ("removed", "counted"),
+    [(_removed_once_listed, 4096), (_removed_once_looked_at, 4096 + 1000 + 32768 + 512)],
+    ids=["once listed", "once looked at"],
+)
+def test_the_size_of_the_cache_leaves_out_files_removed_before_it_is_read(
+    tmp_path, monkeypatch, removed, counted
+):
+    """(``numbatune info``.) A file or folder removed before its size is read counts as none."""
+    cache = tmp_path / "cache"
+    sizes = {
+        "device/function/cache.db": 4096,
+        "device/function/cache.db-wal": 1000,
+        "device/function/cache.db-shm": 32768,
+        "kernels/sm_90/function/cache.db": 512,
+    }
+    for name, size in sizes.items():
+        (cache / name).parent.mkdir(parents=True, exist_ok=True)
+        (cache / name).write_bytes(b"\0" * size)
+    removed(monkeypatch)
+    assert size_bytes(cache) == counted

@@ -2,6 +2,7 @@
 tuned in the background while the program runs."""
 
 import json
+import os
 import re
 
 import numpy as np
@@ -168,8 +169,11 @@ def test_the_record_setting_records_each_key_once_per_process(on_miss, tmp_path,
     "line",
     ['{"format": 2}', "not json", '{"format": 1, "function": "f", "module": "m", "qualname": "q", '
      '"arguments": [{"shape": [4], "strides": [2], "dtype": "float32"}]}',
-     '{"format": 1, "function": "f", "module": "m", "qua'],
-    ids=["another format", "not JSON", "half an element's stride", "a line cut short"],
+     '{"format": 1, "function": "f", "module": "m", "qua',
+     '{"format": 1, "function": "f", "module": "m", "qualname": "q", '
+     '"arguments": [{"shape": [4], "strides": [4], "dtype": "S"}]}'],
+    ids=["another format", "not JSON", "half an element's stride", "a line cut short",
+         "a dtype of no size"],
 )  # fmt: skip
 def test_a_record_line_that_is_not_a_record_is_named_and_the_others_read(tmp_path, line):
     path = tmp_path / "record.jsonl"
@@ -242,3 +246,22 @@ def test_a_key_whose_record_could_not_be_written_is_written_when_it_is_next_met(
     blocker.unlink()
     kernel.tune(*arrays(40))  # the key is met again (every tune asks for it)
     assert [r.key[:4] for r in record.read(path).records] == ["(40,"]
+
+
+def test_a_line_cut_short_is_not_counted_as_written_nor_swallows_the_next(
+    on_miss, tmp_path, monkeypatch
+):
+    """A full disk writes part of a line: the write raises (the caller warns), the key is
+    written when next met, and the next line starts a line of its own."""
+    path = tmp_path / "keys.jsonl"
+    record.write(path, "m.k", "m", "k", "key-1", (np.float32(1),))
+    write = os.write
+    with monkeypatch.context() as disk_full:
+        disk_full.setattr(os, "write", lambda descriptor, data: write(descriptor, data[:40]))
+        with pytest.raises(OSError, match="cut short"):
+            record.write(path, "m.k", "m", "k", "key-2", (np.float32(2),))
+    for key in ("key-2", "key-3"):
+        record.write(path, "m.k", "m", "k", key, (np.float32(3),))
+    found = record.read(path)
+    assert [r.key for r in found.records] == ["key-1", "key-2", "key-3"]
+    assert [u.line for u in found.unreadable] == [2]

@@ -152,8 +152,10 @@ def write_problem(directory: Path) -> str | None:
     try:
         if existing == directory:  # a write tells what permission bits do not (a mount's)
             probe = directory / f".numbatune-probe-{os.getpid()}"
-            probe.write_bytes(b"\0" * 4096)
-            probe.unlink()
+            try:
+                probe.write_bytes(b"\0" * 4096)
+            finally:  # (also where it fails part-way)
+                probe.unlink(missing_ok=True)
         space = os.statvfs(existing)
     except OSError as error:
         return in_words(error)
@@ -478,9 +480,16 @@ class Folder:
                 logger.debug("numbatune: %s: closing %s: %s", self._name, self.folder, error)
 
 
+def _payload(stored: Any) -> bool:
+    """Whether ``stored`` is what the kernel store keeps under a key: a compiled kernel's
+    payload (bytes)."""
+    return isinstance(stored, bytes)
+
+
 @dataclass
 class Additions:
-    """Entries added to folders one by one (:meth:`add`), each unless its key is there."""
+    """Entries added to folders one by one (:meth:`add`), each unless its key holds a sound
+    value there."""
 
     written: int = 0
     #: Entries whose key the folder held already (kept as they were).
@@ -488,12 +497,19 @@ class Additions:
     #: Entries that could not be written (a read-only or full cache), and why (in words).
     not_written: int = 0
     why_not_written: str | None = None
+    #: Whether a value stored already is sound; one that is not (damaged) is replaced. By
+    #: default, a compiled kernel's payload.
+    sound: Callable[[Any], bool] = _payload
 
     def add(self, folder: Folder, key: str, value: Any) -> None:
-        """Add ``value`` under ``key`` to ``folder`` unless the key is there, and count it."""
-        if folder.get(key) is not None:
+        """Add ``value`` under ``key`` to ``folder`` unless the key holds a sound value there
+        (a damaged one is replaced), and count it."""
+        stored = folder.get(key)
+        if stored is not None and self.sound(stored):
             self.already_present += 1
-        elif folder.add(key, value):
+            return
+        store = folder.add if stored is None else folder.set
+        if store(key, value):
             self.written += 1
         else:
             self.not_written += 1

@@ -157,8 +157,10 @@ def check(entry: Any) -> dict[str, Any]:
     for name in ("compiles", "space"):
         if type(entry.get(name)) is not int or entry[name] < 0:
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected an integer >= 0")
-    if entry.get("strategy") not in {s.value for s in Strategy} - {Strategy.AUTO.value}:
-        raise DamagedEntry(f"strategy {entry.get('strategy')!r} is not a search strategy")
+    searches = {s.value for s in Strategy} - {Strategy.AUTO.value}
+    strategy = entry.get("strategy")
+    if not isinstance(strategy, str) or strategy not in searches:  # (a list is unhashable)
+        raise DamagedEntry(f"strategy {strategy!r} is not a search strategy")
     best = entry.get("best_index")
     if type(best) is not int or not 0 <= best < len(entry["results"]):
         raise DamagedEntry(f"best_index {best!r} is not one of the {len(entry['results'])} results")
@@ -169,13 +171,24 @@ def check(entry: Any) -> dict[str, Any]:
     return entry
 
 
+def _float(value: Any, name: str) -> float:
+    """``value``, the number stored as ``name``, as a float; :class:`DamagedEntry` where it is
+    not a number, or an integer beyond a float's range (JSON's integers have no bound)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DamagedEntry(f"{name} is {value!r}, expected a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise DamagedEntry(f"{name} is an integer beyond a float's range") from None
+
+
 def _number(result: Any, name: str) -> float:
-    value = result.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    value = _float(result.get(name), name)
+    if not math.isfinite(value):
         raise DamagedEntry(f"{name} is {value!r}, expected a finite number")
     if value < 0:
         raise DamagedEntry(f"{name} is {value!r}, expected a number >= 0")
-    return float(value)
+    return value
 
 
 def _texts(result: dict[str, Any], name: str) -> None:
@@ -200,10 +213,8 @@ def _mismatch(found: Any) -> Mismatch:
     counts = [found["count"], found["size"]]
     if not isinstance(found["output"], str) or any(type(n) is not int or n < 0 for n in counts):
         raise DamagedEntry(f"mismatch is {found!r}: a name and counts >= 0 expected")
-    error = found["largest_error"]
-    if isinstance(error, bool) or not isinstance(error, int | float):
-        raise DamagedEntry(f"largest_error is {error!r}, expected a number")
-    return Mismatch(found["output"], found["count"], found["size"], float(error))
+    error = _float(found["largest_error"], "largest_error")
+    return Mismatch(found["output"], found["count"], found["size"], error)
 
 
 def _outcome(result: Any) -> Outcome:

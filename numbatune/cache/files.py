@@ -20,9 +20,10 @@ Importing validates the file, each entry and each kernel, skips entries of other
 writes the others one by one (each write is atomic): a bad file changes nothing. Kernels go to
 the folder of their compute capability, whatever the device. Entries are stored under their key
 and the kernel's checksum, so an imported entry never replaces a result of the same code already
-there (``already present``) and never collides with a stale one (tuned for an older version of
-the kernel): a kernel uses the entry whose checksum is its own. An entry that cannot be read is
-reported as damaged by every command, left out of exports, and cleared by ``clear``.
+there (``already present``; a damaged one it does replace) and never collides with a stale one
+(tuned for an older version of the kernel): a kernel uses the entry whose checksum is its own.
+An entry that cannot be read is reported as damaged by every command, left out of exports, and
+cleared by ``clear``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,10 +133,23 @@ def entries_of(
 
 
 def size_bytes(cache_dir: Path) -> int:
-    """Bytes on disk under ``cache_dir``."""
-    if not cache_dir.is_dir():
+    """Bytes on disk under ``cache_dir``; a file or folder removed while they are counted
+    (another process closing its cache deletes its log files) counts as none."""
+    return sum(
+        _size(os.path.join(folder, name))
+        for folder, _, names in os.walk(cache_dir)
+        for name in names
+    )
+
+
+def _size(path: str) -> int:
+    """The size of the file at ``path``: none for one that is not there any more (or is not a
+    file)."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
         return 0
-    return sum(p.stat().st_size for p in cache_dir.rglob("*") if p.is_file())
+    return found.st_size if stat.S_ISREG(found.st_mode) else 0
 
 
 def _function_of(folder: str, known: dict[str, str]) -> str | None:
@@ -183,15 +198,16 @@ def clear(cache_dir: Path, function: str | None = None) -> int:
 
 
 def _delete(directory: Path, keys: list[str]) -> int:
-    """Delete ``keys`` from the cache folder ``directory``; how many (none where it cannot be
-    written)."""
+    """Delete ``keys`` from the cache folder ``directory``; how many of them, unfinished
+    tunings' journals aside, are gone (none where it cannot be written)."""
     folder = Folder(directory, directory.name)
     try:
         if folder.mode is not Mode.WRITABLE:
             return 0
         for key in keys:
             folder.delete(key)
-        return len(keys)
+        left = set(folder.stored_keys())
+        return sum(key not in left and not entries.is_journal(key) for key in keys)
     finally:
         folder.close()
 
@@ -302,9 +318,11 @@ def read_export(path: Path) -> ExportFile:
     """The entries and compiled kernels of the export file at ``path``;
     :class:`CacheFileError` when it cannot be read, or it or one of its entries or kernels is
     not in the exported format."""
+    # (Not text, not JSON, a number of more digits than Python reads: ValueError; JSON nested
+    # deeper than Python reads: RecursionError.)
     try:
         document = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise CacheFileError(f"cannot read the cache file {path}: {error}") from error
     if not isinstance(document, dict) or document.get("format") != FILE_FORMAT:
         raise CacheFileError(f"{path} is not a numbatune cache file (format {FILE_FORMAT!r})")
@@ -361,7 +379,7 @@ def import_items(
     """Add the export items (:func:`read_export`) of this device (``device``: its partition
     name, the current device's by default) to the cache under ``cache_dir``."""
     device = device or current_kind().partition
-    added, other_device = Additions(), 0
+    added, other_device = Additions(sound=_sound), 0
     for item in items:
         if item["device"] != device:
             other_device += 1
@@ -373,6 +391,16 @@ def import_items(
         folder.close()
     return ImportResult(added.written, other_device, added.already_present, added.not_written,
                         added.why_not_written)  # fmt: skip
+
+
+def _sound(stored: Any) -> bool:
+    """Whether ``stored``, the text of a stored entry, can be read (one that cannot is damaged,
+    and an import replaces it)."""
+    try:
+        entries.check(json.loads(stored))
+    except (ValueError, TypeError):  # DamagedEntry, and JSON that is not JSON
+        return False
+    return True
 
 
 def _valid(item: Any) -> bool:
