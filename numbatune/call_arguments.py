@@ -56,7 +56,8 @@ class ArgumentCheck:
             )
         arguments = Arguments.read(args)
         for name, value, view in zip(self._parameters, args, arguments.views, strict=True):
-            host = isinstance(value, np.ndarray) and value.ndim > 0
+            # (numba's mapped and managed arrays are NumPy arrays the device reads: a kind)
+            host = view is None and isinstance(value, np.ndarray) and value.ndim > 0
             refused = "a host (NumPy) array" if host else view and view.kind.refusal(value)
             if refused:
                 raise TypeError(

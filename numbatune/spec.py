@@ -17,8 +17,13 @@ from numbatune import keys
 from numbatune.arrays import Arguments
 from numbatune.cache.tunecache import Winner
 from numbatune.config import OnMiss
-from numbatune.errors import LaunchFunctionError
-from numbatune.launch.config import LaunchConfig, check_launch, launch_config, launch_params
+from numbatune.launch.config import (
+    LaunchConfig,
+    check_launch,
+    launch_config,
+    launch_error,
+    launch_params,
+)
 from numbatune.strategies import Budget, Strategy, as_budget, as_strategy
 from numbatune.template import KernelTemplate
 from numbatune.tuning import checks, levels
@@ -141,17 +146,15 @@ class KernelSpec:
 
     def is_valid(self, variant: Variant, args: tuple[Any, ...]) -> bool:
         """Whether ``variant`` may run on ``args``, as ``valid`` says (True without one); a
-        :class:`LaunchFunctionError` naming the parameters when ``valid`` raises."""
+        :class:`~numbatune.errors.LaunchFunctionError` naming the parameters when ``valid``
+        raises."""
         if self.valid is None:
             return True
         params = self.valid_params[self.index[variant]]
         try:
             return bool(self.valid(*args, **params))
         except Exception as error:
-            raise LaunchFunctionError(
-                f"{self.kernel_name}: the valid function raised {type(error).__name__}: "
-                f"{error} (called with the arguments and {params})"
-            ) from error
+            raise launch_error(error, params, self.kernel_name, "valid") from error
 
     def valid_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
         """For a call the key's ``winner`` is not valid for: the fastest variant measured for

@@ -565,6 +565,61 @@ def test_kernels_declared_with_a_signature_take_the_fast_path(caplog):
     assert "launched through numba" not in caplog.text
 
 
+@cuda.jit("void(f4[:], f4)")
+def declared_fill(out, value):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = value
+
+
+@pytest.mark.gpu
+def test_a_float32_parameter_out_of_range_is_launched_as_numba_launches_it():
+    """numba converts 1e39 to a float32 infinity; the fast path's packing raised OverflowError
+    on hits (first calls, on the general path, were right)."""
+    tuned = nt.autotune(variants=nt.product(BLOCK=[32, 64]), launch=lambda out, value, *, BLOCK: (
+        nt.cdiv(out.shape[0], BLOCK), BLOCK))(declared_fill)  # fmt: skip
+    out = cuda.to_device(np.zeros(64, np.float32))
+    for _ in range(3):
+        tuned(out, 1e39)
+    assert np.isinf(out.copy_to_host()).all()
+
+
+@cuda.jit
+def add_n(x, out, n):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] + n
+
+
+@pytest.mark.gpu
+def test_a_valid_function_that_raises_on_a_hit_gives_the_general_paths_error():
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[16, 32]),
+        launch=lambda x, out, n, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
+        valid=lambda x, out, n, *, BLOCK: 64 // n > 0,
+    )(add_n)
+    x, out = cuda.to_device(np.arange(32.0)), cuda.to_device(np.zeros(32))
+    tuned(x, out, 1)
+    with pytest.raises(nt.LaunchFunctionError, match=r"the valid function raised ZeroDivision"):
+        tuned(x, out, 0)  # the same key: a hit, whose fast path asks valid
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", ["mapped_array", "managed_array"])
+def test_numbas_mapped_and_managed_arrays_are_taken(make):
+    """They are NumPy arrays in host memory that the device reads too (their class has
+    ``__cuda_array_interface__``), not host arrays to refuse."""
+    x = getattr(cuda, make)(32, np.float64)
+    x[:] = np.arange(32.0)
+    out, seen = cuda.to_device(np.zeros(32)), cuda.to_device(np.zeros(3))
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[16, 32]), launch=lambda x, out, seen, *, BLOCK: (2, BLOCK)
+    )(copy_1d)
+    tuned(x, out, seen)
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(32.0))
+
+
 @pytest.mark.gpu
 def test_a_winner_that_cannot_take_the_fast_path_warns_once_with_the_reason(caplog):
     caplog.set_level(logging.WARNING, logger="numbatune")

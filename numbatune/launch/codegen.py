@@ -206,8 +206,8 @@ def _tail(
         *stream_code,
         "    try:",
         f"        parameters = _pack({values})",
-        "    except struct.error:  # a value numba types otherwise, e.g. an int over 2**63",
-        "        return _numba(args, winner, config, given)",
+        "    except (struct.error, OverflowError):  # a value numba types otherwise (an int over",
+        "        return _numba(args, winner, config, given)  # 2**63) or converts (1e39 to f4)",
         *ordering,
         "    try:",
         "        error = _launch(",
@@ -238,7 +238,12 @@ def source(
     key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [
-        "    if not _valid(*args, **_valid_params[winner.index]):",
+        "    params = _valid_params[winner.index]",
+        "    try:",
+        "        runs = _valid(*args, **params)",
+        "    except Exception as error:  # the valid function's: say so, as the general path",
+        "        raise _launch_error(error, params, _name, 'valid') from error",
+        "    if not runs:",
         f"        {general}",
     ]
     lines = [

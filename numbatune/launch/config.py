@@ -89,10 +89,12 @@ def launch_config(
     return checked_launch_config(config, name)
 
 
-def launch_error(error: Exception, params: dict[str, Any], name: str) -> LaunchFunctionError:
-    """The error for an exception the launch function raised."""
+def launch_error(
+    error: Exception, params: dict[str, Any], name: str, function: str = "launch"
+) -> LaunchFunctionError:
+    """The error for an exception the launch function (or ``function``: ``valid``) raised."""
     return LaunchFunctionError(
-        f"{name}: the launch function raised {type(error).__name__}: {error} "
+        f"{name}: the {function} function raised {type(error).__name__}: {error} "
         f"(called with the arguments and {params})"
     )
 
