@@ -9,6 +9,7 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune.testing import assert_variants_agree
+from numbatune.tuning import checks
 
 ITEMS = 1  # elements per thread
 OFF_BY_ONE = 0  # 1: the deliberate bug, each thread's tile stops one element short
@@ -260,3 +261,30 @@ def test_record_arrays_are_compared_field_by_field():
     assert report.results[1].mismatch == nt.Mismatch("records", 10, 10, float("inf"))
     with pytest.raises(AssertionError, match="OFF_BY_ONE=1: records: 10 of 10 elements differ"):
         assert_variants_agree(tuned, records)
+
+
+def test_empty_record_arrays_compare_equal():
+    for shape in [(0,), (3, 0)]:
+        empty = [("records", np.zeros(shape, RECORD))]
+        assert checks.compare(empty, [("records", np.zeros(shape, RECORD))], nt.Check()) is None
+
+
+@pytest.mark.parametrize(
+    "dtype, expected, got, error",
+    [
+        (np.int64, 2**60, 2**60 + 1, 1.0),  # equal as float64s
+        (np.uint64, 2**64 - 1, 2**64 - 2, 1.0),
+        (np.int64, -(2**63), 2**63 - 1, float(2**64 - 1)),  # beyond int64
+    ],
+)
+def test_64_bit_integers_are_compared_exactly(dtype, expected, got, error):
+    want = [("out", np.array([expected, 7], dtype))]
+    have = [("out", np.array([got, 7], dtype))]
+    assert checks.compare(want, have, nt.Check()) == nt.Mismatch("out", 1, 2, error)
+
+
+@pytest.mark.parametrize("wrong", [np.inf, -np.inf, np.nan])
+def test_the_largest_error_is_infinite_where_one_side_is_infinite_or_nan(wrong):
+    want = [("out", np.array([1.0, 2.0]))]
+    have = [("out", np.array([wrong, 2.0]))]
+    assert checks.compare(want, have, nt.Check()) == nt.Mismatch("out", 1, 2, float("inf"))

@@ -290,6 +290,27 @@ def test_a_search_fits_its_last_batch_to_what_is_left_of_its_budget_in_seconds(
     assert report.tried == len({v for batch in fake_times for v in batch}) == 28
 
 
+def test_a_best_whose_run_fails_in_a_later_batch_gives_way_to_the_fastest_timed(
+    fake_times, monkeypatch, caplog
+):
+    def measure(runs, *rest, **options):  # the second batch: every run fails, the best's too
+        fake_times.append(list(runs))
+        first = len(fake_times) == 1
+        return {v: Timed(cost(v) * 1e-6, 0.0, 10) if first else RuntimeError("lost") for v in runs}
+
+    monkeypatch.setattr(bench, "measure", measure)
+    monkeypatch.setattr(nt.settings, "compile_workers", 1)  # batches of 8 variants
+    caplog.set_level(logging.DEBUG, logger="numbatune")
+    small = nt.product(A=range(4), B=range(4), C=[2], D=[64])
+    report = tuned(small, search="random", budget=16).tune(*arguments())
+    best_at_first = fastest(fake_times[0])
+    assert len(fake_times) == 2 and best_at_first in fake_times[1]
+    winner = report.results[report.best_index]
+    assert winner.variant == fastest(v for v in fake_times[0] if v != best_at_first)
+    assert report.fastest(1) == [winner]
+    assert f"the best so far: {winner.variant.label} (" in caplog.text
+
+
 def test_a_search_starts_from_the_winners_of_the_nearest_keys(fake_times):
     kernel = tuned(search="pattern", budget=30, key=lambda x, out: x.shape[0])
     winner = kernel.tune(*arguments(32)).winner
@@ -380,6 +401,48 @@ def test_a_tuning_cut_short_goes_on_where_it_stopped_in_a_new_process(
     # The result replaced the unfinished tuning's record.
     assert len(stored_under(kernel, numbatune_cache).stored_keys()) == 1
     assert len(files.stored_entries(numbatune_cache)) == 1
+
+
+def test_a_tuning_cut_short_after_its_top_priority_group_failed_goes_on_where_it_stopped(
+    fake_times, numbatune_cache, monkeypatch
+):
+    # The top group (two variants) fails; the tuning falls back to every variant.
+    variants = nt.product(
+        A=range(8),
+        B=range(8),
+        C=range(4),
+        D=[16, 32],
+        where=lambda A, B, **rest: A + B < 14,
+        priority=lambda A, B, C, D: int(A < 2 and B == 0 and C == 0 and D == 16),
+    )
+    timed = bench.measure
+
+    def measure(runs, *rest, **options):
+        times = timed(runs, *rest, **options)
+        return {v: RuntimeError("too many resources") if v.priority else times[v] for v in runs}
+
+    monkeypatch.setattr(bench, "measure", measure)
+    measure = cut_short_after(3, fake_times, monkeypatch)
+
+    def kernel():
+        return tuned(variants, search="random", budget=60, level="minimal")
+
+    with pytest.raises(KeyboardInterrupt):
+        kernel().tune(*arguments())
+    failed, *fallen_back = fake_times
+    assert {v.priority for v in failed} == {1}
+    before = {v for batch in fallen_back for v in batch}
+    forget_shared_state(monkeypatch)
+    monkeypatch.setattr(bench, "measure", measure)
+    fake_times.clear()
+    report = kernel().tune(*arguments())
+    # The fallback goes on where it stopped: of the variants it measured before (the failed
+    # top group among them), only the best is measured again, and the top group is not tuned
+    # again alone.
+    assert set(failed) <= before
+    again = {v for batch in fake_times for v in batch}
+    assert again & before == {fastest(v for v in before if not v.priority)}
+    assert report.tried == 60 == len(again | before)
 
 
 def test_a_tuning_measured_in_one_batch_keeps_no_record_of_its_outcomes(

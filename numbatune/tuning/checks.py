@@ -197,10 +197,12 @@ def _close(want: np.ndarray, have: np.ndarray, check: Check) -> np.ndarray:
         close = np.ones(want.shape, bool)
         for field in want.dtype.names:
             matches = _close(want[field], have[field], check)
-            close &= matches.reshape(*want.shape, -1).all(axis=-1)
+            close &= matches.all(axis=tuple(range(want.ndim, matches.ndim)))  # subarray fields
         return close
     if want.dtype.kind in "biufc":
         rtol, atol = check.tolerance(have.dtype)
+        if rtol == atol == 0 and _integers(want, have):
+            return want == have
         return np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=True)
     bytes_per_item = max(want.dtype.itemsize, 1)
     raw_want = np.ascontiguousarray(want).view(np.uint8).reshape(*want.shape, bytes_per_item)
@@ -212,6 +214,14 @@ def _largest(want: np.ndarray, have: np.ndarray, differ: np.ndarray) -> float:
     """The largest absolute difference among differing elements (inf where not numbers)."""
     if want.dtype.kind not in "biufc":
         return float("inf")
+    if _integers(want, have):  # as Python integers: neither rounded nor overflowing
+        return float(np.abs(have[differ].astype(object) - want[differ].astype(object)).max())
     with np.errstate(invalid="ignore", over="ignore"):
         errors = np.abs(have[differ].astype(np.complex128) - want[differ])
-    return float(np.nan_to_num(errors, nan=np.inf).max())
+    return float(np.nan_to_num(errors, nan=np.inf, posinf=np.inf).max())
+
+
+def _integers(*arrays: np.ndarray) -> bool:
+    """Whether ``arrays`` all hold integers or booleans, which a float64 does not always hold
+    exactly (int64 2**60 and 2**60 + 1 are one float64)."""
+    return all(a.dtype.kind in "biu" for a in arrays)

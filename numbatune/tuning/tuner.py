@@ -41,7 +41,8 @@ logger = logging.getLogger("numbatune")
 
 
 def tune(job: TuneJob) -> TuneReport:
-    """Tune the job's variant sets in turn until one has a working variant.
+    """Tune the job's variant sets in turn until one has a working variant (from the one an
+    unfinished tuning of the key stopped in: :func:`_sets_left`).
 
     The report has one result per variant of the kernel, in their order (so its
     ``best_index`` indexes them too); variants not tried are :data:`~numbatune.tuning.results.
@@ -58,7 +59,7 @@ def tune(job: TuneJob) -> TuneReport:
         plan.pruned,
     )
     clock = Clock()
-    *fallbacks, last = plan.tries()
+    *fallbacks, last = _sets_left(plan.tries(), job.journal.earlier())
     for variant_set in fallbacks:
         if len(variant_set) == 1 and not _runs(job, variant_set[0]):
             continue
@@ -72,6 +73,19 @@ def tune(job: TuneJob) -> TuneReport:
                 job.key,
             )
     return clock.stamped(tune_set(job, last, clock))
+
+
+def _sets_left(
+    tries: Sequence[Sequence[Variant]], recorded: Mapping[Variant, Outcome]
+) -> Sequence[Sequence[Variant]]:
+    """The variant sets of ``tries`` still to tune: from the first that holds every variant an
+    earlier, unfinished tuning of the key ``recorded``. A tuning cut short in a fallback set
+    goes on in it: the sets before it failed (each failure discarded the journal), and are not
+    tuned again."""
+    for start, variant_set in enumerate(tries):
+        if recorded.keys() <= set(variant_set):
+            return tries[start:]
+    return tries
 
 
 class Clock:
@@ -125,7 +139,7 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
     strategy = job.search.strategy.for_space(len(variants))
     outcomes, best = _search(job, variants, strategy, clock)
     if best is None:
-        job.journal.discard()
+        job.journal.discard()  # the next set, if any, starts afresh (and, cut short, goes on)
         lines = "\n".join(
             f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
         )
@@ -193,13 +207,7 @@ def _search(
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
         room = _room(budget, strategy, started, batch_started, builds, job.settings)
-        logger.debug(
-            "numbatune: %s: %d of %d variants measured; the best so far: %s",
-            job.kernel_name,
-            len(outcomes),
-            limit,
-            "none" if best is None else f"{best.label} ({times[best] * 1e6:.1f} us)",
-        )
+        _log_batch(job, len(outcomes), limit, best, times)
     progress.close()
     return outcomes, best
 
@@ -231,10 +239,41 @@ def _fastest(
     times: Mapping[Variant, float | None],
     best: Variant | None,
 ) -> Variant | None:
-    """The fastest of ``candidates`` that were timed (the first in the kernel's order among
-    equals), else ``best``."""
+    """The fastest of ``candidates`` that were timed (one batch: measured together, the best so
+    far among them; the first in the kernel's order among equals), else ``best`` while its
+    latest run was timed, else the fastest timed in any batch (None where none was): never a
+    variant whose latest run failed."""
     timed = [v for v in candidates if times[v] is not None]
-    return min(timed, key=lambda v: (times[v], job.variants.index(v)), default=best)
+    if not timed and best is not None and times[best] is not None:
+        return best
+    timed = timed or [v for v in job.variants if times.get(v) is not None]
+    return min(timed, key=lambda v: (times[v], job.variants.index(v)), default=None)
+
+
+def _log_batch(
+    job: TuneJob,
+    measured: int,
+    limit: int,
+    best: Variant | None,
+    times: Mapping[Variant, float | None],
+) -> None:
+    """Log, for debugging, how far the search got after a batch and the best so far."""
+    if best is None:
+        logger.debug(
+            "numbatune: %s: %d of %d variants measured; none works so far",
+            job.kernel_name,
+            measured,
+            limit,
+        )
+    else:
+        logger.debug(
+            "numbatune: %s: %d of %d variants measured; the best so far: %s (%.1f us)",
+            job.kernel_name,
+            measured,
+            limit,
+            best.label,
+            times[best] * 1e6,  # type: ignore[operator]  # a timed variant
+        )
 
 
 def _room(
