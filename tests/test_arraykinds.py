@@ -183,3 +183,18 @@ def test_record_arrays_of_one_size_and_other_fields_have_other_keys():
     assert tuned.tune(points, out).source == "benchmark"
     report = tuned.tune(pairs, out)  # 8 bytes too: NumPy names both void64
     assert report.source == "benchmark" and report.key != tuned.tune(points, out).key
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="Boxed runs in the simulator's Python kernels")
+def test_the_launch_function_is_called_with_the_callers_arrays_while_tuning(boxed_kind):
+    """Tuning runs on clones (numba arrays), but the launch function is the user's code for
+    their arrays: a torch user's ``x.numel()``, here what only a Boxed array has."""
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[4, 8]),
+        launch=lambda a, out, *, BLOCK: (nt.cdiv(a.inner.shape[0], BLOCK), BLOCK),
+    )(kernels.accumulate)
+    x, out = _boxed(np.arange(12)), _boxed(np.zeros(12))
+    report = tuned.tune(x, out)
+    assert all(r.median_s is not None for r in report.results), [r.error for r in report.results]
+    tuned(x, out)
+    np.testing.assert_array_equal(np.asarray(out), np.arange(12))

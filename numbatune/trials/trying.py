@@ -79,6 +79,7 @@ def compile_and_try(
     kernel: KernelVariants,
     variants: Sequence[Variant],
     args: tuple[Any, ...],
+    launch_args: tuple[Any, ...],
     stream: Any,
     done: Callable[[int], None],
     arrived: Arrived,
@@ -95,6 +96,9 @@ def compile_and_try(
         The variants to compile.
     args, stream
         The arguments (the caller's, or clones of them) and the stream they are valid on.
+    launch_args
+        The caller's arguments, which the launch function is called with (a launch function
+        may read what clones, numba arrays, do not have: a torch tensor's ``numel()``).
     done
         Told how many variants are settled, as they are.
     arrived
@@ -114,9 +118,10 @@ def compile_and_try(
         if kernel.compiler.overloaded:  # which overload args take: not known yet
             return
         with contextlib.suppress(Exception):  # it fails again below, as its error
-            arrived(variant, kernel.launcher(variant, kernel.compiler.dispatcher(variant), args))
+            dispatcher = kernel.compiler.dispatcher(variant)
+            arrived(variant, kernel.launcher(variant, dispatcher, launch_args))
 
-    trying = _Trying(kernel, args, stream, may_run, taken)
+    trying = _Trying(kernel, args, launch_args, stream, may_run, taken)
     try:
         compiled = kernel.compiler.compile_all(
             variants, args, done, kernel.tally, trying.add, taken
@@ -130,7 +135,7 @@ def compile_and_try(
             launchers[variant] = (
                 compiled_kernel
                 if isinstance(compiled_kernel, Failed)
-                else kernel.launcher(variant, compiled_kernel, args)
+                else kernel.launcher(variant, compiled_kernel, launch_args)
             )
         except Exception as error:
             launchers[variant] = Failed.of(error)
@@ -145,11 +150,13 @@ class _Trying:
         self,
         kernel: KernelVariants,
         args: tuple[Any, ...],
+        launch_args: tuple[Any, ...],
         stream: Any,
         may_run: Callable[[Variant], None],
         taken: Snapshot,
     ) -> None:
         self._kernel, self._args, self._may_run = kernel, args, may_run
+        self._launch_args = launch_args
         self._isolate = taken.isolate
         self._cache_dir = taken.cache_dir  # (whose kernel store says which variants ran)
         self._made: set[Variant] = set()
@@ -179,7 +186,7 @@ class _Trying:
             try:
                 payload = compiler.payload(variant, self._args)
                 self._pipeline.add(
-                    variant, payload, self._kernel.runnable_config(self._args, variant)
+                    variant, payload, self._kernel.runnable_config(self._launch_args, variant)
                 )
             except Exception as error:
                 self._failed[variant] = Failed.of(error)

@@ -35,14 +35,24 @@ def bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> Callable[[]
 #: ``arrived(variant, launcher)``.
 Arrived = Callable[[Variant, Launcher], None]
 
-#: ``compile(variants, args, stream, done, arrived, taken)``: each variant compiled for the
-#: types of ``args`` (valid on numba's ``stream``), as its launcher, or
-#: :class:`~numbatune.tuning.results.Failed` with why it did not compile or failed its trial
-#: run; ``done(count)`` is called as variants finish compiling, and ``arrived`` as each may run
-#: (not always: kernels with several declared signatures are not told). ``taken``: the
-#: tuning's settings (compile workers, trial runs, their time limits).
+#: ``compile(variants, args, launch_args, stream, done, arrived, taken)``: each variant
+#: compiled for the types of ``args`` (valid on numba's ``stream``), as its launcher (its launch
+#: configuration from the launch function called with ``launch_args``: the caller's arguments,
+#: of which ``args`` may be clones), or :class:`~numbatune.tuning.results.Failed` with why it
+#: did not compile or failed its trial run; ``done(count)`` is called as variants finish
+#: compiling, and ``arrived`` as each may run (not always: kernels with several declared
+#: signatures are not told). ``taken``: the tuning's settings (compile workers, trial runs,
+#: their time limits).
 Compile = Callable[
-    [Sequence[Variant], tuple[Any, ...], Any, Callable[[int], None], Arrived, Snapshot],
+    [
+        Sequence[Variant],
+        tuple[Any, ...],
+        tuple[Any, ...],
+        Any,
+        Callable[[int], None],
+        Arrived,
+        Snapshot,
+    ],
     Mapping[Variant, Launcher | Failed],
 ]
 

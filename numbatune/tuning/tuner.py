@@ -113,7 +113,10 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
     A lone variant is not measured, but one that fails gives way to the next priority group.
     """
     clones = job.arguments.clone(job.stream)
-    launcher = job.compile([variant], clones, job.stream, _ignore, _ignore, job.settings)[variant]
+    launchers = job.compile(
+        [variant], clones, job.arguments.values, job.stream, _ignore, _ignore, job.settings
+    )
+    launcher = launchers[variant]
     try:
         if isinstance(launcher, Failed):
             raise TuningError(launcher.error)
@@ -320,6 +323,7 @@ def _measure(
         compiled = job.compile(
             variants,
             clones,
+            job.arguments.values,
             job.stream,
             lambda count: progress.step(done + count, "compiled"),
             _ignore if screen is None else screen.arrived,
