@@ -127,13 +127,18 @@ def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
             size = os.fstat(file.fileno()).st_size
             buffer = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) if size else b""
     device = tuple(_device_copy(entry, buffer) for entry in layout)
-    originals = tuple(arrays.clone(a) if arrays.is_array(a) else None for a in device)
+    originals = tuple(arrays.clone_value(v) if _arrays_in(v) else None for v in device)
     _staged.clear()
     _staged.update(token=token, args=device, originals=originals)
 
 
 def _device_copy(entry: Any, buffer: Any) -> Any:
+    """The value a layout's ``entry`` describes, its arrays (in tuples too) copied to the
+    device."""
     from numba import cuda
+
+    if isinstance(entry, tuple):
+        return tuple(_device_copy(item, buffer) for item in entry)
 
     if isinstance(entry, _Slot):
         return cuda.to_device(entry.view(buffer))
@@ -438,16 +443,29 @@ def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     memory that CUDA IPC cannot share, another platform)."""
     if SIMULATOR:
         return None
-    layout = []
-    for arg in args:
-        if not arrays.is_array(arg):
-            layout.append(arg)
-            continue
-        try:
-            layout.append(_OpenedByIpc(arrays.device_view(arg).get_ipc_handle()))
-        except Exception:  # numba's and the driver's many refusals
-            return None
-    return tuple(layout)
+    try:
+        return tuple(_with_arrays_as(arg, _opened_by_ipc) for arg in args)
+    except Exception:  # numba's and the driver's many refusals
+        return None
+
+
+def _opened_by_ipc(array: Any) -> _OpenedByIpc:
+    return _OpenedByIpc(arrays.device_view(array).get_ipc_handle())
+
+
+def _with_arrays_as(value: Any, entry: Callable[[Any], Any]) -> Any:
+    """``value`` with each array in it (itself, or in tuples at any depth) as ``entry`` makes
+    it."""
+    if isinstance(value, tuple):
+        return tuple(_with_arrays_as(item, entry) for item in value)
+    return entry(value) if arrays.is_array(value) else value
+
+
+def _arrays_in(value: Any) -> list[Any]:
+    """The arrays in ``value`` (itself, or in tuples at any depth), in order."""
+    if isinstance(value, tuple):
+        return [array for item in value for array in _arrays_in(item)]
+    return [value] if arrays.is_array(value) else []
 
 
 @contextlib.contextmanager
@@ -455,25 +473,22 @@ def _shared_copies(args: tuple[Any, ...], stream: Any) -> Iterator[tuple[str, tu
     """Host copies of the arrays among ``args``, taken on ``stream``, in one file a worker
     opens by its path: the path, and for each argument its :class:`_Slot` or (not an array)
     the value itself."""
-    views = [arrays.device_view(a) if arrays.is_array(a) else None for a in args]
-    layout: list[Any] = []
+    slots: dict[int, tuple[_Slot, Any]] = {}  # by the array's id: its slot and device view
     size = 0
-    for arg, view in zip(args, views, strict=True):
-        if view is None:
-            layout.append(arg)
-            continue
-        order = "F" if arrays.read(arg)[2] == "F" else "C"  # type: ignore[index]
+    for array in (a for arg in args for a in _arrays_in(arg)):
+        view = arrays.device_view(array)
+        order = "F" if arrays.read(array)[2] == "F" else "C"  # type: ignore[index]
         slot = _Slot(size, tuple(view.shape), view.dtype.str, order)
-        layout.append(slot)
+        slots[id(array)] = slot, view
         size += -(-slot.size // _ALIGNMENT) * _ALIGNMENT
+    layout = tuple(_with_arrays_as(arg, lambda array: slots[id(array)][0]) for arg in args)
     with _shared_file(size) as (descriptor, path):
         if size:
             wait_for(stream)  # the copies below then hold no other thread's launch up
             with mmap.mmap(descriptor, size) as buffer:
-                for slot, view in zip(layout, views, strict=True):
-                    if view is not None:
-                        _copy_to_host(view, slot.view(buffer), arrays.read(view)[2], stream)  # type: ignore[index]
-        yield path, tuple(layout)
+                for slot, view in slots.values():
+                    _copy_to_host(view, slot.view(buffer), arrays.read(view)[2], stream)  # type: ignore[index]
+        yield path, layout
 
 
 @contextlib.contextmanager
