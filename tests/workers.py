@@ -13,10 +13,13 @@ def warm():
 
 
 def warm_and_tell(path):
-    """:func:`warm`, then write this process's pid to ``path``."""
+    """:func:`warm`, then write this process's pid to ``path`` (whole when it appears: written
+    beside it, then renamed)."""
     warm()
-    with open(path, "w") as file:
+    written = f"{path}.{os.getpid()}"
+    with open(written, "w") as file:
         file.write(str(os.getpid()))
+    os.replace(written, path)
 
 
 def warmed_in():
