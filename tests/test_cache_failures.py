@@ -204,6 +204,27 @@ def test_a_corrupt_cache_that_cannot_be_moved_aside_says_so(numbatune_cache, mon
     assert "moved it to" not in caplog.text
 
 
+def test_a_corrupt_cache_moved_aside_whose_fresh_one_cannot_start_says_so(
+    numbatune_cache, monkeypatch, caplog
+):
+    _tuned().tune(*_arguments())
+    (_folder(numbatune_cache) / "cache.db").write_bytes(b"not a database" * 100)
+    kernels.forget_shared_state(monkeypatch)
+    opened = disk_module.diskcache.Cache
+
+    def fresh_fails(directory, *args, **kwargs):
+        if (Path(directory) / "cache.db").exists():
+            return opened(directory, *args, **kwargs)  # (the damaged one: found corrupt)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(disk_module.diskcache, "Cache", fresh_fails)
+    with caplog.at_level(logging.WARNING, logger="numbatune"):
+        assert _tuned().tune(*_arguments()).source == "benchmark"
+    assert "could not be moved aside" not in caplog.text
+    assert "moved it to" in caplog.text and "a fresh one could not be started" in caplog.text
+    assert len(list(numbatune_cache.rglob("*.corrupt-*"))) == 1
+
+
 @pytest.mark.parametrize(
     "damage",
     [{"best_index": 99}, {"best_index": -1}, {"results": "nope"}, None,

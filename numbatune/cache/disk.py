@@ -344,9 +344,17 @@ class Folder:
         aside = _aside_name(folder)
         try:
             shutil.move(str(folder), str(aside))
-            self._cache = diskcache.Cache(str(folder))
         except DISK_ERRORS as second:
             self.problem = f"{what} {why} and could not be moved aside ({second})"
+            self._say("open", self.problem)
+            return
+        try:
+            self._cache = diskcache.Cache(str(folder))
+        except DISK_ERRORS as second:
+            self.problem = (
+                f"{what} {why}; moved it to {aside}, but a fresh one could not be started "
+                f"({in_words(second, folder)})"
+            )
             self._say("open", self.problem)
             return
         self._now_writable()
