@@ -26,10 +26,12 @@ def stream_handle(stream: Any) -> int:
     StreamError
         A ``__cuda_stream__`` object that cannot say its handle (closed).
     """
-    if isinstance(stream, numbers.Integral):  # (NumPy's integers too)
-        return int(stream)
+    if isinstance(stream, int):
+        return stream
     handle = getattr(stream, HANDLE_MEMO, None)
     if handle is None:
+        if isinstance(stream, numbers.Integral):  # NumPy's integers (an ABC: looked at last)
+            return int(stream)
         handle = _read_handle(stream)
         if type(stream).__module__.partition(".")[0] in _FIXED_HANDLES:
             with contextlib.suppress(AttributeError, TypeError):  # a class without __dict__
