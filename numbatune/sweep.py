@@ -352,7 +352,7 @@ class Sweeper:
             self.close()
             raise
         #: The entries handed back (or in the earlier export), by what tells them apart.
-        self._sent = {_item_identity(item): item["entry"] for item in earlier}
+        self._sent = {files.item_identity(item): item["entry"] for item in earlier}
         #: The storage keys read from the folder so far.
         self._read: set[str] = set()
         self._sent_kernels: set[tuple[str, str, str]] = set()
@@ -372,9 +372,9 @@ class Sweeper:
         items = [
             item
             for item in files.export_items([entry for _, entry in found])
-            if self._sent.get(_item_identity(item)) != item["entry"]
+            if self._sent.get(files.item_identity(item)) != item["entry"]
         ]
-        self._sent.update((_item_identity(item), item["entry"]) for item in items)
+        self._sent.update((files.item_identity(item), item["entry"]) for item in items)
         kernels = files.export_kernels(self._folder, items, known=self._sent_kernels)
         self._sent_kernels.update((k.arch, k.function, k.key) for k in kernels)
         return {"outcomes": [outcome], "items": items, "kernels": kernels}
@@ -383,11 +383,6 @@ class Sweeper:
         """Remove the actor's own temporary folder, if it made one."""
         if self._own is not None:
             shutil.rmtree(self._own, ignore_errors=True)
-
-
-def _item_identity(item: dict[str, Any]) -> tuple[str, str, str, str]:
-    """What tells export items apart (as :func:`numbatune.cache.files.write_export` does)."""
-    return item["device"], item["function"], item["key"], item["entry"]["checksum"]
 
 
 def _prepare(

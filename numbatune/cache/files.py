@@ -256,6 +256,12 @@ def export_kernels(
     return compiled.stored(Path(cache_dir), (item["function"] for item in items), known)
 
 
+def item_identity(item: dict[str, Any]) -> tuple[str, str, str, str]:
+    """What tells export items (:func:`export_items`) apart: device, function, key and the
+    kernel's checksum."""
+    return item["device"], item["function"], item["key"], item["entry"]["checksum"]
+
+
 def write_export(
     path: Path, items: list[dict[str, Any]], kernels: Sequence[compiled.Kernel] = ()
 ) -> Written:
@@ -266,7 +272,7 @@ def write_export(
     The file is written whole or not at all: to a temporary file beside it, then renamed.
     Raises :class:`CacheFileError`, saying why in words, where it cannot be written.
     """
-    unique = {(i["device"], i["function"], i["key"], i["entry"]["checksum"]): i for i in items}
+    unique = {item_identity(i): i for i in items}
     once = {(k.arch, k.function, k.key): k for k in kernels}
     document = {
         "format": FILE_FORMAT,
