@@ -141,12 +141,25 @@ class Arguments:
         )
 
 
-def clone_value(value: Any, stream: Any = 0) -> Any:
-    """``value`` with every array in it replaced by a :func:`clone` of it: ``value`` itself
-    where it is an array, the arrays of tuples at any depth; other values as they are."""
+def with_arrays_as(value: Any, entry: Callable[[Any], Any]) -> Any:
+    """``value`` with each array in it (``value`` itself, or the arrays of tuples at any depth)
+    replaced by what ``entry`` makes of it; other values as they are."""
     if isinstance(value, tuple):
-        return tuple(clone_value(item, stream) for item in value)
-    return value if kind_of(type(value)) is None else clone(value, stream)
+        return tuple(with_arrays_as(item, entry) for item in value)
+    return entry(value) if is_array(value) else value
+
+
+def arrays_in(value: Any) -> list[Any]:
+    """The arrays in ``value`` (itself, or in tuples at any depth), in order."""
+    if isinstance(value, tuple):
+        return [array for item in value for array in arrays_in(item)]
+    return [value] if is_array(value) else []
+
+
+def clone_value(value: Any, stream: Any = 0) -> Any:
+    """``value`` with every array in it replaced by a :func:`clone` of it
+    (:func:`with_arrays_as`)."""
+    return with_arrays_as(value, lambda array: clone(array, stream))
 
 
 def restorer(
@@ -184,7 +197,7 @@ def _array_pairs(clone_: Any, original: Any) -> list[tuple[Any, Any]]:
     value that holds none, or None) and in ``clone_``, which has its shape."""
     if isinstance(original, tuple):
         return [p for c, o in zip(clone_, original, strict=True) for p in _array_pairs(c, o)]
-    return [] if original is None or kind_of(type(original)) is None else [(clone_, original)]
+    return [(clone_, original)] if is_array(original) else []
 
 
 def _extent(view: Any) -> tuple[int, int]:

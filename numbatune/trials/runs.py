@@ -127,7 +127,7 @@ def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
             size = os.fstat(file.fileno()).st_size
             buffer = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) if size else b""
     device = tuple(_device_copy(entry, buffer) for entry in layout)
-    originals = tuple(arrays.clone_value(v) if _arrays_in(v) else None for v in device)
+    originals = tuple(arrays.clone_value(v) if arrays.arrays_in(v) else None for v in device)
     _staged.clear()
     _staged.update(token=token, args=device, originals=originals)
 
@@ -444,28 +444,13 @@ def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     if SIMULATOR:
         return None
     try:
-        return tuple(_with_arrays_as(arg, _opened_by_ipc) for arg in args)
+        return tuple(arrays.with_arrays_as(arg, _opened_by_ipc) for arg in args)
     except Exception:  # numba's and the driver's many refusals
         return None
 
 
 def _opened_by_ipc(array: Any) -> _OpenedByIpc:
     return _OpenedByIpc(arrays.device_view(array).get_ipc_handle())
-
-
-def _with_arrays_as(value: Any, entry: Callable[[Any], Any]) -> Any:
-    """``value`` with each array in it (itself, or in tuples at any depth) as ``entry`` makes
-    it."""
-    if isinstance(value, tuple):
-        return tuple(_with_arrays_as(item, entry) for item in value)
-    return entry(value) if arrays.is_array(value) else value
-
-
-def _arrays_in(value: Any) -> list[Any]:
-    """The arrays in ``value`` (itself, or in tuples at any depth), in order."""
-    if isinstance(value, tuple):
-        return [array for item in value for array in _arrays_in(item)]
-    return [value] if arrays.is_array(value) else []
 
 
 @contextlib.contextmanager
@@ -475,13 +460,13 @@ def _shared_copies(args: tuple[Any, ...], stream: Any) -> Iterator[tuple[str, tu
     the value itself."""
     slots: dict[int, tuple[_Slot, Any]] = {}  # by the array's id: its slot and device view
     size = 0
-    for array in (a for arg in args for a in _arrays_in(arg)):
+    for array in (a for arg in args for a in arrays.arrays_in(arg)):
         view = arrays.device_view(array)
         order = "F" if arrays.read(array)[2] == "F" else "C"  # type: ignore[index]
         slot = _Slot(size, tuple(view.shape), view.dtype.str, order)
         slots[id(array)] = slot, view
         size += -(-slot.size // _ALIGNMENT) * _ALIGNMENT
-    layout = tuple(_with_arrays_as(arg, lambda array: slots[id(array)][0]) for arg in args)
+    layout = tuple(arrays.with_arrays_as(arg, lambda array: slots[id(array)][0]) for arg in args)
     with _shared_file(size) as (descriptor, path):
         if size:
             wait_for(stream)  # the copies below then hold no other thread's launch up
