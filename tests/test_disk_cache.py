@@ -8,7 +8,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
+from numba import cuda
+
+import numbatune as nt
 from numbatune.cache.disk import Folder
+from tests import kernels
 
 KERNEL_MODULE = """
 from numba import cuda
@@ -100,27 +105,23 @@ def test_a_corrupted_cache_warns_and_starts_fresh(tmp_path):
     assert list((tmp_path / "cache").rglob("*.corrupt-*"))
 
 
+def _accumulating(blocks):
+    """``kernels.accumulate`` tuned over ``blocks``."""
+    return nt.autotune(variants=nt.product(BLOCK=blocks), launch=kernels.accumulate_launch)(
+        kernels.accumulate
+    )
+
+
 def test_a_corrupted_entry_is_tuned_again(caplog, monkeypatch):
-    import numpy as np
-    from numba import cuda
-
-    import numbatune as nt
-    from tests import kernels
-
-    def tuned():
-        return nt.autotune(variants=nt.product(BLOCK=[2, 4]), launch=kernels.accumulate_launch)(
-            kernels.accumulate
-        )
-
     args = cuda.to_device(np.ones(4, np.float32)), cuda.to_device(np.zeros(4, np.float32))
-    first = tuned()
+    first = _accumulating([2, 4])
     first.tune(*args)
     disk = first._device_state().cache._open()
     for stored_key in disk.stored_keys():
         disk.set(stored_key, "{not json")
     kernels.forget_shared_state(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="numbatune"):
-        report = tuned().tune(*args)
+        report = _accumulating([2, 4]).tune(*args)
     assert report.source == "benchmark"
     assert "damaged tune cache entry" in caplog.text
     stored = [json.loads(disk.get(k)) for k in disk.stored_keys()]
@@ -152,11 +153,6 @@ def add(a, out):
 def test_editing_a_helper_of_the_launch_function_invalidates_the_stored_result(
     numbatune_cache, tmp_path, monkeypatch
 ):
-    import numpy as np
-    from numba import cuda
-
-    from tests import kernels
-
     def tuned(edit):
         path = tmp_path / "launch_helpers.py"
         return kernels.load_written(path, LAUNCH_HELPERS.format(edit=edit), monkeypatch).add
@@ -189,10 +185,6 @@ def test_changing_the_tuning_options_of_the_decorator_keeps_the_stored_result(
 ):
     """Options on the decorator's lines (the launch function's lambda's line too) decide no
     code: a result tuned at ``full`` serves every level, search and prune function."""
-    import numpy as np
-    from numba import cuda
-
-    from tests import kernels
 
     def tuned(options):
         path = tmp_path / "tuning_options.py"
@@ -230,20 +222,9 @@ def test_results_stored_after_another_process_closed_the_cache_are_kept(tmp_path
 def test_two_tuned_kernels_of_one_function_with_other_variants_keep_each_others_results(
     monkeypatch,
 ):
-    import numpy as np
-    from numba import cuda
-
-    import numbatune as nt
-    from tests import kernels
-
-    def tuned(blocks):
-        return nt.autotune(variants=nt.product(BLOCK=blocks), launch=kernels.accumulate_launch)(
-            kernels.accumulate
-        )
-
     def sources():
         a, out = cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.zeros(8, np.float32))
-        return [tuned(blocks).tune(a, out).source for blocks in ([2, 4], [4, 8])]
+        return [_accumulating(blocks).tune(a, out).source for blocks in ([2, 4], [4, 8])]
 
     assert sources() == ["benchmark", "benchmark"]
     kernels.forget_shared_state(monkeypatch)  # as in a new process
