@@ -295,8 +295,8 @@ def _on_ray(
             ]
             deadline = time.perf_counter() + WORKER_LIMIT_S
             return [
-                _gathered(ray, a, share, futures, deadline)
-                for a, share, futures in zip(actors, shares, calls, strict=True)
+                _gathered(ray, a, share, futures, deadline, Path(d), earlier)
+                for a, share, futures, d in zip(actors, shares, calls, cache_dirs, strict=True)
             ]
     finally:
         if started_here:
@@ -304,11 +304,18 @@ def _on_ray(
 
 
 def _gathered(
-    ray: Any, actor: Any, share: Sequence[Record], futures: Sequence[Any], deadline: float
+    ray: Any,
+    actor: Any,
+    share: Sequence[Record],
+    futures: Sequence[Any],
+    deadline: float,
+    cache_dir: Path,
+    earlier: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """A Ray actor's results for its ``share``, record by record (:meth:`Sweeper.tune`); the
-    records from the first whose call failed on (the actor died, raised or ran past
-    ``deadline``) failed, and the actor stopped."""
+    """A Ray actor's results for its ``share``, record by record (:meth:`Sweeper.tune`). From
+    the first record whose call failed (the actor died, raised or ran past ``deadline``; it is
+    stopped), the records are kept as its ``cache_dir`` holds them where that folder is on this
+    machine (an actor that dies may take the answer of its last call with it), else failed."""
     gathered: dict[str, list[Any]] = {"outcomes": [], "items": [], "kernels": []}
     for index, future in enumerate(futures):
         try:
@@ -318,9 +325,9 @@ def _gathered(
                 ray.get(actor.close.remote(), timeout=10)
             ray.kill(actor)
             why = f"its Ray actor failed: {error}"
-            gathered["outcomes"] += [
-                SweepOutcome(r.function, r.key, Status.FAILED, why) for r in share[index:]
-            ]
+            kept = _kept_share(share[index:], _results(cache_dir), earlier, why)
+            for part, values in kept.items():
+                gathered[part] += values
             return gathered
         for part, values in results.items():
             gathered[part] += values
