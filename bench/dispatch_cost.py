@@ -208,21 +208,32 @@ def _profile_calls(
     tuned: nt.TunedKernel, args: tuple[Any, ...], label: str
 ) -> dict[Any, Callable[[], Any]]:
     """Calls that split a hit's host time: the driver's launch alone (parameters packed once),
-    and the generated code with the launch stubbed out."""
+    the launch function alone, the read of the arrays through their library alone (torch's
+    and CuPy's, one call of the C extension), and the generated code with the launch stubbed
+    out. What the driver, the launch function and the library take is what any launcher
+    through those APIs pays; the rest of a hit is numbatune's."""
     parts = _fast_path_parts(tuned, args)
     (function,) = parts["_functions"].values()
     winner = next(iter(parts["_winners"].values()))
-    config = parts["_config"](*args, **winner.params)
+    config_function = parts["_config"]
+    config = config_function(*args, **winner.params)
     packed = _packed(parts, args)
     launch, offsets, context = parts["_launch"], parts["_offsets"], parts["_context"]
     cooperative = parts["_cooperative"]
     call = launch_stubbed(parts["call"])
-    return {
+    calls = {
         (label, "driver launch alone (packed once)"): lambda: launch(
             function, config, 0, packed, offsets, context, cooperative
         ),
+        (label, "launch function alone"): lambda: config_function(*args, **winner.params),
         (label, "generated code, launch stubbed"): lambda: call(args, None),
     }
+    reads = [value for name, value in parts.items() if name.startswith("_k") and
+             getattr(value, "__name__", "") == "read"]  # fmt: skip
+    if reads:  # (the bench's arrays are all of one kind: one read)
+        arrays = tuple(value for value in args if not isinstance(value, float | np.floating))
+        calls[label, "the arrays' read alone (library API, in C)"] = lambda: reads[0](arrays)
+    return calls
 
 
 def launch_stubbed(path: Callable[..., Any]) -> Callable[..., Any]:

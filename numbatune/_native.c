@@ -377,6 +377,9 @@ typedef struct {
     PyObject *make;     /* makes (and keeps in ``parts``) the part of a shape not in it */
     PyObject *part;     /* the part of the last read, or NULL */
     int64_t *extents;   /* those of the last read (ndim of them) */
+    PyObject *seen;       /* a weak reference to the array whose allocation was read last */
+    void *seen_data;      /* its data pointer then */
+    PyObject *allocation; /* where its allocation starts (an int), or NULL: none read yet */
 } reader_array_t;
 
 /* The attributes arrays read by attribute expose their fields by (reader_source). */
@@ -391,6 +394,7 @@ enum {
     NAME_STREAM_POINTER,
     NAME_RANK,
     NAME_SIZE,
+    NAME_ALLOCATION,
     NAME_COUNT
 };
 
@@ -405,8 +409,9 @@ typedef struct {
     void *closure[NAME_COUNT];
 } getters_t;
 
-/* The getters a reader keeps: of its arrays' class and of their memory objects' class. */
-enum { OF_ARRAY, OF_MEMORY, GETTERS_COUNT };
+/* The getters a reader keeps: of its arrays' class, of their memory objects' class and of
+ * the class of the objects those hold their allocations' starts in. */
+enum { OF_ARRAY, OF_MEMORY, OF_ALLOCATION, GETTERS_COUNT };
 
 /* Reads the arrays of one fast path: see reader_new. */
 typedef struct {
@@ -414,6 +419,8 @@ typedef struct {
     dl_exchange_api_t *api;      /* NULL: the arrays are read by attribute */
     PyObject *names[NAME_COUNT]; /* attribute reads: the attributes' names, interned */
     PyObject *current_stream;    /* attribute reads: the library's current stream function */
+    PyObject *offset;            /* DLPack reads: the name of the arrays' method that gives their
+                                    offset into their allocation, in elements, or NULL */
     getters_t getters[GETTERS_COUNT];
     Py_ssize_t count, keyed, runs;
     reader_array_t *arrays;
@@ -496,12 +503,18 @@ static PyObject *run_bytes(Reader *self, Py_ssize_t run, const int64_t *values) 
     return fields;
 }
 
-/* The result of a read whose arrays' parameters lie in ``values`` and their extents in
- * ``extents``: (current stream, key, run, run, ...). */
+/* The result of a read whose arrays' parameters lie in ``values``, their extents in
+ * ``extents`` and the starts of their allocations in ``allocations`` (a reference it takes;
+ * NULL: not read): (current stream, key, run, run, ..., allocations or None). */
 static PyObject *read_result(Reader *self, void *stream, const int64_t *values,
-                             const int64_t *extents) {
-    PyObject *result = PyTuple_New(2 + self->runs);
-    if (result == NULL) return NULL;
+                             const int64_t *extents, PyObject *allocations) {
+    PyObject *result = PyTuple_New(3 + self->runs);
+    if (result == NULL) {
+        Py_XDECREF(allocations);
+        return NULL;
+    }
+    PyObject *starts = allocations != NULL ? allocations : Py_NewRef(Py_None);
+    PyTuple_SET_ITEM(result, 2 + self->runs, starts);
     PyObject *current = PyLong_FromVoidPtr(stream);
     if (current == NULL) {
         Py_DECREF(result);
@@ -653,11 +666,74 @@ static int read_layout(Reader *self, const reader_array_t *array, PyObject *valu
     return 0;
 }
 
+/* The start of the allocation of an array whose memory object is ``memory`` (a new reference:
+ * the pointer of the object its allocation attribute holds), or NULL with an exception. */
+static PyObject *allocation_of(Reader *self, PyObject *memory) {
+    PyObject *owner = attribute(self, OF_MEMORY, memory, NAME_ALLOCATION);
+    if (owner == NULL) return NULL;
+    PyObject *start = attribute(self, OF_ALLOCATION, owner, NAME_POINTER);
+    Py_DECREF(owner);
+    if (start != NULL && !PyLong_Check(start)) Py_SETREF(start, NULL); /* (not an address) */
+    return start;
+}
+
+/* The start of the allocation of ``value``, read through DLPack into ``t``: its data pointer
+ * less the elements its offset method gives (a new reference), or NULL with an exception. */
+static PyObject *dlpack_allocation(Reader *self, PyObject *value, const dl_tensor_t *t) {
+    int64_t offset;
+    if (integer_in(PyObject_CallMethodNoArgs(value, self->offset), &offset) < 0) return NULL;
+    intptr_t data = (intptr_t)((char *)t->data + t->byte_offset);
+    return PyLong_FromLongLong((long long)(data - offset * (t->dtype.bits / 8)));
+}
+
+/* Whether ``reference`` is a weak reference to ``value``, alive. */
+static int refers_to(PyObject *reference, PyObject *value) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *alive = NULL;
+    if (PyWeakref_GetRef(reference, &alive) < 0) PyErr_Clear();
+    Py_XDECREF(alive); /* (compared by address only: ``value`` holds it) */
+    return alive == value;
+#else
+    return PyWeakref_GetObject(reference) == value;
+#endif
+}
+
+/* Where the allocation of ``array``'s ``value``, whose data pointer is ``data``, starts (a new
+ * reference; NULL where it cannot be read: the general path's read in Python says why): the
+ * last read's where ``value`` is the same live object with the same data pointer (an array's
+ * allocation changes only with its data pointer: a tensor set onto another storage or resized
+ * points elsewhere, as the two allocations are alive at once), else read from ``memory`` (the
+ * memory object of a read by attribute) or through the DLPack offset method, and kept. */
+static PyObject *allocation_start(Reader *self, reader_array_t *array, PyObject *value,
+                                  void *data, PyObject *memory, const dl_tensor_t *t) {
+    if (array->allocation != NULL && array->seen_data == data && refers_to(array->seen, value)) {
+        return Py_NewRef(array->allocation);
+    }
+    PyObject *start =
+        memory != NULL ? allocation_of(self, memory) : dlpack_allocation(self, value, t);
+    PyObject *seen = start != NULL && Py_TYPE(value)->tp_weaklistoffset != 0
+                         ? PyWeakref_NewRef(value, NULL)
+                         : NULL;
+    if (seen == NULL) {
+        PyErr_Clear();
+        return start;
+    }
+    PyObject *old_seen = array->seen, *old_allocation = array->allocation;
+    array->seen = seen;
+    array->seen_data = data;
+    array->allocation = Py_NewRef(start);
+    Py_XDECREF(old_seen); /* (after the state is whole: these may run Python code) */
+    Py_XDECREF(old_allocation);
+    return start;
+}
+
 /* Array ``value`` of a read by attribute into ``t`` (its extents into ``shape``, its strides
  * into ``strides``: read_layout); for the first (``stream`` not NULL), the library's current
- * stream. -1 where it is not as expected. */
-static int read_attributes(Reader *self, const reader_array_t *array, PyObject *value,
-                           dl_tensor_t *t, int64_t *shape, int64_t *strides, void **stream) {
+ * stream; where ``allocation`` is not NULL, the start of its allocation into it (a new
+ * reference; NULL where it cannot be read). -1 where it is not as expected. */
+static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
+                           dl_tensor_t *t, int64_t *shape, int64_t *strides, void **stream,
+                           PyObject **allocation) {
     const dl_expected_t *e = &array->expected;
     if (read_layout(self, array, value, shape, strides, &t->strides) < 0) return -1;
     PyObject *memory = attribute(self, OF_ARRAY, value, NAME_MEMORY);
@@ -666,6 +742,10 @@ static int read_attributes(Reader *self, const reader_array_t *array, PyObject *
     int failed = address_in(attribute(self, OF_MEMORY, memory, NAME_POINTER), &t->data) < 0 ||
                  (e->reads_device &&
                   integer_in(attribute(self, OF_MEMORY, memory, NAME_DEVICE), &device) < 0);
+    if (!failed && allocation != NULL) {
+        *allocation = allocation_start(self, array, value, t->data, memory, NULL);
+        PyErr_Clear(); /* (where it cannot be read, it is read in Python: any error raised there) */
+    }
     Py_DECREF(memory);
     if (failed || device != e->device_id) return -1;
     t->device.device_type = e->device_type;
@@ -684,34 +764,58 @@ static int read_attributes(Reader *self, const reader_array_t *array, PyObject *
     return result;
 }
 
-/* reader.read(arrays) -> (current stream, key, run, run, ...) or None: see reader_new. */
-static PyObject *reader_read(Reader *self, PyObject *arrays) {
-    if (!PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != self->count) {
-        PyErr_Format(PyExc_TypeError, "read(arrays): a tuple of %zd arrays", self->count);
+/* reader.read(arrays[, allocations]) -> (current stream, key, run, run, ..., allocations) or
+ * None: see reader_new. */
+static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *arrays = nargs >= 1 ? args[0] : NULL;
+    if (nargs > 2 || arrays == NULL || !PyTuple_Check(arrays) ||
+        PyTuple_GET_SIZE(arrays) != self->count) {
+        PyErr_Format(PyExc_TypeError, "read(arrays[, allocations]): a tuple of %zd arrays",
+                     self->count);
         return NULL;
     }
+    int wanted = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+    if (wanted < 0) return NULL;
+    /* The starts of the arrays' allocations, where asked and this reader can read them. */
+    PyObject *allocations = wanted && (self->api == NULL || self->offset != NULL)
+                                ? PyTuple_New(self->count)
+                                : NULL;
+    if (wanted && allocations == NULL && PyErr_Occurred()) return NULL;
     int64_t values[MAX_PARAMETERS], extents[MAX_PARAMETERS];
     int64_t shape[MAX_DIMENSIONS], strides[MAX_DIMENSIONS];
     Py_ssize_t written = 0;
     void *stream = NULL;
     for (Py_ssize_t i = 0; i < self->count; i++) {
-        const reader_array_t *array = &self->arrays[i];
+        reader_array_t *array = &self->arrays[i];
         PyObject *value = PyTuple_GET_ITEM(arrays, i);
         void **first = i == 0 ? &stream : NULL;
         dl_tensor_t tensor;
+        PyObject *start = NULL;
         int read = self->api != NULL
                        ? read_dlpack(self, value, &tensor, first)
-                       : read_attributes(self, array, value, &tensor, shape, strides, first);
+                       : read_attributes(self, array, value, &tensor, shape, strides, first,
+                                         allocations != NULL ? &start : NULL);
         if (read < 0 || write_fields(&tensor, &array->expected, values + written) < 0) {
+            Py_XDECREF(start);
+            Py_XDECREF(allocations);
             if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
             PyErr_Clear(); /* the library cannot describe it: not this signature */
             Py_RETURN_NONE;
         }
+        if (allocations != NULL && self->api != NULL) {
+            void *data = (char *)tensor.data + tensor.byte_offset;
+            start = allocation_start(self, array, value, data, NULL, &tensor);
+        }
+        if (allocations != NULL && start == NULL) { /* (read in Python: any error raised there) */
+            PyErr_Clear();
+            Py_CLEAR(allocations);
+        }
+        if (allocations != NULL) PyTuple_SET_ITEM(allocations, i, start);
         memcpy(extents + (array->extents - self->extents), tensor.shape,
                (size_t)tensor.ndim * sizeof(int64_t));
         written += array->fields;
     }
-    return read_result(self, stream, values, extents);
+    return read_result(self, stream, values, extents, allocations);
 }
 
 /* The arrays' state, from what is expected of each and where their key parts come from. */
@@ -775,10 +879,11 @@ static int reader_runs(Reader *self, PyObject *runs) {
 
 /* How the arrays are read: through the DLPack C exchange API at the address ``source``, or,
  * for a tuple (names, current stream function, dtypes), by attribute: ``names`` are those of
- * NAME_SHAPE to NAME_SIZE (shape and strides in bytes, tuples or lists; whether C-contiguous;
- * dtype; the object holding the pointer and device index; those; of the object the function
- * returns, its handle; rank and size, which give the extents of arrays of at most one
- * dimension), ``dtypes`` the dtype object expected of each array. */
+ * NAME_SHAPE to NAME_ALLOCATION (shape and strides in bytes, tuples or lists; whether
+ * C-contiguous; dtype; the object holding the pointer and device index; those; of the object
+ * the function returns, its handle; rank and size, which give the extents of arrays of at most
+ * one dimension; of the memory object, the object whose pointer attribute is where its
+ * allocation starts), ``dtypes`` the dtype object expected of each array. */
 static int reader_source(Reader *self, PyObject *source) {
     if (PyLong_Check(source)) {
         self->api = api_of(source);
@@ -810,22 +915,31 @@ static int reader_source(Reader *self, PyObject *source) {
     return 0;
 }
 
-/* Reader(source, expected, parts, runs): reads the tuples of arrays of one fast path, of one
- * library, read as ``source`` says (reader_source), in one call: ``read(arrays)``.
+/* Reader(source, expected, parts, runs, offset=None): reads the tuples of arrays of one fast
+ * path, of one library, read as ``source`` says (reader_source), in one call:
+ * ``read(arrays[, allocations])``.
  *
  * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the
  * source of its part of the default key: (the parts kept by shape, a dict; a function that
  * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
  * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
  * current stream, through DLPack on the first array's device, the tuple of the arrays' key
- * parts, the parameters of each run as bytes), or None where an array is not as expected or its
- * library cannot describe it. Parts, key and bytes equal to the last read's are those objects
- * again. */
+ * parts, the parameters of each run as bytes, and, where ``allocations`` is true, the starts of
+ * the arrays' allocations, a tuple of ints, else None), or None where an array is not as
+ * expected or its library cannot describe it. Parts, key and bytes equal to the last read's are
+ * those objects again. An allocation starts, for arrays read through DLPack, at the data
+ * pointer less the elements given by their method named ``offset`` (None: not read, the
+ * allocations are None); for arrays read by attribute, at the pointer of the object their
+ * memory object's allocation attribute holds. Where one cannot be read, they are all None. */
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"source", "expected", "parts", "runs", NULL};
-    PyObject *source, *expected, *parts, *runs;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OSO!O!:Reader", names, &source, &expected,
-                                     &PyTuple_Type, &parts, &PyTuple_Type, &runs)) {
+    static char *names[] = {"source", "expected", "parts", "runs", "offset", NULL};
+    PyObject *source, *expected, *parts, *runs, *offset = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OSO!O!|O:Reader", names, &source, &expected,
+                                     &PyTuple_Type, &parts, &PyTuple_Type, &runs, &offset)) {
+        return NULL;
+    }
+    if (offset != Py_None && !PyUnicode_CheckExact(offset)) {
+        PyErr_SetString(PyExc_TypeError, "Reader: offset is a method's name or None");
         return NULL;
     }
     Py_ssize_t count = PyTuple_GET_SIZE(parts);
@@ -837,6 +951,10 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (self == NULL) return NULL;
     self->count = count;
     self->runs = PyTuple_GET_SIZE(runs);
+    if (offset != Py_None) {
+        self->offset = Py_NewRef(offset);
+        PyUnicode_InternInPlace(&self->offset);
+    }
     self->arrays = PyMem_Calloc((size_t)count, sizeof(reader_array_t));
     self->run_fields = PyMem_Calloc((size_t)self->runs + 1, sizeof(Py_ssize_t));
     self->fields = PyMem_Calloc((size_t)self->runs + 1, sizeof(PyObject *));
@@ -856,6 +974,8 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
         Py_VISIT(self->arrays[i].make);
         Py_VISIT(self->arrays[i].part);
         Py_VISIT(self->arrays[i].dtype);
+        Py_VISIT(self->arrays[i].seen);
+        Py_VISIT(self->arrays[i].allocation);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_VISIT(self->fields[r]);
@@ -872,12 +992,15 @@ static int reader_clear(Reader *self) {
         Py_CLEAR(self->arrays[i].make);
         Py_CLEAR(self->arrays[i].part);
         Py_CLEAR(self->arrays[i].dtype);
+        Py_CLEAR(self->arrays[i].seen);
+        Py_CLEAR(self->arrays[i].allocation);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_CLEAR(self->fields[r]);
     }
     Py_CLEAR(self->key);
     Py_CLEAR(self->current_stream);
+    Py_CLEAR(self->offset);
     for (int n = 0; n < NAME_COUNT; n++) Py_CLEAR(self->names[n]);
     for (int g = 0; g < GETTERS_COUNT; g++) Py_CLEAR(self->getters[g].type);
     return 0;
@@ -894,8 +1017,8 @@ static void reader_dealloc(Reader *self) {
 }
 
 static PyMethodDef reader_methods[] = {
-    {"read", (PyCFunction)reader_read, METH_O,
-     "read(arrays) -> (current stream, key, run, run, ...) or None"},
+    {"read", (PyCFunction)(void (*)(void))reader_read, METH_FASTCALL,
+     "read(arrays[, allocations]) -> (current stream, key, run, run, ..., allocations) or None"},
     {NULL, NULL, 0, NULL},
 };
 

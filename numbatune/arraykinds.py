@@ -87,11 +87,15 @@ class Attributes:
     #: by (an int each costs less to make than a sequence).
     rank: str
     size: str
+    #: Of the memory object, the object whose :attr:`pointer` is where the array's allocation
+    #: starts (what orders launches across streams: :attr:`ArrayKind.buffer`).
+    allocation: str
 
     def names(self) -> tuple[str, ...]:
         """The names, in the order the C extension takes them."""
         return (self.shape, self.strides, self.c_contiguous, self.dtype, self.memory,
-                self.pointer, self.device, self.stream_handle, self.rank, self.size)  # fmt: skip
+                self.pointer, self.device, self.stream_handle, self.rank, self.size,
+                self.allocation)  # fmt: skip
 
 
 def _accepted(array: Any) -> str | None:
@@ -140,6 +144,10 @@ class ArrayKind:
     #: API: the attributes the C extension reads its arrays' fields by, or None (then
     #: :attr:`fields`, in Python).
     attributes: Attributes | None = None
+    #: For a library with the DLPack C exchange API: the name of its arrays' method that gives
+    #: their offset into their allocation, in elements, with which the C extension finds
+    #: where the allocation starts (:attr:`buffer`); None: found in Python.
+    offset_method: str | None = None
 
 
 _dtype_names: dict[Any, str] = {}
@@ -299,6 +307,7 @@ TORCH = ArrayKind(
         "buffer": "{p} - {m}.storage_offset() * {itemsize}",
     },
     checks_device=True,  # (a tensor in host memory, or on another device, is refused)
+    offset_method="storage_offset",
 )
 
 
@@ -349,6 +358,7 @@ CUPY = ArrayKind(
         stream_handle="ptr",
         rank="ndim",
         size="size",
+        allocation="mem",
     ),
 )
 

@@ -164,25 +164,29 @@ class DLPack(NamedTuple):
     ``api(cls)``: the address of the API of an array class (0 where it has none this extension
     reads). ``describe(api, array)``: ``(device type, device id, ndim, type code, bits, lanes)``,
     or None where the library cannot describe the array. ``reader(source, expected, parts,
-    runs)``: the reads of one fast path's arrays of one library: ``source`` is the address of
-    its API, or, for arrays read by attribute, ``(names, current stream function, dtypes)``:
-    the names of :class:`numbatune.arraykinds.Attributes`, in its order, the function that
-    returns the library's current stream object, and the dtype object expected of each array
-    (one compared equal is taken too); one packed :data:`EXPECTED` per array (device type and id,
-    ndim, type code, bits, numba's layout letter, structure, whether a read by attribute reads
-    the device), per array None or the source of its part of the default key (a
-    :class:`numbatune.keys.KeyParts`' ``parts`` and ``make``), and the arrays split in order
-    into runs of consecutive kernel parameters (the count of arrays in each). Its
-    ``read(arrays)`` takes a tuple of such arrays and returns ``(current stream, key, run, run,
-    ...)``: the tuple of the key parts, and each run's kernel parameters as bytes (8 for each
-    parameter, in the host's order, in the structure asked for); or None where an array is not
-    as expected. A read hands out the last read's key parts, key and bytes again where they are
-    equal.
+    runs, offset=None)``: the reads of one fast path's arrays of one library: ``source`` is the
+    address of its API, or, for arrays read by attribute, ``(names, current stream function,
+    dtypes)``: the names of :class:`numbatune.arraykinds.Attributes`, in its order, the
+    function that returns the library's current stream object, and the dtype object expected
+    of each array (one compared equal is taken too); one packed :data:`EXPECTED` per array
+    (device type and id, ndim, type code, bits, numba's layout letter, structure, whether a
+    read by attribute reads the device), per array None or the source of its part of the
+    default key (a :class:`numbatune.keys.KeyParts`' ``parts`` and ``make``), and the arrays
+    split in order into runs of consecutive kernel parameters (the count of arrays in each);
+    for arrays read through DLPack, ``offset`` names their method that gives their offset into their
+    allocation, in elements (torch's ``storage_offset``), or None. Its ``read(arrays[,
+    allocations])`` takes a tuple of such arrays and returns ``(current stream, key, run, run,
+    ..., allocations)``: the tuple of the key parts, each run's kernel parameters as bytes (8
+    for each parameter, in the host's order, in the structure asked for), and, where
+    ``allocations`` is true, the tuple of where each array's allocation starts (what
+    :func:`numbatune.arrays.buffer_of` gives; None where the reader cannot read one: no
+    ``offset``, or a read failed), else None; or None where an array is not as expected. A read
+    hands out the last read's key parts, key and bytes again where they are equal.
     """
 
     api: Callable[[type], int]
     describe: Callable[[int, Any], tuple[int, ...] | None]
-    reader: Callable[[int, bytes, tuple[Any, ...], tuple[int, ...]], Any]
+    reader: Callable[..., Any]
 
 
 #: How :class:`DLPack`'s ``reader`` takes what it expects of an array: device type and id, ndim,

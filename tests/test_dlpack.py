@@ -17,6 +17,7 @@ from numba.core import types as numba_types
 from numba.np import numpy_support
 
 from numbatune import arraykinds, arrays, devices, native
+from numbatune.arrays import buffer_of
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import NUMBA_CUDA
 from numbatune.compilers.base import ArrayParameters, ArrayStructure
@@ -200,14 +201,92 @@ def test_arrays_of_another_signature_are_refused(other, monkeypatch):
     assert _parameters(path, launched, (other, *example[1:])) is None
 
 
-def _reader(tensor, layout="C", parts=None):
+def _reader(tensor, layout="C", parts=None, offset=None):
     """The C extension's reader of one tensor like ``tensor``, with ``parts`` (a KeyParts) the
-    source of its part of the key, or none."""
+    source of its part of the key, or none, and ``offset`` its method giving its offset."""
     reader = native.dlpack()
     api = reader.api(torch.Tensor)
     expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord(layout), NUMBA, True)
     source = None if parts is None else (parts.parts, parts.make)
-    return reader.reader(api, expected, (source,), (1,))
+    return reader.reader(api, expected, (source,), (1,), offset)
+
+
+def test_a_read_asked_for_allocations_gives_where_each_tensors_allocation_starts():
+    """What orders launches across streams: where each tensor's allocation starts, as the
+    general path finds it (views at offsets into one storage share it), read only when asked;
+    a reader that does not know the offset method gives None."""
+    storage = torch.arange(16, dtype=torch.float32)
+    for view in (storage, storage[3:7], storage.view(4, 4)[2]):
+        read = _reader(view, offset=arraykinds.TORCH.offset_method).read
+        assert read((view,), True)[-1] == (storage.data_ptr(),) == (buffer_of(view),)
+        assert read((view,))[-1] is None
+        assert read((view,), False)[-1] is None
+        assert _reader(view).read((view,), True)[-1] is None
+    tensor = storage[4:8].clone()
+    read = _reader(tensor, offset=arraykinds.TORCH.offset_method).read
+    assert read((tensor,), True)[-1] == (tensor.data_ptr(),)
+    other = torch.arange(32, dtype=torch.float32)
+    tensor.set_(other.untyped_storage(), 8, (4,))  # in place, onto another allocation
+    assert read((tensor,), True)[-1] == (other.data_ptr(),) == (buffer_of(tensor),)
+    tensor.resize_(1 << 16)  # in place, maybe into a new allocation
+    assert read((tensor[:4],), True)[-1] == (buffer_of(tensor),)
+
+
+def test_a_read_reads_an_arrays_allocation_again_only_for_another_array_or_data_pointer(
+    attribute_arrays,
+):
+    """An array's allocation is kept while it is the same live array with the same data
+    pointer; a new array, or one whose data moved, has it read again."""
+    looked = []
+
+    class Memory:
+        def __init__(self, array):
+            self.ptr, self.device_id, self._base = array._host.ctypes.data, 0, array._base
+
+        @property
+        def mem(self):
+            looked.append(self._base.ctypes.data)
+            return types.SimpleNamespace(ptr=self._base.ctypes.data)
+
+    class Counted(AttributeArray):
+        data = property(Memory)
+
+    first, second = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
+    source = (arraykinds.CUPY.attributes.names(), lambda: CURRENT, (np.dtype("float32"),))
+    read = native.dlpack().reader(source, expected, (None,), (1,)).read
+    array = Counted(first)
+    for _ in range(3):
+        assert read((array,), True)[-1] == (first.ctypes.data,)
+    assert looked == [first.ctypes.data]
+    array._host, array._base = second, second  # (its data moved, as set_ moves a tensor's)
+    assert read((array,), True)[-1] == (second.ctypes.data,)
+    assert read((Counted(first[2:]),), True)[-1] == (first.ctypes.data,)
+    assert looked == [first.ctypes.data, second.ctypes.data, first.ctypes.data]
+
+
+def test_launches_over_views_of_one_tensor_on_two_streams_wait_for_each_other(monkeypatch):
+    """Once launches are ordered across streams, a fast path notes where its tensors'
+    allocations start, as the general path does: a launch over views of a tensor waits for an
+    earlier launch over other views of it on another stream, not for one over another
+    tensor."""
+    first, second = torch.zeros(16), torch.zeros(16)
+    example = (first[:8], first[8:], 2.5)
+    winners = WinnerTable()
+    path, _ = _fast_path(example, monkeypatch, winners=winners)
+    winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+    events = fastpath.monitor.events
+    path.call(example, 7)
+    path.call((second[:8], second[8:], 2.5), 8)  # a second stream: every launch is ordered
+    path.call(example, 7)
+    del events.waits[:]
+    path.call((first[8:], first[:8], 2.5), 8)
+    assert (8, 7) in events.waits
+    del events.waits[:]
+    path.call((second[4:12], second[:8], 2.5), 7)
+    assert (7, 8) in events.waits
+    buffers = set(fastpath.monitor.order.last_use)
+    assert buffers == {buffer_of(first), buffer_of(second)}
 
 
 def test_arrays_on_another_device_are_refused():
@@ -217,7 +296,7 @@ def test_arrays_on_another_device_are_refused():
     assert (device_type, ndim, code, bits) == (1, 1, 2, 32)  # CPU, float32
     here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"), NUMBA, True)
     on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"), NUMBA, True)
-    current, key, fields = reader.reader(api, here, (None,), (1,)).read((tensor,))
+    current, key, fields, _ = reader.reader(api, here, (None,), (1,)).read((tensor,))
     assert current == 0  # (torch has no stream for the CPU)
     assert key == ()  # (no part of the key asked for)
     assert struct.unpack("=7q", fields)[2:] == (4, 4, tensor.data_ptr(), 4, 4)
@@ -249,7 +328,7 @@ def test_a_read_gives_each_tensors_key_part_and_fields_as_they_are_now():
     read = _reader(tensor, parts=KeyParts("float32", "C")).read
 
     def key_and_fields(value):
-        _, key, fields = read((value,))
+        _, key, fields, _ = read((value,))
         assert key == default_key((value,))
         return key, struct.unpack("=7q", fields)[2:]
 
@@ -291,7 +370,8 @@ def test_arrays_between_other_parameters_are_packed_in_runs_and_keyed_as_the_gen
     example = (torch.zeros(5), torch.zeros(6), 1.5, torch.zeros(7)[::2], pair, torch.zeros(3))
     winners = WinnerTable()
     through_dlpack, launched = _fast_path(example, monkeypatch, winners=winners)
-    runs = "_torch_f0, _torch_f1 = _torch_read"  # (0, 1), then (3, 4's two, 5): after 1.5
+    # (0, 1), then (3, 4's two, 5): after 1.5
+    runs = "_torch_f0, _torch_f1, _torch_allocations = _torch_read"
     assert runs in through_dlpack.code
     through_python, python_launched = _fast_path(example, monkeypatch, dlpack=False)
     packed = _parameters(through_dlpack, launched, example)
@@ -349,7 +429,7 @@ def test_a_launch_configuration_the_launch_cannot_take_is_refused_in_words(monke
 def test_c_strides_of_rows_of_2_to_the_31_elements_or_more_are_numbas():
     """numba's strides of a C-contiguous array, made from its shape (empty: no memory)."""
     tensor = torch.empty(0, 2**31, dtype=torch.uint8)
-    _, key, fields = _reader(tensor, parts=KeyParts("uint8", "C")).read((tensor,))
+    _, key, fields, _ = _reader(tensor, parts=KeyParts("uint8", "C")).read((tensor,))
     assert key == (((1, 2**31), "uint8", "C"),)
     assert struct.unpack("=9q", fields)[5:] == (0, 2**31, 2**31, 1)
 
@@ -506,6 +586,29 @@ def test_attribute_reads_follow_new_arrays_and_shapes_set_in_place(attribute_arr
         path.call((grown, *example[1:]), None)  # another key
 
 
+def test_a_read_by_attribute_asked_for_allocations_gives_where_each_arrays_allocation_starts(
+    attribute_arrays,
+):
+    """CuPy's ``data.mem.ptr``, read in C when asked; None for all where one cannot be read
+    (the general path's read in Python says why)."""
+    base = np.zeros(16, np.float32)
+    views = (AttributeArray(base)[4:8], AttributeArray(np.zeros(4, np.float32)))
+    expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
+    source = (arraykinds.CUPY.attributes.names(), lambda: CURRENT, (np.dtype("float32"),) * 2)
+    read = native.dlpack().reader(source, expected * 2, (None, None), (2,)).read
+    starts = read(views, True)[-1]
+    assert starts == (base.ctypes.data, views[1].data.ptr) == tuple(map(buffer_of, views))
+    assert read(views)[-1] is None
+
+    class Unowned(AttributeArray):
+        data = property(lambda self: types.SimpleNamespace(ptr=self._host.ctypes.data,
+                                                           device_id=0))  # fmt: skip
+
+    unowned = (views[0], Unowned(np.zeros(4, np.float32)))
+    *_, starts = read(unowned, True)
+    assert starts is None
+
+
 def test_a_reader_by_attribute_of_inconsistent_sources_is_refused():
     reader = native.dlpack()
     expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
@@ -526,7 +629,7 @@ def test_reads_by_attribute_call_getset_descriptors_and_follow_their_class():
         memory = property(lambda self: types.SimpleNamespace(ptr=self.ctypes.data, device=0))
 
     names = ("shape", "strides", "_c_contiguous", "dtype", "memory", "ptr", "device", "ptr",
-             "ndim", "size")  # fmt: skip
+             "ndim", "size", "allocation")  # fmt: skip
     reader = native.dlpack()
 
     def read_of(ndim):

@@ -31,7 +31,7 @@ from numbatune.launch.config import checked_launch_config, is_empty, launch_erro
 from numbatune.launch.layout import ArgumentPlan, half_bits
 from numbatune.rawstreams import stream_handle
 from numbatune.streams.handles import LEGACY, check_stream, stream_getter
-from numbatune.streams.monitor import keep, monitor
+from numbatune.streams.monitor import EVERY_STREAM, keep, monitor
 
 logger = logging.getLogger("numbatune")
 
@@ -236,6 +236,7 @@ def _ordering_names() -> dict[str, Any]:
         "_blocking": monitor.blocking,
         "_LEGACY": LEGACY,
         "_monitor": monitor,
+        "_EVERY_STREAM": EVERY_STREAM,
         "_quick": monitor.order.quick,
         "_last_use": monitor.order.last_use,
         "_use": monitor.order.use,

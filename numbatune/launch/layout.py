@@ -62,7 +62,9 @@ class ArgumentPlan:
     :func:`numbatune.keys.default_key` makes them.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
     that give them (one bytes value for the fields listed in ``packed``),
-    ``buffers`` the expressions of the arrays' allocations (for ordering across streams).
+    ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
+    arrays a read in C reads give theirs as one starred expression: the read's, once the
+    stream monitor watches every launch, else read in Python).
     ``compiler`` says which parameters an argument of a type becomes.
     """
 
@@ -102,14 +104,17 @@ class ArgumentPlan:
             source = reads.api or (kind.attributes.names(), kind.stream.getter(),
                                    tuple(reads.dtypes))  # fmt: skip
             reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
-                                  tuple(reads.runs))  # fmt: skip
+                                  tuple(reads.runs), kind.offset_method)  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
+            read = f"{self.constant(reader.read)}(({arrays}), _monitor.stream is _EVERY_STREAM)"
             self.steps += [
-                ("read", f"{result} = {self.constant(reader.read)}(({arrays}))"),
+                ("read", f"{result} = {read}"),
                 ("check", f"{result} is not None"),
-                ("read", f"{prefix}_current, {prefix}_key{runs} = {result}"),
+                ("read", f"{prefix}_current, {prefix}_key{runs}, {prefix}_allocations = {result}"),
             ]
             self.current_streams[kind] = f"{prefix}_current"
+            listed = "".join(f"{buffer}, " for buffer in reads.buffers)
+            self.buffers.append(f"*({prefix}_allocations or ({listed}))")
 
     def key(self) -> str:
         """The expression of the default key: the tuple of :attr:`key_parts`, or the key a
@@ -206,7 +211,8 @@ class ArgumentPlan:
             form = kind.fields
             memory = form["memory"].format(a=argument)
             pointer = form["pointer"].format(m=memory)
-            self.buffers.append(form["buffer"].format(m=memory, itemsize=itemsize, p=pointer))
+            buffer = form["buffer"].format(m=memory, itemsize=itemsize, p=pointer)
+            self._c_reads[kind].buffers.append(buffer)  # (where the read gives none)
             return
         fields = _read_library(self, argument, name, kind, ndim, itemsize)
         shape = [f"{name}s[{d}]" for d in range(ndim)]
@@ -392,6 +398,8 @@ class _CReads:
     dtypes: list[Any] = field(default_factory=list)
     parts: list[tuple[dict[Any, Any], Any] | None] = field(default_factory=list)
     keyed: int = 0
+    #: The arrays' allocations in Python, for reads that give none (ordering is not on yet).
+    buffers: list[str] = field(default_factory=list)
     runs: list[int] = field(default_factory=list)
     start: int = 0
     end: int = 0

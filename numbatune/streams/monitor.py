@@ -55,7 +55,9 @@ class _Launch:
     profiles: list[list[_Launch]] | tuple[()] = ()
 
 
-_ANY = object()  # never equal to a stream: every launch is watched
+#: :attr:`Monitor.stream` once several streams or a profile are in use: never equal to a stream,
+#: so every launch is watched.
+EVERY_STREAM = object()
 
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
@@ -77,7 +79,8 @@ class Monitor:
     def __init__(self, events: Any = None) -> None:
         self._events = events
         self._order: Any = None
-        #: The one stream launched on so far; ``_ANY`` once there are several or a profile.
+        #: The one stream launched on so far; :data:`EVERY_STREAM` once there are several or a
+        #: profile.
         self.stream: Any = None
         self._profiles: dict[ProfileToken, list[_Launch]] = {}
         self._numbers = itertools.count(1)
@@ -146,7 +149,7 @@ class Monitor:
                 self.after(launch)
             return None
         kept = keep(stream, arrays, self.blocking)
-        if kept or self.stream is _ANY:
+        if kept or self.stream is EVERY_STREAM:
             launch = launch or _Launch(stream, name, buffers)
             launch.kept = kept
         return launch
@@ -164,7 +167,7 @@ class Monitor:
             if self.stream is None:
                 self.stream = stream
                 return None
-            if self.stream is not _ANY:
+            if self.stream is not EVERY_STREAM:
                 self._start_ordering()
             quick = not self._profiles and stream not in self._eager
             self.order.use(stream, buffers, quick)
@@ -187,7 +190,7 @@ class Monitor:
         again (another thread may have ended its stream's epoch between :meth:`before` and the
         launch, and the event that ended it does not cover the launch)."""
         with self.lock:
-            if self.stream is _ANY:
+            if self.stream is EVERY_STREAM:
                 self.order.use(launch.stream, launch.buffers)
                 if launch.stream in self._eager:
                     self.order.launched(launch.stream)
@@ -249,7 +252,7 @@ class Monitor:
         no event while it was the only one), the host waits once for its context's work
         instead: the stream itself may be gone."""
         first = self.stream
-        self.stream = _ANY
+        self.stream = EVERY_STREAM
         if first in self._eager:
             self.events.synchronize_context(self._eager[first])
         elif first is not None:
@@ -305,7 +308,7 @@ class Monitor:
         with self.lock:
             token = ProfileToken(next(self._numbers))
             self._profiles[token] = []
-            if self.stream is not _ANY:
+            if self.stream is not EVERY_STREAM:
                 self._start_ordering()
             # Every launch is watched while a profile is open. What the quick streams noted
             # without the lock is marked as their streams' use first, so that a barrier
