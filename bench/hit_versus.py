@@ -32,11 +32,14 @@ from numba import cuda
 import numbatune
 from bench.dispatch_cost import (
     SIZE,
+    WIDE_ARRAYS,
+    WIDE_SCALARS,
     _alternating,
     _array_kinds,
     _library_streams,
     launch_stubbed,
     per_call_us,
+    wide_kernel,
 )
 
 OTHER = "numbatune_other"
@@ -84,6 +87,15 @@ def _tuned(package: Any, kind: str) -> Any:
     )(scale)
 
 
+def _tuned_wide(package: Any, kind: str) -> Any:
+    """The bench's kernel of 18 arrays and 8 scalars, tuned by ``package`` (one variant)."""
+    return package.autotune(
+        variants=package.product(BLOCK=[128]),
+        launch=lambda *args, BLOCK: (package.cdiv(args[WIDE_ARRAYS - 1].shape[0], BLOCK), BLOCK),
+        name=f"versus_wide_{kind}",
+    )(wide_kernel)
+
+
 def _generated(tuned: Any) -> Callable[..., Any]:
     """The generated fast path a tuned kernel of either tree launches its hits with."""
     binder = getattr(tuned, "_binder", None)
@@ -102,7 +114,8 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
     and the other's: first with one stream so far (and the host code alone, launch stubbed), then
     after each package launched on a second stream (hits on the arrays' own stream, and hits
     that alternate streams, so that each waits for the other: numba's blocking streams and, for
-    CuPy and torch, their own non-blocking ones)."""
+    CuPy and torch, their own non-blocking ones); both times also hits of a kernel of 18 arrays
+    and 8 scalars."""
     with tempfile.TemporaryDirectory(prefix="numbatune-versus-") as scratch:
         sys.path.insert(0, str(_renamed_copy(other_tree, Path(scratch))))
         other = importlib.import_module(OTHER)
@@ -127,6 +140,12 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
                 two[kind, "the same, launch stubbed", name] = one[
                     kind, "host code, launch stubbed", name
                 ]
+                wide = _tuned_wide(package, kind)
+                wide_args = (*(make(host.astype(np.float64)) for _ in range(WIDE_ARRAYS)),
+                             *(float(k) for k in range(WIDE_SCALARS)))  # fmt: skip
+                wide(*wide_args)  # tune, then hits
+                one[kind, "26 arguments", name] = lambda w=wide, g=wide_args: w(*g)
+                two[kind, "26 arguments, own stream", name] = one[kind, "26 arguments", name]
                 streams = [cuda.stream(), cuda.stream()]
                 two[kind, "hit that waits for another stream", name] = _alternating(
                     tuned, (x, out, a), streams

@@ -377,6 +377,7 @@ typedef struct {
     PyObject *make;     /* makes (and keeps in ``parts``) the part of a shape not in it */
     PyObject *part;     /* the part of the last read, or NULL */
     int64_t *extents;   /* those of the last read (ndim of them) */
+    PyObject *token;      /* memo reads: the token its memo must carry */
     PyObject *seen;       /* a weak reference to the array whose allocation was read last */
     void *seen_data;      /* its data pointer then */
     PyObject *allocation; /* where its allocation starts (an int), or NULL: none read yet */
@@ -421,6 +422,8 @@ typedef struct {
     PyObject *current_stream;    /* attribute reads: the library's current stream function */
     PyObject *offset;            /* DLPack reads: the name of the arrays' method that gives their
                                     offset into their allocation, in elements, or NULL */
+    PyObject *memo;              /* memo reads: the name the arrays keep their memo under */
+    PyObject *make_memo;         /* memo reads: makes (and keeps) an array's memo */
     getters_t getters[GETTERS_COUNT];
     Py_ssize_t count, keyed, runs;
     reader_array_t *arrays;
@@ -764,6 +767,61 @@ static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
     return result;
 }
 
+/* Array ``value`` of a memo read: its memo (kept in its dict under the memo name, else made
+ * by the memo function: a tuple of its token, its part of the key, its kernel parameters as
+ * bytes and its allocation) carries the token expected; its parameters into ``out``, its
+ * extents into ``extents``, and where ``start`` is not NULL its allocation into it (a new
+ * reference). -1 where it is not as expected. */
+static int read_memo(Reader *self, reader_array_t *array, PyObject *value, int64_t *out,
+                     int64_t *extents, PyObject **start) {
+    PyObject *dict = PyObject_GenericGetDict(value, NULL);
+    if (dict == NULL) return -1;
+    PyObject *memo = PyDict_GetItemWithError(dict, self->memo);
+    Py_XINCREF(memo);
+    Py_DECREF(dict);
+    if (memo == NULL || memo == Py_None) {
+        Py_XDECREF(memo);
+        if (PyErr_Occurred()) return -1;
+        memo = PyObject_CallOneArg(self->make_memo, value);
+        if (memo == NULL) return -1;
+    }
+    size_t size = (size_t)array->fields * sizeof(int64_t);
+    PyObject *fields = PyTuple_Check(memo) && PyTuple_GET_SIZE(memo) == 4 &&
+                               PyTuple_GET_ITEM(memo, 0) == array->token
+                           ? PyTuple_GET_ITEM(memo, 2)
+                           : NULL;
+    int ok = fields != NULL && PyBytes_Check(fields) && (size_t)PyBytes_GET_SIZE(fields) == size;
+    if (ok) {
+        memcpy(out, PyBytes_AS_STRING(fields), size);
+        Py_ssize_t head = array->expected.structure == STRUCTURE_MEMREF ? 3 : 5;
+        memcpy(extents, out + head, (size_t)array->expected.ndim * sizeof(int64_t));
+        if (start != NULL) *start = Py_NewRef(PyTuple_GET_ITEM(memo, 3));
+    }
+    Py_DECREF(memo);
+    return ok ? 0 : -1;
+}
+
+/* Array ``value`` of a read: its kernel parameters into ``out`` and its extents into
+ * ``extents``; for the first (``stream`` not NULL), the library's current stream; where
+ * ``start`` is not NULL, where its allocation starts into it (a new reference; NULL where it
+ * cannot be read). -1 where it is not as expected (``*start`` may be set then too). */
+static int read_array(Reader *self, reader_array_t *array, PyObject *value, void **stream,
+                      int64_t *out, int64_t *extents, PyObject **start) {
+    if (self->memo != NULL) return read_memo(self, array, value, out, extents, start);
+    int64_t shape[MAX_DIMENSIONS], strides[MAX_DIMENSIONS];
+    dl_tensor_t tensor;
+    int read = self->api != NULL
+                   ? read_dlpack(self, value, &tensor, stream)
+                   : read_attributes(self, array, value, &tensor, shape, strides, stream, start);
+    if (read < 0 || write_fields(&tensor, &array->expected, out) < 0) return -1;
+    if (start != NULL && self->api != NULL) {
+        void *data = (char *)tensor.data + tensor.byte_offset;
+        *start = allocation_start(self, array, value, data, NULL, &tensor);
+    }
+    memcpy(extents, tensor.shape, (size_t)tensor.ndim * sizeof(int64_t));
+    return 0;
+}
+
 /* reader.read(arrays[, allocations]) -> (current stream, key, run, run, ..., allocations) or
  * None: see reader_new. */
 static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -782,37 +840,25 @@ static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nar
                                 : NULL;
     if (wanted && allocations == NULL && PyErr_Occurred()) return NULL;
     int64_t values[MAX_PARAMETERS], extents[MAX_PARAMETERS];
-    int64_t shape[MAX_DIMENSIONS], strides[MAX_DIMENSIONS];
     Py_ssize_t written = 0;
     void *stream = NULL;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         reader_array_t *array = &self->arrays[i];
-        PyObject *value = PyTuple_GET_ITEM(arrays, i);
-        void **first = i == 0 ? &stream : NULL;
-        dl_tensor_t tensor;
         PyObject *start = NULL;
-        int read = self->api != NULL
-                       ? read_dlpack(self, value, &tensor, first)
-                       : read_attributes(self, array, value, &tensor, shape, strides, first,
-                                         allocations != NULL ? &start : NULL);
-        if (read < 0 || write_fields(&tensor, &array->expected, values + written) < 0) {
+        if (read_array(self, array, PyTuple_GET_ITEM(arrays, i), i == 0 ? &stream : NULL,
+                       values + written, extents + (array->extents - self->extents),
+                       allocations != NULL ? &start : NULL) < 0) {
             Py_XDECREF(start);
             Py_XDECREF(allocations);
             if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
             PyErr_Clear(); /* the library cannot describe it: not this signature */
             Py_RETURN_NONE;
         }
-        if (allocations != NULL && self->api != NULL) {
-            void *data = (char *)tensor.data + tensor.byte_offset;
-            start = allocation_start(self, array, value, data, NULL, &tensor);
-        }
         if (allocations != NULL && start == NULL) { /* (read in Python: any error raised there) */
             PyErr_Clear();
             Py_CLEAR(allocations);
         }
         if (allocations != NULL) PyTuple_SET_ITEM(allocations, i, start);
-        memcpy(extents + (array->extents - self->extents), tensor.shape,
-               (size_t)tensor.ndim * sizeof(int64_t));
         written += array->fields;
     }
     return read_result(self, stream, values, extents, allocations);
@@ -877,8 +923,10 @@ static int reader_runs(Reader *self, PyObject *runs) {
     return 0;
 }
 
-/* How the arrays are read: through the DLPack C exchange API at the address ``source``, or,
- * for a tuple (names, current stream function, dtypes), by attribute: ``names`` are those of
+/* How the arrays are read: through the DLPack C exchange API at the address ``source``; for a
+ * tuple (name, make, tokens), from the memo each keeps under ``name`` (made by ``make`` where
+ * it is missing; read_memo), which must carry its token; or, for a tuple (names, current
+ * stream function, dtypes), by attribute: ``names`` are those of
  * NAME_SHAPE to NAME_ALLOCATION (shape and strides in bytes, tuples or lists; whether
  * C-contiguous; dtype; the object holding the pointer and device index; those; of the object
  * the function returns, its handle; rank and size, which give the extents of arrays of at most
@@ -889,14 +937,30 @@ static int reader_source(Reader *self, PyObject *source) {
         self->api = api_of(source);
         return self->api == NULL ? -1 : 0;
     }
+    if (PyTuple_Check(source) && PyTuple_GET_SIZE(source) == 3 &&
+        PyUnicode_CheckExact(PyTuple_GET_ITEM(source, 0))) {
+        PyObject *tokens = PyTuple_GET_ITEM(source, 2);
+        if (!PyTuple_Check(tokens) || PyTuple_GET_SIZE(tokens) != self->count) {
+            PyErr_SetString(PyExc_TypeError, "Reader: a memo source is (name, make, tokens)");
+            return -1;
+        }
+        self->memo = Py_NewRef(PyTuple_GET_ITEM(source, 0));
+        PyUnicode_InternInPlace(&self->memo);
+        self->make_memo = Py_NewRef(PyTuple_GET_ITEM(source, 1));
+        for (Py_ssize_t i = 0; i < self->count; i++) {
+            self->arrays[i].token = Py_NewRef(PyTuple_GET_ITEM(tokens, i));
+        }
+        return 0;
+    }
     PyObject *names, *current_stream, *dtypes;
     if (!PyTuple_Check(source) ||
         !PyArg_ParseTuple(source, "O!OO!", &PyTuple_Type, &names, &current_stream,
                           &PyTuple_Type, &dtypes) ||
         PyTuple_GET_SIZE(names) != NAME_COUNT || PyTuple_GET_SIZE(dtypes) != self->count) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "Reader: a source is a DLPack C exchange API's address "
-                                         "or (names, current stream function, dtypes)");
+        PyErr_SetString(PyExc_TypeError, "Reader: a source is a DLPack C exchange API's address, "
+                                         "(names, current stream function, dtypes) or "
+                                         "(name, make, tokens)");
         return -1;
     }
     for (int n = 0; n < NAME_COUNT; n++) {
@@ -974,6 +1038,7 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
         Py_VISIT(self->arrays[i].make);
         Py_VISIT(self->arrays[i].part);
         Py_VISIT(self->arrays[i].dtype);
+        Py_VISIT(self->arrays[i].token);
         Py_VISIT(self->arrays[i].seen);
         Py_VISIT(self->arrays[i].allocation);
     }
@@ -982,6 +1047,7 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     }
     Py_VISIT(self->key);
     Py_VISIT(self->current_stream);
+    Py_VISIT(self->make_memo);
     for (int g = 0; g < GETTERS_COUNT; g++) Py_VISIT(self->getters[g].type);
     return 0;
 }
@@ -992,6 +1058,7 @@ static int reader_clear(Reader *self) {
         Py_CLEAR(self->arrays[i].make);
         Py_CLEAR(self->arrays[i].part);
         Py_CLEAR(self->arrays[i].dtype);
+        Py_CLEAR(self->arrays[i].token);
         Py_CLEAR(self->arrays[i].seen);
         Py_CLEAR(self->arrays[i].allocation);
     }
@@ -1001,6 +1068,8 @@ static int reader_clear(Reader *self) {
     Py_CLEAR(self->key);
     Py_CLEAR(self->current_stream);
     Py_CLEAR(self->offset);
+    Py_CLEAR(self->memo);
+    Py_CLEAR(self->make_memo);
     for (int n = 0; n < NAME_COUNT; n++) Py_CLEAR(self->names[n]);
     for (int g = 0; g < GETTERS_COUNT; g++) Py_CLEAR(self->getters[g].type);
     return 0;

@@ -168,7 +168,10 @@ class DLPack(NamedTuple):
     address of its API, or, for arrays read by attribute, ``(names, current stream function,
     dtypes)``: the names of :class:`numbatune.arraykinds.Attributes`, in its order, the
     function that returns the library's current stream object, and the dtype object expected
-    of each array (one compared equal is taken too); one packed :data:`EXPECTED` per array
+    of each array (one compared equal is taken too), or, for numba's arrays, ``(name, make,
+    tokens)``: the attribute each keeps its memo in (``(token, key part, kernel parameters as
+    bytes, allocation)``), the function that makes and keeps one where it is missing, and the
+    token each array's memo must carry; one packed :data:`EXPECTED` per array
     (device type and id, ndim, type code, bits, numba's layout letter, structure, whether a
     read by attribute reads the device), per array None or the source of its part of the
     default key (a :class:`numbatune.keys.KeyParts`' ``parts`` and ``make``), and the arrays

@@ -21,7 +21,7 @@ from numbatune.arrays import buffer_of
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import NUMBA_CUDA
 from numbatune.compilers.base import ArrayParameters, ArrayStructure
-from numbatune.keys import KeyParts, default_key
+from numbatune.keys import KeyParts, default_key, default_key_part
 from numbatune.launch import fastpath
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.streams.monitor import Monitor
@@ -607,6 +607,43 @@ def test_a_read_by_attribute_asked_for_allocations_gives_where_each_arrays_alloc
     unowned = (views[0], Unowned(np.zeros(4, np.float32)))
     *_, starts = read(unowned, True)
     assert starts is None
+
+
+def test_memo_reads_give_each_arrays_kept_parameters_key_part_and_allocation():
+    """numba's arrays keep what a launch needs of them in their dict (a memo); a read in C
+    takes it from there, has it made where it is not, hands out the last read's key and bytes
+    again where they are equal, and refuses an array whose memo carries another token."""
+
+    class Array:  # (stands for a numba device array: a memo kept in its dict)
+        def __init__(self, n, pointer):
+            self.n, self.pointer = n, pointer
+
+    made = []
+
+    def make(array):
+        made.append(array)
+        fields = struct.pack("<QQqqQqq", 0, 0, array.n, 4, array.pointer, array.n, 4)
+        memo = array.__dict__["_memo"] = ("token", None, fields, array.pointer - 64)
+        return memo
+
+    parts = KeyParts("float32", "C")
+    expected = native.EXPECTED.pack(0, 0, 1, 0, 0, 0, NUMBA, False)
+    source = ("_memo", make, ("token", "token"))
+    keyed = ((parts.parts, parts.make), None)
+    read = native.dlpack().reader(source, expected * 2, keyed, (2,)).read
+    x, y = Array(8, 4096), Array(3, 8192)
+    _, key, fields, allocations = read((x, y), True)
+    assert made == [x, y]
+    assert key == (default_key_part(((8,), "float32", "C")),)
+    assert fields == x._memo[2] + y._memo[2]
+    assert allocations == (4096 - 64, 8192 - 64)
+    _, again, same_fields, none = read((x, y))
+    assert made == [x, y] and again is key and same_fields is fields and none is None
+    x.n = 16
+    del x._memo  # (made again: a new shape)
+    assert read((x, y))[1] == (default_key_part(((16,), "float32", "C")),)
+    y._memo = ("another token", *y._memo[1:])
+    assert read((x, y)) is None
 
 
 def test_a_reader_by_attribute_of_inconsistent_sources_is_refused():

@@ -401,6 +401,35 @@ def test_a_host_tensor_after_device_tensors_is_refused_not_launched(dlpack, monk
     assert bool((out == x * 2).all())
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("in_c", [True, False], ids=["memos read in C", "memos read in Python"])
+def test_numba_arrays_of_every_rank_and_layout_match_numba_read_in_c_or_in_python(
+    in_c, monkeypatch
+):
+    """numba's arrays are read from the memo each keeps, in one call of the C extension for all
+    of them, or in Python where it is not built: the kernel sees the same either way."""
+    from numbatune import native
+
+    if not in_c:
+        monkeypatch.setattr(native, "dlpack", lambda: None)
+    host = _host((6, 10, 3), "float32")
+    for view_name, x in _views(host, cuda.to_device):
+        ndim = len(x.shape)
+        copy = nt.autotune(variants=[{}], launch=_grid, name=f"copy_memo_{in_c}_{ndim}d")(
+            KERNELS[ndim]
+        )
+        results = []
+        for launch in (copy, copy, KERNELS[ndim][_grid(x, x, None)]):  # tune, hit, numba's
+            out, seen = cuda.device_array_like(x), cuda.to_device(np.zeros(8, np.int64))
+            launch(x, out, seen)
+            results.append((out.copy_to_host(), list(seen.copy_to_host())))
+        for out, seen in results[:2]:
+            np.testing.assert_array_equal(out, results[2][0], err_msg=view_name)
+            assert seen == results[2][1], view_name
+        codes = [path.code for path in copy._device_state().signatures.values() if path]
+        assert codes and all(("_numba_read" in code) == in_c for code in codes), view_name
+
+
 def _stream_of_kind(kind, torch):
     if kind == "numba's own (blocking)":
         return cuda.stream()

@@ -116,12 +116,15 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     thread ended it before the launch was queued (the event that ended it does not cover the
     launch), they are noted again after it. The arrays to keep go, once the launch is queued,
     into the stream's list for the keeper (without the lock), or to :meth:`Monitor.hold`."""
-    listed = "".join(f"{buffer}, " for buffer in plan.buffers)
+    if len(plan.buffers) == 1 and plan.buffers[0].startswith("*"):
+        buffers = plan.buffers[0][1:]  # one read in C's tuple: not copied into another
+    else:
+        buffers = f"({''.join(f'{buffer}, ' for buffer in plan.buffers)})"
     before = [
         "    if stream == _monitor.stream:",
         "        watched = entry = None",
         "    else:",
-        f"        buffers = ({listed})",
+        f"        buffers = {buffers}",
         "        if (entry := _quick_use(stream, buffers, _lock)) is None:",
         "            watched = _monitor.before(stream, buffers, _name, given)",
         "            entry = _quick.get(stream)",

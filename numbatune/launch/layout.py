@@ -4,12 +4,14 @@ numba's own launch types and wraps every argument again on every call. A plan re
 argument signature (the classes of the arguments, and for arrays their dtype, rank and layout),
 how each argument becomes kernel parameters: the reads that fetch an array's fields, the checks
 that hold for arguments of this signature, the parts of the default key, and a ``struct`` field
-per parameter. :mod:`numbatune.launch.codegen` turns a plan into code. The arrays of a library
-that publishes the DLPack C exchange API (torch), or whose kind names the attributes C reads
-(CuPy: :attr:`numbatune.arraykinds.ArrayKind.attributes`), are read, checked and packed, and
-their parts of the default key found, in one call of the C extension for all of them
+per parameter. :mod:`numbatune.launch.codegen` turns a plan into code. numba's arrays (from
+the memo each keeps), the arrays of a library that publishes the DLPack C exchange API (torch)
+and those whose kind names the attributes C reads (CuPy:
+:attr:`numbatune.arraykinds.ArrayKind.attributes`) are read, checked and packed, and their parts
+of the default key found, in one call of the C extension for all the arrays of a kind
 (:func:`numbatune.native.dlpack`), which gives the parameters of arrays that follow each other
-as one bytes value; the others through their library's Python API.
+as one bytes value; the others through their library's Python API, and all of them so where
+the extension is not built.
 
 Which parameters an argument of a type becomes is the kernel compiler's to say
 (:meth:`numbatune.compilers.base.KernelCompiler.parameters`); numba-cuda's layout is not public
@@ -101,8 +103,11 @@ class ArgumentPlan:
         for kind, reads in self._c_reads.items():
             result, prefix = f"_{kind.name}_read", f"_{kind.name}"
             arrays = "".join(f"{argument}, " for argument in reads.arguments)
-            source = reads.api or (kind.attributes.names(), kind.stream.getter(),
-                                   tuple(reads.dtypes))  # fmt: skip
+            if reads.memo is not None:
+                source: Any = (*reads.memo, tuple(reads.tokens))
+            else:
+                source = reads.api or (kind.attributes.names(), kind.stream.getter(),
+                                       tuple(reads.dtypes))  # fmt: skip
             reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
                                   tuple(reads.runs), kind.offset_method)  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
@@ -112,7 +117,8 @@ class ArgumentPlan:
                 ("check", f"{result} is not None"),
                 ("read", f"{prefix}_current, {prefix}_key{runs}, {prefix}_allocations = {result}"),
             ]
-            self.current_streams[kind] = f"{prefix}_current"
+            if kind.stream is not None:
+                self.current_streams[kind] = f"{prefix}_current"
             listed = "".join(f"{buffer}, " for buffer in reads.buffers)
             self.buffers.append(f"*({prefix}_allocations or ({listed}))")
 
@@ -184,8 +190,13 @@ class ArgumentPlan:
     ) -> None:
         """numba-cuda's and numba-cuda-mlir's arrays: their fields are read once per array
         object and kept on it (:func:`numba_array_memo`, :func:`memref_array_memo`), as numba
-        keeps its own launch view of them."""
+        keeps its own launch view of them; where the C extension is built, the memos of all
+        the arrays of a kind are read in one call of it."""
         memo, attribute = _MEMOS[structure]
+        reader = native.dlpack()
+        if reader is not None:
+            self._add_c_memo(reader, argument, value, top, structure)
+            return
         token = self.constant(memo(value)[0])
         read = f'{argument}.__dict__.get("{attribute}") or {self.constant(memo)}({argument})'
         self.steps += [("read", f"{name} = {read}"), ("check", f"{name}[0] is {token}")]
@@ -193,6 +204,38 @@ class ArgumentPlan:
             self.key_parts.append(f"{name}[1]")
         self.start_packed(structure.head + 2 * len(value.shape), f"{name}[2]")
         self.buffers.append(f"{name}[3]")
+
+    def _add_c_memo(
+        self, reader: native.DLPack, argument: str, value: Any, top: bool, structure: ArrayStructure
+    ) -> None:
+        """A numba array whose memo the C extension reads, with the other arrays of its kind
+        (:meth:`close` adds the read): its part of the key in ``_L_key`` and its kernel
+        parameters in a run's bytes, as :meth:`_add_c_array`'s."""
+        memo, attribute = _MEMOS[structure]
+        kind = kind_of(type(value))
+        reads = self._c_reads.setdefault(kind, _CReads(reader.reader, 0, memo=(attribute, memo)))
+        ndim = len(value.shape)
+        expected = native.EXPECTED.pack(
+            0, 0, ndim, 0, 0, 0, native.STRUCTURES.index(structure.value), False
+        )  # (a memo read takes the rank and structure only)
+        self._add_read(reads, kind, argument, value, expected, top)
+        reads.tokens.append(memo(value)[0])
+        self._add_to_run(reads, f"_{kind.name}_f", structure.head + 2 * ndim)
+        reads.buffers.append(f"{self.constant(memo)}({argument})[3]")
+
+    def _add_read(
+        self, reads: _CReads, kind: ArrayKind, argument: str, value: Any, expected: bytes, top: bool
+    ) -> None:
+        """An array read in C with the others of its kind, ``expected`` of it; its part of the
+        key in ``_L_key`` where it is a top-level argument."""
+        reads.arguments.append(argument)
+        reads.expected.append(expected)
+        reads.parts.append(None)
+        if top:
+            known = _key_parts(value)
+            reads.parts[-1] = (known.parts, known.make)
+            self.key_parts.append(f"_{kind.name}_key[{reads.keyed}]")
+            reads.keyed += 1
 
     def _add_library_array(
         self,
@@ -267,15 +310,8 @@ class ArgumentPlan:
         if expected is None:
             return False
         reads = self._c_reads.setdefault(kind, _CReads(reader.reader, api))
-        reads.arguments.append(argument)
-        reads.expected.append(expected)
+        self._add_read(reads, kind, argument, value, expected, top)
         reads.dtypes.append(value.dtype)
-        reads.parts.append(None)
-        if top:
-            known = _key_parts(value)
-            reads.parts[-1] = (known.parts, known.make)
-            self.key_parts.append(f"_{kind.name}_key[{reads.keyed}]")
-            reads.keyed += 1
         self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * parameters.ndim)
         return True
 
@@ -385,14 +421,19 @@ _MEMOS = {
 
 @dataclass
 class _CReads:
-    """The arrays of one library that a fast path reads in C, in one call (through the DLPack
-    C exchange API at ``api``; 0: by attribute): for each, its expression, what is expected of
-    it, its dtype and the source of its default-key part (None: not in the key); ``runs`` the
-    count of arrays of each bytes value the read gives, of consecutive parameters, the last
-    starting at field ``start`` and ending before ``end``."""
+    """The arrays of one library that a fast path reads in C, in one call (their memos, through
+    the DLPack C exchange API at ``api``, or, where it is 0, by attribute): for each, its
+    expression, what is expected of it, its dtype and the source of its default-key part (None:
+    not in the key); ``runs`` the count of arrays of each bytes value the read gives, of
+    consecutive parameters, the last starting at field ``start`` and ending before ``end``."""
 
     reader: Any
     api: int
+    #: Memo reads (numba's arrays): the attribute their memos are kept in and the function
+    #: that makes one; None for the others.
+    memo: tuple[str, Any] | None = None
+    #: Memo reads: the token each array's memo carries.
+    tokens: list[Any] = field(default_factory=list)
     arguments: list[str] = field(default_factory=list)
     expected: list[bytes] = field(default_factory=list)
     dtypes: list[Any] = field(default_factory=list)
