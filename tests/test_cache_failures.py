@@ -121,6 +121,24 @@ def test_a_read_only_cache_is_read_and_new_results_stay_in_memory(numbatune_cach
     assert len(stored_entries(numbatune_cache)) == 1  # nothing written
 
 
+def test_a_read_only_cache_whose_log_has_no_shared_memory_file_serves_what_the_log_holds(
+    numbatune_cache, tmp_path
+):
+    """A cache copied while in use (its results still in SQLite's log, ``cache.db-wal``)
+    without the shared-memory file (``-shm``), then shipped read-only: the log's results are
+    served, and the copy is not changed."""
+    _tuned().tune(*_arguments(8))  # this process keeps the cache open: the result is in the log
+    shipped = tmp_path / "shipped"
+    shutil.copytree(numbatune_cache, shipped, ignore=shutil.ignore_patterns("*-shm"))
+    log = _folder(shipped) / "cache.db-wal"
+    assert log.stat().st_size > 0
+    files = {path: path.read_bytes() for path in shipped.rglob("*") if path.is_file()}
+    ran = run_read_only(READ_ONLY_TUNING, shipped, "8")
+    assert ran["sources"] == ["disk"]
+    assert [(row["keys"], row["damaged"]) for row in ran["listed"]] == [(1, 0)]
+    assert {path: path.read_bytes() for path in shipped.rglob("*") if path.is_file()} == files
+
+
 @pytest.mark.parametrize("where", ["open", "write"])
 def test_a_full_disk_keeps_results_in_memory_with_one_warning(
     numbatune_cache, monkeypatch, caplog, where

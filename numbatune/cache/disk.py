@@ -6,8 +6,9 @@ for what it is:
 
 - **writable**: read and write entries;
 - **read-only** (a cache shipped in a container image, a read-only mount, a folder owned by
-  another user, a full disk): its entries are read through SQLite's read-only mode (as an
-  immutable file where the folder cannot take SQLite's shared-memory file), none are written;
+  another user, a full disk): its entries are read through SQLite's read-only mode (where
+  the folder cannot take SQLite's shared-memory file: as an immutable file, or from a copy
+  with its log applied where the log holds entries), none are written;
   what this process makes stays in its memory, said once per cache directory (its results and
   its compiled kernels, in folders of their own, alike);
 - **corrupt** (SQLite says the file is not a database, or is malformed): moved aside to
@@ -27,12 +28,14 @@ as the disk's state is). Errors are said in words
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import logging
 import os
 import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -166,22 +169,49 @@ def write_problem(directory: Path) -> str | None:
 
 
 class _ReadOnly:
-    """A diskcache database read through SQLite's read-only mode, or as an immutable file where
-    the folder cannot take SQLite's shared-memory file (a read-only folder of a database in WAL
-    mode: "attempt to write a readonly database")."""
+    """A diskcache database read through SQLite's read-only mode.
+
+    SQLite reads a database in WAL mode through its shared-memory file (``-shm``). Where that
+    is missing and the folder cannot take it (a read-only folder: "unable to open database
+    file"), SQLite reads the database only as an immutable file, which leaves out its log
+    (``-wal``). So there, a database without a log is read as an immutable file (all it holds
+    is in the file), and one with a log (a cache copied while in use, without its ``-shm``) is
+    copied with its log into a temporary folder, where SQLite applies the log, and read from
+    memory: the entries of its log are served too, and its folder is not written.
+    """
 
     def __init__(self, folder: Path) -> None:
         self._disk = diskcache.Disk(str(folder))
         self._lock = threading.Lock()
-        database = (folder / _DATABASE).resolve().as_uri()
+        database = folder / _DATABASE
         try:
-            self._connection = self._connect(f"{database}?mode=ro")
+            self._connection = self._connect(f"{database.resolve().as_uri()}?mode=ro")
         except sqlite3.OperationalError:
-            self._connection = self._connect(f"{database}?mode=ro&immutable=1")
+            self._connection = self._without_shared_memory(database)
+
+    @classmethod
+    def _without_shared_memory(cls, database: Path) -> sqlite3.Connection:
+        """A connection to ``database``'s entries, its log's too, read without its
+        shared-memory file."""
+        log = database.with_name(f"{database.name}-wal")
+        if not log.is_file() or log.stat().st_size == 0:
+            return cls._connect(f"{database.resolve().as_uri()}?mode=ro&immutable=1")
+        with tempfile.TemporaryDirectory(prefix="numbatune-") as temporary:
+            copy = Path(temporary) / _DATABASE
+            shutil.copyfile(database, copy)
+            shutil.copyfile(log, copy.with_name(log.name))
+            memory = sqlite3.connect(":memory:", check_same_thread=False)
+            with contextlib.closing(sqlite3.connect(copy)) as logged:  # applies the log
+                logged.backup(memory)
+        return cls._checked(memory)
+
+    @classmethod
+    def _connect(cls, uri: str) -> sqlite3.Connection:
+        return cls._checked(sqlite3.connect(uri, uri=True, check_same_thread=False))
 
     @staticmethod
-    def _connect(uri: str) -> sqlite3.Connection:
-        connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    def _checked(connection: sqlite3.Connection) -> sqlite3.Connection:
+        """``connection``, once it reads the entries' table (else closed, and the error)."""
         try:
             connection.execute("SELECT count(*) FROM Cache").fetchone()
         except sqlite3.Error:
