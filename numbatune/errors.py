@@ -8,13 +8,21 @@ functions raise plain ``TypeError`` and ``ValueError`` that name the argument.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class NumbatuneError(Exception):
     """The base of numbatune's own errors."""
 
 
 class TuningError(NumbatuneError, RuntimeError):
-    """Every variant failed for a key; the message names each variant and its error."""
+    """Every variant failed for a key; the message names each variant and its error, and
+    ``results`` holds the outcome of each variant measured
+    (:class:`numbatune.VariantResult`; empty where none was)."""
+
+    def __init__(self, *args: object, results: tuple[Any, ...] = ()) -> None:
+        super().__init__(*args)
+        self.results = results
 
 
 class TuningKeyError(NumbatuneError, ValueError):

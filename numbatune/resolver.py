@@ -32,6 +32,7 @@ from typing import Any
 
 from numbatune import keys, record
 from numbatune.arrays import Arguments
+from numbatune.cache import entry as entries
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import Claim, TuneCache, Winner
 from numbatune.compile.compiler import Compiler, Tally
@@ -198,7 +199,7 @@ class Resolver:
             elif not tunes:
                 report = self._served(cache, walk)
             else:
-                journal = cache.journal(miss.key, miss.force, walk.check is not None)
+                journal = cache.journal(miss.key, miss.force, walk.check)
                 report = self._tuned(self._job(cache, walk, walk.plan, walk.search, journal))
             if report.source in (Source.BENCHMARK, Source.RANKS):
                 cache.store(key, report)
@@ -223,8 +224,9 @@ class Resolver:
             try:
                 tuned = self._share(cache, walk, meeting.share, meeting.count)
                 share = {"entry": cache.encoded(key, tuned)}
-            except TuningError as error:
-                share = {"error": str(error)}
+            except TuningError as error:  # (each variant of the share failed: said so)
+                share = {"error": str(error), "results": [entries.encode_result(result)
+                                                          for result in error.results]}  # fmt: skip
         agreed = ranks.settle(group, name, offer.key, meeting, share, cache.order, timeout_s)
         return cache.adopt(key, agreed, offer, local)
 
@@ -232,7 +234,7 @@ class Resolver:
         """Tune share ``index`` of ``count`` of the plan's first set (all of it for one)."""
         miss, plan = walk.miss, walk.plan
         if count == 1:
-            journal = cache.journal(miss.key, miss.force, walk.check is not None)
+            journal = cache.journal(miss.key, miss.force, walk.check)
             return self._tuned(self._job(cache, walk, plan, walk.search, journal))
         part = levels.Plan(plan.level, (tuple(plan.first[index::count]),), 1, plan.pruned)
         exhaustive = dataclasses.replace(walk.search, strategy=Strategy.EXHAUSTIVE)
@@ -285,8 +287,15 @@ class Resolver:
 
     def _starts(self, cache: TuneCache, key: Hashable, plan: levels.Plan) -> tuple[Variant, ...]:
         """Where a search starts: the kernel as written, the variants of the highest priority
-        (when priorities differ), and the winners of this kernel's other keys, nearest first."""
-        highest = plan.groups[0] if len(plan.groups) > 1 else ()
+        (where the level tunes them with lower ones), and the winners of this kernel's other
+        keys, nearest first.
+
+        The starts serve every variant set the plan tries in turn. Where the highest group is
+        the whole first set, it is not a start: the first set's search chooses among it anyway,
+        and a fallback set, tuned because every variant it tried failed, would spend its budget
+        on them again first.
+        """
+        highest = plan.groups[0] if plan.count > 1 else ()
         return (self._spec.reference_variant, *highest, *cache.winners_near(key))
 
     def _record(self, walk: _Walk) -> None:

@@ -1,6 +1,7 @@
 """Check mode finds a wrong variant, keeps it from winning and says where it was wrong;
 assert_variants_agree fails on it with a useful message."""
 
+import json
 import logging
 
 import numpy as np
@@ -105,29 +106,107 @@ def test_every_batch_of_a_search_is_checked_against_the_kernel_as_written():
     assert report.best["P"] < 10
 
 
-def test_a_checked_tuning_does_not_go_on_with_an_unfinished_unchecked_one(
-    numbatune_cache, monkeypatch
-):
-    """An unfinished tuning that did not check outputs leaves its variants unchecked: a
-    tuning of the key in check mode starts over instead of taking them."""
+def _cut_short(check, monkeypatch):
+    """Tune ``_scaled(check)`` until its first batch is measured, then stop it (a Ctrl-C, say):
+    its outcomes so far are left in its journal."""
     from numbatune.tuning import bench
 
     measure, measured = bench.measure, []
 
-    def cut_short(*args, **options):  # stopped after its first batch (a Ctrl-C, say)
+    def cut_short(*args, **options):
         if measured:
             raise KeyboardInterrupt
         measured.append(True)
         return measure(*args, **options)
 
     monkeypatch.setattr(bench, "measure", cut_short)
-    x, out = _arguments()
     with pytest.raises(KeyboardInterrupt):
-        _scaled(check=None).tune(x, out)
+        _scaled(check).tune(*_arguments())
     monkeypatch.setattr(bench, "measure", measure)
-    report = _scaled(check=True).tune(x, out)
+
+
+def _journal(check, cache):
+    """The disk folder of ``_scaled(check)``'s tunings in ``cache``, and the key its journal is
+    kept under."""
+    from numbatune.cache.disk import Folder
+    from numbatune.cache.tunecache import function_folder
+    from numbatune.devices import current_kind
+
+    kernel = _scaled(check)
+    where = function_folder(cache / current_kind().partition, kernel.function_id)
+    folder = Folder(where, kernel.function_id)
+    (journal,) = folder.stored_keys()
+    return folder, journal
+
+
+def _twice(x, out):
+    return 2 * x
+
+
+def _thrice(x, out):
+    return 3 * x
+
+
+def test_a_checked_tuning_does_not_go_on_with_an_unfinished_unchecked_one(
+    numbatune_cache, monkeypatch
+):
+    """An unfinished tuning that did not check outputs leaves its variants unchecked: a
+    tuning of the key in check mode starts over instead of taking them."""
+    _cut_short(None, monkeypatch)
+    report = _scaled(check=True).tune(*_arguments())
     assert report.checked
     assert [r.mismatch is not None for r in report.results] == [p >= 10 for p in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "wrong"),
+    [
+        (nt.Check(rtol=1.0), nt.Check(), [p >= 10 for p in range(20)]),  # tolerance tightened
+        (nt.Check(), nt.Check(rtol=1.0), [False] * 20),  # loosened: 3 * x is close enough
+        (nt.Check(reference=_thrice), nt.Check(reference=_twice), [p >= 10 for p in range(20)]),
+        (nt.Check(), None, [False] * 20),  # check mode turned off
+    ],
+    ids=["tightened", "loosened", "another-reference", "unchecked"],
+)
+def test_a_tuning_does_not_keep_the_verdicts_of_an_unfinished_one_with_another_check(
+    numbatune_cache, monkeypatch, before, after, wrong
+):
+    """An unfinished tuning's verdicts (which variants gave wrong results) hold for its own
+    check: a tuning of the key with another check (tolerances, reference, or none) starts
+    over, so that its verdicts are all its own, as if no tuning had been cut short."""
+    _cut_short(before, monkeypatch)
+    report = _scaled(after).tune(*_arguments())
+    assert report.checked == (after is not None)
+    assert [r.mismatch is not None for r in report.results] == wrong
+
+
+@pytest.mark.parametrize(
+    ("check", "written_before", "goes_on"),
+    [
+        (nt.Check(reference=_twice), False, True),
+        (None, False, True),
+        (None, True, True),  # a journal without a check's verdicts holds for no check
+        (nt.Check(reference=_twice), True, False),  # its check is not known
+    ],
+    ids=["checked", "unchecked", "unchecked-older-journal", "checked-older-journal"],
+)
+def test_a_tuning_goes_on_with_an_unfinished_one_with_the_same_check(
+    numbatune_cache, monkeypatch, caplog, check, written_before, goes_on
+):
+    """An unfinished tuning with the same check goes on where it stopped; one written before
+    numbatune recorded its check goes on only without check mode (its check is not known)."""
+    _cut_short(check, monkeypatch)
+    if written_before:  # as numbatune wrote it before it recorded the check
+        folder, journal = _journal(check, numbatune_cache)
+        stored = json.loads(folder.get(journal))
+        stored.pop("check", None)
+        folder.set(journal, json.dumps(stored))
+    with caplog.at_level(logging.INFO, logger="numbatune"):
+        report = _scaled(check).tune(*_arguments())
+    assert ("going on with an unfinished tuning" in caplog.text) == goes_on
+    assert [r.mismatch is not None for r in report.results] == [
+        check is not None and p >= 10 for p in range(20)
+    ]
 
 
 def test_the_check_setting_turns_check_mode_on_for_every_kernel():

@@ -154,10 +154,10 @@ def test_a_result_tuned_at_minimal_is_tuned_again_at_full_but_full_serves_minima
 
 @pytest.fixture
 def searched_in_new_processes(monkeypatch, numbatune_cache):
-    """``search(level)``: the report of a pattern search of 512 variants in two priority groups
-    of 256 (D of 16 or 32 first), each in a new process sharing the disk cache. The times are
-    test_search's fake ones, 100 us more in the top group: every variant of the lower group
-    is faster than all of the top group."""
+    """``search(level, priority)``: the report of a pattern search of 512 variants in two
+    priority groups of 256 (D of 16 or 32 first, unless ``priority`` says otherwise), each in a
+    new process sharing the disk cache. The times are test_search's fake ones, 100 us more for
+    D of 16 or 32: every variant of D of 64 or 128 is faster than all of them."""
 
     def measure(runs, stream=0, inputs=(), restore=lambda: None, rounds=None, taken=None):
         return {v: Timed((cost(v) + 100 * (v.params["D"] <= 32)) * 1e-6, 0.0, 10) for v in runs}
@@ -168,11 +168,11 @@ def searched_in_new_processes(monkeypatch, numbatune_cache):
     def top_group(D, **others):
         return 1 if D <= 32 else 0
 
-    def search(level):
+    def search(level, priority=top_group):
         kernels.forget_shared_state(monkeypatch)
         return nt.autotune(
             variants=nt.product(
-                A=range(8), B=range(8), C=range(2), D=[16, 32, 64, 128], priority=top_group
+                A=range(8), B=range(8), C=range(2), D=[16, 32, 64, 128], priority=priority
             ),
             launch=lambda x, out: (1, 32),
             search="pattern",
@@ -195,6 +195,18 @@ def test_a_search_at_minimal_is_searched_again_at_full_and_one_at_full_serves_mi
     assert at_full.best["D"] in (64, 128)  # from the group minimal left out
     again = search("minimal")
     assert again.source == "disk" and again.best == at_full.best
+
+
+def test_a_search_of_another_top_group_of_the_same_size_does_not_serve_minimal(
+    searched_in_new_processes,
+):
+    search = searched_in_new_processes
+    at_minimal = search("minimal")
+    assert at_minimal.best["D"] in (16, 32)
+    # Now D of 64 or 128 is the top group: the stored search tried none of them.
+    again = search("minimal", priority=lambda D, **others: 1 if D >= 64 else 0)
+    assert again.source == "benchmark" and again.space == 256
+    assert again.best["D"] in (64, 128)
 
 
 def test_a_stored_winner_that_prune_now_removes_is_not_used():

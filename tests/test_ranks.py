@@ -22,6 +22,8 @@ BLOCK = 4
 def launch(x, out, *, BLOCK):
     if os.environ.get("DIE_WHILE_TUNING") == os.environ["RANK"]:
         os._exit(3)  # this rank dies in the middle of its share
+    if str(BLOCK) in os.environ.get("FAIL_BLOCKS", "").split(","):
+        return nt.cdiv(x.shape[0], BLOCK), 0  # an invalid launch: this variant fails
     return nt.cdiv(x.shape[0], BLOCK), BLOCK
 
 
@@ -128,6 +130,24 @@ def test_ranks_split_the_variants_and_store_the_same_entry(job, size):
     assert len({json.dumps(r["entry"], sort_keys=True) for r in ranks}) == 1
     assert len({json.dumps(r["best"]) for r in ranks}) == 1
     assert {r["source"] for r in ranks} == {"ranks"}
+
+
+def test_a_share_that_fails_entirely_is_kept_as_failed_and_not_tuned_again(job):
+    """Rank 1's share (BLOCK 2, 8, 32, 128) fails entirely: the merged entry records its
+    variants as failed, so the next job serves the key from the cache."""
+    failing = {"FAIL_BLOCKS": "2,8,32,128"}
+    ranks = job(2, **failing)
+    assert all("entry" in r for r in ranks), ranks
+    assert ranks[0]["entry"] == ranks[1]["entry"]
+    results = {r["variant"]: r["status"] for r in ranks[0]["entry"]["results"]}
+    assert len(results) == 8
+    assert {v for v, status in results.items() if status == "failed"} == {
+        f"BLOCK={block}" for block in (2, 8, 32, 128)
+    }
+    assert ranks[0]["best"]["BLOCK"] in (1, 4, 16, 64)
+    again = job(2, **failing)
+    assert [r["measured"] for r in again] == [[], []], again
+    assert [r["best"] for r in again] == [ranks[0]["best"]] * 2
 
 
 def test_a_rank_with_a_stored_result_gives_it_to_the_others(job, tmp_path):

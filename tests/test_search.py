@@ -403,17 +403,16 @@ def test_a_tuning_cut_short_goes_on_where_it_stopped_in_a_new_process(
     assert len(files.stored_entries(numbatune_cache)) == 1
 
 
-def test_a_tuning_cut_short_after_its_top_priority_group_failed_goes_on_where_it_stopped(
-    fake_times, numbatune_cache, monkeypatch
-):
-    # The top group (two variants) fails; the tuning falls back to every variant.
+def _failing_prioritized(priority, monkeypatch):
+    """440 variants (``A + B < 14`` of 8 x 8 x 4 x 2) grouped by ``priority``, of which those of
+    a priority above 0 all fail (a launch error)."""
     variants = nt.product(
         A=range(8),
         B=range(8),
         C=range(4),
         D=[16, 32],
         where=lambda A, B, **rest: A + B < 14,
-        priority=lambda A, B, C, D: int(A < 2 and B == 0 and C == 0 and D == 16),
+        priority=priority,
     )
     timed = bench.measure
 
@@ -422,6 +421,16 @@ def test_a_tuning_cut_short_after_its_top_priority_group_failed_goes_on_where_it
         return {v: RuntimeError("too many resources") if v.priority else times[v] for v in runs}
 
     monkeypatch.setattr(bench, "measure", measure)
+    return variants
+
+
+def test_a_tuning_cut_short_after_its_top_priority_group_failed_goes_on_where_it_stopped(
+    fake_times, numbatune_cache, monkeypatch
+):
+    # The top group (two variants) fails; the tuning falls back to every variant.
+    variants = _failing_prioritized(
+        lambda A, B, C, D: int(A < 2 and B == 0 and C == 0 and D == 16), monkeypatch
+    )
     measure = cut_short_after(3, fake_times, monkeypatch)
 
     def kernel():
@@ -436,13 +445,43 @@ def test_a_tuning_cut_short_after_its_top_priority_group_failed_goes_on_where_it
     monkeypatch.setattr(bench, "measure", measure)
     fake_times.clear()
     report = kernel().tune(*arguments())
-    # The fallback goes on where it stopped: of the variants it measured before (the failed
-    # top group among them), only the best is measured again, and the top group is not tuned
-    # again alone.
-    assert set(failed) <= before
+    # The fallback goes on where it stopped: of the variants it measured before, only the best
+    # is measured again, and the failed top group is not tuned again.
     again = {v for batch in fake_times for v in batch}
+    assert not again & set(failed)
     assert again & before == {fastest(v for v in before if not v.priority)}
     assert report.tried == 60 == len(again | before)
+
+
+def test_a_fallback_search_spends_its_budget_past_the_top_priority_group_that_failed(
+    fake_times, monkeypatch
+):
+    # At level minimal the top group (8 variants, every one failing) is tuned first, then with
+    # the rest. Its variants are not the fallback's starting points: its budget of 8, spent on
+    # them again, would find no working variant, and tuning would fail.
+    variants = _failing_prioritized(lambda A, B, C, D: int(A == B == 0), monkeypatch)
+    monkeypatch.setattr(nt.settings, "compile_workers", 1)  # batches of 8 variants
+    report = tuned(variants, search="random", budget=8, level="minimal").tune(*arguments())
+    failed, _fallback = fake_times  # one batch each
+    assert set(failed) == {v for v in variants if v.priority}
+    assert report.winner.priority == 0 and report.tried == 8
+
+
+def test_a_fallback_search_does_not_start_from_the_variants_of_the_sets_that_failed(
+    fake_times, monkeypatch
+):
+    # At level balanced the two highest groups (8 variants each, every one failing) are
+    # tuned first, the search starting from the highest; then everything. The fallback does
+    # not start from the failed sets' variants again: its budget of 8 would find no working one.
+    variants = _failing_prioritized(
+        lambda A, B, C, D: 2 if A == B == 0 else int(A == B == 1), monkeypatch
+    )
+    monkeypatch.setattr(nt.settings, "compile_workers", 1)  # batches of 8 variants
+    report = tuned(variants, search="random", budget=8, level="balanced").tune(*arguments())
+    failed, fallback = fake_times  # one batch each
+    assert {v.priority for v in failed} == {2}
+    assert not set(fallback) & {v for v in variants if v.priority}
+    assert report.winner.priority == 0
 
 
 def test_a_tuning_measured_in_one_batch_keeps_no_record_of_its_outcomes(

@@ -81,11 +81,12 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
         "compiles": report.compiles,
         "strategy": report.strategy.value,
         "space": report.space,
-        "results": [_encode_result(result) for result in tried],
+        "results": [encode_result(result) for result in tried],
     }
 
 
-def _encode_result(result: VariantResult) -> dict[str, Any]:
+def encode_result(result: VariantResult) -> dict[str, Any]:
+    """The stored form of one variant's result, as an entry's ``results`` hold it."""
     outcome = result.outcome
     return {
         "variant": result.variant.label,
@@ -107,7 +108,7 @@ def encode_outcomes(
 ) -> dict[str, Any]:
     """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`);
     ``checked``: whether check mode compared the variants' outputs."""
-    results = [_encode_result(VariantResult(v, o)) for v, o in outcomes.items()]
+    results = [encode_result(VariantResult(v, o)) for v, o in outcomes.items()]
     return {"format": FORMAT, "checksum": checksum, "checked": checked, "results": results}
 
 

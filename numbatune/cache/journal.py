@@ -3,8 +3,9 @@
 A tuning that measures its variants in several batches (a search, or an exhaustive run of a
 large space) writes every variant's outcome to its journal after each batch but the last, beside
 the tune cache's entries (:func:`numbatune.cache.entry.journal_key`). A later tuning of the same
-key and checksum, in this process or another, starts from them (a tuning in check mode only
-from one that checked outputs too): variants measured before are not
+key and checksum, in this process or another, starts from them, if it checks its variants'
+outputs as the unfinished one did (with the same tolerances, reference and outputs function,
+or not at all: which variants were wrong depends on them): variants measured before are not
 measured again, and the best of them is measured with the next batch, so every decision still
 compares times from one measurement. Storing the key's result deletes the journal; so does a
 tuning in which every variant failed, and a forced retune starts without it. Kernel Tuner's
@@ -16,9 +17,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from numbatune.cache import entry as entries
 from numbatune.cache.disk import Folder
+from numbatune.tuning import checks
+from numbatune.tuning.checks import Check
 from numbatune.tuning.results import Outcome
 from numbatune.variants import Variant
 
@@ -34,25 +38,29 @@ class DiskJournal:
         key_text: str,
         checksum: str,
         variants: Mapping[str, Variant],
-        checked: bool,
+        check: Check | None,
     ) -> None:
         self._folder = folder
         self._stored_under = entries.journal_key(key_text, checksum)
         self._checksum = checksum
         self._variants = variants
-        #: Whether the tuning checks its variants' outputs (check mode): it goes on only with
-        #: an unfinished tuning that did.
-        self._checked = checked
+        #: Whether the tuning checks its variants' outputs (check mode), and the fingerprint of
+        #: its check (:func:`~numbatune.tuning.checks.fingerprint`): it goes on only with an
+        #: unfinished tuning of the same check, or, without check mode, with one that checked
+        #: nothing.
+        self._checked = check is not None
+        self._check = None if check is None else checks.fingerprint(check)
 
     def earlier(self) -> dict[Variant, Outcome]:
-        """The outcomes an earlier, unfinished tuning of the key recorded (none if damaged:
-        then it is deleted, with a warning)."""
+        """The outcomes an earlier, unfinished tuning of the key recorded, if it checked them
+        as this one does (none if damaged: then it is deleted, with a warning)."""
         stored = self._folder.get(self._stored_under)
         if stored is None:
             return {}
         try:
-            return entries.decode_outcomes(
-                json.loads(stored), self._variants, self._checksum, self._checked
+            recorded = json.loads(stored)
+            outcomes = entries.decode_outcomes(
+                recorded, self._variants, self._checksum, self._checked
             )
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
@@ -62,13 +70,22 @@ class DiskJournal:
             )
             self.discard()
             return {}
+        return outcomes if self._same_check(recorded) else {}
+
+    def _same_check(self, recorded: dict[str, Any]) -> bool:
+        """Whether the unfinished tuning that ``recorded`` its outcomes checked them as this one
+        does: with a check of the same fingerprint, or, without check mode, not at all. A
+        journal of an earlier numbatune has no fingerprint: a tuning in check mode does not
+        go on with it (its check is not known), one without only where it says it checked
+        nothing."""
+        if self._checked:
+            return self._check is not None and recorded.get("check") == self._check
+        return recorded.get("checked") is False
 
     def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
-        """Keep ``outcomes`` (every variant measured so far)."""
-        self._folder.set(
-            self._stored_under,
-            json.dumps(entries.encode_outcomes(outcomes, self._checksum, self._checked)),
-        )
+        """Keep ``outcomes`` (every variant measured so far), with this tuning's check."""
+        recorded = entries.encode_outcomes(outcomes, self._checksum, self._checked)
+        self._folder.set(self._stored_under, json.dumps({**recorded, "check": self._check}))
 
     def discard(self) -> None:
         """Forget the recorded outcomes."""

@@ -171,14 +171,17 @@ def settle(
 def merge(
     shares: Sequence[dict[str, Any]], kernel_name: str, key: str, order: Mapping[str, int]
 ) -> dict[str, Any]:
-    """One entry from the entries of the shares (``{"entry": ...}`` or ``{"error": ...}``):
-    every result, the lowest median winning; a :class:`TuningError` if none was timed."""
+    """One entry from the entries of the shares (``{"entry": ...}``, or ``{"error": ...,
+    "results": ...}`` for a share every variant of which failed): every result, the failed
+    shares' too (so that the entry covers every variant tried, and the key is not tuned again
+    in the next job), the lowest median winning; a :class:`TuningError` if none was timed."""
     entries = [share["entry"] for share in shares if "entry" in share]
     if not entries:
         errors = "\n".join(share["error"] for share in shares)
         raise TuningError(f"{kernel_name}: every share of key {key} failed:\n{errors}")
+    failed = [result for share in shares if "error" in share for result in share.get("results", ())]
     results = sorted(
-        (result for entry in entries for result in entry["results"]),
+        [*(result for entry in entries for result in entry["results"]), *failed],
         key=lambda result: order[result["variant"]],
     )
     timed = [

@@ -35,6 +35,7 @@ from numbatune.devices import current_kind
 from numbatune.errors import TuningError
 from numbatune.forking import renew_in_child
 from numbatune.identity import folder_name
+from numbatune.tuning.checks import Check
 from numbatune.tuning.job import Journal, NoJournal
 from numbatune.tuning.results import Source, TuneReport
 from numbatune.values import canonical_key, key_text
@@ -270,16 +271,16 @@ class TuneCache:
         nearest = sorted(found, key=lambda other: keys.distance(text, other))
         return list(dict.fromkeys(found[other] for other in nearest))[:count]
 
-    def journal(self, key: Hashable, fresh: bool, checked: bool) -> Journal:
+    def journal(self, key: Hashable, fresh: bool, check: Check | None) -> Journal:
         """Where ``key``'s tuning keeps its outcomes as they are measured (nothing without a
         cache directory); ``fresh``: first forget what an earlier, unfinished one measured;
-        ``checked``: the tuning checks its variants' outputs (it goes on only with an
-        unfinished one that did)."""
+        ``check``: how the tuning checks its variants' outputs, or None (it goes on only with
+        an unfinished one that checked them alike)."""
         disk = self._open()
         if disk is None:
             return NoJournal()
         text = key_text(canonical_key(key))
-        journal = DiskJournal(disk, text, self.checksum, self._by_label, checked)
+        journal = DiskJournal(disk, text, self.checksum, self._by_label, check)
         if fresh:
             journal.discard()
         return journal

@@ -10,6 +10,7 @@ how much at most.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from numbatune import arrays
+from numbatune.references import helpers, source_of
 from numbatune.streams.handles import synchronize
 
 #: (rtol, atol) by dtype kind and item size, for ``Check()`` without tolerances.
@@ -129,6 +131,26 @@ def as_check(check: bool | Check | None, kernel_name: str) -> Check | None:
         f"autotune({kernel_name}): check must be True, False, None or numbatune.Check(...), "
         f"got {check!r}"
     )
+
+
+def fingerprint(check: Check) -> str:
+    """A digest of what decides ``check``'s verdicts, the same in every process: its
+    tolerances, and the source of its reference and outputs functions and of the functions of
+    their own package they call (as the kernel's checksum covers its launch function: the
+    values they read are not covered). An unfinished tuning's verdicts hold only for a check
+    of the same digest (:mod:`numbatune.cache.journal`)."""
+    parts = [f"tolerances: {[None if t is None else float(t) for t in (check.rtol, check.atol)]}"]
+    for role, function in (("reference", check.reference), ("outputs", check.outputs)):
+        if function is None:
+            parts.append(f"{role}: none")  # the kernel as written; every array argument
+            continue
+        parts.append(f"{role}: {source_of(function)}")
+        parts += (f"{role} helper {h.__qualname__}: {source_of(h)}" for h in helpers(function))
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
 
 
 def host_outputs(args: Sequence[Any], stream: Any = 0) -> list[np.ndarray | None]:

@@ -120,7 +120,8 @@ class TuneJob:
     #: How to choose the variants measured, and where a search starts (numbatune.tuning.search).
     search: Search = field(default_factory=Search)
     starts: tuple[Variant, ...] = ()
-    #: Where the outcomes are kept as they are measured.
+    #: Where the outcomes are kept as they are measured (for the job's check: an unfinished
+    #: tuning's verdicts hold only for its own).
     journal: Journal = field(default_factory=NoJournal)
     #: What of a variant decides numba's compile of it (:meth:`~numbatune.template.
     #: KernelTemplate.build_key`): variants with the same are built for about the cost of one,

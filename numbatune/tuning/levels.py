@@ -22,8 +22,9 @@ works, when other groups are left to fall back on.
 A stored result is reused while it covers the variants that the current level and prune would
 try first: a result tuned at ``minimal`` is tuned again when the level is raised to ``full``,
 and a result tuned at ``full`` serves every level. A stored search covers them when it searched
-a space of at least as many variants (a search tries few of its space's variants, so its
-results alone cannot say).
+one of the sets the plan tries, its first or one with more groups (a search tries few of its
+space's variants, so its results alone cannot say): the set of the size it searched, holding
+every variant it tried.
 """
 
 from __future__ import annotations
@@ -156,8 +157,9 @@ def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneRepo
 
     It serves when it has a result (a time, an error or a mismatch) for every variant the plan
     tries first, or when both it and this tuning come from a search (``searched``: one that
-    does not try every variant; numbatune.tuning.search) and it searched a space of at least
-    the plan's first set (the same groups or more), whatever its strategy and budget.
+    does not try every variant; numbatune.tuning.search) and it searched one of the sets the
+    plan tries (its first set, or one with more groups: :func:`_searched_a_set_of`), whatever
+    its strategy and budget.
     Its winner stays the winner unless the prune function now removes it; then the fastest of
     the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
     """
@@ -165,7 +167,7 @@ def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneRepo
     covered = (
         searched
         and stored.strategy is not Strategy.EXHAUSTIVE
-        and stored.space >= len(planned.first)
+        and _searched_a_set_of(planned, stored.space, known)
     )
     if not covered and not all(variant in known for variant in planned.first):
         logger.info(
@@ -186,3 +188,18 @@ def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneRepo
     if not timed:
         return None
     return dataclasses.replace(stored, best_index=min(timed)[1])
+
+
+def _searched_a_set_of(planned: Plan, space: int, tried: set[Variant]) -> bool:
+    """Whether a search of ``space`` variants, of which it tried ``tried``, searched one of the
+    sets ``planned`` tries (:meth:`Plan.tries`; each holds the first): the one of that size,
+    which must hold every variant it tried.
+
+    A stored search records its space's size, not its variants. A search of another set (of
+    the top group before the priorities changed, or of the variants an earlier prune function
+    kept) is told apart by the variants it tried that the set does not hold, or by a size no
+    set has; one that tried only variants of the set of its size cannot be.
+    """
+    return any(
+        len(variant_set) == space and tried <= set(variant_set) for variant_set in planned.tries()
+    )

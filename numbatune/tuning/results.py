@@ -261,7 +261,18 @@ class TuneReport:
         return f"TuneReport(winner={self.winner!r}, {', '.join(shown)})"
 
     def fastest(self, count: int) -> list[VariantResult]:
-        """The ``count`` fastest timed results, fastest first.
+        """The ``count`` fastest timed results, fastest first: the winner, then the others by
+        their medians.
+
+        Each median is from the variant's latest measurement. A tuning that measures in
+        batches (a search, or an exhaustive run of more than 256 variants) measures each batch
+        together with the best variant so far, and the batch's fastest becomes the best: every
+        other variant lost to the winner, in a batch measured with it or to a variant that lost
+        to it later, and the winner's median is from the last batch it was measured in. Medians
+        of different batches are not comparable (a GPU that heats up between them runs the later
+        batch slower), so another variant's median may be below the winner's: the winner comes
+        first all the same, and the others follow in the order of their medians, which is the
+        order of their times only between variants measured in one batch.
 
         Parameters
         ----------
@@ -273,5 +284,7 @@ class TuneReport:
         list[VariantResult]
             The timed results (failed and untried variants left out), fastest first.
         """
+        winner = self.results[self.best_index]
         timed = [result for result in self.results if result.median_s is not None]
-        return sorted(timed, key=lambda result: result.outcome.median_s)[:count]
+        timed.sort(key=lambda result: (result is not winner, result.outcome.median_s))
+        return timed[:count]

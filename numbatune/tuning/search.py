@@ -29,8 +29,9 @@ proposal becomes the new best. Strategies:
   :data:`~numbatune.strategies.EXHAUSTIVE_UP_TO` variants, ``pattern`` above.
 
 The starting points are, in order: the kernel as written (its module's values), the variants
-of the highest priority (when priorities differ), and the winners of the kernel's other keys,
-nearest key first. Random choices come from a generator seeded with the ``search_seed`` setting
+of the highest priority (where the level tunes them with lower groups; a fallback set starts
+from none of the failed sets' variants), and the winners of the kernel's other keys, nearest key
+first. Random choices come from a generator seeded with the ``search_seed`` setting
 and the key's text, so the same key with the same seed draws the same variants in every
 process (a pattern search then follows what it measures).
 """

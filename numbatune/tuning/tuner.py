@@ -59,13 +59,16 @@ def tune(job: TuneJob) -> TuneReport:
         plan.pruned,
     )
     clock = Clock()
-    *fallbacks, last = _sets_left(plan.tries(), job.journal.earlier())
+    tries = plan.tries()
+    *fallbacks, last = left = _sets_left(tries, job.journal.earlier())
+    job = _starting_past(job, tries[: len(tries) - len(left)])  # (failed in an earlier tuning)
     for variant_set in fallbacks:
         if len(variant_set) == 1 and not _runs(job, variant_set[0]):
             continue
         try:
             return clock.stamped(tune_set(job, variant_set, clock))
         except TuningError:
+            job = _starting_past(job, [variant_set])
             logger.info(
                 "numbatune: every variant of %s tried for key %r failed; trying the next "
                 "priority group too",
@@ -73,6 +76,15 @@ def tune(job: TuneJob) -> TuneReport:
                 job.key,
             )
     return clock.stamped(tune_set(job, last, clock))
+
+
+def _starting_past(job: TuneJob, failed: Sequence[Sequence[Variant]]) -> TuneJob:
+    """``job`` with none of the variants of the ``failed`` sets among its starts: the next set
+    holds them, and its search would spend its first batch on them again."""
+    dropped = {variant for variant_set in failed for variant in variant_set}
+    if not dropped.intersection(job.starts):
+        return job
+    return dataclasses.replace(job, starts=tuple(v for v in job.starts if v not in dropped))
 
 
 def _sets_left(
@@ -146,7 +158,10 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
         lines = "\n".join(
             f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
         )
-        raise TuningError(f"{job.kernel_name}: every variant failed for key {job.key!r}:\n{lines}")
+        raise TuningError(
+            f"{job.kernel_name}: every variant failed for key {job.key!r}:\n{lines}",
+            results=tuple(VariantResult(v, outcomes[v]) for v in job.variants if v in outcomes),
+        )
     report = dataclasses.replace(
         _report(job, outcomes, best=best, source=Source.BENCHMARK),
         strategy=strategy,
@@ -168,13 +183,18 @@ def _search(
     job: TuneJob, variants: Sequence[Variant], strategy: Strategy, clock: Clock
 ) -> tuple[dict[Variant, Outcome], Variant | None]:
     """Measure the batches ``strategy`` proposes (from where a journal says an earlier
-    tuning stopped) until the space or the budget is spent; the outcomes, and the best."""
+    tuning stopped) until the space or the budget is spent; the outcomes, and the best.
+
+    The journal keeps the outcomes after each batch that another follows: a search of one
+    batch, or the last batch of several, writes none (their outcomes are the result, stored)."""
     budget = job.search.budget
-    limit = len(variants) if strategy is Strategy.EXHAUSTIVE else budget.variants or len(variants)
+    limit = len(variants)  # how many variants it may measure
+    if strategy is not Strategy.EXHAUSTIVE and budget.variants is not None:
+        limit = min(limit, budget.variants)
     bench.prepare()
     clones = job.arguments.clone(job.stream)
     restore = arrays.restorer(clones, _originals(job), job.stream)
-    progress = Progress(job.kernel_name, min(limit, len(variants)))
+    progress = Progress(job.kernel_name, limit)
     proposals = search.proposer(
         strategy,
         variants,
@@ -191,9 +211,9 @@ def _search(
     times = {v: _median(outcome) for v, outcome in outcomes.items()}
     best = _fastest(job, times, times, None)
     expected = _reference_outputs(job)
-    room = math.inf  # how many builds the next batch may take
     started = time.perf_counter()
-    while (count := int(min(limit - len(outcomes), room, proposals.batch))) > 0:
+    count = min(limit - len(outcomes), proposals.batch)  # how many the next batch may take
+    while count > 0:
         batch_started = time.perf_counter()
         proposal, builds = search.next_batch(proposals, times, best, count, together, build_key)
         if not proposal:
@@ -205,12 +225,13 @@ def _search(
         found, expected = _measure(job, measured, clones, restore, clock, progress, outcomes,
                                    expected)  # fmt: skip
         outcomes.update(found)
-        if len(outcomes) < limit:  # more batches may follow (the last one's result is stored)
-            job.journal.record(outcomes)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
         room = _room(budget, strategy, started, batch_started, builds, job.settings)
         _log_batch(job, len(outcomes), limit, best, times)
+        count = int(min(limit - len(outcomes), room, proposals.batch))
+        if count > 0:  # another batch follows: a tuning cut short in it goes on from here
+            job.journal.record(outcomes)
     progress.close()
     return outcomes, best
 
@@ -315,8 +336,12 @@ def _measure(
 ) -> tuple[dict[Variant, Outcome], checks.Observed | None]:
     """Compile ``variants`` (trial runs included; on a GPU, screening them as they arrive),
     check those not checked ``earlier`` against the ``expected`` outputs (:func:`_checked`),
-    and time the others together; each one's outcome, and the expected outputs."""
+    and time the others together; each one's outcome, and the expected outputs.
+
+    The progress line counts the variants measured in this tuning, each once: those measured
+    ``earlier`` (the best so far, measured again) count as done already."""
     done = len(earlier)
+    again = sum(variant in earlier for variant in variants)
     started = time.perf_counter()
     screen = Screen(clones, job.stream, restore, job.settings) if _screening(variants) else None
     try:
@@ -325,7 +350,7 @@ def _measure(
             clones,
             job.arguments.values,
             job.stream,
-            lambda count: progress.step(done + count, "compiled"),
+            lambda count: progress.step(done + max(count - again, 0), "compiled"),
             _ignore if screen is None else screen.arrived,
             job.settings,
         )
@@ -352,7 +377,7 @@ def _measure(
         for variant, launcher in launchers.items()
         if variant not in outcomes
     }
-    progress.step(done + len(variants), f"compiled; measuring {len(runs)}")
+    progress.step(done + len(variants) - again, f"compiled; measuring {len(runs)}")
     with bench.device_lock:  # other tunings' trial runs and screening wait
         timings = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     outcomes.update({variant: _outcome(timing) for variant, timing in timings.items()})
