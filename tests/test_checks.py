@@ -108,9 +108,12 @@ def test_every_batch_of_a_search_is_checked_against_the_kernel_as_written():
 
 def _cut_short(check, monkeypatch):
     """Tune ``_scaled(check)`` until its first batch is measured, then stop it (a Ctrl-C, say):
-    its outcomes so far are left in its journal."""
-    from numbatune.tuning import bench
+    its outcomes so far are left in its journal. Screening (on a GPU; test_screen's) is off
+    here and in the tunings after: it would time variants through ``bench.measure`` too, and
+    the tuning would stop within its first batch."""
+    from numbatune.tuning import bench, tuner
 
+    monkeypatch.setattr(tuner, "_screening", lambda variants: False)
     measure, measured = bench.measure, []
 
     def cut_short(*args, **options):
