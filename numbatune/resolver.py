@@ -345,7 +345,8 @@ def _from_memory(winner: Winner) -> TuneReport:
 
 def _reuse(stored: TuneReport, walk: _Walk) -> TuneReport | None:
     """A stored report as the answer, or None to tune again: in check mode, one tuned without
-    checks is tuned again; otherwise as :func:`numbatune.tuning.levels.reuse` decides."""
-    if walk.check is not None and not stored.checked:
+    checks, or with another check (its verdicts of which variants are wrong are not this
+    check's), is tuned again; otherwise as :func:`numbatune.tuning.levels.reuse` decides."""
+    if walk.check is not None and stored.check != checks.fingerprint(walk.check):
         return None
     return levels.reuse(stored, walk.plan, walk.searched)

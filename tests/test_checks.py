@@ -212,6 +212,19 @@ def test_a_tuning_goes_on_with_an_unfinished_one_with_the_same_check(
     ]
 
 
+def test_a_stored_result_of_another_check_is_tuned_again(numbatune_cache):
+    """A finished tuning's verdicts are its check's: with the tolerance tightened, the key is
+    tuned again and the variants the looser check passed are wrong; with the same check it is
+    served."""
+    loose = _scaled(nt.Check(rtol=1.0)).tune(*_arguments())
+    assert loose.checked and not any(r.mismatch for r in loose.results)  # 3 * x is close enough
+    strict = _scaled(nt.Check()).tune(*_arguments())
+    assert strict.source == "benchmark"
+    assert [r.mismatch is not None for r in strict.results] == [p >= 10 for p in range(20)]
+    assert strict.best["P"] < 10
+    assert _scaled(nt.Check()).tune(*_arguments()).source in ("memory", "disk")
+
+
 def test_the_check_setting_turns_check_mode_on_for_every_kernel():
     nt.configure(check=True)
     try:

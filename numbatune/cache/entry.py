@@ -75,6 +75,7 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
         "key": key_text,
         "best_index": tried.index(report.results[report.best_index]),
         "checked": report.checked,
+        "check": report.check,
         "compile_s": report.compile_s,
         "benchmark_s": report.benchmark_s,
         "trial_s": report.trial_s,
@@ -154,6 +155,8 @@ def check(entry: Any) -> dict[str, Any]:
     for name, kind in fields:
         if not isinstance(entry.get(name), kind):
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected a {kind.__name__}")
+    if not isinstance(entry.get("check", ""), str):  # (entries stored before have none)
+        raise DamagedEntry(f"check is {entry['check']!r}, expected a str")
     _number(entry, "compile_s"), _number(entry, "benchmark_s"), _number(entry, "trial_s")
     for name in ("compiles", "space"):
         if type(entry.get(name)) is not int or entry[name] < 0:
@@ -265,6 +268,7 @@ def decode(
         Source.DISK,
         tuple(VariantResult(v, outcomes.get(v, NOT_TRIED)) for v in order),
         checked=entry["checked"],
+        check=entry.get("check", ""),
         compile_s=entry["compile_s"],
         benchmark_s=entry["benchmark_s"],
         trial_s=entry["trial_s"],

@@ -204,6 +204,10 @@ class TuneReport:
         One result per variant, in the decorator's order.
     checked : bool
         Whether check mode compared the variants' outputs while tuning.
+    check : str
+        Of a checked tuning, the fingerprint of its check (tolerances, reference and outputs
+        functions: :func:`numbatune.tuning.checks.fingerprint`); empty for others, and for
+        results stored before numbatune kept it.
     compile_s, trial_s, benchmark_s : float
         Seconds spent in this tuning compiling variants, running them first in a separate
         process (the ``isolate`` setting), and checking and timing them.
@@ -231,6 +235,7 @@ class TuneReport:
     compiles: int = 0
     strategy: Strategy = Strategy.EXHAUSTIVE
     space: int = 0
+    check: str = ""
 
     @property
     def tried(self) -> int:

@@ -410,8 +410,10 @@ def _report(
 ) -> TuneReport:
     results = tuple(VariantResult(v, outcomes[v]) if v in outcomes else VariantResult(v)
                     for v in job.variants)  # fmt: skip
-    checked = job.check is not None and source is Source.BENCHMARK
-    return TuneReport(job.key, job.variants.index(best), source, results, checked)
+    check = job.check if source is Source.BENCHMARK else None  # (what it checked)
+    fingerprint = "" if check is None else checks.fingerprint(check)
+    return TuneReport(job.key, job.variants.index(best), source, results, check is not None,
+                      check=fingerprint)  # fmt: skip
 
 
 def _reference_outputs(job: TuneJob) -> checks.Observed | None:
