@@ -404,7 +404,7 @@ def test_a_tuning_cut_short_goes_on_where_it_stopped_in_a_new_process(
 
 
 def _failing_prioritized(priority, monkeypatch):
-    """440 variants (``A + B < 14`` of 8 x 8 x 4 x 2) grouped by ``priority``, of which those of
+    """504 variants (``A + B < 14`` of 8 x 8 x 4 x 2) grouped by ``priority``, of which those of
     a priority above 0 all fail (a launch error)."""
     variants = nt.product(
         A=range(8),
