@@ -105,27 +105,41 @@ def encode_result(result: VariantResult) -> dict[str, Any]:
 
 
 def encode_outcomes(
-    outcomes: Mapping[Variant, Outcome], checksum: str, checked: bool
+    outcomes: Mapping[Variant, Outcome], checksum: str, check: str | None
 ) -> dict[str, Any]:
     """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`);
-    ``checked``: whether check mode compared the variants' outputs."""
+    ``check``: the fingerprint of the check that compared the variants' outputs
+    (:func:`numbatune.tuning.checks.fingerprint`), or None without check mode."""
     results = [encode_result(VariantResult(v, o)) for v, o in outcomes.items()]
-    return {"format": FORMAT, "checksum": checksum, "checked": checked, "results": results}
+    return {"format": FORMAT, "checksum": checksum, "checked": check is not None,
+            "check": check, "results": results}  # fmt: skip
 
 
 def decode_outcomes(
-    stored: Any, variants: Mapping[str, Variant], checksum: str, checked: bool
+    stored: Any, variants: Mapping[str, Variant], checksum: str, check: str | None
 ) -> dict[Variant, Outcome]:
     """The outcomes :func:`encode_outcomes` stored, or :class:`DamagedEntry`: none when of
-    another checksum, or, for a tuning in check mode (``checked``), of one whose outputs were
-    not checked (its variants would go on unchecked)."""
+    another checksum, or checked otherwise than a tuning with ``check`` checks
+    (:func:`_checked_alike`)."""
     if not isinstance(stored, dict) or stored.get("format") != FORMAT:
         raise DamagedEntry(f"an unfinished tuning's outcomes are not of format {FORMAT}")
     if not isinstance(stored.get("results"), list):
         raise DamagedEntry(f"results are {stored.get('results')!r}, expected a list")
-    if stored.get("checksum") != checksum or (checked and stored.get("checked") is not True):
+    if stored.get("checksum") != checksum or not _checked_alike(stored, check):
         return {}
     return _outcomes(stored["results"], variants)
+
+
+def _checked_alike(stored: dict[str, Any], check: str | None) -> bool:
+    """Whether the unfinished tuning whose outcomes are ``stored`` checked its variants'
+    outputs as a tuning with ``check`` (a check's fingerprint, or None: not in check mode)
+    does: with the same check (which variants were wrong depends on it), or, without check
+    mode, not at all. Outcomes stored before numbatune kept the check have none: a tuning in
+    check mode does not go on with them (their check is not known), one without only where
+    they say they checked nothing."""
+    if check is not None:
+        return stored.get("check") == check
+    return stored.get("checked") is False
 
 
 def _outcomes(results: list[Any], variants: Mapping[str, Variant]) -> dict[Variant, Outcome]:

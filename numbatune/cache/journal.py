@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from numbatune.cache import entry as entries
 from numbatune.cache.disk import Folder
@@ -44,11 +43,9 @@ class DiskJournal:
         self._stored_under = entries.journal_key(key_text, checksum)
         self._checksum = checksum
         self._variants = variants
-        #: Whether the tuning checks its variants' outputs (check mode), and the fingerprint of
-        #: its check (:func:`~numbatune.tuning.checks.fingerprint`): it goes on only with an
-        #: unfinished tuning of the same check, or, without check mode, with one that checked
-        #: nothing.
-        self._checked = check is not None
+        #: The fingerprint of the tuning's check (:func:`~numbatune.tuning.checks.
+        #: fingerprint`), or None without check mode: it goes on only with an unfinished
+        #: tuning of the same check, or, without check mode, with one that checked nothing.
         self._check = None if check is None else checks.fingerprint(check)
 
     def earlier(self) -> dict[Variant, Outcome]:
@@ -58,9 +55,8 @@ class DiskJournal:
         if stored is None:
             return {}
         try:
-            recorded = json.loads(stored)
-            outcomes = entries.decode_outcomes(
-                recorded, self._variants, self._checksum, self._checked
+            return entries.decode_outcomes(
+                json.loads(stored), self._variants, self._checksum, self._check
             )
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
@@ -70,22 +66,11 @@ class DiskJournal:
             )
             self.discard()
             return {}
-        return outcomes if self._same_check(recorded) else {}
-
-    def _same_check(self, recorded: dict[str, Any]) -> bool:
-        """Whether the unfinished tuning that ``recorded`` its outcomes checked them as this one
-        does: with a check of the same fingerprint, or, without check mode, not at all. A
-        journal of an earlier numbatune has no fingerprint: a tuning in check mode does not
-        go on with it (its check is not known), one without only where it says it checked
-        nothing."""
-        if self._checked:
-            return self._check is not None and recorded.get("check") == self._check
-        return recorded.get("checked") is False
 
     def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
         """Keep ``outcomes`` (every variant measured so far), with this tuning's check."""
-        recorded = entries.encode_outcomes(outcomes, self._checksum, self._checked)
-        self._folder.set(self._stored_under, json.dumps({**recorded, "check": self._check}))
+        recorded = entries.encode_outcomes(outcomes, self._checksum, self._check)
+        self._folder.set(self._stored_under, json.dumps(recorded))
 
     def discard(self) -> None:
         """Forget the recorded outcomes."""

@@ -137,8 +137,9 @@ def fingerprint(check: Check) -> str:
     """A digest of what decides ``check``'s verdicts, the same in every process: its
     tolerances, and the source of its reference and outputs functions and of the functions of
     their own package they call (as the kernel's checksum covers its launch function: the
-    values they read are not covered). An unfinished tuning's verdicts hold only for a check
-    of the same digest (:mod:`numbatune.cache.journal`)."""
+    values they read are not covered). A stored result's or an unfinished tuning's verdicts
+    hold only for a check of the same digest (:mod:`numbatune.resolver`,
+    :mod:`numbatune.cache.journal`)."""
     parts = [f"tolerances: {[None if t is None else float(t) for t in (check.rtol, check.atol)]}"]
     for role, function in (("reference", check.reference), ("outputs", check.outputs)):
         if function is None:
