@@ -281,6 +281,11 @@ typedef struct {
  * elements... */
 #define STRUCTURE_MEMREF 1
 
+/* How many parameters an array of ``structure`` has before its shape. */
+static inline Py_ssize_t head_of(uint8_t structure) {
+    return structure == STRUCTURE_MEMREF ? 3 : 5;
+}
+
 /* dlpack_api(cls) -> int: the address of the class's DLPack C exchange API, 0 where it has
  * none of a version and completeness this file reads. */
 static PyObject *dlpack_api(PyObject *self, PyObject *cls) {
@@ -349,7 +354,7 @@ static Py_ssize_t write_fields(const dl_tensor_t *t, const dl_expected_t *e, int
         return -1;
     }
     int memref = e->structure == STRUCTURE_MEMREF;
-    Py_ssize_t head = memref ? 3 : 5;
+    Py_ssize_t head = head_of(e->structure);
     int64_t data = (int64_t)(intptr_t)((char *)t->data + t->byte_offset);
     if (memref) {
         out[0] = out[1] = data;
@@ -670,7 +675,8 @@ static int read_layout(Reader *self, const reader_array_t *array, PyObject *valu
 }
 
 /* The start of the allocation of an array whose memory object is ``memory`` (a new reference:
- * the pointer of the object its allocation attribute holds), or NULL with an exception. */
+ * the pointer of the object its allocation attribute holds), or NULL (an exception set where
+ * a read failed; none where the pointer is no integer). */
 static PyObject *allocation_of(Reader *self, PyObject *memory) {
     PyObject *owner = attribute(self, OF_MEMORY, memory, NAME_ALLOCATION);
     if (owner == NULL) return NULL;
@@ -793,8 +799,8 @@ static int read_memo(Reader *self, reader_array_t *array, PyObject *value, int64
     int ok = fields != NULL && PyBytes_Check(fields) && (size_t)PyBytes_GET_SIZE(fields) == size;
     if (ok) {
         memcpy(out, PyBytes_AS_STRING(fields), size);
-        Py_ssize_t head = array->expected.structure == STRUCTURE_MEMREF ? 3 : 5;
-        memcpy(extents, out + head, (size_t)array->expected.ndim * sizeof(int64_t));
+        memcpy(extents, out + head_of(array->expected.structure),
+               (size_t)array->expected.ndim * sizeof(int64_t));
         if (start != NULL) *start = Py_NewRef(PyTuple_GET_ITEM(memo, 3));
     }
     Py_DECREF(memo);
@@ -889,7 +895,7 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
             array->make = Py_NewRef(PyTuple_GET_ITEM(source, 1));
             self->keyed++;
         }
-        array->fields = (expected[i].structure == STRUCTURE_MEMREF ? 3 : 5) + 2 * expected[i].ndim;
+        array->fields = head_of(expected[i].structure) + 2 * expected[i].ndim;
         total_fields += array->fields;
         total_extents += expected[i].ndim;
     }

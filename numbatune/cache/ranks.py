@@ -157,8 +157,9 @@ def settle(
     order: Mapping[str, int],
     timeout_s: float,
 ) -> dict[str, Any]:
-    """Gather the shares (this rank's: ``{"entry": ...}``, ``{"error": ...}``, or None when it
-    tuned none): the entry the group agrees on, an offered one or the merge of the shares.
+    """Gather the shares (this rank's: ``{"entry": ...}``, ``{"error": ..., "results": ...}``,
+    or None when it tuned none): the entry the group agrees on, an offered one or the merge of
+    the shares.
     ``order``: each variant label's place in the kernel's variants."""
     shares = ranks.gather(share, kernel_name, key, timeout_s)
     if meeting.offered is not None:
@@ -179,7 +180,7 @@ def merge(
     if not entries:
         errors = "\n".join(share["error"] for share in shares)
         raise TuningError(f"{kernel_name}: every share of key {key} failed:\n{errors}")
-    failed = [result for share in shares if "error" in share for result in share.get("results", ())]
+    failed = [result for share in shares if "error" in share for result in share["results"]]
     results = sorted(
         [*(result for entry in entries for result in entry["results"]), *failed],
         key=lambda result: order[result["variant"]],
