@@ -24,6 +24,7 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
+from numbatune.rawstreams import stream_handle
 
 SIZE = 1024
 BLOCK = 256
@@ -228,12 +229,61 @@ def _profile_calls(
         (label, "launch function alone"): lambda: config_function(*args, **winner.params),
         (label, "generated code, launch stubbed"): lambda: call(args, None),
     }
-    reads = [value for name, value in parts.items() if name.startswith("_k") and
-             getattr(value, "__name__", "") == "read"]  # fmt: skip
-    if reads:  # (the bench's arrays are all of one kind: one read)
-        arrays = tuple(value for value in args if not isinstance(value, float | np.floating))
-        calls[label, "the arrays' read alone (library API, in C)"] = lambda: reads[0](arrays)
+    read = _read_alone(parts, args)
+    calls[label, "the arrays' read alone (library API, in C)"] = read
+    calls[label, "floor: read, launch function, launch"] = _floor(parts, args, read)
     return calls
+
+
+def _read_alone(parts: dict[str, Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    """The fast path's one call of the C extension that reads ``args``' arrays (the bench's
+    arrays are all of one kind: one read)."""
+    (read,) = [value for name, value in parts.items() if name.startswith("_k") and
+               getattr(value, "__name__", "") == "read"]  # fmt: skip
+    arrays = tuple(value for value in args if not isinstance(value, float | np.floating))
+    return lambda: read(arrays)
+
+
+def _floor(
+    parts: dict[str, Any],
+    args: tuple[Any, ...],
+    read: Callable[[], Any],
+    streams: list[Any] | None = None,
+) -> Callable[[], None]:
+    """What any launcher through these APIs pays for a hit, with nothing between the steps:
+    the arrays' read, the launch function and the driver's launch of the parameters the fast
+    path packs (packed once); with two ``streams`` (raw handles), calls alternate between them
+    and each first makes its stream wait for the other's last launch (an event recorded and a
+    wait queued, as the stream order does)."""
+    (function,) = parts["_functions"].values()
+    winner = next(iter(parts["_winners"].values()))
+    config_function, params = parts["_config"], winner.params
+    packed = _packed(parts, args)
+    launch, offsets, context = parts["_launch"], parts["_offsets"], parts["_context"]
+    cooperative = parts["_cooperative"]
+    if streams is None:
+
+        def call() -> None:
+            read()
+            launch(function, config_function(*args, **params), 0, packed, offsets, context,
+                   cooperative)  # fmt: skip
+
+        return call
+    from numbatune.streams.monitor import monitor
+
+    events, flip = monitor.events, [0]
+    event = events.create(timing=False, stream=streams[0])
+
+    def alternating() -> None:
+        flip[0] ^= 1
+        stream, other = streams[flip[0]], streams[1 - flip[0]]
+        read()
+        config = config_function(*args, **params)
+        events.record(event, other)
+        events.wait_event(stream, event)
+        launch(function, config, stream, packed, offsets, context, cooperative)
+
+    return alternating
 
 
 def launch_stubbed(path: Callable[..., Any]) -> Callable[..., Any]:
@@ -324,6 +374,13 @@ def _phase_two(kinds, host, a, tuned_kernels):
             )
             calls[kind, "waiting: generated code, launch stubbed"] = _alternating(
                 lambda *args, stream, c=stubbed: c(args, stream), (x, out, a), streams
+            )
+            parts = _fast_path_parts(tuned, (x, out, a))
+            calls[kind, "waiting floor: read, launch function, event, launch"] = _floor(
+                parts,
+                (x, out, a),
+                _read_alone(parts, (x, out, a)),
+                [stream_handle(s) for s in streams],
             )
         checks.append((kind, x, out))
     pair = None if SIMULATOR else _event_pair()
@@ -421,7 +478,6 @@ def _event_pair() -> Callable[[], None] | None:
     """An event recorded on one stream and waited for on another, the two in turn, through the
     calls the stream order makes; None (with a line that says why) where the driver refuses
     them in this thread."""
-    from numbatune.rawstreams import stream_handle
     from numbatune.streams.monitor import monitor
 
     events = monitor.events
