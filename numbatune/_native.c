@@ -13,8 +13,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 #include "_native.h"
 
@@ -1110,6 +1112,165 @@ static PyTypeObject reader_type = {
     .tp_methods = reader_methods,
 };
 
+/* Packer(pack): ``pack(*values)`` (a struct's pack), giving the last call's bytes again where
+ * each value is the same object as in the last call. A hit's values mostly are: the C reads
+ * hand out the last read's bytes where equal, and a caller's scalars are often the same
+ * objects (constants, a shape's extents). The values the fast paths pack are immutable (their
+ * classes are checked exactly: ints, floats, bools, NumPy scalars, bytes), so the same object
+ * packs to the same bytes. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *pack;
+    PyObject *last; /* (bytes, value, value, ...) of the last call, or NULL */
+} Packer;
+
+static PyObject *packer_call(Packer *self, PyObject *const *args, size_t nargsf,
+                             PyObject *kwnames) {
+    Py_ssize_t count = PyVectorcall_NARGS(nargsf);
+    PyObject *last = self->last;
+    if (kwnames == NULL && last != NULL && PyTuple_GET_SIZE(last) == count + 1) {
+        Py_ssize_t i = 0;
+        while (i < count && PyTuple_GET_ITEM(last, i + 1) == args[i]) i++;
+        if (i == count) return Py_NewRef(PyTuple_GET_ITEM(last, 0));
+    }
+    PyObject *packed = PyObject_Vectorcall(self->pack, args, nargsf, kwnames);
+    if (packed == NULL || kwnames != NULL) return packed;
+    PyObject *kept = PyTuple_New(count + 1);
+    if (kept == NULL) {
+        Py_DECREF(packed);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(kept, 0, Py_NewRef(packed));
+    for (Py_ssize_t i = 0; i < count; i++) PyTuple_SET_ITEM(kept, i + 1, Py_NewRef(args[i]));
+    Py_XSETREF(self->last, kept); /* (whole before the old one goes, which may run code) */
+    return packed;
+}
+
+static PyObject *packer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *pack;
+    if (!PyArg_ParseTuple(args, "O:Packer", &pack)) return NULL;
+    if (!PyCallable_Check(pack)) {
+        PyErr_SetString(PyExc_TypeError, "Packer(pack): pack is callable");
+        return NULL;
+    }
+    Packer *self = (Packer *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = (vectorcallfunc)packer_call;
+    self->pack = Py_NewRef(pack);
+    self->last = NULL;
+    return (PyObject *)self;
+}
+
+static int packer_traverse(Packer *self, visitproc visit, void *arg) {
+    Py_VISIT(self->pack);
+    Py_VISIT(self->last);
+    return 0;
+}
+
+static int packer_clear(Packer *self) {
+    Py_CLEAR(self->pack);
+    Py_CLEAR(self->last);
+    return 0;
+}
+
+static void packer_dealloc(Packer *self) {
+    PyObject_GC_UnTrack(self);
+    packer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject packer_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Packer",
+    .tp_basicsize = sizeof(Packer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Packer(pack): pack(*values), the last bytes again for the same values.",
+    .tp_vectorcall_offset = offsetof(Packer, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = packer_new,
+    .tp_traverse = (traverseproc)packer_traverse,
+    .tp_clear = (inquiry)packer_clear,
+    .tp_dealloc = (destructor)packer_dealloc,
+};
+
+/* Called: the base of a tuned kernel, whose call ``kernel(*args, stream=None)`` hands ``(args,
+ * stream)`` to the ``entry`` of its ``_binder`` (numbatune.binder.Called says what it does),
+ * with no Python frame between. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *binder;
+} Called;
+
+static PyObject *entry_name = NULL, *stream_name = NULL; /* "entry", "stream" */
+
+static PyObject *called_call(Called *self, PyObject *args, PyObject *kwargs) {
+    PyObject *stream = Py_None;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        Py_ssize_t position = 0;
+        PyObject *name, *value;
+        while (PyDict_Next(kwargs, &position, &name, &value)) {
+            int is_stream = PyUnicode_Check(name) ? PyUnicode_Compare(name, stream_name) == 0 : 0;
+            if (!is_stream) {
+                PyErr_Format(PyExc_TypeError,
+                             "%.200s() got an unexpected keyword argument '%S' (a tuned kernel "
+                             "takes its kernel's arguments and stream=)",
+                             Py_TYPE(self)->tp_name, name);
+                return NULL;
+            }
+            stream = value;
+        }
+    }
+    if (self->binder == NULL) {
+        PyErr_Format(PyExc_TypeError, "%.200s was not made by numbatune.autotune",
+                     Py_TYPE(self)->tp_name);
+        return NULL;
+    }
+    PyObject *entry = PyObject_GetAttr(self->binder, entry_name);
+    if (entry == NULL) return NULL;
+    PyObject *call[2] = {args, stream};
+    PyObject *result = PyObject_Vectorcall(entry, call, 2, NULL);
+    Py_DECREF(entry);
+    if (result == NULL) return NULL;
+    Py_DECREF(result);
+    Py_RETURN_NONE;
+}
+
+/* (a tuned kernel's class, a heap type, visits and releases itself: subtype_traverse and
+ * subtype_dealloc do, for subclasses of a static type) */
+static int called_traverse(Called *self, visitproc visit, void *arg) {
+    Py_VISIT(self->binder);
+    return 0;
+}
+
+static int called_clear(Called *self) {
+    Py_CLEAR(self->binder);
+    return 0;
+}
+
+static void called_dealloc(Called *self) {
+    PyObject_GC_UnTrack(self);
+    called_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef called_members[] = {
+    {"_binder", T_OBJECT, offsetof(Called, binder), 0, "the kernel's binder"},
+    {NULL},
+};
+
+static PyTypeObject called_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Called",
+    .tp_basicsize = sizeof(Called),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The base of a tuned kernel: calling it calls its binder's entry.",
+    .tp_call = (ternaryfunc)called_call,
+    .tp_new = PyType_GenericNew,
+    .tp_members = called_members,
+    .tp_traverse = (traverseproc)called_traverse,
+    .tp_clear = (inquiry)called_clear,
+    .tp_dealloc = (destructor)called_dealloc,
+};
+
 /* describe(api, array) -> (device type, device id, ndim, type code, bits, lanes), or None
  * where the library cannot describe the array. */
 static PyObject *describe(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1177,7 +1338,13 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     }
     if (add_order_type(result) < 0 || PyType_Ready(&reader_type) < 0 ||
-        PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0) {
+        PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0 ||
+        PyType_Ready(&packer_type) < 0 ||
+        PyModule_AddObjectRef(result, "Packer", (PyObject *)&packer_type) < 0 ||
+        (entry_name = PyUnicode_InternFromString("entry")) == NULL ||
+        (stream_name = PyUnicode_InternFromString("stream")) == NULL ||
+        PyType_Ready(&called_type) < 0 ||
+        PyModule_AddObjectRef(result, "Called", (PyObject *)&called_type) < 0) {
         Py_DECREF(result);
         return NULL;
     }

@@ -1,9 +1,10 @@
 """A tuned kernel's entry: the first thing a call runs.
 
-While one set of argument classes has a fast path, the entry is that fast path itself (its
-generated code checks the classes); once several have one, it is a function generated for the
-kernel's arity that looks the fast path up by the classes of the arguments (one dictionary
-lookup), and hands the call to the general path where there is none.
+A tuned kernel is a :data:`Called`: calling it, ``kernel(*args, stream=None)``, calls its
+binder's ``entry(args, stream)``. While one set of argument classes has a fast path, the entry
+is that fast path itself (its generated code checks the classes); once several have one, it is
+a function generated for the kernel's arity that looks the fast path up by the classes of the
+arguments (one dictionary lookup), and hands the call to the general path where there is none.
 """
 
 from __future__ import annotations
@@ -11,8 +12,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from numbatune import native
+
 #: A fast path's entry, or the general path: ``call(args, stream)``.
 Call = Callable[[tuple[Any, ...], Any], None]
+
+
+class _CalledInPython:
+    """What the C extension's ``Called`` does, where it was not built."""
+
+    _binder: Binder
+
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        self._binder.entry(args, stream)
+
+
+#: The base class of a tuned kernel: calling one, ``kernel(*args, stream=None)``, calls
+#: ``kernel._binder.entry(args, stream)``: in C where the extension was built (no Python
+#: frame between the call and the entry), else in Python.
+Called: type = native.called_type() or _CalledInPython
 
 
 class Binder:

@@ -19,7 +19,7 @@ from typing import Any
 
 from numbatune import background, identity
 from numbatune.arrays import Arguments
-from numbatune.binder import Binder
+from numbatune.binder import Binder, Called
 from numbatune.cache.tunecache import Winner
 from numbatune.call_arguments import ArgumentCheck
 from numbatune.compile.compiler import Tally
@@ -34,12 +34,34 @@ from numbatune.variants import Variant
 from numbatune.winners import WinnerLauncher
 
 
-class TunedKernel:
+class TunedKernel(Called):
     """A kernel with several compile-time variants that launches the fastest for each key.
 
     Made by `autotune`, from the kernel and its options. Call it like the kernel:
-    ``kernel(*args)`` or ``kernel(*args, stream=s)``; `tune` and `best` tune without
-    launching and say what was chosen.
+    ``kernel(*args)`` or ``kernel(*args, stream=s)``, which launches the fastest variant for
+    these arguments, tuning first if the key is new; `tune` and `best` tune without launching
+    and say what was chosen.
+
+    A call, ``kernel(*args, stream=None)``, takes:
+
+    - ``*args``: the kernel's arguments: numba device arrays, CuPy arrays, torch tensors on
+      the GPU (anything with ``__cuda_array_interface__`` or DLPack's ``__dlpack__``) and
+      scalars. Host NumPy arrays are refused.
+    - ``stream``: a numba, torch, CuPy or cuda.core stream, or a raw ``CUstream`` handle.
+      None: the current stream of torch or CuPy when the arguments are theirs (as Triton
+      does), else numba's default stream. Arrays of torch or CuPy used on another stream make
+      the launch wait on the device for their current stream, as their
+      ``__cuda_array_interface__`` asks.
+
+    and raises ``TypeError`` (the wrong number of arguments, an unknown keyword, or an
+    argument of the wrong kind: a host array, a scalar where the kernel indexes an array,
+    named in the message), ``ValueError`` (an array on another GPU than the current one),
+    `TuningError` (every variant failed for this key; the message names each and its error),
+    `TuningKeyError` (the key of the call could not be computed, or cannot be a cache key),
+    `LaunchFunctionError` (the launch function raised) or `StreamError` (``stream`` cannot
+    take launches: destroyed, or of another context). The call itself is the C extension's
+    where it was built (:data:`numbatune.binder.Called`): no Python frame lies between it and
+    the fast path.
 
     Attributes
     ----------
@@ -78,42 +100,6 @@ class TunedKernel:
         self._winners = WinnerLauncher(spec, self._shared, self._tally, self._binder,
                                        self._dispatch)  # fmt: skip
         self._shared.prepare_workers(settings.cache_dir)
-
-    # -- the hot path -----------------------------------------------------------------------
-
-    def __call__(self, *args: Any, stream: Any = None) -> None:
-        """Launch the fastest variant for these arguments, tuning first if the key is new.
-
-        Parameters
-        ----------
-        *args
-            The kernel's arguments: numba device arrays, CuPy arrays, torch tensors on the GPU
-            (anything with ``__cuda_array_interface__`` or DLPack's ``__dlpack__``) and
-            scalars. Host NumPy arrays are refused.
-        stream
-            A numba, torch, CuPy or cuda.core stream, or a raw ``CUstream`` handle. None: the
-            current stream of torch or CuPy when the arguments are theirs (as Triton does),
-            else numba's default stream. Arrays of torch or CuPy used on another stream make
-            the launch wait on the device for their current stream, as their
-            ``__cuda_array_interface__`` asks.
-
-        Raises
-        ------
-        TypeError
-            The wrong number of arguments, or an argument of the wrong kind (a host array, a
-            scalar where the kernel indexes an array), named in the message.
-        ValueError
-            An array on another GPU than the current one.
-        TuningError
-            Every variant failed for this key; the message names each and its error.
-        TuningKeyError
-            The key of the call could not be computed, or cannot be a cache key.
-        LaunchFunctionError
-            The launch function raised.
-        StreamError
-            ``stream`` cannot take launches (destroyed, or of another context).
-        """
-        self._binder.entry(args, stream)
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
         """The general path: for calls that no fast path takes."""

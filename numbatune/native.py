@@ -323,6 +323,23 @@ def lock_type() -> type | None:
     return None if isinstance(module, Unavailable) else module.Lock
 
 
+def packer(pack: Callable[..., bytes]) -> Callable[..., bytes]:
+    """``pack``, a ``struct`` format's, as the fast paths call it: through the C extension's
+    ``Packer`` where it was built, which gives the last call's bytes again where each value is
+    the same object as in that call (a hit's values mostly are: the C reads' bytes, which are
+    the last read's where equal, and scalars such as constants); ``pack`` itself elsewhere."""
+    module = _extension_or_why()
+    return pack if isinstance(module, Unavailable) else module.Packer(pack)
+
+
+def called_type() -> type | None:
+    """The C extension's base of a tuned kernel, whose call ``kernel(*args, stream=None)``
+    calls ``kernel._binder.entry(args, stream)`` with no Python frame between
+    (:class:`numbatune.binder.Called`), or None where it was not built."""
+    module = _extension_or_why()
+    return None if isinstance(module, Unavailable) else module.Called
+
+
 def launcher() -> Launcher:
     """The launch of :func:`native`."""
     return native().launch

@@ -202,7 +202,6 @@ def _public_api() -> list[tuple[str, Any]]:
         "Check",
         "Check.tolerance",
         "TuneReport.fastest",
-        "TunedKernel.__call__",
         "TunedKernel.tune",
         "TunedKernel.best",
         "TunedKernel.run_variant",

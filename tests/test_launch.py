@@ -522,6 +522,57 @@ def test_calls_go_straight_to_a_kernels_one_fast_path_and_by_classes_once_it_has
     assert taken == ["ints", "floats", "general", "general"]
 
 
+def _called_bases():
+    from numbatune import binder, native
+
+    return [native.called_type(), binder._CalledInPython]
+
+
+@pytest.mark.parametrize("base", _called_bases(), ids=["C extension", "Python"])
+def test_calling_a_tuned_kernel_hands_the_arguments_and_stream_to_its_binders_entry(base):
+    """The call of a tuned kernel (the C extension's where built) passes the argument tuple
+    and the stream as given, None without one, to whatever entry the binder holds now."""
+    from numbatune.binder import Binder
+
+    taken = []
+
+    class Kernel(base):
+        def __init__(self):
+            self._binder = Binder(2, lambda args, stream: taken.append(("general", args, stream)))
+
+    kernel = Kernel()
+    stream = object()
+    kernel(1, 2.0)
+    kernel(3, 4, stream=stream)
+    kernel._binder.point({(int, int): lambda args, stream: taken.append(("ints", args, stream))})
+    kernel(5, 6)
+    assert taken == [
+        ("general", (1, 2.0), None),
+        ("general", (3, 4), stream),
+        ("ints", (5, 6), None),
+    ]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'steam'"):
+        kernel(1, 2, steam=stream)
+    assert len(taken) == 3  # (refused before the entry)
+
+
+def test_packing_gives_the_last_bytes_again_only_for_the_same_objects():
+    """The fast path's packing (the C extension's where built) packs anew for values that are
+    other objects, even equal ones: 0.0 and -0.0 are equal but pack apart."""
+    from numbatune import native
+
+    assert native.called_type() is not None  # (the extension is built in every test run)
+    pack = native.packer(struct.Struct("<8sd").pack)
+    fields, zero, negative_zero = b"12345678", 0.0, -0.0
+    first = pack(fields, zero)
+    assert first == b"12345678" + struct.pack("<d", 0.0)
+    assert pack(fields, zero) is first
+    assert pack(fields, negative_zero) == b"12345678" + struct.pack("<d", -0.0)
+    with pytest.raises(struct.error):
+        pack(fields, "not a number")
+    assert pack(fields, zero) == first  # (a failed pack keeps nothing)
+
+
 @pytest.mark.parametrize("one_call", [True, False], ids=["C extension", "Python"])
 def test_a_fast_path_takes_only_arguments_of_exactly_its_classes(one_call):
     """The generated code's first check: in one call of the C extension, or a test for each

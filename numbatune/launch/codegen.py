@@ -20,6 +20,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from numbatune import native
 from numbatune.arraykinds import ArrayKind, kind_of
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.rawstreams import HANDLE_MEMO
@@ -301,9 +302,10 @@ def compile_functions(
 
 
 def packer(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> dict[str, Any]:
-    """The names the generated code packs with: ``_pack`` and the parameters' ``_offsets``."""
+    """The names the generated code packs with: ``_pack`` (:func:`numbatune.native.packer`)
+    and the parameters' ``_offsets``."""
     return {
         "struct": struct,
-        "_pack": struct.Struct(struct_format(plan, layout)).pack,
+        "_pack": native.packer(struct.Struct(struct_format(plan, layout)).pack),
         "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
     }
