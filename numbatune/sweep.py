@@ -12,7 +12,8 @@ keys are hits.
 
 Nothing tuned is lost: each key's result is stored as it is tuned, so the keys a worker tuned
 before it died are exported too (a worker process's read from its folder; a Ray actor hands
-back each key's results as it tunes it, so that its keys are kept wherever it ran). The export
+back each key's results as it tunes it, and is handed its next key only once they are here, so
+that its keys are kept wherever it ran). The export
 file is checked before any tuning (a folder, a missing folder, a read-only or full disk are
 refused), written whole or not at all, and read first if it exists: its entries are kept, and a
 rerun goes on from there (its keys are ``stored``, not tuned again). A line of the record that
@@ -287,17 +288,8 @@ def _on_ray(
         with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as folder:
             cache_dirs = [str(Path(folder) / f"worker-{index}") for index in range(len(shares))]
             actors = [actor.remote(tuple(modules), tuple(paths), earlier, d) for d in cache_dirs]
-            # One call per record, run in turn by its actor: each key's results come back as it
-            # is tuned, so those an actor tuned before it failed are kept wherever it ran.
-            calls = [
-                [a.tune.remote(record) for record in share]
-                for a, share in zip(actors, shares, strict=True)
-            ]
             deadline = time.perf_counter() + WORKER_LIMIT_S
-            return [
-                _gathered(ray, a, share, futures, deadline, Path(d), earlier)
-                for a, share, futures, d in zip(actors, shares, calls, cache_dirs, strict=True)
-            ]
+            return _gathered(ray, actors, shares, deadline, cache_dirs, earlier)
     finally:
         if started_here:
             ray.shutdown()
@@ -305,34 +297,62 @@ def _on_ray(
 
 def _gathered(
     ray: Any,
-    actor: Any,
-    share: Sequence[Record],
-    futures: Sequence[Any],
+    actors: Sequence[Any],
+    shares: Sequence[Sequence[Record]],
     deadline: float,
-    cache_dir: Path,
+    cache_dirs: Sequence[str],
     earlier: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """A Ray actor's results for its ``share``, record by record (:meth:`Sweeper.tune`). From
-    the first record whose call failed (the actor died, raised or ran past ``deadline``; it is
-    stopped), the records are kept as its ``cache_dir`` holds them where that folder is on this
-    machine (an actor that dies may take the answer of its last call with it), else failed."""
-    gathered: dict[str, list[Any]] = {"outcomes": [], "items": [], "kernels": []}
-    for index, future in enumerate(futures):
+) -> list[dict[str, Any]]:
+    """Each Ray actor's results for its share, record by record (:meth:`Sweeper.tune`), the
+    actors working side by side. An actor is handed its next record only once the results of
+    its last are here: one that dies right after a key has handed that key back (Ray loses the
+    reply of a call whose actor exits before sending it). From the first record whose call
+    failed (the actor died, raised or ran past ``deadline``; it is stopped), an actor's records
+    are kept as its cache directory holds them where that folder is on this machine, else
+    failed."""
+    gathered: list[dict[str, list[Any]]] = [
+        {"outcomes": [], "items": [], "kernels": []} for _ in actors
+    ]
+    done = [0] * len(actors)  # each actor's records whose results are here
+    calls: dict[Any, int] = {}  # the call in flight, by actor
+
+    def hand_next(index: int) -> None:
+        if done[index] < len(shares[index]):
+            calls[actors[index].tune.remote(shares[index][done[index]])] = index
+            return
+        with contextlib.suppress(Exception):  # (a folder of its own is left behind, no more)
+            ray.get(actors[index].close.remote(), timeout=60)
+
+    def stop(index: int, error: BaseException | str) -> None:
+        actor = actors[index]
+        with contextlib.suppress(Exception):  # (one that lives removes a folder of its own)
+            ray.get(actor.close.remote(), timeout=10)
+        ray.kill(actor)
+        why = f"its Ray actor failed: {error}"
+        kept = _kept_share(shares[index][done[index] :], _results(Path(cache_dirs[index])),
+                           earlier, why)  # fmt: skip
+        for part, values in kept.items():
+            gathered[index][part] += values
+
+    for index in range(len(actors)):
+        hand_next(index)
+    while calls:
+        ready, _ = ray.wait(list(calls), num_returns=1,
+                            timeout=max(0.0, deadline - time.perf_counter()))  # fmt: skip
+        if not ready:
+            for index in list(calls.values()):
+                stop(index, f"it ran past {WORKER_LIMIT_S:.0f} s")
+            break
+        index = calls.pop(ready[0])
         try:
-            results = ray.get(future, timeout=max(0.0, deadline - time.perf_counter()))
-        except Exception as error:  # an actor that died, raised or ran past the limit
-            with contextlib.suppress(Exception):  # (one that lives removes a folder of its own)
-                ray.get(actor.close.remote(), timeout=10)
-            ray.kill(actor)
-            why = f"its Ray actor failed: {error}"
-            kept = _kept_share(share[index:], _results(cache_dir), earlier, why)
-            for part, values in kept.items():
-                gathered[part] += values
-            return gathered
+            results = ray.get(ready[0])
+        except Exception as error:  # an actor that died or raised
+            stop(index, error)
+            continue
         for part, values in results.items():
-            gathered[part] += values
-    with contextlib.suppress(Exception):  # (a folder of its own is left behind, no more)
-        ray.get(actor.close.remote(), timeout=60)
+            gathered[index][part] += values
+        done[index] += 1
+        hand_next(index)
     return gathered
 
 
