@@ -299,28 +299,31 @@ def dlpack() -> DLPack | None:
     return DLPack(module.dlpack_api, module.describe, module.Reader)
 
 
+def _built(name: str) -> Any:
+    """The C extension's ``name``, or None where it was not built."""
+    module = _extension_or_why()
+    return None if isinstance(module, Unavailable) else getattr(module, name)
+
+
 def same_classes() -> Callable[[tuple[Any, ...], tuple[type, ...]], bool] | None:
     """The C extension's ``same_classes(args, classes)``: whether the tuple ``args`` holds as
     many values as ``classes`` holds classes, each of exactly its class (one call for what
     would be a test per argument in Python); None where it was not built."""
-    module = _extension_or_why()
-    return None if isinstance(module, Unavailable) else module.same_classes
+    return _built("same_classes")
 
 
 def order_type() -> type | None:
     """The C extension's stream order, which does what
     :class:`numbatune.streams.order.StreamOrder` does (``_order.c``), or None where it was not
     built."""
-    module = _extension_or_why()
-    return None if isinstance(module, Unavailable) else module.Order
+    return _built("Order")
 
 
 def lock_type() -> type | None:
     """The C extension's lock, which behaves as :class:`threading.Lock` and which its stream
     order's ``quick_use`` takes without calling Python methods, or None where it was not
     built."""
-    module = _extension_or_why()
-    return None if isinstance(module, Unavailable) else module.Lock
+    return _built("Lock")
 
 
 def packer(pack: Callable[..., bytes]) -> Callable[..., bytes]:
@@ -328,16 +331,15 @@ def packer(pack: Callable[..., bytes]) -> Callable[..., bytes]:
     ``Packer`` where it was built, which gives the last call's bytes again where each value is
     the same object as in that call (a hit's values mostly are: the C reads' bytes, which are
     the last read's where equal, and scalars such as constants); ``pack`` itself elsewhere."""
-    module = _extension_or_why()
-    return pack if isinstance(module, Unavailable) else module.Packer(pack)
+    made = _built("Packer")
+    return pack if made is None else made(pack)
 
 
 def called_type() -> type | None:
     """The C extension's base of a tuned kernel, whose call ``kernel(*args, stream=None)``
     calls ``kernel._binder.entry(args, stream)`` with no Python frame between
     (:class:`numbatune.binder.Called`), or None where it was not built."""
-    module = _extension_or_why()
-    return None if isinstance(module, Unavailable) else module.Called
+    return _built("Called")
 
 
 def launcher() -> Launcher:
