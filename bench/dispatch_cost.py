@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FunctionType
 from typing import Any
@@ -205,34 +206,56 @@ def _fast_path_parts(tuned: nt.TunedKernel, args: tuple[Any, ...]) -> dict[str, 
     raise LookupError("no fast path")
 
 
+@dataclass(frozen=True)
+class _LaunchParts:
+    """What a fast path launches a hit's winner with, taken from its namespace: the compiled
+    function, the launch function and the winner's parameters, the parameters packed once (one
+    call of the path captures them), and the C launch with its offsets, context and flag."""
+
+    function: int
+    config_function: Callable[..., Any]
+    params: dict[str, Any]
+    packed: bytes
+    launch: Callable[..., int]
+    offsets: bytes
+    context: int
+    cooperative: bool
+
+    @classmethod
+    def of(cls, parts: dict[str, Any], args: tuple[Any, ...]) -> _LaunchParts:
+        (function,) = parts["_functions"].values()
+        winner = next(iter(parts["_winners"].values()))
+        return cls(function, parts["_config"], winner.params, _packed(parts, args),
+                   parts["_launch"], parts["_offsets"], parts["_context"],
+                   parts["_cooperative"])  # fmt: skip
+
+    def run(self, config: Any, stream: int) -> int:
+        """The driver's launch of the parameters packed once, with ``config`` on ``stream``."""
+        return self.launch(self.function, config, stream, self.packed, self.offsets,
+                           self.context, self.cooperative)  # fmt: skip
+
+
 def _profile_calls(
     tuned: nt.TunedKernel, args: tuple[Any, ...], label: str
 ) -> dict[Any, Callable[[], Any]]:
     """Calls that split a hit's host time: the driver's launch alone (parameters packed once),
     the launch function alone, the read of the arrays through their library alone (torch's
-    and CuPy's, one call of the C extension), and the generated code with the launch stubbed
-    out. What the driver, the launch function and the library take is what any launcher
-    through those APIs pays; the rest of a hit is numbatune's."""
+    and CuPy's, one call of the C extension), the generated code with the launch stubbed
+    out, and the floor (:func:`_floor`). What the driver, the launch function and the library
+    take is what any launcher through those APIs pays; the rest of a hit is numbatune's."""
     parts = _fast_path_parts(tuned, args)
-    (function,) = parts["_functions"].values()
-    winner = next(iter(parts["_winners"].values()))
-    config_function = parts["_config"]
-    config = config_function(*args, **winner.params)
-    packed = _packed(parts, args)
-    launch, offsets, context = parts["_launch"], parts["_offsets"], parts["_context"]
-    cooperative = parts["_cooperative"]
+    launching = _LaunchParts.of(parts, args)
+    config_function, params = launching.config_function, launching.params
+    config = config_function(*args, **params)
     call = launch_stubbed(parts["call"])
-    calls = {
-        (label, "driver launch alone (packed once)"): lambda: launch(
-            function, config, 0, packed, offsets, context, cooperative
-        ),
-        (label, "launch function alone"): lambda: config_function(*args, **winner.params),
-        (label, "generated code, launch stubbed"): lambda: call(args, None),
-    }
     read = _read_alone(parts, args)
-    calls[label, "the arrays' read alone (library API, in C)"] = read
-    calls[label, "floor: read, launch function, launch"] = _floor(parts, args, read)
-    return calls
+    return {
+        (label, "driver launch alone (packed once)"): lambda: launching.run(config, 0),
+        (label, "launch function alone"): lambda: config_function(*args, **params),
+        (label, "generated code, launch stubbed"): lambda: call(args, None),
+        (label, "the arrays' read alone (library API, in C)"): read,
+        (label, "floor: read, launch function, launch"): _floor(launching, args, read),
+    }
 
 
 def _read_alone(parts: dict[str, Any], args: tuple[Any, ...]) -> Callable[[], Any]:
@@ -245,7 +268,7 @@ def _read_alone(parts: dict[str, Any], args: tuple[Any, ...]) -> Callable[[], An
 
 
 def _floor(
-    parts: dict[str, Any],
+    launching: _LaunchParts,
     args: tuple[Any, ...],
     read: Callable[[], Any],
     streams: list[Any] | None = None,
@@ -255,18 +278,12 @@ def _floor(
     path packs (packed once); with two ``streams`` (raw handles), calls alternate between them
     and each first makes its stream wait for the other's last launch (an event recorded and a
     wait queued, as the stream order does)."""
-    (function,) = parts["_functions"].values()
-    winner = next(iter(parts["_winners"].values()))
-    config_function, params = parts["_config"], winner.params
-    packed = _packed(parts, args)
-    launch, offsets, context = parts["_launch"], parts["_offsets"], parts["_context"]
-    cooperative = parts["_cooperative"]
+    config_function, params = launching.config_function, launching.params
     if streams is None:
 
         def call() -> None:
             read()
-            launch(function, config_function(*args, **params), 0, packed, offsets, context,
-                   cooperative)  # fmt: skip
+            launching.run(config_function(*args, **params), 0)
 
         return call
     from numbatune.streams.monitor import monitor
@@ -281,7 +298,7 @@ def _floor(
         config = config_function(*args, **params)
         events.record(event, other)
         events.wait_event(stream, event)
-        launch(function, config, stream, packed, offsets, context, cooperative)
+        launching.run(config, stream)
 
     return alternating
 
@@ -368,16 +385,16 @@ def _phase_two(kinds, host, a, tuned_kernels):
                 tuned, (x, out, a), own
             )
         if not SIMULATOR:
-            stubbed = launch_stubbed(_fast_path_parts(tuned, (x, out, a))["call"])
+            parts = _fast_path_parts(tuned, (x, out, a))
+            stubbed = launch_stubbed(parts["call"])
             calls[kind, "own stream: generated code, launch stubbed"] = (
                 lambda c=stubbed, x=x, o=out: c((x, o, a), None)
             )
             calls[kind, "waiting: generated code, launch stubbed"] = _alternating(
                 lambda *args, stream, c=stubbed: c(args, stream), (x, out, a), streams
             )
-            parts = _fast_path_parts(tuned, (x, out, a))
             calls[kind, "waiting floor: read, launch function, event, launch"] = _floor(
-                parts,
+                _LaunchParts.of(parts, (x, out, a)),
                 (x, out, a),
                 _read_alone(parts, (x, out, a)),
                 [stream_handle(s) for s in streams],
