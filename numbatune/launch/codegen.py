@@ -155,22 +155,14 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     return before, after
 
 
-def _front(
-    plan: ArgumentPlan, arity: int, reject: str, reject_classes: str, one_call: bool
-) -> list[str]:
-    """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's checks and reads,
-    running ``reject_classes`` for arguments of other classes (or number) and ``reject`` for
-    arguments of the same classes but another signature. With ``one_call``, the number and
-    classes of the arguments are checked in one call, ``_same_classes(args, _classes)``."""
+def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> list[str]:
+    """Code that checks the number and classes of the arguments in one call,
+    ``_same_classes(args, _classes)``, running ``reject_classes`` for others, unpacks ``args``
+    into ``a0, a1, ...`` and runs the plan's checks and reads, running ``reject`` for arguments
+    of the same classes but another signature."""
     names = "".join(f"a{i}, " for i in range(arity))
-    if one_call:
-        lines = ["    if not _same_classes(args, _classes):", f"        {reject_classes}"]
-        lines += [f"    {names}= args"] if arity else []
-    else:
-        unpack = ["    try:", f"        {names}= args", "    except ValueError:"] if arity else []
-        lines = [*(unpack or ["    if args:"]), f"        {reject_classes}"]
-        if plan.classes:
-            lines += [f"    if not ({' and '.join(plan.classes)}):", f"        {reject_classes}"]
+    lines = ["    if not _same_classes(args, _classes):", f"        {reject_classes}"]
+    lines += [f"    {names}= args"] if arity else []
     checks: list[str] = []
     for kind, code in [*plan.steps, ("read", "")]:
         if kind == "check":
@@ -232,13 +224,11 @@ def source(
     custom_key: bool,
     checks_valid: bool,
     stream: tuple[list[str], list[str]],
-    one_call: bool,
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
     :func:`stream_lines` made for it. With ``checks_valid``, ``call`` asks the kernel's
     ``valid`` function whether the winner may run on the arguments, and hands calls it may not
-    to the general path. With ``one_call``, the classes of the arguments are checked in one
-    call of ``_same_classes`` (the C extension's) against ``_classes``."""
+    to the general path."""
     key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [
@@ -252,14 +242,12 @@ def source(
     ]
     lines = [
         "def call(args, stream):",
-        *_front(
-            plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)", one_call
-        ),
+        *_front(plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)"),
         *(_find_winner(key, general) if custom_key else _find_kept_winner(key, general)),
         *(valid if checks_valid else []),
         *_tail(plan, stream, general, in_call=True),
         "def launch_winner(args, winner, stream):",
-        *_front(plan, arity, "return False", "return False", one_call),
+        *_front(plan, arity, "return False", "return False"),
         *_tail(plan, stream, "return False", in_call=False),
         "    return True",
     ]
