@@ -5,8 +5,7 @@ runtime's ``<<<>>>`` for reference.
 ``floor.cu`` is built with nvcc twice: as a program that times the two itself and prints JSON
 (:func:`run_program`), and as a shared library whose batches of launches the dispatch bench
 times in its own rounds, taking turns with the hits in the same process (:func:`batched`). Both
-need nvcc (on the path, in ``CUDA_HOME`` or ``/usr/local/cuda``, or pip's ``nvidia-cuda-nvcc``)
-and a GPU; without them each says why not, as a string.
+need nvcc (:func:`nvcc`) and a GPU; without them each says why not, as a string.
 
     python3 -m bench.floor [BATCHES [PER_BATCH]]
 """
@@ -14,12 +13,10 @@ and a GPU; without them each says why not, as a string.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,24 +27,20 @@ METHODS = {"cuLaunchKernel, packed once": 0, "runtime <<<>>>": 1}
 
 
 def nvcc() -> Path | None:
-    """The CUDA compiler, or None where none is found."""
-    found = shutil.which("nvcc")
-    candidates = [found] if found else []
-    candidates += [f"{home}/bin/nvcc" for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
-                   if home]  # fmt: skip
-    spec = (
-        importlib.util.find_spec("nvidia.cuda_nvcc") if importlib.util.find_spec("nvidia") else None
-    )
-    if spec is not None and spec.submodule_search_locations:
-        candidates += [f"{location}/bin/nvcc" for location in spec.submodule_search_locations]
-    return next((Path(path) for path in candidates if Path(path).is_file()), None)
+    """The CUDA compiler: on the path, else in ``CUDA_HOME`` or ``/usr/local/cuda``; or None."""
+    homes = [home for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if home]
+    found = [shutil.which("nvcc"), *(f"{home}/bin/nvcc" for home in homes)]
+    return next((Path(path) for path in found if path and Path(path).is_file()), None)
 
 
-def _arch() -> str:
-    """The current GPU's architecture, as nvcc names it (``sm_90``)."""
+def _arch() -> str | None:
+    """The current GPU's architecture, as nvcc names it (``sm_90``), or None without a GPU."""
     from numba import cuda
 
-    major, minor = cuda.get_current_device().compute_capability
+    try:
+        major, minor = cuda.get_current_device().compute_capability
+    except Exception:  # (numba's errors where no driver or device is found)
+        return None
     return f"sm_{major}{minor}"
 
 
@@ -57,10 +50,13 @@ def build(into: Path, library: bool) -> Path | str:
     compiler = nvcc()
     if compiler is None:
         return "not run: no nvcc (set CUDA_HOME, or put nvcc on the path)"
+    arch = _arch()
+    if arch is None:
+        return "not run: no GPU"
     target = into / ("libfloor.so" if library else "floor")
     flags = ["-shared", "-Xcompiler", "-fPIC", "-DFLOOR_LIBRARY"] if library else []
     done = subprocess.run(
-        [str(compiler), f"-arch={_arch()}", "-O2", *flags, "-o", str(target), str(SOURCE), "-ldl"],
+        [str(compiler), f"-arch={arch}", "-O2", *flags, "-o", str(target), str(SOURCE), "-ldl"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode:
@@ -114,8 +110,3 @@ def batched() -> dict[str, Batch] | str:
     except RuntimeError as error:
         return f"not run: {error}"
     return methods
-
-
-if __name__ == "__main__":
-    counts = [int(value) for value in sys.argv[1:3]]
-    print(json.dumps(run_program(*(counts + [30, 300][len(counts) :])), indent=1))
