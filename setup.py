@@ -37,14 +37,14 @@ def _index_description() -> str:
 #: What a build that cannot compile the extension says (its only line of error).
 NEEDS_A_COMPILER = (
     "numbatune needs a C compiler and Python's headers to build its extension "
-    "numbatune._native: install gcc and python3-dev (Debian/Ubuntu), gcc and python3-devel "
-    "(Fedora/RHEL) or the Xcode command line tools (macOS), then install numbatune again"
+    "numbatune._native: install gcc and python3-dev (Debian/Ubuntu) or gcc and python3-devel "
+    "(Fedora/RHEL), then install numbatune again"
 )
 
 
 class _BuildExtension(build_ext):
     """``build_ext`` that stops, saying what to install, where the extension cannot be
-    compiled (setuptools' own message is pages of compiler output ending in a traceback)."""
+    compiled (setuptools' own message ends its compiler's output with a traceback)."""
 
     def build_extension(self, extension: Extension) -> None:
         try:
