@@ -139,13 +139,6 @@ def dlpack() -> DLPack:
     return _DLPACK
 
 
-def same_classes() -> Callable[[tuple[Any, ...], tuple[type, ...]], bool]:
-    """The C extension's ``same_classes(args, classes)``: whether the tuple ``args`` holds as
-    many values as ``classes`` holds classes, each of exactly its class (one call for what
-    would be a test per argument in Python)."""
-    return _native.same_classes
-
-
 def order_type() -> type:
     """The C extension's stream order (``_order.c``)."""
     return _native.Order
@@ -155,14 +148,6 @@ def lock_type() -> type:
     """The C extension's lock, which behaves as :class:`threading.Lock` and which its stream
     order's ``quick_use`` takes without calling Python methods."""
     return _native.Lock
-
-
-def packer(pack: Callable[..., bytes]) -> Callable[..., bytes]:
-    """``pack``, a ``struct`` format's, as the fast paths call it: the C extension's ``Packer``,
-    which gives the last call's bytes again where each value is the same object as in that
-    call (a hit's values mostly are: the C reads' bytes, which are the last read's where equal,
-    and scalars such as constants)."""
-    return _native.Packer(pack)
 
 
 def launcher() -> Launcher:

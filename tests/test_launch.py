@@ -513,9 +513,9 @@ def test_calling_a_tuned_kernel_hands_the_arguments_and_stream_to_its_binders_en
 def test_packing_gives_the_last_bytes_again_only_for_the_same_objects():
     """The fast path's packing (the C extension's) packs anew for values that are other
     objects, even equal ones: 0.0 and -0.0 are equal but pack apart."""
-    from numbatune import native
+    from numbatune import _native
 
-    pack = native.packer(struct.Struct("<8sd").pack)
+    pack = _native.Packer(struct.Struct("<8sd").pack)
     fields, zero, negative_zero = b"12345678", 0.0, -0.0
     first = pack(fields, zero)
     assert first == b"12345678" + struct.pack("<d", 0.0)
@@ -530,7 +530,7 @@ def test_a_fast_path_takes_only_arguments_of_exactly_its_classes():
     """The generated code's first check, in one call of the C extension."""
     from types import SimpleNamespace
 
-    from numbatune import native
+    from numbatune import _native
     from numbatune.launch import codegen
 
     class Float(float):
@@ -538,7 +538,7 @@ def test_a_fast_path_takes_only_arguments_of_exactly_its_classes():
 
     plan = SimpleNamespace(steps=[])
     lines = codegen._front(plan, 2, "return 'next'", "return 'other classes'")
-    namespace = {"_same_classes": native.same_classes(), "_classes": (int, float)}
+    namespace = {"_same_classes": _native.same_classes, "_classes": (int, float)}
     exec("\n".join(["def front(args):", *lines, "    return a0, a1"]), namespace)
     assert namespace["front"]((1, 2.0)) == (1, 2.0)
     for args in [(1, Float(2.0)), (True, 2.0), (1.0, 2.0), (1,), (1, 2.0, 3), ()]:

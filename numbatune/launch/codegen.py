@@ -20,7 +20,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from numbatune import native
+from numbatune import _native
 from numbatune.arraykinds import ArrayKind, kind_of
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.rawstreams import HANDLE_MEMO
@@ -290,10 +290,13 @@ def compile_functions(
 
 
 def packer(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> dict[str, Any]:
-    """The names the generated code packs with: ``_pack`` (:func:`numbatune.native.packer`)
-    and the parameters' ``_offsets``."""
+    """The names the generated code packs with: ``_pack``, the ``struct`` format's packing
+    through the C extension's ``Packer``, which gives the last call's bytes again where each
+    value is the same object as in that call (a hit's values mostly are: the C reads' bytes,
+    which are the last read's where equal, and scalars such as constants), and the
+    parameters' ``_offsets``."""
     return {
         "struct": struct,
-        "_pack": native.packer(struct.Struct(struct_format(plan, layout)).pack),
+        "_pack": _native.Packer(struct.Struct(struct_format(plan, layout)).pack),
         "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
     }
