@@ -1,10 +1,9 @@
-"""What pyproject.toml cannot say: the optional C extension, and the examples shipped inside the
-package.
+"""What pyproject.toml cannot say: the C extension, and the examples shipped inside the package.
 
 ``numbatune._native`` (``_native.c`` and ``_order.c``: the launch, the driver's event calls, the
-DLPack reads and the stream order) needs a C compiler and ``Python.h``, nothing of CUDA: it
-loads the driver when it is imported. Where it cannot be built, the install goes on without it
-and numbatune launches through cuda-bindings (``numbatune info`` says which it uses).
+array reads and the stream order) needs a C compiler and ``Python.h``, nothing of CUDA: it
+loads the driver when it is imported. numbatune cannot run without it: where it cannot be
+built, the install stops with one line that says what to install.
 
 The example kernels live in ``examples/`` at the top of the repository and are installed as
 ``numbatune/examples`` (``numbatune demo`` tunes them).
@@ -17,6 +16,8 @@ import re
 from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, LinkError, PlatformError
 
 #: A Markdown link to a path of the repository: not to a web address nor to an anchor.
 _LOCAL_LINK = re.compile(r"\[([^\]]+)\]\((?!https?://|#)([^)]+)\)")
@@ -33,6 +34,25 @@ def _index_description() -> str:
     return _LOCAL_LINK.sub(as_text, readme)
 
 
+#: What a build that cannot compile the extension says (its only line of error).
+NEEDS_A_COMPILER = (
+    "numbatune needs a C compiler and Python's headers to build its extension "
+    "numbatune._native: install gcc and python3-dev (Debian/Ubuntu) or gcc and python3-devel "
+    "(Fedora/RHEL), then install numbatune again"
+)
+
+
+class _BuildExtension(build_ext):
+    """``build_ext`` that stops, saying what to install, where the extension cannot be
+    compiled (setuptools' own message ends its compiler's output with a traceback)."""
+
+    def build_extension(self, extension: Extension) -> None:
+        try:
+            super().build_extension(extension)
+        except (CCompilerError, CompileError, LinkError, PlatformError, OSError):
+            raise SystemExit(f"error: {NEEDS_A_COMPILER}") from None
+
+
 setup(
     long_description=_index_description(),
     long_description_content_type="text/markdown",
@@ -44,7 +64,7 @@ setup(
             sources=["numbatune/_native.c", "numbatune/_order.c"],
             depends=["numbatune/_native.h"],
             libraries=["dl"],
-            optional=True,  # a failed build leaves the install without it, with a warning
         )
     ],
+    cmdclass={"build_ext": _BuildExtension},
 )

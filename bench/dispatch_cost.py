@@ -24,6 +24,7 @@ import numpy as np
 from numba import cuda
 
 import numbatune as nt
+from bench import floor
 from numbatune.arrays import SIMULATOR
 from numbatune.rawstreams import stream_handle
 
@@ -73,18 +74,26 @@ def per_round_us(
     started = time.perf_counter()
     while time.perf_counter() - started < warmup_s:
         for call in calls.values():
-            for _ in range(per_batch):
-                call()
+            _batch(call, per_batch)
     cuda.synchronize()
     samples: dict[Any, list[float]] = {name: [] for name in calls}
     for round_ in range(batches):
         for name, call in list(calls.items())[:: -1 if round_ % 2 else 1]:
             started = time.perf_counter()
-            for _ in range(per_batch):
-                call()
+            _batch(call, per_batch)
             cuda.synchronize()
             samples[name].append((time.perf_counter() - started) / per_batch * 1e6)
     return samples
+
+
+def _batch(call: Callable[[], Any], count: int) -> None:
+    """``count`` calls of ``call``; in one call of its ``batch`` where it has one (the floor's
+    launches, made in C: :class:`bench.floor.Batch`)."""
+    if isinstance(call, floor.Batch):
+        call.batch(count)
+        return
+    for _ in range(count):
+        call()
 
 
 #: The host's speed in issue 21's run: numba's ``cfg(...)`` took 27.8 us per call. The host of
@@ -105,6 +114,10 @@ def at_host_speed(
         name: statistics.median(values[index] for index in rounds)
         for name, values in samples.items()
     }
+
+
+#: The array kinds the bench launches with, where their library is installed.
+_KINDS = ("numba", "cupy", "torch")
 
 
 def _array_kinds() -> dict[str, Callable[[np.ndarray], Any]]:
@@ -325,11 +338,24 @@ def _packed(parts: dict[str, Any], args: tuple[Any, ...]) -> bytes:
     return captured[0]
 
 
-def _phase_one(kinds, host, a, results):
-    """One stream so far: hits, numba's launches, Triton's hit, the wide kernel, a profile."""
+#: The array kind the bench files the driver's floor (:mod:`bench.floor`) under.
+FLOOR = "driver floor (C)"
+
+
+def _floor_calls(methods: dict[str, floor.Batch] | str, phase: str) -> dict[Any, Any]:
+    """The driver's floor (:func:`bench.floor.batched`) as calls of a phase, timed in its
+    rounds, or none where it cannot run."""
+    if isinstance(methods, str):
+        return {}
+    return {(FLOOR, f"{method}, {phase}"): batch for method, batch in methods.items()}
+
+
+def _phase_one(kinds, host, a, results, methods):
+    """One stream so far: hits, numba's launches, Triton's hit, the wide kernel, a profile, the
+    driver's floor."""
     grid = nt.cdiv(SIZE, BLOCK)
     configured = scale[grid, BLOCK]
-    calls: dict[tuple[str, str], Callable[[], Any]] = {}
+    calls: dict[tuple[str, str], Callable[[], Any]] = _floor_calls(methods, "phase 1")
     tuned_kernels = {}
     for kind, make in kinds.items():
         x, out = make(host), make(np.zeros_like(host))
@@ -362,14 +388,14 @@ def _phase_one(kinds, host, a, results):
     return calls, tuned_kernels
 
 
-def _phase_two(kinds, host, a, tuned_kernels):
+def _phase_two(kinds, host, a, tuned_kernels, methods):
     """After tuned launches on two streams: hits on the arrays' own stream, and hits that
     must wait for another stream (alternating numba's blocking streams, so each call waits; for
     CuPy and torch, their own non-blocking streams too, where the arrays are kept alive past
     each launch); on a GPU, both with the launch stubbed out too, and the driver's event record
     and wait alone; numba's pre-configured launch again, as this phase's measure of the host's
-    speed."""
-    calls: dict[tuple[str, str], Callable[[], Any]] = {}
+    speed; the driver's floor."""
+    calls: dict[tuple[str, str], Callable[[], Any]] = _floor_calls(methods, "phase 2")
     checks = []
     for kind, make in kinds.items():
         tuned = tuned_kernels[kind]
@@ -538,10 +564,15 @@ def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[s
     results: dict[str, Any] = {"size": SIZE, "batches": batches, "calls_per_batch": per_batch}
     fast: dict[str, Any] = {"host_limit_us": ISSUE_HOST_US, "rounds": {}}
     rounds: dict[str, Any] = {}
-    calls, tuned_kernels = _phase_one(kinds, host, a, results)
+    methods = "not run: simulator" if SIMULATOR else floor.batched()
+    results[FLOOR] = {"program": "not run: simulator" if SIMULATOR else
+                      floor.run_program(batches, per_batch)}  # fmt: skip
+    if isinstance(methods, str):
+        results[FLOOR]["in the rounds"] = methods
+    calls, tuned_kernels = _phase_one(kinds, host, a, results, methods)
     timing = (batches, per_batch, warmup_s)
     _record("phase 1", per_round_us(calls, *timing), results, fast, rounds)
-    calls, checks = _phase_two(kinds, host, a, tuned_kernels)
+    calls, checks = _phase_two(kinds, host, a, tuned_kernels, methods)
     _record("phase 2", per_round_us(calls, *timing), results, fast, rounds)
     _record("phase 3", per_round_us(_phase_three(kinds, host), *timing), results, fast, rounds)
     mlir = "not run: simulator" if SIMULATOR else _phase_four(kinds, host, a)
@@ -553,7 +584,33 @@ def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[s
     results["results_checked"] = all(np.allclose(_host_copy(out), 2 * host) for _, _, out in checks)
     results["at_issue_host_speed"] = fast
     results["rounds"] = rounds
+    results[_RATIOS] = to_the_floor(results)
     return results
+
+
+_RATIOS = "to the floor"
+#: The hits measured against the driver's floor, with the most each may cost as a multiple of
+#: it: (array kind, method, phase whose floor it is measured against) -> target.
+FLOOR_TARGETS = {
+    ("numba", "numbatune hit", "phase 1"): 1.25,
+    ("cupy", "numbatune hit", "phase 1"): 1.35,
+    ("torch", "numbatune hit", "phase 1"): 1.35,
+    **{(kind, "hit that waits for another stream", "phase 2"): 1.5 for kind in _KINDS},
+    **{(kind, "26 arguments: numbatune hit", "phase 1"): 2.0 for kind in _KINDS},
+}
+
+
+def to_the_floor(results: dict[str, Any]) -> dict[str, Any]:
+    """Each hit of :data:`FLOOR_TARGETS` measured, as a multiple of the median of the driver's
+    ``cuLaunchKernel`` floor timed in the same rounds, with its target."""
+    ratios: dict[str, Any] = {}
+    for (kind, method, phase), target in FLOOR_TARGETS.items():
+        hit = results.get(kind, {}).get(method)
+        base = results.get(FLOOR, {}).get(f"cuLaunchKernel, packed once, {phase}")
+        if isinstance(hit, float) and isinstance(base, float):
+            ratio = hit / base
+            ratios[f"{kind}: {method}"] = {"ratio": ratio, "target": target, "met": ratio <= target}
+    return ratios
 
 
 def _record(
@@ -582,9 +639,20 @@ def _host_copy(array: Any) -> np.ndarray:
     return array.cpu().numpy()
 
 
+def _figure(value: Any) -> str:
+    """A method's figure: microseconds, the floor program's medians, or why it did not run."""
+    if isinstance(value, float):
+        return f"{value:8.2f}"
+    if isinstance(value, dict):  # the floor program's own timing
+        timed = {name: part for name, part in value.items() if isinstance(part, dict)}
+        return ", ".join(f"{name} {part['median_us']:.2f}" for name, part in timed.items())
+    return str(value)
+
+
 def table(result: dict[str, Any]) -> str:
     """One line per launch method and array kind, in microseconds per call: the median over
-    all rounds, and over the rounds at issue 21's host speed."""
+    all rounds, and over the rounds at issue 21's host speed; then each hit against the
+    driver's floor."""
     fast = result.get("at_issue_host_speed", {})
     limit, counts = fast.get("host_limit_us"), fast.get("rounds", {})
     lines = [
@@ -592,12 +660,17 @@ def table(result: dict[str, Any]) -> str:
         + ", ".join(f"{phase} {count}" for phase, count in counts.items())
     ]
     for kind, methods in result.items():
-        if isinstance(methods, dict) and kind not in ("at_issue_host_speed", "rounds"):
+        if isinstance(methods, dict) and kind not in ("at_issue_host_speed", "rounds", _RATIOS):
             for method, value in methods.items():
-                figure = f"{value:8.2f}" if isinstance(value, float) else value
+                figure = _figure(value)
                 at_speed = fast.get(kind, {}).get(method)
                 figure += f" {at_speed:8.2f}" if at_speed is not None else ""
                 lines.append(f"{kind:<22} {method:<44} {figure}")
+    for name, ratio in result.get(_RATIOS, {}).items():
+        verdict = "met" if ratio["met"] else "NOT met"
+        lines.append(
+            f"{_RATIOS}: {name:<52} {ratio['ratio']:5.2f}x (target {ratio['target']}x: {verdict})"
+        )
     lines.append(f"results checked: {result.get('results_checked')}")
     return "\n".join(lines)
 

@@ -4,7 +4,8 @@ Separate processes on the lent GPU differ by 10% or more in launch costs, more t
 the hit path may move it. Here both packages run in one process and take turns batch by batch
 (the method and kernel of ``bench/dispatch_cost.py``), with one stream so far (and with
 the driver launch stubbed out: the host code alone), then after a launch on a second stream
-(hits on the arrays' own stream, and hits that wait). The other tree's package is copied
+(hits on the arrays' own stream, and hits that wait); the driver's floor (:mod:`bench.floor`)
+takes its turns in the first rounds. The other tree's package is copied
 and renamed ``numbatune_other`` (its C extension built for the copy), each with its own cache
 directory.
 
@@ -30,7 +31,9 @@ import numpy as np
 from numba import cuda
 
 import numbatune
+from bench import floor
 from bench.dispatch_cost import (
+    FLOOR,
     SIZE,
     WIDE_ARRAYS,
     WIDE_SCALARS,
@@ -156,6 +159,9 @@ def measure(other_tree: Path) -> dict[str, dict[str, Any]]:
                         tuned, (x, out, a), own
                     )
                     second_streams.append(partial(tuned, make(host), make(host), a, stream=own[1]))
+        methods = floor.batched()  # the driver's floor, in the same rounds (where nvcc is found)
+        if not isinstance(methods, str):
+            one.update({(FLOOR, method, "C"): batch for method, batch in methods.items()})
         medians = per_call_us(one, batches=30, per_batch=300, warmup_s=2.0)
         for launch in second_streams:
             launch()  # a second stream: ordering is on from now on

@@ -2,13 +2,14 @@
  * arguments read through the DLPack C exchange API or their attributes (and, in _order.c, the
  * stream order).
  *
- * Built with the package as the optional extension numbatune._native (setup.py) and loaded
- * by numbatune/native.py. The kernel's parameters arrive packed in one bytes object, laid out
- * as the driver lays them out, with the byte offset of each parameter in another; the driver
- * copies them during the call (as one buffer; a cooperative launch, one parameter at a time),
- * so nothing is shared between calls or threads. The driver is found at run time, so no CUDA header or
- * library is needed to build; where it cannot be loaded, DRIVER_ERROR says why and only the
- * array reads work.
+ * Built with the package as the extension numbatune._native (setup.py, which stops where it
+ * cannot be built) and loaded by numbatune/native.py. The kernel's parameters arrive packed in
+ * one bytes object, laid out as the driver lays them out, with the byte offset of each parameter
+ * in another; the driver copies them during the call (as one buffer; a cooperative launch, one
+ * parameter at a time), so nothing is shared between calls or threads, and the driver's calls
+ * that may block (the launch, the event record and wait) release the GIL. The driver is found at
+ * run time, so no CUDA header or library is needed to build; where it cannot be loaded,
+ * DRIVER_ERROR says why and only the array reads work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -139,17 +140,21 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     void *function, *stream;
     if (pointer_of(args[0], &function) < 0 || pointer_of(args[2], &stream) < 0) return NULL;
     char *data = PyBytes_AS_STRING(args[3]);
-    int cooperative = PyObject_IsTrue(args[6]);
+    int cooperative = PyObject_IsTrue(args[6]), error;
     if (cooperative < 0) return NULL;
+    /* The driver runs without the GIL (a launch blocks while the stream's queue is full): the
+     * bytes objects stay alive in the caller's arguments, and nothing else here is shared. */
     if (!cooperative) {
         /* The parameters lie at the driver's offsets already: the driver copies them as one
          * buffer, instead of one parameter at a time (0.4 us less with 134 parameters). */
         size_t size = (size_t)PyBytes_GET_SIZE(args[3]);
         void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                          CU_LAUNCH_PARAM_END};
-        return PyLong_FromLong(launch_kernel(function, grid[0], grid[1], grid[2], block[0],
-                                             block[1], block[2], shared, stream, NULL,
-                                             size ? extra : NULL));
+        Py_BEGIN_ALLOW_THREADS
+        error = launch_kernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                              shared, stream, NULL, size ? extra : NULL);
+        Py_END_ALLOW_THREADS
+        return PyLong_FromLong(error);
     }
     const int64_t *offsets = (const int64_t *)PyBytes_AS_STRING(args[4]);
     Py_ssize_t count = PyBytes_GET_SIZE(args[4]) / (Py_ssize_t)sizeof(int64_t);
@@ -158,9 +163,11 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) pointers[i] = data + offsets[i];
-    return PyLong_FromLong(launch_cooperative(function, grid[0], grid[1], grid[2], block[0],
-                                              block[1], block[2], shared, stream,
-                                              count ? pointers : NULL));
+    Py_BEGIN_ALLOW_THREADS
+    error = launch_cooperative(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                               shared, stream, count ? pointers : NULL);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(error);
 }
 
 /* Two handles from Python ints. */
@@ -189,14 +196,22 @@ static PyObject *checked(int error, const char *message) {
 static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *event, *stream;
     if (without_driver() || two_pointers(args, nargs, &event, &stream) < 0) return NULL;
-    return checked(event_record(event, stream), "cuEventRecord failed");
+    int error;
+    Py_BEGIN_ALLOW_THREADS
+    error = event_record(event, stream);
+    Py_END_ALLOW_THREADS
+    return checked(error, "cuEventRecord failed");
 }
 
 /* wait(stream, event) -> None: cuStreamWaitEvent with no flags, raising as record does. */
 static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *stream, *event;
     if (without_driver() || two_pointers(args, nargs, &stream, &event) < 0) return NULL;
-    return checked(stream_wait_event(stream, event, 0), "cuStreamWaitEvent failed");
+    int error;
+    Py_BEGIN_ALLOW_THREADS
+    error = stream_wait_event(stream, event, 0);
+    Py_END_ALLOW_THREADS
+    return checked(error, "cuStreamWaitEvent failed");
 }
 
 /* query(event) -> CUresult: cuEventQuery (0 once the device passed it, 600 before). */

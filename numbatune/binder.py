@@ -12,25 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from numbatune import native
+from numbatune import _native
 
 #: A fast path's entry, or the general path: ``call(args, stream)``.
 Call = Callable[[tuple[Any, ...], Any], None]
 
 
-class _CalledInPython:
-    """What the C extension's ``Called`` does, where it was not built."""
-
-    _binder: Binder
-
-    def __call__(self, *args: Any, stream: Any = None) -> None:
-        self._binder.entry(args, stream)
-
-
-#: The base class of a tuned kernel: calling one, ``kernel(*args, stream=None)``, calls
-#: ``kernel._binder.entry(args, stream)``: in C where the extension was built (no Python
-#: frame between the call and the entry), else in Python.
-Called: type = native.called_type() or _CalledInPython
+#: The base class of a tuned kernel (the C extension's): calling one, ``kernel(*args,
+#: stream=None)``, calls ``kernel._binder.entry(args, stream)``, with no Python frame between.
+Called: type = _native.Called
 
 
 class Binder:

@@ -60,8 +60,7 @@ class TunedKernel(Called):
     `TuningKeyError` (the key of the call could not be computed, or cannot be a cache key),
     `LaunchFunctionError` (the launch function raised) or `StreamError` (``stream`` cannot
     take launches: destroyed, or of another context). The call itself is the C extension's
-    where it was built (:data:`numbatune.binder.Called`): no Python frame lies between it and
-    the fast path.
+    (:data:`numbatune.binder.Called`): no Python frame lies between it and the fast path.
 
     Attributes
     ----------

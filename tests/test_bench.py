@@ -355,6 +355,26 @@ def test_dispatch_medians_at_the_issues_host_speed_take_the_rounds_where_numba_w
     assert at_host_speed(samples, "numba cfg", 20.0) == (0, {})
 
 
+def test_each_hit_is_reported_as_a_multiple_of_the_driver_floor_timed_in_its_phase():
+    from bench.dispatch_cost import FLOOR, to_the_floor
+
+    results = {
+        FLOOR: {"cuLaunchKernel, packed once, phase 1": 4.0,
+                "cuLaunchKernel, packed once, phase 2": 5.0},
+        "numba": {"numbatune hit": 4.8, "hit that waits for another stream": 8.0},
+        "torch": {"numbatune hit": 6.0, "26 arguments: numbatune hit": 7.0},
+    }  # fmt: skip
+    ratios = to_the_floor(results)
+    assert ratios["numba: numbatune hit"] == {"ratio": pytest.approx(1.2), "target": 1.25,
+                                              "met": True}  # fmt: skip
+    assert ratios["numba: hit that waits for another stream"]["ratio"] == pytest.approx(1.6)
+    assert not ratios["numba: hit that waits for another stream"]["met"]  # (over 1.5)
+    assert not ratios["torch: numbatune hit"]["met"]  # 1.5 over 1.35
+    assert ratios["torch: 26 arguments: numbatune hit"]["met"]  # 1.75, under 2
+    assert "cupy: numbatune hit" not in ratios  # not measured: no ratio
+    assert to_the_floor({"numba": {"numbatune hit": 4.8}}) == {}  # no floor: none
+
+
 def test_a_replay_holds_each_search_against_an_exhaustive_runs_times():
     from bench import search as bench_search
 

@@ -99,8 +99,8 @@ def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_C
     instead of calling the driver, and the stream order's events standing in for the driver's;
     ``compiler`` says how arguments become parameters."""
     with monkeypatch.context() as patch:
-        if not dlpack:
-            patch.setattr(native, "dlpack", lambda: None)
+        if not dlpack:  # (the reads C can make, through the library's Python API)
+            patch.setattr("numbatune.launch.layout._expected_in_c", lambda *arguments: None)
         plan = ArgumentPlan(compiler)
         for index, value in enumerate(example):
             assert plan.add(f"a{index}", _numba_type(value), value)
@@ -129,7 +129,6 @@ def _parameters(path, launched, args):
 
 def test_the_c_extension_reads_torch_tensors_through_dlpack():
     reader = native.dlpack()  # (it loads where no CUDA driver does, as in CI)
-    assert reader is not None, native._extension
     assert reader.api(torch.Tensor) != 0
     assert reader.api(int) == 0  # a class with no C exchange API
 

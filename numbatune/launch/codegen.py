@@ -20,7 +20,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from numbatune import native
+from numbatune import _native
 from numbatune.arraykinds import ArrayKind, kind_of
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.rawstreams import HANDLE_MEMO
@@ -155,22 +155,14 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     return before, after
 
 
-def _front(
-    plan: ArgumentPlan, arity: int, reject: str, reject_classes: str, one_call: bool
-) -> list[str]:
-    """Code that unpacks ``args`` into ``a0, a1, ...`` and runs the plan's checks and reads,
-    running ``reject_classes`` for arguments of other classes (or number) and ``reject`` for
-    arguments of the same classes but another signature. With ``one_call``, the number and
-    classes of the arguments are checked in one call, ``_same_classes(args, _classes)``."""
+def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> list[str]:
+    """Code that checks the number and classes of the arguments in one call,
+    ``_same_classes(args, _classes)``, running ``reject_classes`` for others, unpacks ``args``
+    into ``a0, a1, ...`` and runs the plan's checks and reads, running ``reject`` for arguments
+    of the same classes but another signature."""
     names = "".join(f"a{i}, " for i in range(arity))
-    if one_call:
-        lines = ["    if not _same_classes(args, _classes):", f"        {reject_classes}"]
-        lines += [f"    {names}= args"] if arity else []
-    else:
-        unpack = ["    try:", f"        {names}= args", "    except ValueError:"] if arity else []
-        lines = [*(unpack or ["    if args:"]), f"        {reject_classes}"]
-        if plan.classes:
-            lines += [f"    if not ({' and '.join(plan.classes)}):", f"        {reject_classes}"]
+    lines = ["    if not _same_classes(args, _classes):", f"        {reject_classes}"]
+    lines += [f"    {names}= args"] if arity else []
     checks: list[str] = []
     for kind, code in [*plan.steps, ("read", "")]:
         if kind == "check":
@@ -232,13 +224,11 @@ def source(
     custom_key: bool,
     checks_valid: bool,
     stream: tuple[list[str], list[str]],
-    one_call: bool,
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
     :func:`stream_lines` made for it. With ``checks_valid``, ``call`` asks the kernel's
     ``valid`` function whether the winner may run on the arguments, and hands calls it may not
-    to the general path. With ``one_call``, the classes of the arguments are checked in one
-    call of ``_same_classes`` (the C extension's) against ``_classes``."""
+    to the general path."""
     key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [
@@ -252,14 +242,12 @@ def source(
     ]
     lines = [
         "def call(args, stream):",
-        *_front(
-            plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)", one_call
-        ),
+        *_front(plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)"),
         *(_find_winner(key, general) if custom_key else _find_kept_winner(key, general)),
         *(valid if checks_valid else []),
         *_tail(plan, stream, general, in_call=True),
         "def launch_winner(args, winner, stream):",
-        *_front(plan, arity, "return False", "return False", one_call),
+        *_front(plan, arity, "return False", "return False"),
         *_tail(plan, stream, "return False", in_call=False),
         "    return True",
     ]
@@ -302,10 +290,13 @@ def compile_functions(
 
 
 def packer(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> dict[str, Any]:
-    """The names the generated code packs with: ``_pack`` (:func:`numbatune.native.packer`)
-    and the parameters' ``_offsets``."""
+    """The names the generated code packs with: ``_pack``, the ``struct`` format's packing
+    through the C extension's ``Packer``, which gives the last call's bytes again where each
+    value is the same object as in that call (a hit's values mostly are: the C reads' bytes,
+    which are the last read's where equal, and scalars such as constants), and the
+    parameters' ``_offsets``."""
     return {
         "struct": struct,
-        "_pack": native.packer(struct.Struct(struct_format(plan, layout)).pack),
+        "_pack": _native.Packer(struct.Struct(struct_format(plan, layout)).pack),
         "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
     }

@@ -23,7 +23,7 @@ from typing import Any
 
 from numba import cuda
 
-from numbatune import native
+from numbatune import _native, native
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
@@ -186,14 +186,10 @@ def _generate(
 
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
     stream = codegen.stream_lines(args, sync, plan.current_streams)
-    same_classes = native.same_classes()
-    code = codegen.source(
-        plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
-        same_classes is not None,
-    )  # fmt: skip
+    code = codegen.source(plan, len(args), hooks.key is not None, hooks.valid is not None, stream)
     functions: dict[int, int] = {}
     namespace = {
-        "_same_classes": same_classes,
+        "_same_classes": _native.same_classes,
         "_classes": tuple(map(type, args)),
         **plan.constants,
         **codegen.packer(plan, layout),

@@ -10,8 +10,7 @@ and those whose kind names the attributes C reads (CuPy:
 :attr:`numbatune.arraykinds.ArrayKind.attributes`) are read, checked and packed, and their parts
 of the default key found, in one call of the C extension for all the arrays of a kind
 (:func:`numbatune.native.dlpack`), which gives the parameters of arrays that follow each other
-as one bytes value; the others through their library's Python API, and all of them so where
-the extension is not built.
+as one bytes value; the others through their library's Python API.
 
 Which parameters an argument of a type becomes is the kernel compiler's to say
 (:meth:`numbatune.compilers.base.KernelCompiler.parameters`); numba-cuda's layout is not public
@@ -56,12 +55,12 @@ _CONVERTED = {
 class ArgumentPlan:
     """How one argument signature becomes kernel parameters.
 
-    ``classes`` are the conditions on the classes of the kernel's arguments; ``steps`` are
-    ("read", statement) and ("check", condition) in order; with ``classes`` the checks hold
-    for the arguments numba types as this signature (classes, and for arrays dtype, rank and
-    layout). ``key_parts`` are the default key's parts of the top-level arrays (anchored
-    shape, dtype name and layout) and booleans (their value), as
-    :func:`numbatune.keys.default_key` makes them.
+    ``steps`` are ("read", statement) and ("check", condition) in order; with the classes of
+    the kernel's arguments (which the generated code checks first), the checks hold for the
+    arguments numba types as this signature (classes, and for arrays dtype, rank and layout).
+    ``key_parts`` are the default key's parts of the top-level arrays (anchored shape, dtype
+    name and layout) and booleans (their value), as :func:`numbatune.keys.default_key` makes
+    them.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
     that give them (one bytes value for the fields listed in ``packed``),
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
@@ -72,7 +71,6 @@ class ArgumentPlan:
 
     def __init__(self, compiler: KernelCompiler) -> None:
         self._compiler = compiler
-        self.classes: list[str] = []
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
         self.key_parts: list[str] = []
@@ -137,13 +135,10 @@ class ArgumentPlan:
 
     def add(self, argument: str, argtype: Any, value: Any, top: bool = True) -> bool:
         """Plan the parameters of one argument, of the compiler's type ``argtype``; False when
-        it has no plan. ``top``: an argument of the kernel (its class goes to ``classes``), not
-        a tuple's item."""
-        check = f"type({argument}) is {self.constant(type(value))}"
-        if top:
-            self.classes.append(check)
-        else:
-            self.steps.append(("check", check))
+        it has no plan. ``top``: an argument of the kernel (whose class the generated code
+        checks with the others', in one call), not a tuple's item."""
+        if not top:
+            self.steps.append(("check", f"type({argument}) is {self.constant(type(value))}"))
         parameters = self._compiler.parameters(argtype, value)
         if isinstance(parameters, ArrayParameters):
             return self._add_array(argument, parameters, value, top)
@@ -176,44 +171,28 @@ class ArgumentPlan:
         aligned = parameters.aligned or kind.fast is FastRead.MEMO
         if not parameters.mutable or not aligned:
             return False
-        name = f"_{self.arrays}"
-        self.arrays += 1
         self.fields += _HEADS[parameters.structure] + ["q"] * (2 * parameters.ndim)
         if kind.fast is FastRead.MEMO:
-            self._add_numba_array(argument, name, value, top, parameters.structure)
+            self._add_numba_array(argument, value, top, parameters.structure)
         else:
-            self._add_library_array(argument, name, parameters, value, kind, top)
+            self._add_library_array(argument, f"_{self.arrays}", parameters, value, kind, top)
+        self.arrays += 1
         return True
 
     def _add_numba_array(
-        self, argument: str, name: str, value: Any, top: bool, structure: ArrayStructure
+        self, argument: str, value: Any, top: bool, structure: ArrayStructure
     ) -> None:
         """numba-cuda's and numba-cuda-mlir's arrays: their fields are read once per array
         object and kept on it (:func:`numba_array_memo`, :func:`memref_array_memo`), as numba
-        keeps its own launch view of them; where the C extension is built, the memos of all
-        the arrays of a kind are read in one call of it."""
-        memo, attribute = _MEMOS[structure]
-        reader = native.dlpack()
-        if reader is not None:
-            self._add_c_memo(reader, argument, value, top, structure)
-            return
-        token = self.constant(memo(value)[0])
-        read = f'{argument}.__dict__.get("{attribute}") or {self.constant(memo)}({argument})'
-        self.steps += [("read", f"{name} = {read}"), ("check", f"{name}[0] is {token}")]
-        if top:
-            self.key_parts.append(f"{name}[1]")
-        self.start_packed(structure.head + 2 * len(value.shape), f"{name}[2]")
-        self.buffers.append(f"{name}[3]")
-
-    def _add_c_memo(
-        self, reader: native.DLPack, argument: str, value: Any, top: bool, structure: ArrayStructure
-    ) -> None:
-        """A numba array whose memo the C extension reads, with the other arrays of its kind
-        (:meth:`close` adds the read): its part of the key in ``_L_key`` and its kernel
-        parameters in a run's bytes, as :meth:`_add_c_array`'s."""
+        keeps its own launch view of them, and the memos of all the arrays of a kind read in one
+        call of the C extension, with the other arrays of its kind (:meth:`close` adds the
+        read): its part of the key in ``_L_key`` and its kernel parameters in a run's bytes, as
+        :meth:`_add_c_array`'s."""
         memo, attribute = _MEMOS[structure]
         kind = kind_of(type(value))
-        reads = self._c_reads.setdefault(kind, _CReads(reader.reader, 0, memo=(attribute, memo)))
+        reads = self._c_reads.setdefault(
+            kind, _CReads(native.dlpack().reader, 0, memo=(attribute, memo))
+        )
         ndim = len(value.shape)
         expected = native.EXPECTED.pack(
             0, 0, ndim, 0, 0, 0, native.STRUCTURES.index(structure.value), False
@@ -299,13 +278,13 @@ class ArgumentPlan:
     def _add_c_array(
         self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
     ) -> bool:
-        """Read the array in C where the C extension is built: through its library's DLPack C
-        exchange API where it has one, else by the attributes its kind names; its part of the
+        """Read the array in C: through its library's DLPack C exchange API where it has one,
+        else by the attributes its kind names; its part of the
         key in ``_L_key`` and its kernel parameters in ``_L_fN`` with those of the arrays read
         before it whose parameters lead up to its, for library ``L`` (:meth:`close` adds the
         read). False where it cannot be."""
         reader = native.dlpack()
-        api = reader.api(type(value)) if reader is not None else 0
+        api = reader.api(type(value))
         expected = _expected_in_c(reader, api, value, kind, parameters)
         if expected is None:
             return False
@@ -337,7 +316,7 @@ class ArgumentPlan:
 
 
 def _expected_in_c(
-    reader: native.DLPack | None,
+    reader: native.DLPack,
     api: int,
     value: Any,
     kind: ArrayKind,
@@ -352,7 +331,7 @@ def _expected_in_c(
             return None
         device_type, device_id, ndim, code, bits, _ = described
         reads_device = True
-    elif reader is not None and kind.attributes is not None and kind.stream is not None:
+    elif kind.attributes is not None and kind.stream is not None:
         device_type, device_id, ndim = DLPACK_CUDA, kind.device(value), parameters.ndim
         code, bits = 0, 8 * parameters.itemsize  # (the dtype object is compared, not the code)
         reads_device = kind.checks_device or devices.several()
