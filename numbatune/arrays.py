@@ -143,9 +143,11 @@ class Arguments:
 
 def with_arrays_as(value: Any, entry: Callable[[Any], Any]) -> Any:
     """``value`` with each array in it (``value`` itself, or the arrays of tuples at any depth)
-    replaced by what ``entry`` makes of it; other values as they are."""
+    replaced by what ``entry`` makes of it; other values as they are. A named tuple stays one,
+    of its class (numba types it by its class: its fields are read by name)."""
     if isinstance(value, tuple):
-        return tuple(with_arrays_as(item, entry) for item in value)
+        items = [with_arrays_as(item, entry) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return entry(value) if is_array(value) else value
 
 

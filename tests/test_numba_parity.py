@@ -1,0 +1,66 @@
+"""Kernels written as numba-cuda's own tests write them: what numba runs, a tuned kernel runs
+and tunes; what numba refuses, it refuses with numba's error."""
+
+import collections
+
+import numpy as np
+from numba import cuda
+
+import numbatune as nt
+from numbatune.arrays import SIMULATOR
+
+Point = collections.namedtuple("Point", "x y")
+
+
+def _blocks(out, *rest, BLOCK):
+    return nt.cdiv(out.shape[0], BLOCK), BLOCK
+
+
+def _tuned(kernel):
+    return nt.autotune(variants=nt.product(BLOCK=[16, 32]), launch=_blocks)(kernel)
+
+
+def _no_general_path(tuned, monkeypatch):
+    """Make a call of ``tuned`` that leaves its fast path fail the test (on a GPU)."""
+
+    def general_path(*args):
+        raise AssertionError(f"{tuned.name}: a call with a known key left the fast path")
+
+    if not SIMULATOR:
+        monkeypatch.setattr(tuned._winners, "launch", general_path)
+
+
+@cuda.jit
+def line(out, p):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = p.x + p.y * i
+
+
+def test_a_named_tuple_reaches_every_variant_as_one():
+    tuned = _tuned(line)
+    out = cuda.device_array(64)
+    report = tuned.tune(out, Point(1.0, 2.0))
+    assert all(result.error is None for result in report.results)
+    tuned(out, Point(1.0, 2.0))
+    np.testing.assert_array_equal(out.copy_to_host(), 1.0 + 2.0 * np.arange(64))
+
+
+@cuda.jit
+def scaled(out, scale=2.0):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = scale * i
+
+
+def test_a_parameter_with_a_default_may_be_left_out_as_numba_allows(monkeypatch):
+    tuned = _tuned(scaled)
+    out = cuda.device_array(64)
+    assert tuned.tune(out).winner in tuned.variants
+    tuned(out)
+    np.testing.assert_array_equal(out.copy_to_host(), 2.0 * np.arange(64))
+    _no_general_path(tuned, monkeypatch)
+    tuned(out, 3.0)
+    np.testing.assert_array_equal(out.copy_to_host(), 3.0 * np.arange(64))
+    tuned(out)  # a hit: the fast path, the default filled in
+    np.testing.assert_array_equal(out.copy_to_host(), 2.0 * np.arange(64))
