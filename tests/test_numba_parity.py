@@ -2,14 +2,20 @@
 and tunes; what numba refuses, it refuses with numba's error."""
 
 import collections
+import math
 
 import numpy as np
+import pytest
 from numba import cuda
 
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
 
 Point = collections.namedtuple("Point", "x y")
+
+
+class KernelError(Exception):
+    """What a debug kernel raises."""
 
 
 def _blocks(out, *rest, BLOCK):
@@ -64,3 +70,25 @@ def test_a_parameter_with_a_default_may_be_left_out_as_numba_allows(monkeypatch)
     np.testing.assert_array_equal(out.copy_to_host(), 3.0 * np.arange(64))
     tuned(out)  # a hit: the fast path, the default filled in
     np.testing.assert_array_equal(out.copy_to_host(), 2.0 * np.arange(64))
+
+
+@cuda.jit(debug=True, opt=False)
+def checked_sqrt(out, x):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        if x[i] < 0:
+            raise KernelError
+        out[i] = math.sqrt(x[i])
+
+
+def test_a_debug_kernels_own_exception_is_raised_at_the_first_call_as_on_hits():
+    tuned = _tuned(checked_sqrt)
+    out = cuda.device_array(64)
+    with pytest.raises(KernelError) as raised:  # every variant raises it
+        tuned(out, cuda.to_device(-np.ones(64)))
+    assert isinstance(raised.value, nt.TuningError)  # naming every variant's error
+    assert isinstance(raised.value.__cause__, KernelError)
+    tuned(out, cuda.to_device(np.full(64, 4.0)))  # the same key, now tuned
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(64, 2.0))
+    with pytest.raises(KernelError):  # a hit raises it too
+        tuned(out, cuda.to_device(-np.ones(64)))

@@ -185,6 +185,8 @@ def trial(
 ) -> list[str | None] | processes.Done:
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
     arguments, restored first, and wait for it: None for each that ran, else why it failed.
+    On a GPU, a kernel that raised an exception of its own (no driver error: a debug kernel's
+    ``raise``) ran: the caller's process runs it too, and raises what it raises, as numba does.
     A kernel whose launch the driver refused (:data:`REFUSED_LAUNCHES`: nothing ran) is noted
     and the next one runs; any other failure ends the list, with why, and the worker (its
     context may be spoilt). Before each kernel, its index and the time are written to the file
@@ -198,6 +200,9 @@ def trial(
             try:
                 _run_once(kernel, config, target)
             except Exception as error:
+                if not SIMULATOR and getattr(error, "code", None) is None:
+                    reasons.append(None)  # the kernel's own exception: it raises it here too
+                    continue
                 reasons.append(f"{type(error).__name__}: {error}")
                 if getattr(error, "code", None) not in REFUSED_LAUNCHES:
                     return processes.Done(reasons, ended=True)
