@@ -10,6 +10,7 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
+from numbatune.compilers import payloads
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -92,3 +93,33 @@ def test_a_debug_kernels_own_exception_is_raised_at_the_first_call_as_on_hits():
     np.testing.assert_array_equal(out.copy_to_host(), np.full(64, 2.0))
     with pytest.raises(KernelError):  # a hit raises it too
         tuned(out, cuda.to_device(-np.ones(64)))
+
+
+def test_a_kernel_payload_carries_a_script_s_exception_class_there_and_back():
+    """A debug kernel's exception class defined in the user's script (``__main__``, which a
+    compile worker cannot import) crosses in a kernel's payload, and comes back as the
+    script's own class."""
+    from numba.cuda import cloudpickle
+
+    script_error = type("ScriptError", (Exception,), {"__module__": "__main__"})
+    payload = payloads.pack(1, {"raises": script_error}, pickler=cloudpickle)
+    assert payloads.unpack(payload, 1, "numba-cuda")["raises"] is script_error
+
+
+@pytest.mark.gpu
+def test_fp16_kernels_tune():
+    from numba.cuda import fp16
+
+    @cuda.jit
+    def add_halves(out, a, b):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = fp16.hadd(a[i], b[i])
+
+    tuned = _tuned(add_halves)
+    a = np.arange(64, dtype=np.float16)
+    out = cuda.device_array(64, np.float16)
+    report = tuned.tune(out, cuda.to_device(a), cuda.to_device(a))
+    assert all(result.error is None for result in report.results), report.results
+    tuned(out, cuda.to_device(a), cuda.to_device(a))
+    np.testing.assert_array_equal(out.copy_to_host(), a + a)
