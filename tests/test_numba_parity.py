@@ -11,6 +11,7 @@ from numba import cuda
 import numbatune as nt
 from numbatune.arrays import SIMULATOR
 from numbatune.compilers import payloads
+from numbatune.config import Isolate
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -107,8 +108,12 @@ def test_a_kernel_payload_carries_a_script_s_exception_class_there_and_back():
 
 
 @pytest.mark.gpu
-def test_fp16_kernels_tune():
+@pytest.mark.parametrize(("isolate", "workers"), [("all", 4), ("off", 0)])
+def test_fp16_kernels_tune(isolate, workers, monkeypatch):
     from numba.cuda import fp16
+
+    monkeypatch.setattr(nt.settings, "isolate", Isolate(isolate))
+    monkeypatch.setattr(nt.settings, "compile_workers", workers)
 
     @cuda.jit
     def add_halves(out, a, b):
