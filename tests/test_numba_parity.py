@@ -128,3 +128,44 @@ def test_fp16_kernels_tune(isolate, workers, monkeypatch):
     assert all(result.error is None for result in report.results), report.results
     tuned(out, cuda.to_device(a), cuda.to_device(a))
     np.testing.assert_array_equal(out.copy_to_host(), a + a)
+
+
+RECORD = np.dtype([("x", np.float64), ("y", np.int32)], align=True)
+
+
+@cuda.jit
+def from_record(out, r):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = r.x + r.y
+
+
+@pytest.mark.gpu
+def test_a_record_passed_by_value_tunes_and_passes_its_trial(monkeypatch):
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
+    tuned = _tuned(from_record)
+    record = np.array([(1.5, 2)], dtype=RECORD)[0]
+    out = cuda.device_array(64)
+    report = tuned.tune(out, record)
+    assert all(result.error is None for result in report.results), report.results
+    tuned(out, record)
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(64, 3.5))
+
+
+@cuda.jit(["void(float32[:])", "void(int32[:])"])
+def incremented(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] += 1
+
+
+@pytest.mark.gpu
+def test_a_kernel_of_two_signatures_refuses_arguments_of_neither_with_numbas_error():
+    tuned = _tuned(incremented)
+    with pytest.raises(TypeError, match="No matching definition"):
+        incremented[1, 64](cuda.device_array(64, np.float64))
+    with pytest.raises(TypeError, match="No matching definition"):
+        tuned(cuda.device_array(64, np.float64))
+    a = cuda.to_device(np.arange(64, dtype=np.int32))
+    tuned(a)
+    np.testing.assert_array_equal(a.copy_to_host(), np.arange(1, 65))
