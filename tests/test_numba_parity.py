@@ -169,3 +169,26 @@ def test_a_kernel_of_two_signatures_refuses_arguments_of_neither_with_numbas_err
     a = cuda.to_device(np.arange(64, dtype=np.int32))
     tuned(a)
     np.testing.assert_array_equal(a.copy_to_host(), np.arange(1, 65))
+
+
+@cuda.jit
+def doubled(out, x):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = 2 * x[i]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("memory", ["mapped", "managed"])
+def test_mapped_and_managed_arrays_take_the_fast_path(memory, monkeypatch):
+    allocate = getattr(cuda, f"{memory}_array")
+    tuned = _tuned(doubled)
+    x, out = allocate(64, np.float32), allocate(64, np.float32)
+    x[:] = np.arange(64)
+    tuned(out, x)
+    cuda.synchronize()
+    _no_general_path(tuned, monkeypatch)
+    x[:] = 1
+    tuned(out, x)
+    cuda.synchronize()
+    np.testing.assert_array_equal(np.asarray(out), np.full(64, 2.0))
