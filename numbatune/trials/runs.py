@@ -449,7 +449,7 @@ def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     if SIMULATOR:
         return None
     try:
-        return tuple(arrays.with_arrays_as(arg, _opened_by_ipc) for arg in args)
+        return tuple(arrays.with_arrays_as(arg, _opened_by_ipc, named=False) for arg in args)
     except Exception:  # numba's and the driver's many refusals
         return None
 
@@ -471,7 +471,10 @@ def _shared_copies(args: tuple[Any, ...], stream: Any) -> Iterator[tuple[str, tu
         slot = _Slot(size, tuple(view.shape), view.dtype.str, order)
         slots[id(array)] = slot, view
         size += -(-slot.size // _ALIGNMENT) * _ALIGNMENT
-    layout = tuple(arrays.with_arrays_as(arg, lambda array: slots[id(array)][0]) for arg in args)
+    # (on a GPU the worker launches by the kernel's types: named tuples go as plain tuples,
+    # whose class, of the user's script, it may not import; the simulator runs the function)
+    layout = tuple(arrays.with_arrays_as(arg, lambda array: slots[id(array)][0], SIMULATOR)
+                   for arg in args)  # fmt: skip
     with _shared_file(size) as (descriptor, path):
         if size:
             wait_for(stream)  # the copies below then hold no other thread's launch up
