@@ -130,6 +130,26 @@ def test_fp16_kernels_tune(isolate, workers, monkeypatch):
     np.testing.assert_array_equal(out.copy_to_host(), a + a)
 
 
+UNPICKLABLE = (n for n in range(2))  # (a generator: no pickle takes it)
+
+
+@cuda.jit
+def with_unpicklable_global(out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = 1.0 if i >= 0 else UNPICKLABLE
+
+
+def test_a_kernel_that_cannot_go_to_the_trial_worker_runs_untried(monkeypatch):
+    """Under the simulator its function does not pickle; on a GPU, a kernel that reads a global
+    device array does not serialise: numba runs either, so the tuned kernel does."""
+    monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
+    tuned = _tuned(with_unpicklable_global)
+    out = cuda.device_array(64)
+    tuned(out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.ones(64))
+
+
 RECORD = np.dtype([("x", np.float64), ("y", np.int32)], align=True)
 
 
