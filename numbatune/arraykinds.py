@@ -24,8 +24,14 @@ SIMULATOR: bool = bool(cuda.config.ENABLE_CUDASIM)
 
 if SIMULATOR:
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray as NumbaDeviceArray
+
+    _NUMBA_ARRAYS: tuple[type, ...] = (NumbaDeviceArray,)
 else:
     from numba.cuda.cudadrv.devicearray import DeviceNDArray as NumbaDeviceArray
+    from numba.cuda.cudadrv.devicearray import ManagedNDArray, MappedNDArray
+
+    #: numba's arrays: in device memory, and in mapped and managed memory (NumPy arrays too).
+    _NUMBA_ARRAYS = (NumbaDeviceArray, MappedNDArray, ManagedNDArray)
 
 #: ``(shape, dtype name, layout letter)`` of an array.
 Read = tuple[tuple[int, ...], str, str]
@@ -191,7 +197,11 @@ def layout_of(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize:
 
 def _read_numba_array(array: Any) -> Read:
     dtype = array.dtype
-    layout = "C" if array.is_c_contiguous() else "F" if array.is_f_contiguous() else "A"
+    if isinstance(array, np.ndarray):  # (numba's mapped and managed arrays: NumPy's flags)
+        flags = array.flags
+        layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+    else:
+        layout = "C" if array.is_c_contiguous() else "F" if array.is_f_contiguous() else "A"
     return array.shape, _dtype_names.get(dtype) or dtype_name(dtype), layout
 
 
@@ -225,7 +235,7 @@ def _numba_device(array: Any) -> int | None:
 
 NUMBA = ArrayKind(
     name="numba",
-    claims=lambda cls: issubclass(cls, NumbaDeviceArray),
+    claims=lambda cls: issubclass(cls, _NUMBA_ARRAYS),
     read=_read_numba_array,
     itemsize=lambda array: array.dtype.itemsize,
     buffer=_numba_buffer,

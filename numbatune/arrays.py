@@ -141,11 +141,15 @@ class Arguments:
         )
 
 
-def with_arrays_as(value: Any, entry: Callable[[Any], Any]) -> Any:
+def with_arrays_as(value: Any, entry: Callable[[Any], Any], named: bool = True) -> Any:
     """``value`` with each array in it (``value`` itself, or the arrays of tuples at any depth)
-    replaced by what ``entry`` makes of it; other values as they are."""
+    replaced by what ``entry`` makes of it; other values as they are. A named tuple stays one,
+    of its class (numba types it by its class: its fields are read by name), unless not
+    ``named``: then a plain tuple (for a worker that may not import its class, the user's
+    script's, and launches by the kernel's types, which read a tuple by position)."""
     if isinstance(value, tuple):
-        return tuple(with_arrays_as(item, entry) for item in value)
+        items = [with_arrays_as(item, entry, named) for item in value]
+        return type(value)(*items) if named and hasattr(value, "_fields") else tuple(items)
     return entry(value) if is_array(value) else value
 
 

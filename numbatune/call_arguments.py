@@ -44,6 +44,16 @@ class ArgumentCheck:
         self._name, self._function = name, function
         self._parameters, self._read_only = tuple(parameters), read_only
         self._array_parameters = references.array_parameters(function)
+        self._defaults: tuple[Any, ...] = getattr(function, "__defaults__", None) or ()
+
+    def completed(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``args`` with the default values of the trailing parameters a call leaves out, as
+        numba takes such a call (the kernel's ``def k(out, scale=2.0)`` called ``k(out)``);
+        other calls as they are."""
+        missing = len(self._parameters) - len(args)
+        if 0 < missing <= len(self._defaults):
+            return args + self._defaults[len(self._defaults) - missing :]
+        return args
 
     def read(self, args: tuple[Any, ...]) -> Arguments:
         """The call's arguments, read once (:class:`~numbatune.arrays.Arguments`); a

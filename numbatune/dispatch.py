@@ -101,7 +101,11 @@ class TunedKernel(Called):
         self._shared.prepare_workers(settings.cache_dir)
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
-        """The general path: for calls that no fast path takes."""
+        """The general path: for calls that no fast path takes (a call that leaves out
+        parameters with defaults goes again, completed, through the binder's entry)."""
+        full = self._arguments.completed(args)
+        if len(full) > len(args):
+            return self._binder.entry(full, stream)
         arguments = self._arguments.read(args)
         state = self._device_state()
         spec = self._spec
@@ -264,6 +268,7 @@ class TunedKernel(Called):
         variant = variant if isinstance(variant, Variant) else Variant(variant)
         if variant not in self._spec.index:
             raise ValueError(f"{self.name}: {variant!r} is not one of its variants")
+        args = self._arguments.completed(args)
         self._arguments.read(args)
         if not self.is_valid(variant, *args):
             raise ValueError(f"{self.name}: {variant.label} is not valid for these arguments")
@@ -298,6 +303,7 @@ class TunedKernel(Called):
         TypeError
             The arguments are not what the kernel takes, as for a call.
         """
+        args = self._arguments.completed(args)
         arguments = self._arguments.read(args)
         spec = self._spec
         state, key = self._device_state(), spec.key_of(arguments)

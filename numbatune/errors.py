@@ -25,6 +25,25 @@ class TuningError(NumbatuneError, RuntimeError):
         self.results = results
 
 
+def as_raised(error: TuningError, raised: list[BaseException]) -> TuningError:
+    """``error``, where every variant's run raised an exception of one class (``raised``, one
+    per variant), as a TuningError that is also of that class, its cause the first of them:
+    ``except MyError`` catches the first call's error as it catches a hit's (numba's launch
+    raises the kernel's own exception). ``error`` itself where they differ, or the class
+    cannot be combined with TuningError."""
+    kinds = {type(exception) for exception in raised}
+    if len(kinds) != 1 or issubclass(kinds.pop(), TuningError):
+        return error
+    kind = type(raised[0])
+    try:
+        combined = type(kind.__name__, (TuningError, kind), {"__module__": kind.__module__})
+        both = combined(*error.args, results=error.results)
+    except Exception:  # a layout or constructor TuningError cannot share
+        return error
+    both.__cause__ = raised[0]
+    return both
+
+
 class TuningKeyError(NumbatuneError, ValueError):
     """The key of a call could not be computed, or cannot be a cache key."""
 

@@ -570,10 +570,11 @@ def _serve() -> None:
     _write_frame(replies, b"ready")
     while True:
         try:
-            task = pickle.loads(_read_frame(requests))
+            frame = _read_frame(requests)
         except EOFError:
             return
         try:
+            task = _task(frame)
             module = __import__(task.module, fromlist=[task.function])
             value = getattr(module, task.function)(*task.args)
             outcome: TaskOutcome = value if isinstance(value, Done) else Done(value)
@@ -583,6 +584,18 @@ def _serve() -> None:
         _write_frame(replies, pickle.dumps(outcome, protocol=5))
         if outcome.ended:
             return
+
+
+class UnreadableTask(Exception):
+    """A task a worker cannot unpickle: it holds a class of the parent's script (``__main__``),
+    which the worker cannot import; the parent may run it itself."""
+
+
+def _task(frame: bytes) -> Task:
+    try:
+        return pickle.loads(frame)
+    except Exception as error:
+        raise UnreadableTask(f"{type(error).__name__}: {error}") from None
 
 
 if __name__ == "__main__":  # run as numbatune.processes, so that replies name its classes

@@ -382,3 +382,25 @@ def test_a_launch_the_driver_refused_lets_the_trial_worker_go_on_to_the_next_ker
     else:
         assert outcome == [None, f"_DriverError: [{code}] cuLaunchKernel failed", None]
         assert ran == [b"first", b"last"]
+
+
+class _KernelError(Exception):
+    """What a debug kernel raises (no driver error code)."""
+
+
+def test_on_a_gpu_a_kernel_that_raises_its_own_exception_in_its_trial_ran(monkeypatch, tmp_path):
+    """A debug kernel's ``raise`` leaves the worker's context as it was: the kernel ran (the
+    caller's process runs it, and raises the exception itself, as numba does), and the next
+    kernels run in the same worker."""
+
+    def run_once(kernel, config, target):
+        if kernel == b"raises":
+            raise _KernelError("from the kernel")
+
+    monkeypatch.setattr(trials, "SIMULATOR", False)  # (the simulator's faults raise so too)
+    monkeypatch.setitem(trials._staged, "token", "token")
+    monkeypatch.setattr(trials, "_run_once", run_once)
+    progress = tmp_path / "progress"
+    progress.write_bytes(bytes(64))
+    kernels = [(b"first", (1, 1)), (b"raises", (1, 1)), (b"last", (1, 1))]
+    assert trials.trial("token", kernels, None, str(progress)) == [None, None, None]

@@ -41,6 +41,19 @@ def test_a_task_that_raises_reports_its_error_and_the_worker_goes_on(pool):
     assert done == Done(9)
 
 
+def test_a_task_holding_a_class_of_the_parents_script_is_reported_and_the_worker_goes_on(
+    pool, monkeypatch
+):
+    """A named tuple class of the user's script (``__main__``), in a compile task's argument
+    types: the worker cannot import it; it says so (the parent compiles the kernel itself)."""
+    script_class = type("ScriptPoint", (), {"__module__": "__main__"})
+    monkeypatch.setattr(sys.modules["__main__"], "ScriptPoint", script_class, raising=False)
+    unreadable, done = pool.run([task("square", script_class), task("square", 3)], limit_s=60)
+    assert isinstance(unreadable, Raised) and unreadable.kind == "UnreadableTask"
+    assert "ScriptPoint" in unreadable.message
+    assert done == Done(9)
+
+
 def test_a_worker_that_dies_fails_its_task_and_a_fresh_one_takes_the_next(pool):
     died, *rest = pool.run([task("die", 7), task("square", 2), task("square", 5)], limit_s=60)
     assert isinstance(died, Lost) and "died (exit status 7)" in died.reason

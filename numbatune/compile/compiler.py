@@ -87,6 +87,12 @@ class RebuildError(Exception):
     """A worker could not rebuild a kernel's function (it is compiled in the parent instead)."""
 
 
+#: The errors of a worker's task that have the parent compile the kernel itself: the worker
+#: could not rebuild its function, or read the task (argument types of a class of the user's
+#: script: a named tuple's).
+_HERE = (RebuildError.__name__, processes.UnreadableTask.__name__)
+
+
 def build_in_worker(
     compiler: KernelCompiler,
     function_bytes: bytes,
@@ -414,7 +420,7 @@ class Compiler:
                 # The build's time: its kernels' compile is one, their links run together.
                 times = [b.seconds for b in outcome.value if isinstance(b, Built)]
                 seconds.append(max(times, default=0.0))
-            elif isinstance(outcome, processes.Raised) and outcome.kind == RebuildError.__name__:
+            elif isinstance(outcome, processes.Raised) and outcome.kind in _HERE:
                 logger.debug("%s: compiled in this process: %s", self._function_id, outcome)
                 here.extend(kernels)
             else:

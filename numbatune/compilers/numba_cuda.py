@@ -98,13 +98,17 @@ class NumbaCuda(KernelCompiler):
         return kernel.overloads.get(argtypes)
 
     def add(self, kernel: Any, argtypes: tuple[Any, ...], compiled: Any, declared: int) -> None:
-        """Compile, or add an overload; with one declared signature the dispatcher is then
-        specialised as numba's ``cuda.jit(signature)`` makes it: only then, for numba's compile
-        of a specialised dispatcher returns the kernel it holds."""
+        """Compile, or add an overload; a dispatcher of declared signatures then compiles no
+        other, as numba's ``cuda.jit(signatures)`` (arguments that match none raise numba's
+        ``No matching definition``), and with one it is specialised as numba makes it: only
+        then, for numba's compile of a specialised dispatcher returns the kernel it holds."""
         if compiled is None:
+            kernel.disable_compile(False)
             kernel.compile(argtypes)
         else:
             kernel.add_overload(compiled, argtypes)
+        if declared:
+            kernel.disable_compile()
         if declared == 1:
             kernel._specialized = True
 
@@ -212,8 +216,11 @@ class NumbaCuda(KernelCompiler):
         if SIMULATOR or cc is None:
             cuda.jit(self.unpickle_function(payload))[grid, block, 0, shared_bytes](*args)
             return
+        from numba.cuda.cudadrv.driver import _to_core_stream
+
         kernel = numba_kernels.load(payload, cc)
-        stream = cuda.default_stream()  # numba's launch takes a stream object
+        stream = _to_core_stream(0)  # the default stream, as numba's launch hands it on: a
+        # cuda.core stream (a record passed by value is copied on it)
         kernel.launch(args, _dims(grid), _dims(block), stream, shared_bytes)
 
     # -- the fast path --------------------------------------------------------------------

@@ -86,10 +86,25 @@ def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
     """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed;
     ``linked``: its code library's cubin, linker log and register cap, where they were linked
     apart from the library."""
-    library = code_library(kernel)
+    from numba.cuda import cloudpickle
+
     states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}
-    library_states = {**library._reduce_states(), "llvm_strs": [], **(linked or {})}
-    return payloads.pack(PAYLOAD_VERSION, {"kernel": states, "library": library_states})
+    library_states = {**_library_states(code_library(kernel)), "llvm_strs": [], **(linked or {})}
+    # numba's cloudpickle: an exception class of the user's script that a debug kernel raises
+    # crosses to and from a worker (by value, and back as the script's own class)
+    payload = {"kernel": states, "library": library_states}
+    return payloads.pack(PAYLOAD_VERSION, payload, pickler=cloudpickle)
+
+
+def _library_states(library: Any) -> dict[str, Any]:
+    """numba's states of a code library, also where it links files (``cuda.fp16``'s, a
+    kernel's ``link=``): numba refuses those, for its disk cache links a kernel again where
+    it loads it; a payload holds the linked cubin (NRT, the one file numba keeps, is kept)."""
+    from numba.cuda.codegen import NRT_LIBRARY
+
+    alone = object.__new__(type(library))  # (copy.copy would reduce it, as pickling does)
+    alone.__dict__.update(vars(library), _linking_files=library._linking_files & {NRT_LIBRARY})
+    return alone._reduce_states()
 
 
 def load(payload: bytes, cc: tuple[int, int]) -> Any:

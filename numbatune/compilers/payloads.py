@@ -5,11 +5,12 @@ runs)."""
 from __future__ import annotations
 
 import pickle
+import types
 import zlib
 from typing import Any
 
 
-def pack(version: int, states: dict[str, Any]) -> bytes:
+def pack(version: int, states: dict[str, Any], pickler: types.ModuleType = pickle) -> bytes:
     """``states`` with the format's ``version``, pickled and compressed.
 
     Parameters
@@ -18,13 +19,16 @@ def pack(version: int, states: dict[str, Any]) -> bytes:
         The compiler's payload format.
     states
         What loading the kernel takes.
+    pickler
+        The module whose ``dumps`` pickles them (a compiler's cloudpickle, which pickles
+        classes of a script by value; :func:`unpack`'s ``pickle.loads`` reads either).
 
     Returns
     -------
     bytes
         What :func:`unpack` reads.
     """
-    return zlib.compress(pickle.dumps({"version": version, **states}, protocol=5))
+    return zlib.compress(pickler.dumps({"version": version, **states}, protocol=5))
 
 
 def unpack(payload: bytes, version: int, compiler: str) -> dict[str, Any]:

@@ -185,6 +185,8 @@ def trial(
 ) -> list[str | None] | processes.Done:
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
     arguments, restored first, and wait for it: None for each that ran, else why it failed.
+    On a GPU, a kernel that raised an exception of its own (no driver error: a debug kernel's
+    ``raise``) ran: the caller's process runs it too, and raises what it raises, as numba does.
     A kernel whose launch the driver refused (:data:`REFUSED_LAUNCHES`: nothing ran) is noted
     and the next one runs; any other failure ends the list, with why, and the worker (its
     context may be spoilt). Before each kernel, its index and the time are written to the file
@@ -198,6 +200,9 @@ def trial(
             try:
                 _run_once(kernel, config, target)
             except Exception as error:
+                if not SIMULATOR and getattr(error, "code", None) is None:
+                    reasons.append(None)  # the kernel's own exception: it raises it here too
+                    continue
                 reasons.append(f"{type(error).__name__}: {error}")
                 if getattr(error, "code", None) not in REFUSED_LAUNCHES:
                     return processes.Done(reasons, ended=True)
@@ -444,7 +449,7 @@ def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     if SIMULATOR:
         return None
     try:
-        return tuple(arrays.with_arrays_as(arg, _opened_by_ipc) for arg in args)
+        return tuple(arrays.with_arrays_as(arg, _opened_by_ipc, named=False) for arg in args)
     except Exception:  # numba's and the driver's many refusals
         return None
 
@@ -466,7 +471,10 @@ def _shared_copies(args: tuple[Any, ...], stream: Any) -> Iterator[tuple[str, tu
         slot = _Slot(size, tuple(view.shape), view.dtype.str, order)
         slots[id(array)] = slot, view
         size += -(-slot.size // _ALIGNMENT) * _ALIGNMENT
-    layout = tuple(arrays.with_arrays_as(arg, lambda array: slots[id(array)][0]) for arg in args)
+    # (on a GPU the worker launches by the kernel's types: named tuples go as plain tuples,
+    # whose class, of the user's script, it may not import; the simulator runs the function)
+    layout = tuple(arrays.with_arrays_as(arg, lambda array: slots[id(array)][0], SIMULATOR)
+                   for arg in args)  # fmt: skip
     with _shared_file(size) as (descriptor, path):
         if size:
             wait_for(stream)  # the copies below then hold no other thread's launch up

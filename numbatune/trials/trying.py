@@ -3,13 +3,16 @@ makes for both (:func:`compile_and_try`).
 
 Each kernel the tuning's ``isolate`` setting asks for runs once in the trial worker
 (:mod:`numbatune.trials.runs`) as soon as it is compiled, while the others still compile; a
-variant that fails its trial never runs in this process. What compiled and passed becomes a
-launcher, with the launch configuration its launch function gives for the arguments.
+variant that fails its trial never runs in this process; one whose kernel cannot be serialised
+for the worker (it reads a global device array, which numba does not serialise) runs here
+untried, as numba runs it. What compiled and passed becomes a launcher, with the launch
+configuration its launch function gives for the arguments.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +28,8 @@ from numbatune.trials import ledger, runs
 from numbatune.tuning.job import Arrived, Launcher
 from numbatune.tuning.results import Failed
 from numbatune.variants import Variant
+
+logger = logging.getLogger("numbatune")
 
 
 @dataclass(frozen=True)
@@ -184,12 +189,19 @@ class _Trying:
                     self._may_run(variant)
                 continue
             try:
-                payload = compiler.payload(variant, self._args)
-                self._pipeline.add(
-                    variant, payload, self._kernel.runnable_config(self._launch_args, variant)
-                )
+                config = self._kernel.runnable_config(self._launch_args, variant)
             except Exception as error:
                 self._failed[variant] = Failed.of(error)
+                continue
+            try:
+                payload = compiler.payload(variant, self._args)
+            except Exception as error:  # numba runs it: it runs here, untried
+                logger.info("numbatune: %s: %s is not tried apart: its kernel does not "
+                            "serialise (%s)", self._kernel.name, variant.label, error)  # fmt: skip
+                if made:
+                    self._may_run(variant)
+                continue
+            self._pipeline.add(variant, payload, config)
 
     def _tried(self, variant: Hashable, why: str | None) -> None:
         if why is None and variant in self._made:

@@ -1,6 +1,7 @@
 """What tuning a key found: one outcome per variant, and the report that names the winner.
 
-Every state is a type. A variant was timed (:class:`Timed`), failed (:class:`Failed`), gave
+Every state is a type. A variant was timed (:class:`Timed`), failed (:class:`Failed`; its run
+raised: :class:`Raised`), gave
 wrong results in check mode (:class:`Mismatched`) or was not tried (:data:`NOT_TRIED`); a report
 says where its answer came from (:class:`Source`). Reports are frozen: a changed copy is made
 with ``dataclasses.replace``.
@@ -104,6 +105,20 @@ class Failed:
         if len(text) > _MAX_ERROR_LENGTH:
             text = text[:_MAX_ERROR_LENGTH] + " ..."
         return cls(text)
+
+
+@dataclass(frozen=True)
+class Raised(Failed):
+    """A variant whose run raised ``exception`` (the kernel's own, as numba's launch raises
+    it: a debug kernel's ``raise MyError``, numba's refusal of the arguments); kept in memory
+    only, so that a tuning where every variant raised it can raise it too, and without its
+    traceback (whose frames hold the tuning's clones of the arguments)."""
+
+    exception: BaseException = field(compare=False, repr=False)
+
+    @classmethod
+    def of(cls, error: BaseException) -> Raised:
+        return cls(Failed.of(error).error, error.with_traceback(None))
 
 
 @dataclass(frozen=True)

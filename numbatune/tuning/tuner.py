@@ -18,7 +18,7 @@ from typing import Any
 
 from numbatune import arrays
 from numbatune.config import Snapshot
-from numbatune.errors import TuningError
+from numbatune.errors import TuningError, as_raised
 from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench, checks, search
@@ -28,6 +28,7 @@ from numbatune.tuning.results import (
     Failed,
     Mismatched,
     Outcome,
+    Raised,
     Source,
     Timed,
     TuneReport,
@@ -158,10 +159,13 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
         lines = "\n".join(
             f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
         )
-        raise TuningError(
+        failed = [outcomes[v] for v in job.variants if v in outcomes]
+        error = TuningError(
             f"{job.kernel_name}: every variant failed for key {job.key!r}:\n{lines}",
             results=tuple(VariantResult(v, outcomes[v]) for v in job.variants if v in outcomes),
         )
+        raised = [outcome.exception for outcome in failed if isinstance(outcome, Raised)]
+        raise as_raised(error, raised if len(raised) == len(failed) else [])
     report = dataclasses.replace(
         _report(job, outcomes, best=best, source=Source.BENCHMARK),
         strategy=strategy,
@@ -386,7 +390,7 @@ def _measure(
 
 
 def _outcome(timing: Timed | Exception) -> Outcome:
-    return timing if isinstance(timing, Timed) else Failed.of(timing)
+    return timing if isinstance(timing, Timed) else Raised.of(timing)
 
 
 def _screening(variants: Sequence[Variant]) -> bool:
@@ -456,7 +460,7 @@ def _checked(
             got = checks.observe(check, fresh, names, job.stream)
         except Exception as error:
             if variant not in earlier:  # (the outcome measured before stands)
-                outcomes[variant] = Failed.of(error)
+                outcomes[variant] = Raised.of(error)
             continue
         if expected is None:
             expected = got
