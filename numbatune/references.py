@@ -18,7 +18,7 @@ import inspect
 import sys
 import textwrap
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,8 @@ from numbatune.values import is_integer, stable_text
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
 _STORES = {"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"}
 _ATTRIBUTE_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
-_MISSING = object()
+#: What :func:`lookup` gives for a name that has no value.
+MISSING = object()
 
 
 def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -92,14 +93,21 @@ def attributes_read(code: types.CodeType) -> set[tuple[str, str]]:
 
 
 def lookup(function: types.FunctionType, name: str) -> Any:
-    """The value ``function`` sees for the global or free variable ``name``, or ``_MISSING``."""
+    """The value ``function`` sees for the global or free variable ``name``, or ``MISSING``."""
     if name in function.__code__.co_freevars:
         cell = function.__closure__[function.__code__.co_freevars.index(name)]
         try:
             return cell.cell_contents
         except ValueError:  # an empty cell
-            return _MISSING
-    return function.__globals__.get(name, _MISSING)
+            return MISSING
+    return function.__globals__.get(name, MISSING)
+
+
+def first_value(functions: Iterable[types.FunctionType], name: str) -> Any:
+    """The value ``name`` has for the first of ``functions`` that gives it one (:func:`lookup`),
+    or ``MISSING``."""
+    found = (lookup(function, name) for function in functions)
+    return next((value for value in found if value is not MISSING), MISSING)
 
 
 def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:
@@ -110,9 +118,9 @@ def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:
     for attribute in attributes.split("."):
         if not isinstance(value, types.ModuleType) or is_numba(value):
             break
-        value = getattr(value, attribute, _MISSING)
-        if value is _MISSING:
-            return "", _MISSING
+        value = getattr(value, attribute, MISSING)
+        if value is MISSING:
+            return "", MISSING
         done.append(attribute)
     return ".".join(done), value
 
@@ -123,7 +131,7 @@ def values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
     value)``; builtins are left out."""
     for name in sorted(names_read(function.__code__)):
         value = lookup(function, name)
-        if value is not _MISSING:
+        if value is not MISSING:
             yield name, value
     found: dict[str, Any] = {}
     for name, attributes in attributes_read(function.__code__):
@@ -560,18 +568,18 @@ class _Indices:
 
     def _value(self, node: ast.expr) -> Any:
         """The value a global name, or a chain of attributes of one through modules, has;
-        ``_MISSING`` for anything else (the simulator's ``cuda`` has no ``grid`` until a
+        ``MISSING`` for anything else (the simulator's ``cuda`` has no ``grid`` until a
         kernel runs)."""
         if isinstance(node, ast.Name):
             if node.id in self._bindings or node.id in self._parameters:
-                return _MISSING
+                return MISSING
             value = lookup(self._function, node.id)
-            return getattr(builtins, node.id, _MISSING) if value is _MISSING else value
+            return getattr(builtins, node.id, MISSING) if value is MISSING else value
         if isinstance(node, ast.Attribute):
             owner = self._value(node.value)
             if isinstance(owner, types.ModuleType):
-                return getattr(owner, node.attr, _MISSING)
-        return _MISSING
+                return getattr(owner, node.attr, MISSING)
+        return MISSING
 
 
 #: The expressions an element index may be made of, each of its parts one.
