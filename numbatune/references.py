@@ -30,8 +30,7 @@ from numbatune.values import is_integer, stable_text
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
 _STORES = {"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"}
 _ATTRIBUTE_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
-#: What :func:`lookup` gives for a name that has no value.
-MISSING = object()
+_MISSING = object()
 
 
 def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -93,21 +92,27 @@ def attributes_read(code: types.CodeType) -> set[tuple[str, str]]:
 
 
 def lookup(function: types.FunctionType, name: str) -> Any:
-    """The value ``function`` sees for the global or free variable ``name``, or ``MISSING``."""
+    """The value ``function`` sees for the global or free variable ``name``, or ``_MISSING``."""
     if name in function.__code__.co_freevars:
         cell = function.__closure__[function.__code__.co_freevars.index(name)]
         try:
             return cell.cell_contents
         except ValueError:  # an empty cell
-            return MISSING
-    return function.__globals__.get(name, MISSING)
+            return _MISSING
+    return function.__globals__.get(name, _MISSING)
 
 
-def first_value(functions: Iterable[types.FunctionType], name: str) -> Any:
-    """The value ``name`` has for the first of ``functions`` that gives it one (:func:`lookup`),
-    or ``MISSING``."""
-    found = (lookup(function, name) for function in functions)
-    return next((value for value in found if value is not MISSING), MISSING)
+def values_in(functions: Iterable[types.FunctionType], names: Iterable[str]) -> dict[str, Any]:
+    """The value each of ``names`` has for the first of ``functions`` that gives it one, as a
+    global or free variable (:func:`lookup`); names none of them gives one are left out."""
+    functions = list(functions)
+    values = {}
+    for name in names:
+        found = (lookup(function, name) for function in functions)
+        value = next((v for v in found if v is not _MISSING), _MISSING)
+        if value is not _MISSING:
+            values[name] = value
+    return values
 
 
 def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:
@@ -118,9 +123,9 @@ def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:
     for attribute in attributes.split("."):
         if not isinstance(value, types.ModuleType) or is_numba(value):
             break
-        value = getattr(value, attribute, MISSING)
-        if value is MISSING:
-            return "", MISSING
+        value = getattr(value, attribute, _MISSING)
+        if value is _MISSING:
+            return "", _MISSING
         done.append(attribute)
     return ".".join(done), value
 
@@ -131,7 +136,7 @@ def values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
     value)``; builtins are left out."""
     for name in sorted(names_read(function.__code__)):
         value = lookup(function, name)
-        if value is not MISSING:
+        if value is not _MISSING:
             yield name, value
     found: dict[str, Any] = {}
     for name, attributes in attributes_read(function.__code__):
@@ -568,18 +573,18 @@ class _Indices:
 
     def _value(self, node: ast.expr) -> Any:
         """The value a global name, or a chain of attributes of one through modules, has;
-        ``MISSING`` for anything else (the simulator's ``cuda`` has no ``grid`` until a
+        ``_MISSING`` for anything else (the simulator's ``cuda`` has no ``grid`` until a
         kernel runs)."""
         if isinstance(node, ast.Name):
             if node.id in self._bindings or node.id in self._parameters:
-                return MISSING
+                return _MISSING
             value = lookup(self._function, node.id)
-            return getattr(builtins, node.id, MISSING) if value is MISSING else value
+            return getattr(builtins, node.id, _MISSING) if value is _MISSING else value
         if isinstance(node, ast.Attribute):
             owner = self._value(node.value)
             if isinstance(owner, types.ModuleType):
-                return getattr(owner, node.attr, MISSING)
-        return MISSING
+                return getattr(owner, node.attr, _MISSING)
+        return _MISSING
 
 
 #: The expressions an element index may be made of, each of its parts one.

@@ -132,11 +132,18 @@ class KernelSpec:
         """The kernel as written, as check mode's reference for a call's ``args``: the variant
         that gives each parameter the value it has where the kernel (else a device function it
         calls, the launch or the valid function) is defined, one of the variants or not; or
-        why it cannot run on ``args``: a parameter the launch or valid function needs has no
-        such value, or ``valid`` says it may not run on them."""
+        why it cannot run on ``args``: a parameter it reads, or that the launch or valid
+        function needs, has no such value, or ``valid`` says it may not run on them."""
         names = dict.fromkeys(name for variant in self.variants for name in variant.params)
         also = (self.launch, self.valid)
         written = Variant(self.template.written_values(names, also))
+        unset = [n for n in names if n in self.template.names_read and n not in written.params]
+        if unset:
+            return checks.CannotRun(
+                f"it reads {unset[0]}, which has no value as written (no global or closure "
+                "variable of that name where the kernel or a device function it calls is "
+                "defined)"
+            )
         arity = len(self.parameters)
         for role, function in (("launch", self.launch), ("valid", self.valid)):
             needed = [] if function is None else needed_params(function, arity)

@@ -106,16 +106,19 @@ class KernelTemplate:
 
     def _globals_read(self) -> list[str]:
         """The globals and closure variables the kernel and its device functions read that
-        could be parameters, sorted: those that are neither modules, builtins nor numba's."""
-        found = []
-        for name in sorted(self.names_read):
-            value = references.first_value(self._functions, name)
-            if value is references.MISSING:
-                if not hasattr(builtins, name):
-                    found.append(name)  # (read, not defined: a parameter every variant sets)
-            elif not isinstance(value, types.ModuleType) and not references.is_numba(value):
-                found.append(name)
-        return found
+        could be parameters, sorted: those that are neither modules, builtins nor numba's (and
+        those read without a value, which every variant must set)."""
+        values = references.values_in(self._functions, self.names_read)
+        return sorted(
+            name
+            for name in self.names_read
+            if (name not in values and not hasattr(builtins, name))
+            or (
+                name in values
+                and not isinstance(values[name], types.ModuleType)
+                and not references.is_numba(values[name])
+            )
+        )
 
     def written_values(self, names: Iterable[str], also: Iterable[Any] = ()) -> dict[str, Any]:
         """The value each of ``names`` has as written: where the kernel, else a device function
@@ -123,12 +126,7 @@ class KernelTemplate:
         defined, as a global or closure variable. A name none of them gives a value is left
         out."""
         functions = [*self._functions, *(f for f in also if isinstance(f, types.FunctionType))]
-        values = {}
-        for name in names:
-            value = references.first_value(functions, name)
-            if value is not references.MISSING:
-                values[name] = value
-        return values
+        return references.values_in(functions, names)
 
     def default_variant(self, variants: Sequence[Variant]) -> Variant | None:
         """The variant equal to the kernel as written: each of its parameters that the kernel

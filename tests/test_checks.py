@@ -327,6 +327,21 @@ def test_check_mode_says_why_the_kernel_as_written_cannot_run_and_measures_nothi
         assert_variants_agree(tuned, *_arguments())
 
 
+@cuda.jit
+def scaled_by_unset(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] * UNSET  # noqa: F821  (no module value: only the variants set it)
+
+
+def test_check_mode_says_so_where_the_kernel_as_written_reads_a_global_it_lacks():
+    tuned = nt.autotune(
+        variants=nt.product(UNSET=[2, 3]), launch=lambda x, out: (4, 32), check=True
+    )(scaled_by_unset)
+    with pytest.raises(nt.TuningError, match="it reads UNSET, which has no value as written"):
+        tuned.tune(*_arguments())
+
+
 def test_check_mode_says_so_where_valid_refuses_the_kernel_as_written():
     tuned = nt.autotune(
         variants=[{"ITEMS": 2, "OFF_BY_ONE": 0}],
