@@ -455,3 +455,19 @@ def test_the_largest_error_is_infinite_where_one_side_is_infinite_or_nan(wrong):
     want = [("out", np.array([1.0, 2.0]))]
     have = [("out", np.array([wrong, 2.0]))]
     assert checks.compare(want, have, nt.Check()) == nt.Mismatch("out", 1, 2, float("inf"))
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_kernel_as_written_is_compiled_and_run_as_the_reference():
+    variants = [
+        {"ITEMS": 4, "OFF_BY_ONE": 1},
+        {"ITEMS": 2, "OFF_BY_ONE": 0},
+        {"ITEMS": 8, "OFF_BY_ONE": 0},
+    ]
+    tuned = nt.autotune(variants=variants, launch=_launch_items, check=True)(double)
+    x, out = _arguments(1 << 16)
+    report = tuned.tune(x, out, force=True)  # (compiled in workers, tried in the trial worker)
+    assert [r.mismatch is not None for r in report.results] == [True, False, False]
+    assert report.best_index != 0
+    tuned(x, out)
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(1 << 16, dtype=np.float32))
