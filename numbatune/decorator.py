@@ -78,8 +78,9 @@ def autotune(
         compiled.
     check
         True, or a `Check` (tolerances, a reference), compares every variant's outputs with a
-        reference while a key is tuned: a variant that disagrees cannot win, and the report
-        says where it differed. None: the ``check`` setting (``NUMBATUNE_CHECK``, default off).
+        reference while a key is tuned (by default the kernel as written, run itself): a
+        variant that disagrees cannot win, and the report says where it differed. None: the
+        ``check`` setting (``NUMBATUNE_CHECK``, default off).
     read_only
         Names of arguments the kernel only reads (through device functions, say). Every run
         while tuning starts from the arguments as the caller passed them: arrays a run may
@@ -124,8 +125,9 @@ def autotune(
         of another type. The message names the kernel and the option.
     ValueError
         An option with a wrong value: no variants, or one listed twice; a variant parameter
-        that neither the kernel, its device functions nor the launch function reads, or that
-        the kernel assigns or takes as an argument; an unknown level or search; ``read_only``
+        that neither the kernel, its device functions, the launch function nor ``valid`` uses
+        (the message names the closest global the kernel reads), or that the kernel assigns or
+        takes as an argument; an unknown level or search; ``read_only``
         names that are not arguments; a budget that cannot be read; a parameter of the launch
         function that neither the kernel's arguments nor any variant give a value, with no
         default; an unknown ``on_miss``; an empty name. At a call: no variant valid for the

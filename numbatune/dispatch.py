@@ -177,8 +177,10 @@ class TunedKernel(Called):
 
     @property
     def reference_variant(self) -> Variant:
-        """The variant that check mode and `numbatune.testing.assert_variants_agree` compare
-        the others with: `written_variant`, else the first."""
+        """`written_variant`, else the first: the variant a call launches where the ``on_miss``
+        option finds nothing to go by, and where a search starts. Check mode and
+        `numbatune.testing.assert_variants_agree` compare the variants with the kernel as
+        written itself, whether or not a variant equals it."""
         return self._spec.reference_variant
 
     def is_valid(self, variant: Variant, *args: Any) -> bool:

@@ -18,7 +18,7 @@ import inspect
 import sys
 import textwrap
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,19 @@ def lookup(function: types.FunctionType, name: str) -> Any:
         except ValueError:  # an empty cell
             return _MISSING
     return function.__globals__.get(name, _MISSING)
+
+
+def values_in(functions: Iterable[types.FunctionType], names: Iterable[str]) -> dict[str, Any]:
+    """The value each of ``names`` has for the first of ``functions`` that gives it one, as a
+    global or free variable (:func:`lookup`); names none of them gives one are left out."""
+    functions = list(functions)
+    values = {}
+    for name in names:
+        found = (lookup(function, name) for function in functions)
+        value = next((v for v in found if v is not _MISSING), _MISSING)
+        if value is not _MISSING:
+            values[name] = value
+    return values
 
 
 def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:

@@ -245,9 +245,13 @@ class Resolver:
     ) -> TuneJob:
         spec, miss = self._spec, walk.miss
         starts = self._starts(cache, miss.key, plan) if walk.searched else ()
+        check = walk.check  # (its reference: a function of its own, else the kernel as written)
+        written = (
+            None if check is None or check.reference is not None else spec.as_written(miss.args)
+        )
         return TuneJob(
             spec.kernel_name, miss.key, spec.variants, miss.arguments, spec.parameters, miss.stream,
-            plan, self._compile_variants, walk.check, spec.reference_variant, miss.unrestored,
+            plan, self._compile_variants, check, written, miss.unrestored,
             search, starts, journal, spec.template.build_key, walk.settings,
         )  # fmt: skip
 

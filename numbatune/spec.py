@@ -23,6 +23,8 @@ from numbatune.launch.config import (
     launch_config,
     launch_error,
     launch_params,
+    needed_params,
+    params_taken,
 )
 from numbatune.strategies import Budget, Strategy, as_budget, as_strategy
 from numbatune.template import KernelTemplate
@@ -88,8 +90,8 @@ class KernelSpec:
         check_launch(self.launch, self.variants, self.template.signature, name)
         derive("launch_params", launch_params(self.launch, self.variants))
         derive("valid_params", _valid_params(self.valid, self.variants, name))
-        launch_reads = {name for params in self.launch_params.values() for name in params}
-        self.template.check_params(self.variants, launch_reads)
+        taken = [*self.launch_params.values(), *self.valid_params]
+        self.template.check_params(self.variants, {name for params in taken for name in params})
         derive("parameters", tuple(self.template.signature.parameters))
         _check_parameter_names(self.variants, self.parameters, name)
         derive("read_only", _checked_read_only(self.read_only, self.parameters, name))
@@ -123,9 +125,38 @@ class KernelSpec:
 
     @property
     def reference_variant(self) -> Variant:
-        """The variant check mode compares the others with: `written_variant`, else the
-        first."""
+        """`written_variant`, else the first (check mode's reference is :meth:`as_written`)."""
         return self.written_variant or self.variants[0]
+
+    def as_written(self, args: tuple[Any, ...]) -> Variant | checks.CannotRun:
+        """The kernel as written, as check mode's reference for a call's ``args``: the variant
+        that gives each parameter the value it has where the kernel (else a device function it
+        calls, the launch or the valid function) is defined, one of the variants or not; or
+        why it cannot run on ``args``: a parameter it reads, or that the launch or valid
+        function needs, has no such value, or ``valid`` says it may not run on them."""
+        names = dict.fromkeys(name for variant in self.variants for name in variant.params)
+        also = (self.launch, self.valid)
+        written = Variant(self.template.written_values(names, also))
+        unset = [n for n in names if n in self.template.names_read and n not in written.params]
+        if unset:
+            return checks.CannotRun(
+                f"it reads {unset[0]}, which has no value as written (no global or closure "
+                "variable of that name where the kernel or a device function it calls is "
+                "defined)"
+            )
+        arity = len(self.parameters)
+        for role, function in (("launch", self.launch), ("valid", self.valid)):
+            needed = [] if function is None else needed_params(function, arity)
+            missing = [name for name in needed if name not in written.params]
+            if missing:
+                return checks.CannotRun(
+                    f"the {role} function's parameter {missing[0]} has no default and no value "
+                    "as written (no global or closure variable of that name where the kernel "
+                    f"or the {role} function is defined)"
+                )
+        if not self.is_valid(written, args):
+            return checks.CannotRun(f"valid says it ({written.label}) may not run on them")
+        return written
 
     def key_of(self, arguments: Arguments) -> Hashable:
         """The key of a call's arguments, as read once (the default key from their views)."""
@@ -142,7 +173,8 @@ class KernelSpec:
 
     def launch_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
         """The launch configuration the launch function gives ``variant`` for ``args``."""
-        return launch_config(self.launch, args, self.launch_params[variant], self.kernel_name)
+        params = params_taken(self.launch, variant, self.launch_params)
+        return launch_config(self.launch, args, params, self.kernel_name)
 
     def is_valid(self, variant: Variant, args: tuple[Any, ...]) -> bool:
         """Whether ``variant`` may run on ``args``, as ``valid`` says (True without one); a
@@ -150,7 +182,12 @@ class KernelSpec:
         raises."""
         if self.valid is None:
             return True
-        params = self.valid_params[self.index[variant]]
+        index = self.index.get(variant)
+        params = (
+            launch_params(self.valid, (variant,))[variant]
+            if index is None
+            else self.valid_params[index]
+        )
         try:
             return bool(self.valid(*args, **params))
         except Exception as error:

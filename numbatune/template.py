@@ -10,10 +10,12 @@ changes what the variants compute or how fast.
 
 from __future__ import annotations
 
+import builtins
+import difflib
 import hashlib
 import inspect
 import types
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from numbatune import references, unroll
@@ -71,10 +73,11 @@ class KernelTemplate:
                         f"{self.compiler.name}'s cuda.jit(device=True))"
                     )
 
-    def check_params(self, variants: Sequence[Variant], launch_reads: Set[str]) -> None:
-        """Refuse parameters that change nothing (read neither by the kernel, its device
-        functions nor the launch function) and parameters the kernel assigns itself (its
-        variants would not change them: a wrong variant could win)."""
+    def check_params(self, variants: Sequence[Variant], used_elsewhere: Set[str]) -> None:
+        """Refuse parameters that change nothing (used neither by the kernel, its device
+        functions nor ``used_elsewhere``: the parameters the launch and valid functions take)
+        and parameters the kernel assigns itself (its variants would not change them: a wrong
+        variant could win)."""
         names = {p for v in variants for p in v.params}
         for function in self._functions:
             assigned = references.assignments(function.__code__)
@@ -85,14 +88,45 @@ class KernelTemplate:
                     f"and launch blocks that do not match it. Remove the assignment (keep {name} "
                     "a module global or closure variable; each variant sets it)"
                 )
-        unread = sorted(names - self.names_read - launch_reads)
-        if unread:
+        unused = sorted(names - self.names_read - used_elsewhere)
+        if unused:
+            read = self._globals_read()
+            by_case = {name.lower(): name for name in read}
+            parts = []
+            for name in unused:
+                close = difflib.get_close_matches(name.lower(), by_case, n=1)
+                parts.append(f"{name} (did you mean {by_case[close[0]]}?)" if close else name)
             raise ValueError(
-                f"autotune({self.name}): variant parameters {unread} are read neither by the "
-                "kernel, the device functions it calls nor the launch function; a parameter "
-                "must be a global or closure variable they use, or a keyword argument of the "
-                "launch function"
+                f"autotune({self.name}): variant parameters {', '.join(parts)} are used neither "
+                "by the kernel, the device functions it calls, the launch function nor valid; "
+                "a parameter must be a global or closure variable the kernel reads, or a "
+                "keyword argument of the launch or valid function. The kernel reads the "
+                f"globals {', '.join(read) or '(none)'}"
             )
+
+    def _globals_read(self) -> list[str]:
+        """The globals and closure variables the kernel and its device functions read that
+        could be parameters, sorted: those that are neither modules, builtins nor numba's (and
+        those read without a value, which every variant must set)."""
+        values = references.values_in(self._functions, self.names_read)
+        return sorted(
+            name
+            for name in self.names_read
+            if (name not in values and not hasattr(builtins, name))
+            or (
+                name in values
+                and not isinstance(values[name], types.ModuleType)
+                and not references.is_numba(values[name])
+            )
+        )
+
+    def written_values(self, names: Iterable[str], also: Iterable[Any] = ()) -> dict[str, Any]:
+        """The value each of ``names`` has as written: where the kernel, else a device function
+        it calls, else one of the functions ``also`` (the launch and valid functions) is
+        defined, as a global or closure variable. A name none of them gives a value is left
+        out."""
+        functions = [*self._functions, *(f for f in also if isinstance(f, types.FunctionType))]
+        return references.values_in(functions, names)
 
     def default_variant(self, variants: Sequence[Variant]) -> Variant | None:
         """The variant equal to the kernel as written: each of its parameters that the kernel

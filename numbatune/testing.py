@@ -1,11 +1,12 @@
 """Tools for testing tuned kernels: agreement across variants, and Hypothesis strategies.
 
 ``assert_variants_agree(tuned, *args)`` runs every variant on copies of the arguments and fails
-with a diff naming the variants that disagree with the first. ``covering_variants(tuned)`` picks a
-few variants that between them take every value of every parameter, for tests under numba's
-simulator, where every thread is a Python thread. The strategies draw the inputs
-autotuned kernels get wrong: sizes at and around each variant's block and tile sizes, empty and
-one-element arrays, primes, non-contiguous views, and special float values on request.
+with a diff naming the variants that disagree with the kernel as written.
+``covering_variants(tuned)`` picks a few variants that between them take every value of every
+parameter, for tests under numba's simulator, where every thread is a Python thread. The
+strategies draw the inputs autotuned kernels get wrong: sizes at and around each variant's block
+and tile sizes, empty and one-element arrays, primes, non-contiguous views, and special float
+values on request.
 
 Hypothesis is imported when a strategy is first asked for, so this module loads without it.
 """
@@ -20,7 +21,7 @@ from numba import cuda
 
 from numbatune import arrays
 from numbatune.dispatch import TunedKernel
-from numbatune.tuning.checks import Check, Observed, compare, observe
+from numbatune.tuning.checks import CannotRun, Check, Observed, compare, observe
 from numbatune.values import is_integer
 from numbatune.variants import Variant
 
@@ -36,9 +37,9 @@ def assert_variants_agree(
 ) -> None:
     """Run every variant of a tuned kernel on copies of ``args`` and compare their outputs.
 
-    The reference is ``tuned.reference_variant``: the variant equal to the kernel as written,
-    else the first. Each variant runs on its own copies of the arguments; the caller's arrays
-    are not written.
+    The reference is the kernel as written: compiled with the values its module (or
+    closure) gives the parameters, whether or not a variant equals it, as check mode's. Each
+    run is on its own copies of the arguments; the caller's arrays are not written.
 
     Parameters
     ----------
@@ -57,15 +58,24 @@ def assert_variants_agree(
     ------
     AssertionError
         A variant left other arrays than the reference did, or raised; the message names each
-        such variant and where it differed. Also when the reference variant itself raised.
+        such variant and where it differed. Also when the kernel as written cannot run on
+        ``args`` (a parameter the launch function needs has no value as written, ``valid``
+        refuses it, or it raised): the message says why.
     """
     check = Check(rtol=rtol, atol=atol, outputs=outputs)
     names = list(tuned._parameters)
-    reference = tuned.reference_variant
-    others = [v for v in tuned.variants if v != reference]
-    expected = _observed_run(tuned, reference, args, check, names)
+    written = tuned._spec.as_written(args)
+    if isinstance(written, CannotRun):
+        raise AssertionError(
+            f"{tuned.name}: the reference, the kernel as written, cannot run: {written.why}"
+        )
+    runner = tuned if written in tuned.variants else tuned.with_variants([written])
+    expected = _observed_run(runner, written, args, check, names)
     if isinstance(expected, str):
-        raise AssertionError(f"{tuned.name}: the reference variant {reference.label} {expected}")
+        raise AssertionError(
+            f"{tuned.name}: the reference, the kernel as written ({written.label}), {expected}"
+        )
+    others = [v for v in tuned.variants if v != written]
     problems = []
     for variant in others:
         got = _observed_run(tuned, variant, args, check, names)
@@ -75,7 +85,7 @@ def assert_variants_agree(
     if problems:
         raise AssertionError(
             f"{tuned.name}: {len(problems)} of {len(others)} variants disagree with the "
-            f"reference {reference.label}:\n" + "\n".join(problems)
+            f"reference, the kernel as written ({written.label}):\n" + "\n".join(problems)
         )
 
 

@@ -249,7 +249,10 @@ def test_assert_variants_agree_names_the_wrong_variant():
     with pytest.raises(AssertionError) as failure:
         assert_variants_agree(_double(), x, out)
     message = str(failure.value)
-    assert "1 of 2 variants disagree with the reference ITEMS=1, OFF_BY_ONE=0" in message
+    assert (
+        "1 of 2 variants disagree with the reference, the kernel as written (ITEMS=1, "
+        "OFF_BY_ONE=0)" in message
+    )
     assert "ITEMS=4, OFF_BY_ONE=1: out: 17 of 70 elements differ" in message
     np.testing.assert_array_equal(out.copy_to_host(), -1.0)
 
@@ -276,9 +279,78 @@ def test_the_reference_is_the_kernel_as_written_not_the_first_variant():
     report = tuned.tune(*_arguments())
     assert report.results[0].mismatch is not None  # the first variant is the wrong one
     assert report.results[1].mismatch is None
-    with pytest.raises(AssertionError, match=r"1 of 2 variants disagree with the reference "
-                       r"ITEMS=1, OFF_BY_ONE=0:\n  ITEMS=4, OFF_BY_ONE=1"):  # fmt: skip
+    with pytest.raises(AssertionError, match=r"1 of 2 variants disagree with the reference, "
+                       r"the kernel as written \(ITEMS=1, OFF_BY_ONE=0\):\n  ITEMS=4, "
+                       r"OFF_BY_ONE=1"):  # fmt: skip
         assert_variants_agree(tuned, *_arguments())
+
+
+def _launch_items(x, out, *, ITEMS):
+    return nt.cdiv(x.shape[0], 32 * ITEMS), 32
+
+
+def test_correct_variants_are_not_reported_wrong_where_no_variant_is_the_kernel_as_written():
+    variants = [{"ITEMS": 4, "OFF_BY_ONE": 1}, {"ITEMS": 2, "OFF_BY_ONE": 0}]
+    tuned = nt.autotune(variants=variants, launch=_launch_items, check=True)(double)
+    assert tuned.written_variant is None  # the module's ITEMS=1 is not among them
+    report = tuned.tune(*_arguments())
+    assert [r.mismatch is not None for r in report.results] == [True, False]
+    assert report.best == {"ITEMS": 2, "OFF_BY_ONE": 0}
+    with pytest.raises(AssertionError, match=r"1 of 2 variants disagree with the reference, "
+                       r"the kernel as written \(ITEMS=1, OFF_BY_ONE=0\):\n  ITEMS=4, "
+                       r"OFF_BY_ONE=1: out: 25 of 100"):  # fmt: skip
+        assert_variants_agree(tuned, *_arguments())
+
+
+WRONG = [{"ITEMS": 4, "OFF_BY_ONE": 1}, {"ITEMS": 2, "OFF_BY_ONE": 1}]
+
+
+@pytest.mark.parametrize("variants", [WRONG, WRONG[:1]])  # (one variant: checked too)
+def test_no_wrong_variant_is_served_where_only_the_kernel_as_written_is_right(variants):
+    tuned = nt.autotune(variants=variants, launch=_launch_items, check=True)(double)
+    x, out = _arguments()
+    with pytest.raises(nt.TuningError, match="ITEMS=4, OFF_BY_ONE=1: wrong result: out: 25 of"):
+        tuned(x, out)
+    np.testing.assert_array_equal(out.copy_to_host(), -1.0)
+
+
+def test_check_mode_says_why_the_kernel_as_written_cannot_run_and_measures_nothing():
+    def launch(x, out, *, ITMS):  # (misspelt: the kernel reads ITEMS, which no variant sets)
+        return nt.cdiv(x.shape[0], 32 * ITMS), 32
+
+    tuned = nt.autotune(variants=nt.product(ITMS=[1, 2]), launch=launch, check=True)(double)
+    why = "the launch function's parameter ITMS has no default and no value as written"
+    with pytest.raises(nt.TuningError, match=f"cannot run for key .*: {why}") as refused:
+        tuned.tune(*_arguments())
+    assert "Nothing was measured" in str(refused.value) and tuned.stats["benchmarks"] == 0
+    with pytest.raises(AssertionError, match=f"the kernel as written, cannot run: {why}"):
+        assert_variants_agree(tuned, *_arguments())
+
+
+@cuda.jit
+def scaled_by_unset(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] * UNSET  # noqa: F821  (no module value: only the variants set it)
+
+
+def test_check_mode_says_so_where_the_kernel_as_written_reads_a_global_it_lacks():
+    tuned = nt.autotune(
+        variants=nt.product(UNSET=[2, 3]), launch=lambda x, out: (4, 32), check=True
+    )(scaled_by_unset)
+    with pytest.raises(nt.TuningError, match="it reads UNSET, which has no value as written"):
+        tuned.tune(*_arguments())
+
+
+def test_check_mode_says_so_where_valid_refuses_the_kernel_as_written():
+    tuned = nt.autotune(
+        variants=[{"ITEMS": 2, "OFF_BY_ONE": 0}],
+        launch=_launch_items,
+        valid=lambda x, out, *, ITEMS: ITEMS > 1,
+        check=True,
+    )(double)
+    with pytest.raises(nt.TuningError, match=r"valid says it \(ITEMS=1, OFF_BY_ONE=0\) may not"):
+        tuned.tune(*_arguments())
 
 
 BLOCK = 32
@@ -383,3 +455,19 @@ def test_the_largest_error_is_infinite_where_one_side_is_infinite_or_nan(wrong):
     want = [("out", np.array([1.0, 2.0]))]
     have = [("out", np.array([wrong, 2.0]))]
     assert checks.compare(want, have, nt.Check()) == nt.Mismatch("out", 1, 2, float("inf"))
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_kernel_as_written_is_compiled_and_run_as_the_reference():
+    variants = [
+        {"ITEMS": 4, "OFF_BY_ONE": 1},
+        {"ITEMS": 2, "OFF_BY_ONE": 0},
+        {"ITEMS": 8, "OFF_BY_ONE": 0},
+    ]
+    tuned = nt.autotune(variants=variants, launch=_launch_items, check=True)(double)
+    x, out = _arguments(1 << 16)
+    report = tuned.tune(x, out, force=True)  # (compiled in workers, tried in the trial worker)
+    assert [r.mismatch is not None for r in report.results] == [True, False, False]
+    assert report.best_index != 0
+    tuned(x, out)
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(1 << 16, dtype=np.float32))

@@ -59,7 +59,7 @@ def test_a_variant_whose_launch_config_is_invalid_is_recorded():
         ({"variants": []}, "variants is empty"),
         ({"variants": [{"BLOCK": 2}, {"BLOCK": 2}]}, "listed twice"),
         ({"variants": {"BLOCK": 2}}, "variants must be a list"),
-        ({"variants": [{"BLOCK": 2, "NOT_READ": 2}]}, r"\['NOT_READ'\] are read neither"),
+        ({"variants": [{"BLOCK": 2, "NOT_READ": 2}]}, "parameters NOT_READ are used neither"),
         ({"variants": [nt.Variant({"BLOCK": 2})], "launch": 5}, "launch must be a function"),
         ({"key": 5}, "key must be None"),
         ({"key": ["a", "nope"]}, r"key names \['nope'\] are not arguments"),
@@ -69,6 +69,24 @@ def test_bad_decorator_arguments_are_refused_at_decoration(options, message):
     arguments = {"variants": nt.product(BLOCK=[2]), "launch": kernels.accumulate_launch}
     with pytest.raises((TypeError, ValueError), match=message):
         nt.autotune(**{**arguments, **options})(kernels.accumulate)
+
+
+def test_a_misspelt_parameter_is_refused_naming_the_globals_read_and_the_closest():
+    with pytest.raises(ValueError) as refused:
+        sine([1, 2]).with_variants(nt.product(REPZ=[1, 2]))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "parameters REPZ (did you mean REPS?) are used neither by the kernel" in message
+    assert message.endswith("The kernel reads the globals REPS")  # (not cuda, math: modules)
+
+
+def test_a_parameter_only_valid_reads_is_used():
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[2], EVEN=[False, True]),
+        launch=kernels.accumulate_launch,
+        valid=lambda a, out, *, EVEN: not EVEN or a.shape[0] % 2 == 0,
+    )(kernels.accumulate)
+    assert len(tuned.variants) == 2
 
 
 def test_unknown_jit_options_are_refused():

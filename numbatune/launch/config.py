@@ -12,7 +12,7 @@ the C launcher or the driver refuses the configuration, so that its error says w
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,30 +51,48 @@ def check_launch(
             f"autotune({name}): launch must be a function of the kernel's arguments "
             f"returning (grid, block[, shared_memory_bytes]), got {launch!r}"
         )
-    arity = len(kernel_signature.parameters)
+    needed = needed_params(launch, len(kernel_signature.parameters))
+    set_by_variants = {parameter for variant in variants for parameter in variant.params}
+    for parameter in needed:
+        if parameter not in set_by_variants:
+            raise ValueError(
+                f"autotune({name}): the launch function's parameter {parameter} has no "
+                f"default, and neither the kernel's arguments (its first "
+                f"{len(kernel_signature.parameters)} positional parameters) nor any variant "
+                f"give it a value; the launch function takes {inspect.signature(launch)}, the "
+                f"variants set {sorted(set_by_variants)}"
+            )
+
+
+def needed_params(function: Callable[..., Any], arity: int) -> list[str]:
+    """The parameters of ``function`` (a launch or valid function) that every call must give
+    besides the kernel's arguments (its first ``arity`` positional parameters): those without a
+    default; none where its signature cannot be read (a builtin)."""
     try:
-        signature = inspect.signature(launch)
-    except (TypeError, ValueError):  # (a builtin: nothing to read)
-        return
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return []
     kinds = inspect.Parameter
-    parameters = list(signature.parameters.values())
     positional = [
         p.name for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
     ]
-    arguments = set(positional[:arity])
-    set_by_variants = {parameter for variant in variants for parameter in variant.params}
-    for parameter in parameters:
-        if (
-            parameter.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
-            and parameter.default is kinds.empty
-            and parameter.name not in arguments | set_by_variants
-        ):
-            raise ValueError(
-                f"autotune({name}): the launch function's parameter {parameter.name} has no "
-                f"default, and neither the kernel's arguments (its first {arity} positional "
-                f"parameters) nor any variant give it a value; the launch function takes "
-                f"{signature}, the variants set {sorted(set_by_variants)}"
-            )
+    return [
+        p.name
+        for p in parameters
+        if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+        and p.default is kinds.empty
+        and p.name not in positional[:arity]
+    ]
+
+
+def params_taken(
+    function: Callable[..., Any], variant: Variant, known: Mapping[Variant, dict[str, Any]]
+) -> dict[str, Any]:
+    """The parameters of ``variant`` that ``function`` (a launch or valid function) takes:
+    ``known``'s where it has them (a tuned kernel's variants), else read from its signature
+    (the kernel as written, which need not be one)."""
+    found = known.get(variant)
+    return found if found is not None else launch_params(function, (variant,))[variant]
 
 
 def launch_config(

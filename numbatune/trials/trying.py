@@ -22,7 +22,7 @@ from numbatune import devices
 from numbatune.arrays import SIMULATOR
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import Isolate, Snapshot
-from numbatune.launch.config import LaunchConfig, is_empty, launch_config
+from numbatune.launch.config import LaunchConfig, is_empty, launch_config, params_taken
 from numbatune.launch.numbalaunch import numba_launch
 from numbatune.trials import ledger, runs
 from numbatune.tuning.job import Arrived, Launcher
@@ -53,7 +53,8 @@ class KernelVariants:
         ValueError
             The launch function gives an empty grid: an empty launch has nothing to measure.
         """
-        config = launch_config(self.launch, args, self.launch_params[variant], self.name)
+        params = params_taken(self.launch, variant, self.launch_params)
+        config = launch_config(self.launch, args, params, self.name)
         if is_empty(config):
             raise ValueError(
                 f"{self.name}: the launch function gives {variant.params} an empty grid "

@@ -2,10 +2,11 @@
 
 A variant that is fast but wrong is the worst outcome an autotuner can give. In check mode
 each variant runs once on fresh copies of the caller's arguments, and every array argument it
-leaves behind is compared with the reference's: by default the first variant that runs, or a
-user function on host copies of the arguments. A variant that disagrees cannot win; the
-report, the disk cache and a warning say which output differed, in how many elements, and by
-how much at most.
+leaves behind is compared with the reference's: by default the kernel as written (run itself,
+whether or not a variant equals it; where it cannot run, the tuning says why and measures
+nothing), or a user function on host copies of the arguments. A variant that disagrees cannot
+win; the report, the disk cache and a warning say which output differed, in how many
+elements, and by how much at most.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ class Check:
     reference
         Called with host (NumPy) copies of the arguments, it must leave in them what the
         kernel leaves in its arrays; it may instead return the expected value of the last
-        array argument. None: the reference is the variant equal to the values the kernel's
-        module gives its parameters (the kernel as written), else the first variant that runs.
+        array argument. None: the reference is the kernel as written, compiled with the values
+        its module (or closure) gives the parameters, whether or not a variant equals it; where
+        it cannot run (a parameter the launch function needs has no such value, say), tuning
+        raises `TuningError` saying why, and measures nothing.
     outputs
         What to compare: called with host copies of the arguments after a run (the
         reference's too), it returns an array, a number or a tuple of them. None: every array
@@ -119,6 +122,13 @@ class Mismatch:
         )
 
 
+@dataclass(frozen=True)
+class CannotRun:
+    """Why the kernel as written, check mode's reference, cannot run on a call's arguments."""
+
+    why: str
+
+
 def as_check(check: bool | Check | None, kernel_name: str) -> Check | None:
     """The ``check=`` argument of :func:`numbatune.autotune` as a :class:`Check` or None."""
     if check is None or check is False:
@@ -141,9 +151,13 @@ def fingerprint(check: Check) -> str:
     hold only for a check of the same digest (:mod:`numbatune.resolver`,
     :mod:`numbatune.cache.journal`)."""
     parts = [f"tolerances: {[None if t is None else float(t) for t in (check.rtol, check.atol)]}"]
-    for role, function in (("reference", check.reference), ("outputs", check.outputs)):
+    roles = (
+        ("reference", check.reference, "the kernel as written"),
+        ("outputs", check.outputs, "every array argument"),
+    )
+    for role, function, default in roles:
         if function is None:
-            parts.append(f"{role}: none")  # the kernel as written; every array argument
+            parts.append(f"{role}: {default}")
             continue
         parts.append(f"{role}: {source_of(function)}")
         parts += (f"{role} helper {h.__qualname__}: {source_of(h)}" for h in helpers(function))

@@ -17,7 +17,7 @@ from numbatune import config
 from numbatune.arrays import Arguments
 from numbatune.config import Snapshot
 from numbatune.strategies import Search
-from numbatune.tuning.checks import Check
+from numbatune.tuning.checks import CannotRun, Check
 from numbatune.tuning.levels import Plan
 from numbatune.tuning.results import Failed, Outcome
 from numbatune.variants import Variant
@@ -113,8 +113,9 @@ class TuneJob:
     compile: Compile
     #: Check mode, or None.
     check: Check | None = None
-    #: The variant check mode compares the others with (the kernel as written), or None.
-    reference: Variant | None = None
+    #: What check mode compares the variants with, where its check has no reference function:
+    #: the kernel as written, as a variant (one of ``variants`` or not), or why it cannot run.
+    reference: Variant | CannotRun | None = None
     #: Arguments not copied back before each run: a run leaves them as the next one needs them.
     unrestored: frozenset[str] = frozenset()
     #: How to choose the variants measured, and where a search starts (numbatune.tuning.search).

@@ -60,6 +60,9 @@ def tune(job: TuneJob) -> TuneReport:
         plan.pruned,
     )
     clock = Clock()
+    started = time.perf_counter()
+    expected = _reference_outputs(job)  # (check mode: once for every set)
+    clock.compile_s += time.perf_counter() - started
     tries = plan.tries()
     *fallbacks, last = left = _sets_left(tries, job.journal.earlier())
     job = _starting_past(job, tries[: len(tries) - len(left)])  # (failed in an earlier tuning)
@@ -67,7 +70,7 @@ def tune(job: TuneJob) -> TuneReport:
         if len(variant_set) == 1 and not _runs(job, variant_set[0]):
             continue
         try:
-            return clock.stamped(tune_set(job, variant_set, clock))
+            return clock.stamped(tune_set(job, variant_set, clock, expected))
         except TuningError:
             job = _starting_past(job, [variant_set])
             logger.info(
@@ -76,7 +79,7 @@ def tune(job: TuneJob) -> TuneReport:
                 job.kernel_name,
                 job.key,
             )
-    return clock.stamped(tune_set(job, last, clock))
+    return clock.stamped(tune_set(job, last, clock, expected))
 
 
 def _starting_past(job: TuneJob, failed: Sequence[Sequence[Variant]]) -> TuneJob:
@@ -125,16 +128,8 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
 
     A lone variant is not measured, but one that fails gives way to the next priority group.
     """
-    clones = job.arguments.clone(job.stream)
-    launchers = job.compile(
-        [variant], clones, job.arguments.values, job.stream, _ignore, _ignore, job.settings
-    )
-    launcher = launchers[variant]
     try:
-        if isinstance(launcher, Failed):
-            raise TuningError(launcher.error)
-        launcher(clones, job.stream)
-        synchronize(job.stream)  # a launch error shows here
+        _launched(job, variant)
     except Exception as error:
         logger.info(
             "numbatune: %s: %s failed (%s); trying the next priority group too",
@@ -146,14 +141,32 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
     return True
 
 
-def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneReport:
+def _launched(job: TuneJob, variant: Variant) -> tuple[Any, ...]:
+    """Compile ``variant`` and run it once on clones of the arguments; the clones. What does
+    not compile or run raises."""
+    clones = job.arguments.clone(job.stream)
+    launchers = job.compile(
+        [variant], clones, job.arguments.values, job.stream, _ignore, _ignore, job.settings
+    )
+    launcher = launchers[variant]
+    if isinstance(launcher, Failed):
+        raise TuningError(launcher.error)
+    launcher(clones, job.stream)
+    synchronize(job.stream)  # a launch error shows here
+    return clones
+
+
+def tune_set(
+    job: TuneJob, variants: Sequence[Variant], clock: Clock, expected: checks.Observed | None
+) -> TuneReport:
     """Measure the variants of ``variants`` the job's search chooses, on clones of the job's
     arguments, and report, fastest first in the log; raise :class:`TuningError` when every
-    one fails."""
-    if len(variants) == 1:
+    one fails. In check mode (``expected``: the reference's outputs), every variant measured is
+    checked first, a set of one too."""
+    if len(variants) == 1 and expected is None:
         return _report(job, {}, best=variants[0], source=Source.SINGLE)
     strategy = job.search.strategy.for_space(len(variants))
-    outcomes, best = _search(job, variants, strategy, clock)
+    outcomes, best = _search(job, variants, strategy, clock, expected)
     if best is None:
         job.journal.discard()  # the next set, if any, starts afresh (and, cut short, goes on)
         lines = "\n".join(
@@ -184,10 +197,15 @@ def tune_set(job: TuneJob, variants: Sequence[Variant], clock: Clock) -> TuneRep
 
 
 def _search(
-    job: TuneJob, variants: Sequence[Variant], strategy: Strategy, clock: Clock
+    job: TuneJob,
+    variants: Sequence[Variant],
+    strategy: Strategy,
+    clock: Clock,
+    expected: checks.Observed | None,
 ) -> tuple[dict[Variant, Outcome], Variant | None]:
     """Measure the batches ``strategy`` proposes (from where a journal says an earlier
-    tuning stopped) until the space or the budget is spent; the outcomes, and the best.
+    tuning stopped) until the space or the budget is spent, checking each variant against
+    the ``expected`` outputs in check mode; the outcomes, and the best.
 
     The journal keeps the outcomes after each batch that another follows: a search of one
     batch, or the last batch of several, writes none (their outcomes are the result, stored)."""
@@ -214,7 +232,6 @@ def _search(
     outcomes = _resumed(job, variants)
     times = {v: _median(outcome) for v, outcome in outcomes.items()}
     best = _fastest(job, times, times, None)
-    expected = _reference_outputs(job)
     started = time.perf_counter()
     count = min(limit - len(outcomes), proposals.batch)  # how many the next batch may take
     while count > 0:
@@ -224,10 +241,7 @@ def _search(
             break
         proposal = proposal[: limit - len(outcomes)]
         measured = [*proposal, best] if best is not None else proposal
-        if expected is None and job.check is not None and job.reference in variants:
-            measured = [*dict.fromkeys([job.reference, *measured])]  # its outputs are expected
-        found, expected = _measure(job, measured, clones, restore, clock, progress, outcomes,
-                                   expected)  # fmt: skip
+        found = _measure(job, measured, clones, restore, clock, progress, outcomes, expected)
         outcomes.update(found)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
@@ -337,10 +351,10 @@ def _measure(
     progress: Progress,
     earlier: Mapping[Variant, Outcome],
     expected: checks.Observed | None,
-) -> tuple[dict[Variant, Outcome], checks.Observed | None]:
+) -> dict[Variant, Outcome]:
     """Compile ``variants`` (trial runs included; on a GPU, screening them as they arrive),
-    check those not checked ``earlier`` against the ``expected`` outputs (:func:`_checked`),
-    and time the others together; each one's outcome, and the expected outputs.
+    check those not checked ``earlier`` against the ``expected`` outputs in check mode
+    (:func:`_checked`), and time the others together; each one's outcome.
 
     The progress line counts the variants measured in this tuning, each once: those measured
     ``earlier`` (the best so far, measured again) count as done already."""
@@ -370,9 +384,8 @@ def _measure(
         variant: launcher for variant, launcher in compiled.items() if isinstance(launcher, Failed)
     }
     launchers = {v: launcher for v, launcher in compiled.items() if v not in outcomes}
-    if job.check is not None:
-        checked, expected = _checked(job, launchers, earlier, expected)
-        outcomes.update(checked)
+    if expected is not None:
+        outcomes.update(_checked(job, launchers, earlier, expected))
     for variant, timing in dropped.items():  # check mode's verdict stands
         outcome = outcomes.setdefault(variant, _outcome(timing))
         clock.screened_out += isinstance(outcome, Timed)  # not those whose run raised
@@ -386,7 +399,7 @@ def _measure(
         timings = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     outcomes.update({variant: _outcome(timing) for variant, timing in timings.items()})
     clock.benchmark_s += time.perf_counter() - started
-    return outcomes, expected
+    return outcomes
 
 
 def _outcome(timing: Timed | Exception) -> Outcome:
@@ -421,12 +434,36 @@ def _report(
 
 
 def _reference_outputs(job: TuneJob) -> checks.Observed | None:
-    """In check mode, the outputs of the check's reference function, computed once for the
-    tuning; None where there is none (the kernel as written gives them: :func:`_checked`)."""
+    """In check mode, the outputs every variant's are compared with, computed once for the
+    tuning: the check's reference function's, else the kernel as written's
+    (:func:`_written_outputs`); None outside check mode."""
     check = job.check
-    if check is None or check.reference is None:
+    if check is None:
         return None
-    return checks.reference_outputs(check, job.args, _names(job), job.stream)
+    if check.reference is not None:
+        return checks.reference_outputs(check, job.args, _names(job), job.stream)
+    return _written_outputs(job, check)
+
+
+def _written_outputs(job: TuneJob, check: checks.Check) -> checks.Observed:
+    """What the kernel as written (``job.reference``) leaves to compare, run on clones of the
+    arguments, whether or not a variant equals it; a :class:`TuningError` that says why where
+    it cannot run (nothing is measured then: no variant's results could be trusted)."""
+    written = job.reference
+    assert written is not None
+    if isinstance(written, checks.CannotRun):
+        why = written.why
+    else:
+        try:
+            return checks.observe(check, _launched(job, written), _names(job), job.stream)
+        except Exception as error:
+            why = f"it ({written.label}) failed: {error}"
+    raise TuningError(
+        f"{job.kernel_name}: check mode compares every variant with the kernel as written, "
+        f"which cannot run for key {job.key!r}: {why}. Nothing was measured; give the kernel "
+        "as written the values it needs (module globals), or check=numbatune.Check(reference="
+        "...) a function that computes the expected outputs"
+    )
 
 
 def _names(job: TuneJob) -> tuple[str, ...]:
@@ -437,33 +474,24 @@ def _checked(
     job: TuneJob,
     launchers: Mapping[Variant, Launcher],
     earlier: Mapping[Variant, Outcome],
-    expected: checks.Observed | None,
-) -> tuple[dict[Variant, Outcome], checks.Observed | None]:
+    expected: checks.Observed,
+) -> dict[Variant, Outcome]:
     """Run each variant not checked ``earlier`` once on fresh clones of the arguments and
-    compare its outputs with the ``expected`` ones; the variants that differ
-    (:class:`Mismatched`, logged as warnings) or fail, and the expected outputs.
-
-    Where none are expected yet (no reference function, and the tuning's first batch, or the
-    first after it was resumed), the kernel as written runs first and gives them (where the
-    plan leaves it out or it fails, the first variant that runs does): every later batch is
-    compared with the same outputs."""
+    compare its outputs with the ``expected`` ones (the reference's); the variants that differ
+    (:class:`Mismatched`, logged as warnings) or fail."""
     check = job.check
     assert check is not None
     names = _names(job)
     outcomes: dict[Variant, Outcome] = {}
-    for variant in sorted(launchers, key=lambda v: v != job.reference):
-        if variant in earlier and (expected is not None or variant != job.reference):
+    for variant in launchers:
+        if variant in earlier:  # (its verdict stands)
             continue
         fresh = job.arguments.clone(job.stream)
         try:
             launchers[variant](fresh, job.stream)
             got = checks.observe(check, fresh, names, job.stream)
         except Exception as error:
-            if variant not in earlier:  # (the outcome measured before stands)
-                outcomes[variant] = Raised.of(error)
-            continue
-        if expected is None:
-            expected = got
+            outcomes[variant] = Raised.of(error)
             continue
         mismatch = checks.compare(expected, got, check)
         if mismatch is not None:
@@ -474,7 +502,7 @@ def _checked(
                 variant.label,
                 mismatch,
             )
-    return outcomes, expected
+    return outcomes
 
 
 def _originals(job: TuneJob) -> tuple[Any, ...]:
