@@ -16,6 +16,7 @@ import pytest
 from numba.core import types as numba_types
 from numba.np import numpy_support
 
+import numbatune as nt
 from numbatune import arraykinds, arrays, devices, native
 from numbatune.arrays import buffer_of
 from numbatune.cache.tunecache import WinnerTable
@@ -93,11 +94,14 @@ class MemrefCompiler:
         return found
 
 
-def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_CUDA):
+def _fast_path(
+    example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_CUDA, launch=lambda *a: (1, 1)
+):
     """The fast path generated for arguments like ``example``, launching the ``winners`` of
-    their keys, with the launch capturing the packed parameters (into the returned list)
-    instead of calling the driver, and the stream order's events standing in for the driver's;
-    ``compiler`` says how arguments become parameters."""
+    their keys with the ``launch`` function's configuration, with the launch capturing the
+    packed parameters (into the returned list) instead of calling the driver, and the stream
+    order's events standing in for the driver's; ``compiler`` says how arguments become
+    parameters."""
     with monkeypatch.context() as patch:
         if not dlpack:
             patch.setattr(native, "dlpack", lambda: None)
@@ -113,7 +117,7 @@ def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_C
     monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
     monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
         current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
-    hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, _general_path, None, None)
+    hooks = fastpath.Hooks("copy", launch, None, _general_path, None, None)
     layout = _natural_layout(plan.fields)
     winners = WinnerTable() if winners is None else winners
     path = fastpath._generate(plan, layout, example, winners, hooks, None, False)
@@ -154,6 +158,34 @@ def _memref(tensor):
     if tensor.is_contiguous():
         strides = tuple(int(np.prod(shape[d + 1 :])) for d in range(len(shape)))
     return (tensor.data_ptr(),) * 2 + (0, *shape, *strides)
+
+
+def test_a_by_shape_launch_function_runs_once_per_shape_value_and_variant_on_hits(monkeypatch):
+    calls = []
+
+    def grid(x, out, scale, *, BLOCK):
+        calls.append((tuple(x.shape), scale, BLOCK))
+        return (x.shape[0] + BLOCK - 1) // BLOCK, BLOCK
+
+    example = (torch.zeros(100), torch.zeros(100), 2.5)
+    path, _ = _fast_path(example, monkeypatch, launch=nt.by_shape(grid))
+    path._functions[1] = 2
+    configs = []
+    path.launch_winner.__globals__["_launch"] = lambda *call: configs.append(call[1]) or 0
+    small = types.SimpleNamespace(index=0, params={"BLOCK": 32})
+    large = types.SimpleNamespace(index=1, params={"BLOCK": 64})
+    calls_made = [
+        (torch.zeros(100), torch.zeros(100), 2.5, small),
+        (torch.ones(100), torch.zeros(100), 2.5, small),  # new arrays of the same shapes
+        (torch.zeros(300), torch.zeros(300), 2.5, small),  # a new shape
+        (torch.zeros(300), torch.zeros(300), 3.5, small),  # a new scalar value
+        (torch.zeros(300), torch.zeros(300), 3.5, large),  # another variant
+        (torch.zeros(100), torch.zeros(100), 2.5, small),  # seen before
+    ]
+    for *args, winner in calls_made:
+        assert path.launch_winner(tuple(args), winner, None)
+    assert calls == [((100,), 2.5, 32), ((300,), 2.5, 32), ((300,), 3.5, 32), ((300,), 3.5, 64)]
+    assert configs == [grid(*args, **winner.params) for *args, winner in calls_made]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -27,7 +27,7 @@ from numbatune import native
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
-from numbatune.launch.config import checked_launch_config, is_empty, launch_error
+from numbatune.launch.config import ByShape, checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import ArgumentPlan, half_bits
 from numbatune.rawstreams import stream_handle
 from numbatune.streams.handles import LEGACY, check_stream, stream_getter
@@ -187,9 +187,10 @@ def _generate(
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
     stream = codegen.stream_lines(args, sync, plan.current_streams)
     same_classes = native.same_classes()
+    memo = isinstance(hooks.config, ByShape)
     code = codegen.source(
         plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
-        same_classes is not None,
+        same_classes is not None, codegen.depends_on(args) if memo else None,
     )  # fmt: skip
     functions: dict[int, int] = {}
     namespace = {
@@ -202,6 +203,7 @@ def _generate(
         "_functions": functions,
         "_key": hooks.key,
         "_config": hooks.config,
+        **({"_configs": {}} if memo else {}),
         "_valid": hooks.valid,
         "_valid_params": hooks.valid_params,
         "_launch_error": launch_error,
