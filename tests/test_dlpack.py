@@ -20,7 +20,7 @@ import numbatune as nt
 from numbatune import arraykinds, arrays, devices, native
 from numbatune.arrays import buffer_of
 from numbatune.cache.tunecache import WinnerTable
-from numbatune.compilers import NUMBA_CUDA
+from numbatune.compilers import numba_parameters
 from numbatune.compilers.base import ArrayParameters, ArrayStructure
 from numbatune.keys import KeyParts, default_key, default_key_part
 from numbatune.launch import fastpath
@@ -83,29 +83,32 @@ def _general_path(args, stream):
     raise AssertionError("the fast path handed the call to the general path")
 
 
-class MemrefCompiler:
-    """A compiler whose kernels take arrays as memref descriptors (numba-cuda-mlir's), its
-    other parameters as numba's."""
-
-    def parameters(self, argtype, value):
-        found = NUMBA_CUDA.parameters(argtype, value)
-        if isinstance(found, ArrayParameters):
-            return dataclasses.replace(found, structure=ArrayStructure.MEMREF)
-        return found
+def memref_parameters(argtype, value):
+    """The parameters of a compiler whose kernels take arrays as memref descriptors
+    (numba-cuda-mlir's), its other parameters as numba's."""
+    found = numba_parameters.parameters(argtype, value)
+    if isinstance(found, ArrayParameters):
+        return dataclasses.replace(found, structure=ArrayStructure.MEMREF)
+    return found
 
 
 def _fast_path(
-    example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_CUDA, launch=lambda *a: (1, 1)
+    example,
+    monkeypatch,
+    dlpack=True,
+    winners=None,
+    parameters=numba_parameters.parameters,
+    launch=lambda *a: (1, 1),
 ):
     """The fast path generated for arguments like ``example``, launching the ``winners`` of
     their keys with the ``launch`` function's configuration, with the launch capturing the
     packed parameters (into the returned list) instead of calling the driver, and the stream
-    order's events standing in for the driver's; ``compiler`` says how arguments become
+    order's events standing in for the driver's; ``parameters`` says how arguments become
     parameters."""
     with monkeypatch.context() as patch:
         if not dlpack:
             patch.setattr(native, "dlpack", lambda: None)
-        plan = ArgumentPlan(compiler)
+        plan = ArgumentPlan(parameters)
         for index, value in enumerate(example):
             assert plan.add(f"a{index}", _numba_type(value), value)
         plan.close()
@@ -192,12 +195,13 @@ def test_a_by_shape_launch_function_runs_once_per_shape_value_and_variant_on_hit
 def test_memref_reads_pack_pointers_shape_and_strides_in_elements(dtype, monkeypatch):
     """A kernel that takes memref descriptors (numba-cuda-mlir's) gets them from the DLPack
     reads and the Python reads alike: data pointer twice, offset 0, shape, element strides."""
-    compiler = MemrefCompiler()
     for view_name, view in _views(dtype).items():
         example = (view, torch.zeros(3, dtype=torch.float32), 2.5)
-        through_dlpack, launched = _fast_path(example, monkeypatch, compiler=compiler)
+        through_dlpack, launched = _fast_path(example, monkeypatch, parameters=memref_parameters)
         assert "_torch_read" in through_dlpack.code
-        through_python, python_launched = _fast_path(example, monkeypatch, False, None, compiler)
+        through_python, python_launched = _fast_path(
+            example, monkeypatch, False, None, memref_parameters
+        )
         packed = _parameters(through_dlpack, launched, example)
         assert packed == _parameters(through_python, python_launched, example), view_name
         fields = 3 + 2 * view.dim()

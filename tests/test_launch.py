@@ -644,9 +644,8 @@ def test_a_fast_path_takes_only_arguments_of_exactly_its_classes(one_call):
 def test_declared_types_are_planned_as_numba_converts_arguments_to_them():
     from numba.core import types
 
-    from numbatune.compilers import NUMBA_CUDA
+    from numbatune.compilers.numba_parameters import planned_type
 
-    planned_type = NUMBA_CUDA.planned_type
     c, f, strided = (types.Array(types.float64, 1, layout) for layout in "CFA")
     declared = types.Array(types.float64, 1, "A")
     assert planned_type(declared, c) == c  # an 'A' parameter takes any layout as it is

@@ -14,7 +14,7 @@ as one bytes value; the others through their library's Python API, and all of th
 the extension is not built.
 
 Which parameters an argument of a type becomes is the kernel compiler's to say
-(:meth:`numbatune.compilers.base.KernelCompiler.parameters`); numba-cuda's layout is not public
+(:attr:`numbatune.compilers.base.LaunchTarget.parameters`); numba-cuda's layout is not public
 API, so it is checked twice: numba-cuda must be a version it was written against, and the
 layout planned must match, parameter for parameter, the sizes the driver reports for the
 compiled function. Whatever is not planned (unknown versions, records, datetimes, arrays of
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +35,11 @@ import numpy as np
 from numbatune import arrays, devices, native
 from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, dtype_name, kind_of
 from numbatune.arrays import buffer_of
-from numbatune.compilers import KernelCompiler
 from numbatune.compilers.base import (
     ArrayParameters,
     ArrayStructure,
     Conversion,
+    Parameters,
     ScalarParameters,
     TupleParameters,
 )
@@ -67,11 +68,12 @@ class ArgumentPlan:
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
     arrays a read in C reads give theirs as one starred expression: the read's, once the
     stream monitor watches every launch, else read in Python).
-    ``compiler`` says which parameters an argument of a type becomes.
+    ``parameters`` (the kernel compiler's, :attr:`~numbatune.compilers.base.LaunchTarget.
+    parameters`) says which parameters an argument of a type becomes.
     """
 
-    def __init__(self, compiler: KernelCompiler) -> None:
-        self._compiler = compiler
+    def __init__(self, parameters: Callable[[Any, Any], Parameters | None]) -> None:
+        self._parameters = parameters
         self.classes: list[str] = []
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
@@ -144,7 +146,7 @@ class ArgumentPlan:
             self.classes.append(check)
         else:
             self.steps.append(("check", check))
-        parameters = self._compiler.parameters(argtype, value)
+        parameters = self._parameters(argtype, value)
         if isinstance(parameters, ArrayParameters):
             return self._add_array(argument, parameters, value, top)
         if isinstance(parameters, TupleParameters):
