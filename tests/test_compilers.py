@@ -145,3 +145,11 @@ def test_a_driver_that_cannot_report_parameter_layouts_is_named_not_read_as_no_p
     with pytest.raises(CudaAPIError, match=r"cannot report .* parameter layout"):
         mlir_parameters.parameter_layout(0x1002)
     assert mlir_parameters.reported_layout(0x1003) is None
+
+
+def test_a_device_function_is_refused_naming_it():
+    device_function = cuda.jit(device=True)(kernels.accumulate.py_func)
+    with pytest.raises(TypeError, match=r"autotune\(accumulate\): accumulate is a device function"):
+        nt.autotune(variants=[{}], launch=kernels.accumulate_launch, name="accumulate")(
+            device_function
+        )

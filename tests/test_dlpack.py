@@ -21,7 +21,7 @@ from numbatune import arraykinds, arrays, devices, native
 from numbatune.arrays import buffer_of
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import numba_parameters
-from numbatune.compilers.base import ArrayParameters, ArrayStructure
+from numbatune.compilers.base import ArrayParameters, ArrayStructure, LaunchTarget
 from numbatune.keys import KeyParts, default_key, default_key_part
 from numbatune.launch import fastpath
 from numbatune.launch.layout import ArgumentPlan
@@ -92,6 +92,21 @@ def memref_parameters(argtype, value):
     return found
 
 
+def _without_a_driver(monkeypatch):
+    """Fast paths made from here on launch by capturing the packed parameters (into the
+    returned list) instead of calling the driver, the stream order's events standing in for
+    the driver's."""
+    launched = []
+    monkeypatch.setattr(native, "launcher", lambda: lambda *call: launched.append(call[3]) or 0)
+    events = RecordingEvents()  # (the fake streams' handles never reach a driver)
+    events.released.set()  # the device passes each event at once
+    monkeypatch.setattr(fastpath, "monitor", Monitor(events))
+    monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
+    monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
+        current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
+    return launched
+
+
 def _fast_path(
     example,
     monkeypatch,
@@ -112,14 +127,7 @@ def _fast_path(
         for index, value in enumerate(example):
             assert plan.add(f"a{index}", _numba_type(value), value)
         plan.close()
-    launched = []
-    monkeypatch.setattr(native, "launcher", lambda: lambda *call: launched.append(call[3]) or 0)
-    events = RecordingEvents()  # (the fake streams' handles never reach a driver)
-    events.released.set()  # the device passes each event at once
-    monkeypatch.setattr(fastpath, "monitor", Monitor(events))
-    monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
-    monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
-        current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
+    launched = _without_a_driver(monkeypatch)
     hooks = fastpath.Hooks("copy", launch, None, _general_path, None, None)
     layout = _natural_layout(plan.fields)
     winners = WinnerTable() if winners is None else winners
@@ -161,6 +169,33 @@ def _memref(tensor):
     if tensor.is_contiguous():
         strides = tuple(int(np.prod(shape[d + 1 :])) for d in range(len(shape)))
     return (tensor.data_ptr(),) * 2 + (0, *shape, *strides)
+
+
+def test_a_fast_path_is_built_and_learns_variants_from_the_compilers_launch_targets(monkeypatch):
+    example = (torch.zeros(8), torch.zeros(8), 2.5)
+    plan = ArgumentPlan(numba_parameters.parameters)
+    for index, value in enumerate(example):
+        assert plan.add(f"a{index}", _numba_type(value), value)
+    layout = _natural_layout(plan.fields)
+    argtypes = tuple((t, t, t) for t in map(_numba_type, example))
+    targets = {
+        "first": LaunchTarget(argtypes, layout, 7, False, numba_parameters.parameters),
+        "same": LaunchTarget(argtypes, layout, 8, False, numba_parameters.parameters),
+        "other layout": LaunchTarget(argtypes, layout[1:], 9, False, numba_parameters.parameters),
+        "cooperative": LaunchTarget(argtypes, layout, 10, True, numba_parameters.parameters),
+        "refused": "a debug kernel",
+    }
+    compiler = types.SimpleNamespace(launch_target=lambda dispatcher, args: targets[dispatcher])
+    monkeypatch.setattr(fastpath, "compiler_for", lambda dispatcher: compiler)
+    launched = _without_a_driver(monkeypatch)
+    hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, _general_path, None, None)
+    assert fastpath.build("refused", example, WinnerTable(), hooks, None) is None
+    path = fastpath.build("first", example, WinnerTable(), hooks, None)
+    learnt = [path.learn(i, name, example) for i, name in enumerate(targets)]
+    assert learnt == [True, True, False, False, False]
+    assert path._functions == {0: 7, 1: 8}
+    assert path.launch_winner(example, types.SimpleNamespace(index=1, params={}), None)
+    assert len(launched) == 1
 
 
 def test_a_by_shape_launch_function_runs_once_per_shape_value_and_variant_on_hits(monkeypatch):
