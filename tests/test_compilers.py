@@ -1,6 +1,8 @@
 """The compiler seam: the kernel object chooses its compiler, whose name and version are part
 of the tuned kernel's identity. A fake compiler stands for a second one (numba-cuda-mlir, say)."""
 
+from types import SimpleNamespace
+
 import pytest
 from numba import cuda
 
@@ -153,3 +155,30 @@ def test_a_device_function_is_refused_naming_it():
         nt.autotune(variants=[{}], launch=kernels.accumulate_launch, name="accumulate")(
             device_function
         )
+
+
+def test_numba_cudas_launch_target_gives_the_overloads_types_layout_and_handle(monkeypatch):
+    """(The driver's parts faked: the simulator has no compiled overloads.)"""
+    from numba.core import types as nb
+
+    from numbatune.compilers import numba_cuda, numba_kernels, numba_parameters
+
+    array = nb.Array(nb.float32, 1, "C")
+    overload = SimpleNamespace(
+        argument_types=(array, nb.float32), debug=False, extensions=[], cooperative=True
+    )
+    kernel = SimpleNamespace(overloads={(array, nb.float64): overload}, typeof_pyval=lambda a: a)
+    function = object()
+    assert NUMBA_CUDA.launch_target(kernel, ()) == "running under numba's simulator"
+    monkeypatch.setattr(numba_parameters, "unsupported", lambda: None)
+    monkeypatch.setattr(numba_kernels, "code_library", lambda compiled: SimpleNamespace(
+        get_cufunc=lambda: function if compiled is overload else None))  # fmt: skip
+    monkeypatch.setattr(numba_parameters, "parameter_layout", lambda f: f is function and [(0, 8)])
+    monkeypatch.setattr(numba_parameters, "function_handle", lambda f: 0x1234 * (f is function))
+    target = numba_cuda.NumbaCuda().launch_target(kernel, (array, nb.float64))
+    assert target.argtypes == (
+        (array, array, array),
+        (nb.float64, nb.float32, nb.float32),  # a float64 passed as the float32 declared
+    )
+    assert (target.layout, target.handle, target.cooperative) == ([(0, 8)], 0x1234, True)
+    assert target.parameters is numba_parameters.parameters

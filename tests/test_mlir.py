@@ -450,3 +450,23 @@ def test_a_kernel_built_without_a_gpu_serves_numba_cuda_mlirs_own_launch_too():
     dispatcher[nt.cdiv(N, 128), 128](a, out, 1.0)
     np.testing.assert_array_equal(out.copy_to_host(), 2 * host + 1)
     assert len(dispatcher.overloads) == 1
+
+
+def test_the_launch_target_gives_the_overloads_types_layout_and_function(monkeypatch):
+    """(The driver's parts faked: under the simulator nothing loads.)"""
+    from numbatune.compilers import numba_cuda_mlir
+    from numbatune.compilers.mlir_kernels import CompiledKernel
+
+    f4, f8, i4, i8 = mlir_types.float32, mlir_types.float64, mlir_types.int32, mlir_types.int64
+    compiled = CompiledKernel(b"", "k", (9, 0), (), True, (f4, i4))
+    compiled.function = lambda: 0x99
+    kernel = types.SimpleNamespace(
+        overloads={(f8, i8): compiled}, _can_compile=True, _requires_launch_config=False
+    )
+    assert NUMBA_CUDA_MLIR.launch_target(kernel, (2.5, 3)) == numba_cuda_mlir.NO_SIMULATOR
+    monkeypatch.setattr(numba_cuda_mlir, "SIMULATOR", False)
+    monkeypatch.setattr(mlir_parameters, "reported_layout", lambda f: f == 0x99 and [(0, 4)])
+    target = NUMBA_CUDA_MLIR.launch_target(kernel, (2.5, 3))
+    assert target.argtypes == ((f8, f4, f4), (i8, i4, i4))
+    assert (target.layout, target.handle, target.cooperative) == ([(0, 4)], 0x99, True)
+    assert target.parameters is mlir_parameters.parameters
