@@ -22,8 +22,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from numbatune.arraykinds import kind_of
-from numbatune.arrays import SIMULATOR
+from numbatune.arrays import SIMULATOR, read
 from numbatune.errors import LaunchFunctionError
 from numbatune.values import is_integer
 from numbatune.variants import Variant
@@ -85,8 +84,8 @@ def _keep(configs: dict[Hashable, LaunchConfig], depends: Hashable, config: Laun
 
 def _depends_on(value: Any) -> Hashable:
     """What a :class:`ByShape` launch function's result depends on of one argument."""
-    kind = kind_of(type(value))
-    return (type(value), value) if kind is None else kind.read(value)
+    found = read(value)  # (an array's shape, dtype and layout)
+    return (type(value), value) if found is None else found
 
 
 def by_shape(launch: Callable[..., LaunchConfig]) -> ByShape:
