@@ -29,6 +29,7 @@ from numbatune.errors import (  # noqa: E402
 )
 from numbatune.intrinsics import nonnegative  # noqa: E402
 from numbatune.keys import anchor  # noqa: E402
+from numbatune.launch.config import by_shape  # noqa: E402
 from numbatune.strategies import Budget, Strategy  # noqa: E402
 from numbatune.streams.memory import memory_cleanup, memory_usage  # noqa: E402
 from numbatune.streams.monitor import end_profile, profile, start_profile  # noqa: E402
@@ -85,6 +86,7 @@ __all__ = [
     "__version__",
     "anchor",
     "autotune",
+    "by_shape",
     "cache_import",
     "cdiv",
     "configure",

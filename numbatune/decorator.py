@@ -57,7 +57,10 @@ def autotune(
     launch
         Called as ``launch(*args, **params)`` with the call's arguments and the parameters of a
         variant that it names (all of them if it takes ``**kwargs``); returns ``(grid, block)``
-        or ``(grid, block, dynamic_shared_memory_bytes)``.
+        or ``(grid, block, dynamic_shared_memory_bytes)``. Wrapped in `by_shape` (for a launch
+        function that depends only on the arrays' shapes and dtypes and the other arguments'
+        values), it is called once per variant and such value, and a cache hit does not call
+        it.
     key
         Which calls share a tuning result. None (the default): calls whose array arguments
         have the same shapes rounded up to powers of two (`anchor`), dtypes and layouts, and

@@ -55,6 +55,8 @@ def base_name(function_id: str) -> str:
 
 
 def _callable_text(value: Any) -> str:
+    if not isinstance(value, types.FunctionType) and hasattr(value, "__wrapped__"):
+        value = value.__wrapped__  # (a callable object that wraps a function: by_shape's)
     if isinstance(value, types.FunctionType):
         return "\0".join(references.code_description(value))
     return references.source_of(value) if callable(value) else stable_text(value)

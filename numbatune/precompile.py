@@ -67,7 +67,7 @@ def precompile(
     library is not installed (once one compile found it missing, no other is started)."""
     jobs: list[_Job] = []
     for tuned, args in cases:
-        argtypes = tuned._template.compiler.example_types(args)
+        argtypes = tuned._template.compiler.argument_types(None, args)
         builds = tuned._template.by_build(tuned.variants)
         jobs += [_Job(tuned, argtypes, kernels) for kernels in builds]
     stores: dict[str, KernelStore] = {}

@@ -29,8 +29,8 @@ from numbatune.variants import LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
 
 def environment_description(compiler: KernelCompiler) -> list[str]:
     """The versions and settings that change generated code: numbatune's version and the
-    kernel compiler's (:meth:`~numbatune.compilers.base.KernelCompiler.environment`)."""
-    return [f"numbatune {__version__}", *compiler.environment()]
+    kernel compiler's (:meth:`~numbatune.compilers.base.Builds.environment`)."""
+    return [f"numbatune {__version__}", *compiler.builds.environment()]
 
 
 class KernelTemplate:
@@ -40,7 +40,12 @@ class KernelTemplate:
     def __init__(self, kernel: Any, name: str) -> None:
         #: The compiler of the kernel's variants.
         self.compiler = compiler_for(kernel, name)
-        unwrapped = self.compiler.unwrap(kernel, name)
+        unwrapped = self.compiler.unwrap(kernel)
+        if unwrapped.device:
+            raise TypeError(
+                f"autotune({name}): {name} is a device function (cuda.jit(device=True)); "
+                "autotune kernels, which are launched from the host"
+            )
         self.function, self.jit_options = unwrapped.function, unwrapped.jit_options
         self.signatures = unwrapped.signatures
         self.name = name
@@ -322,7 +327,7 @@ class _Specialiser:
             return dispatcher
         key = id(function)
         if key not in self._copies:
-            options = {"device": True, **self._compiler.device_options(dispatcher)}
+            options = {"device": True, **self._compiler.unwrap(dispatcher).jit_options}
             copy = self.function(function)
             self._copies[key] = self._compiler.specialise(copy, function, options)
         return self._copies[key]

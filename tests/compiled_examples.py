@@ -52,7 +52,7 @@ def toolchain() -> tuple[str, ...]:
     """The versions a compile for a GPU records (asked of a process not under the simulator)."""
     code = (
         "import json; from numbatune.compilers import NUMBA_CUDA; "
-        "print(json.dumps(NUMBA_CUDA.toolchain()))"
+        "print(json.dumps(NUMBA_CUDA.builds.toolchain()))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,

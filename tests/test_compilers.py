@@ -1,6 +1,8 @@
 """The compiler seam: the kernel object chooses its compiler, whose name and version are part
 of the tuned kernel's identity. A fake compiler stands for a second one (numba-cuda-mlir, say)."""
 
+from types import SimpleNamespace
+
 import pytest
 from numba import cuda
 
@@ -17,6 +19,19 @@ class FakeKernel:
         self.function = function
 
 
+class FakeBuilds:
+    """The fake compiler's builds: it builds nothing; its environment is its identity."""
+
+    def __init__(self, compiler):
+        self._compiler = compiler
+
+    def environment(self):
+        return [self._compiler.identity()]
+
+    def toolchain(self):
+        return (self._compiler.identity(),)
+
+
 class FakeCompiler(KernelCompiler):
     """What a second compiler implements; compiling and launching need a GPU here."""
 
@@ -24,6 +39,7 @@ class FakeCompiler(KernelCompiler):
 
     def __init__(self, version):
         self._version = version
+        self.builds = FakeBuilds(self)
 
     @property
     def version(self):
@@ -32,19 +48,13 @@ class FakeCompiler(KernelCompiler):
     def claims(self, kernel):
         return isinstance(kernel, FakeKernel)
 
-    def unwrap(self, kernel, name):
+    def unwrap(self, kernel):
         return Unwrapped(kernel.function, {}, ())
 
     def specialise(self, function, original, options):
         return FakeKernel(function)
 
-    def device_options(self, device_function):
-        return {}
-
     def argument_types(self, kernel, args):
-        return tuple(type(a) for a in args)
-
-    def example_types(self, args):
         return tuple(type(a) for a in args)
 
     def compiled(self, kernel, argtypes):
@@ -53,8 +63,11 @@ class FakeCompiler(KernelCompiler):
     def add(self, kernel, argtypes, compiled, declared):
         raise NotImplementedError
 
-    def overload_for(self, kernel, args):
-        return None, "a fake compiler"
+    def launch_target(self, kernel, args):
+        return "a fake compiler"
+
+    def launch(self, kernel, args, config, stream):
+        raise NotImplementedError
 
     def serialise(self, compiled):
         raise NotImplementedError
@@ -62,59 +75,10 @@ class FakeCompiler(KernelCompiler):
     def load(self, payload, cc):
         raise NotImplementedError
 
-    def function_of(self, compiled):
-        raise NotImplementedError
-
-    def launch(self, kernel, args, config, stream):
-        raise NotImplementedError
-
-    @property
-    def payload_version(self):
-        return 1
-
-    def toolchain(self):
-        return (self.identity(),)
-
-    def pickle_function(self, function):
-        raise NotImplementedError
-
-    def unpickle_function(self, pickled):
-        raise NotImplementedError
-
-    def warm_worker(self):
-        pass
-
-    def build(self, function, options, argtypes, cc, max_registers=(None,)):
-        raise NotImplementedError
-
-    def bind(self, compiled):
-        raise NotImplementedError
-
     def trial_payload(self, kernel, argtypes):
         raise NotImplementedError
 
     def run_trial(self, payload, args, config, cc):
-        raise NotImplementedError
-
-    def fast_launch_unsupported(self):
-        return "a fake compiler"
-
-    def declared_types(self, compiled):
-        raise NotImplementedError
-
-    def cooperative(self, compiled):
-        return False
-
-    def planned_type(self, declared, actual):
-        return None
-
-    def parameters(self, argtype, value):
-        return None
-
-    def parameter_layout(self, function):
-        return None
-
-    def function_handle(self, function):
         raise NotImplementedError
 
 
@@ -176,10 +140,45 @@ def test_a_driver_that_cannot_report_parameter_layouts_is_named_not_read_as_no_p
     driver = pytest.importorskip("cuda.bindings.driver")
     from numba.cuda.cudadrv.driver import CudaAPIError
 
-    from numbatune.compilers import NUMBA_CUDA_MLIR, mlir_parameters
+    from numbatune.compilers import mlir_parameters
 
     unsupported = driver.CUresult.CUDA_ERROR_NOT_SUPPORTED
     monkeypatch.setattr(driver, "cuFuncGetParamInfo", _reports(1, unsupported))
     with pytest.raises(CudaAPIError, match=r"cannot report .* parameter layout"):
         mlir_parameters.parameter_layout(0x1002)
-    assert NUMBA_CUDA_MLIR.parameter_layout(0x1003) is None
+    assert mlir_parameters.reported_layout(0x1003) is None
+
+
+def test_a_device_function_is_refused_naming_it():
+    device_function = cuda.jit(device=True)(kernels.accumulate.py_func)
+    with pytest.raises(TypeError, match=r"autotune\(accumulate\): accumulate is a device function"):
+        nt.autotune(variants=[{}], launch=kernels.accumulate_launch, name="accumulate")(
+            device_function
+        )
+
+
+def test_numba_cudas_launch_target_gives_the_overloads_types_layout_and_handle(monkeypatch):
+    """(The driver's parts faked: the simulator has no compiled overloads.)"""
+    from numba.core import types as nb
+
+    from numbatune.compilers import numba_cuda, numba_kernels, numba_parameters
+
+    array = nb.Array(nb.float32, 1, "C")
+    overload = SimpleNamespace(
+        argument_types=(array, nb.float32), debug=False, extensions=[], cooperative=True
+    )
+    kernel = SimpleNamespace(overloads={(array, nb.float64): overload}, typeof_pyval=lambda a: a)
+    function = object()
+    assert NUMBA_CUDA.launch_target(kernel, ()) == "running under numba's simulator"
+    monkeypatch.setattr(numba_parameters, "unsupported", lambda: None)
+    monkeypatch.setattr(numba_kernels, "code_library", lambda compiled: SimpleNamespace(
+        get_cufunc=lambda: function if compiled is overload else None))  # fmt: skip
+    monkeypatch.setattr(numba_parameters, "parameter_layout", lambda f: f is function and [(0, 8)])
+    monkeypatch.setattr(numba_parameters, "function_handle", lambda f: 0x1234 * (f is function))
+    target = numba_cuda.NumbaCuda().launch_target(kernel, (array, nb.float64))
+    assert target.argtypes == (
+        (array, array, array),
+        (nb.float64, nb.float32, nb.float32),  # a float64 passed as the float32 declared
+    )
+    assert (target.layout, target.handle, target.cooperative) == ([(0, 8)], 0x1234, True)
+    assert target.parameters is numba_parameters.parameters

@@ -16,11 +16,12 @@ import pytest
 from numba.core import types as numba_types
 from numba.np import numpy_support
 
+import numbatune as nt
 from numbatune import arraykinds, arrays, devices, native
 from numbatune.arrays import buffer_of
 from numbatune.cache.tunecache import WinnerTable
-from numbatune.compilers import NUMBA_CUDA
-from numbatune.compilers.base import ArrayParameters, ArrayStructure
+from numbatune.compilers import numba_parameters
+from numbatune.compilers.base import ArrayParameters, ArrayStructure, LaunchTarget
 from numbatune.keys import KeyParts, default_key, default_key_part
 from numbatune.launch import fastpath
 from numbatune.launch.layout import ArgumentPlan
@@ -82,29 +83,19 @@ def _general_path(args, stream):
     raise AssertionError("the fast path handed the call to the general path")
 
 
-class MemrefCompiler:
-    """A compiler whose kernels take arrays as memref descriptors (numba-cuda-mlir's), its
-    other parameters as numba's."""
-
-    def parameters(self, argtype, value):
-        found = NUMBA_CUDA.parameters(argtype, value)
-        if isinstance(found, ArrayParameters):
-            return dataclasses.replace(found, structure=ArrayStructure.MEMREF)
-        return found
+def memref_parameters(argtype, value):
+    """The parameters of a compiler whose kernels take arrays as memref descriptors
+    (numba-cuda-mlir's), its other parameters as numba's."""
+    found = numba_parameters.parameters(argtype, value)
+    if isinstance(found, ArrayParameters):
+        return dataclasses.replace(found, structure=ArrayStructure.MEMREF)
+    return found
 
 
-def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_CUDA):
-    """The fast path generated for arguments like ``example``, launching the ``winners`` of
-    their keys, with the launch capturing the packed parameters (into the returned list)
-    instead of calling the driver, and the stream order's events standing in for the driver's;
-    ``compiler`` says how arguments become parameters."""
-    with monkeypatch.context() as patch:
-        if not dlpack:  # (the reads C can make, through the library's Python API)
-            patch.setattr("numbatune.launch.layout._expected_in_c", lambda *arguments: None)
-        plan = ArgumentPlan(compiler)
-        for index, value in enumerate(example):
-            assert plan.add(f"a{index}", _numba_type(value), value)
-        plan.close()
+def _without_a_driver(monkeypatch):
+    """Fast paths made from here on launch by capturing the packed parameters (into the
+    returned list) instead of calling the driver, the stream order's events standing in for
+    the driver's."""
     launched = []
     monkeypatch.setattr(native, "launcher", lambda: lambda *call: launched.append(call[3]) or 0)
     events = RecordingEvents()  # (the fake streams' handles never reach a driver)
@@ -113,7 +104,31 @@ def _fast_path(example, monkeypatch, dlpack=True, winners=None, compiler=NUMBA_C
     monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
     monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
         current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
-    hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, _general_path, None, None)
+    return launched
+
+
+def _fast_path(
+    example,
+    monkeypatch,
+    dlpack=True,
+    winners=None,
+    parameters=numba_parameters.parameters,
+    launch=lambda *a: (1, 1),
+):
+    """The fast path generated for arguments like ``example``, launching the ``winners`` of
+    their keys with the ``launch`` function's configuration, with the launch capturing the
+    packed parameters (into the returned list) instead of calling the driver, and the stream
+    order's events standing in for the driver's; ``parameters`` says how arguments become
+    parameters."""
+    with monkeypatch.context() as patch:
+        if not dlpack:  # (the reads C can make, through the library's Python API)
+            patch.setattr("numbatune.launch.layout._expected_in_c", lambda *arguments: None)
+        plan = ArgumentPlan(parameters)
+        for index, value in enumerate(example):
+            assert plan.add(f"a{index}", _numba_type(value), value)
+        plan.close()
+    launched = _without_a_driver(monkeypatch)
+    hooks = fastpath.Hooks("copy", launch, None, _general_path, None, None)
     layout = _natural_layout(plan.fields)
     winners = WinnerTable() if winners is None else winners
     path = fastpath._generate(plan, layout, example, winners, hooks, None, False)
@@ -155,16 +170,72 @@ def _memref(tensor):
     return (tensor.data_ptr(),) * 2 + (0, *shape, *strides)
 
 
+def test_a_fast_path_is_built_and_learns_variants_from_the_compilers_launch_targets(monkeypatch):
+    example = (torch.zeros(8), torch.zeros(8), 2.5)
+    plan = ArgumentPlan(numba_parameters.parameters)
+    for index, value in enumerate(example):
+        assert plan.add(f"a{index}", _numba_type(value), value)
+    layout = _natural_layout(plan.fields)
+    argtypes = tuple((t, t, t) for t in map(_numba_type, example))
+    targets = {
+        "first": LaunchTarget(argtypes, layout, 7, False, numba_parameters.parameters),
+        "same": LaunchTarget(argtypes, layout, 8, False, numba_parameters.parameters),
+        "other layout": LaunchTarget(argtypes, layout[1:], 9, False, numba_parameters.parameters),
+        "cooperative": LaunchTarget(argtypes, layout, 10, True, numba_parameters.parameters),
+        "refused": "a debug kernel",
+    }
+    compiler = types.SimpleNamespace(launch_target=lambda dispatcher, args: targets[dispatcher])
+    monkeypatch.setattr(fastpath, "compiler_for", lambda dispatcher: compiler)
+    launched = _without_a_driver(monkeypatch)
+    hooks = fastpath.Hooks("copy", lambda *args: (1, 1), None, _general_path, None, None)
+    assert fastpath.build("refused", example, WinnerTable(), hooks, None) is None
+    path = fastpath.build("first", example, WinnerTable(), hooks, None)
+    learnt = [path.learn(i, name, example) for i, name in enumerate(targets)]
+    assert learnt == [True, True, False, False, False]
+    assert path._functions == {0: 7, 1: 8}
+    assert path.launch_winner(example, types.SimpleNamespace(index=1, params={}), None)
+    assert len(launched) == 1
+
+
+def test_a_by_shape_launch_function_runs_once_per_shape_value_and_variant_on_hits(monkeypatch):
+    calls = []
+
+    def grid(x, out, scale, *, BLOCK):
+        calls.append((tuple(x.shape), scale, BLOCK))
+        return (x.shape[0] + BLOCK - 1) // BLOCK, BLOCK
+
+    example = (torch.zeros(100), torch.zeros(100), 2.5)
+    path, _ = _fast_path(example, monkeypatch, launch=nt.by_shape(grid))
+    path._functions[1] = 2
+    configs = []
+    path.launch_winner.__globals__["_launch"] = lambda *call: configs.append(call[1]) or 0
+    small = types.SimpleNamespace(index=0, params={"BLOCK": 32})
+    large = types.SimpleNamespace(index=1, params={"BLOCK": 64})
+    calls_made = [
+        (torch.zeros(100), torch.zeros(100), 2.5, small),
+        (torch.ones(100), torch.zeros(100), 2.5, small),  # new arrays of the same shapes
+        (torch.zeros(300), torch.zeros(300), 2.5, small),  # a new shape
+        (torch.zeros(300), torch.zeros(300), 3.5, small),  # a new scalar value
+        (torch.zeros(300), torch.zeros(300), 3.5, large),  # another variant
+        (torch.zeros(100), torch.zeros(100), 2.5, small),  # seen before
+    ]
+    for *args, winner in calls_made:
+        assert path.launch_winner(tuple(args), winner, None)
+    assert calls == [((100,), 2.5, 32), ((300,), 2.5, 32), ((300,), 3.5, 32), ((300,), 3.5, 64)]
+    assert configs == [grid(*args, **winner.params) for *args, winner in calls_made]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_memref_reads_pack_pointers_shape_and_strides_in_elements(dtype, monkeypatch):
     """A kernel that takes memref descriptors (numba-cuda-mlir's) gets them from the DLPack
     reads and the Python reads alike: data pointer twice, offset 0, shape, element strides."""
-    compiler = MemrefCompiler()
     for view_name, view in _views(dtype).items():
         example = (view, torch.zeros(3, dtype=torch.float32), 2.5)
-        through_dlpack, launched = _fast_path(example, monkeypatch, compiler=compiler)
+        through_dlpack, launched = _fast_path(example, monkeypatch, parameters=memref_parameters)
         assert "_torch_read" in through_dlpack.code
-        through_python, python_launched = _fast_path(example, monkeypatch, False, None, compiler)
+        through_python, python_launched = _fast_path(
+            example, monkeypatch, False, None, memref_parameters
+        )
         packed = _parameters(through_dlpack, launched, example)
         assert packed == _parameters(through_python, python_launched, example), view_name
         fields = 3 + 2 * view.dim()

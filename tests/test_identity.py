@@ -7,6 +7,7 @@ import pytest
 from numba import cuda
 
 import numbatune as nt
+from numbatune import identity
 from numbatune.cache import files
 from numbatune.demo import load_module
 from tests import kernels
@@ -386,3 +387,17 @@ def test_a_device_function_a_variant_gives_redefined_in_the_process_is_the_one_c
     a = cuda.to_device(np.zeros(8, np.float32))
     tuned(f1)(a)
     assert a.copy_to_host().tolist() == [2] * 8
+
+
+def test_launch_functions_wrapped_in_by_shape_are_told_apart_by_their_code():
+    def key(launch):
+        return identity.sharing_key("code", {}, (), [], launch, {})
+
+    def one(x):
+        return 1, 32
+
+    def two(x):
+        return 2, 32
+
+    assert key(nt.by_shape(one)) == key(one)
+    assert key(nt.by_shape(one)) != key(nt.by_shape(two))

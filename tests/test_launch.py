@@ -263,6 +263,53 @@ def test_with_fast_launch_off_results_are_the_same():
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(20, dtype=np.float32))
 
 
+def test_a_by_shape_launch_function_is_called_once_per_shape_and_gives_the_same_results():
+    calls = []
+
+    def grid(x, out, seen, *, BLOCK):
+        calls.append((x.shape, BLOCK))
+        return nt.cdiv(max(x.shape[0], 1), BLOCK), BLOCK
+
+    tuned = nt.autotune(
+        variants=nt.product(BLOCK=[16, 32]), launch=nt.by_shape(grid), name="copy_by_shape"
+    )(copy_1d)
+    for n in (50, 50, 50, 70, 50):
+        x = cuda.to_device(np.arange(n, dtype=np.float32))
+        out = cuda.device_array(n, np.float32)
+        seen = cuda.to_device(np.zeros(8, np.int64))
+        tuned(x, out, seen)
+        np.testing.assert_array_equal(out.copy_to_host(), x.copy_to_host())
+        assert seen.copy_to_host()[:3].tolist() == [n, n, 4]
+    # Each variant's configuration once per shape: tuning 50 and 70 met both variants.
+    assert sorted(calls) == sorted([((n,), block) for n in (50, 70) for block in (16, 32)])
+
+
+@pytest.mark.gpu
+def test_fast_path_hits_do_not_call_a_by_shape_launch_function():
+    calls = []
+
+    def grid(x, out, seen):
+        calls.append(x.shape)
+        return _grid(x, out, seen)
+
+    tuned = nt.autotune(variants=[{}], launch=nt.by_shape(grid), name="fast_by_shape")(copy_1d)
+    x = cuda.to_device(np.arange(40, dtype=np.float32))
+    out, seen = cuda.device_array(40, np.float32), cuda.to_device(np.zeros(8, np.int64))
+    tuned(x, out, seen)
+    assert calls == [(40,)]
+    with _only_the_fast_path(tuned):
+        for _ in range(3):
+            out = cuda.device_array(40, np.float32)
+            tuned(x, out, seen)
+            np.testing.assert_array_equal(out.copy_to_host(), x.copy_to_host())
+    assert calls == [(40,)]
+
+
+def test_by_shape_refuses_what_is_not_a_function():
+    with pytest.raises(TypeError, match="by_shape: launch must be a launch function"):
+        nt.by_shape(42)
+
+
 @pytest.mark.gpu
 def test_the_c_extensions_event_calls_pass_and_raise_the_drivers_failures():
     from numba.cuda.cudadrv.driver import CudaAPIError
@@ -548,9 +595,8 @@ def test_a_fast_path_takes_only_arguments_of_exactly_its_classes():
 def test_declared_types_are_planned_as_numba_converts_arguments_to_them():
     from numba.core import types
 
-    from numbatune.compilers import NUMBA_CUDA
+    from numbatune.compilers.numba_parameters import planned_type
 
-    planned_type = NUMBA_CUDA.planned_type
     c, f, strided = (types.Array(types.float64, 1, layout) for layout in "CFA")
     declared = types.Array(types.float64, 1, "A")
     assert planned_type(declared, c) == c  # an 'A' parameter takes any layout as it is

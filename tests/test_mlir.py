@@ -65,18 +65,18 @@ def test_the_compiler_is_part_of_the_checksum():
     by_mlir, by_numba = _tuned(), _tuned(numba_cuda.jit(scale_add))
     assert by_mlir.checksum() != by_numba.checksum()
     assert _tuned().checksum() == by_mlir.checksum()
-    assert f"numba-cuda-mlir {mlir.__version__}" in NUMBA_CUDA_MLIR.environment()
+    assert f"numba-cuda-mlir {mlir.__version__}" in NUMBA_CUDA_MLIR.builds.environment()
 
 
 def test_a_kernels_options_are_those_it_was_decorated_with():
-    plain = NUMBA_CUDA_MLIR.unwrap(cuda.jit(scale_add), "scale_add")
+    plain = NUMBA_CUDA_MLIR.unwrap(cuda.jit(scale_add))
     assert plain.jit_options == {} and plain.signatures == ()
     given = cuda.jit(fastmath=True, opt_level=2, max_registers=32, lineinfo=True)(scale_add)
-    options = NUMBA_CUDA_MLIR.unwrap(given, "scale_add").jit_options
+    options = NUMBA_CUDA_MLIR.unwrap(given).jit_options
     assert options == {"fastmath": True, "opt_level": 2, "max_registers": 32, "lineinfo": True}
     again = NUMBA_CUDA_MLIR.specialise(scale_add, scale_add, options)
-    assert NUMBA_CUDA_MLIR.unwrap(again, "scale_add").jit_options == options
-    assert NUMBA_CUDA_MLIR.unwrap(cuda.jit(opt=False)(scale_add), "s").jit_options == {"opt": False}
+    assert NUMBA_CUDA_MLIR.unwrap(again).jit_options == options
+    assert NUMBA_CUDA_MLIR.unwrap(cuda.jit(opt=False)(scale_add)).jit_options == {"opt": False}
 
 
 def test_arrays_of_every_kind_are_typed_by_numbatune():
@@ -104,10 +104,10 @@ def test_variants_compile_to_cubins_without_a_gpu():
     for items in (1, 4):
         variant = nt.Variant({"ITEMS": items})
         function = _tuned()._template.specialised_function(variant)
-        (built,) = NUMBA_CUDA_MLIR.build(function, {}, _argtypes(), (9, 0))
+        (built,) = NUMBA_CUDA_MLIR.builds.build(function, {}, _argtypes(), (9, 0))
         kernel = loads(built.payload, (9, 0))
         assert kernel.name.startswith("_Z") and kernel.argtypes == _argtypes()
-        assert built.toolchain == NUMBA_CUDA_MLIR.toolchain()
+        assert built.toolchain == NUMBA_CUDA_MLIR.builds.toolchain()
         cubins[items] = kernel.cubin
         with pytest.raises(ValueError, match="no cubin for sm_80"):
             loads(built.payload, (8, 0))
@@ -141,7 +141,7 @@ def test_kernels_calling_numbatunes_helpers_compile_with_numba_cuda_mlirs_versio
     device functions it calls, call the version numba-cuda-mlir compiles."""
     template = _tuned(cuda.jit(kernel))._template
     function = template.specialised_function(nt.Variant({"BLOCK": 64, "ITEMS": 1}))
-    (built,) = NUMBA_CUDA_MLIR.build(function, {}, _argtypes(), (9, 0))
+    (built,) = NUMBA_CUDA_MLIR.builds.build(function, {}, _argtypes(), (9, 0))
     assert loads(built.payload, (9, 0)).name.startswith("_Z")
 
 
@@ -288,7 +288,7 @@ def test_numba_cuda_mlirs_own_arrays_are_planned_for_the_fast_path_as_the_launch
     assert arrays.read(strided) == ((3, 4), "float32", "A")
     assert arrays.read(dense) == ((4, 2), "float32", "C")
     assert arrays.buffer_of(strided) == 0x7F00_0000_1000
-    plan = ArgumentPlan(NUMBA_CUDA_MLIR)
+    plan = ArgumentPlan(mlir_parameters.parameters)
     for index, array in enumerate((strided, dense)):
         argtype = NUMBA_CUDA_MLIR.argument_types(None, (array,))[0]
         assert plan.add(f"a{index}", argtype, array)
@@ -442,7 +442,7 @@ def test_a_kernel_built_without_a_gpu_serves_numba_cuda_mlirs_own_launch_too():
     """A kernel numbatune adds to a dispatcher (built in a worker, or from the kernel store) is
     one numba-cuda-mlir's own launch takes, without compiling it again."""
     function = _tuned()._template.specialised_function(nt.Variant({"ITEMS": 1}))
-    (built,) = NUMBA_CUDA_MLIR.build(function, {}, _argtypes(), (9, 0))
+    (built,) = NUMBA_CUDA_MLIR.builds.build(function, {}, _argtypes(), (9, 0))
     dispatcher = cuda.jit(function)
     NUMBA_CUDA_MLIR.add(dispatcher, _argtypes(), loads(built.payload, (9, 0)), 0)
     host = np.arange(N, dtype=np.float32)
@@ -450,3 +450,23 @@ def test_a_kernel_built_without_a_gpu_serves_numba_cuda_mlirs_own_launch_too():
     dispatcher[nt.cdiv(N, 128), 128](a, out, 1.0)
     np.testing.assert_array_equal(out.copy_to_host(), 2 * host + 1)
     assert len(dispatcher.overloads) == 1
+
+
+def test_the_launch_target_gives_the_overloads_types_layout_and_function(monkeypatch):
+    """(The driver's parts faked: under the simulator nothing loads.)"""
+    from numbatune.compilers import numba_cuda_mlir
+    from numbatune.compilers.mlir_kernels import CompiledKernel
+
+    f4, f8, i4, i8 = mlir_types.float32, mlir_types.float64, mlir_types.int32, mlir_types.int64
+    compiled = CompiledKernel(b"", "k", (9, 0), (), True, (f4, i4))
+    compiled.function = lambda: 0x99
+    kernel = types.SimpleNamespace(
+        overloads={(f8, i8): compiled}, _can_compile=True, _requires_launch_config=False
+    )
+    assert NUMBA_CUDA_MLIR.launch_target(kernel, (2.5, 3)) == numba_cuda_mlir.NO_SIMULATOR
+    monkeypatch.setattr(numba_cuda_mlir, "SIMULATOR", False)
+    monkeypatch.setattr(mlir_parameters, "reported_layout", lambda f: f == 0x99 and [(0, 4)])
+    target = NUMBA_CUDA_MLIR.launch_target(kernel, (2.5, 3))
+    assert target.argtypes == ((f8, f4, f4), (i8, i4, i4))
+    assert (target.layout, target.handle, target.cooperative) == ([(0, 4)], 0x99, True)
+    assert target.parameters is mlir_parameters.parameters

@@ -165,7 +165,7 @@ def built_unlinked(max_registers):
         a[0] = missing(a[0])
 
     argtypes = (numba.typeof(np.zeros(4, np.float32)),)
-    return NUMBA_CUDA.build(unlinked, {}, argtypes, (9, 0), max_registers)
+    return NUMBA_CUDA.builds.build(unlinked, {}, argtypes, (9, 0), max_registers)
 
 
 def live_maps_compared(kernel_compiler, function_bytes, options, argtypes, cc, max_registers):

@@ -7,7 +7,7 @@ consulted (:mod:`numbatune.compile.store`). What is left is compiled in worker p
 largest kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one
 kernel to compile, else in this process; a kernel that cannot be rebuilt in a worker (one whose
 function does not pickle, or whose module a worker cannot import) is compiled here too. The
-build is the kernel compiler's (:meth:`~numbatune.compilers.base.KernelCompiler.build`). A
+build is the kernel compiler's (:meth:`~numbatune.compilers.base.Builds.build`). A
 compile error is that variant's error, as before; a worker that dies or passes the
 ``compile_timeout_s`` limit fails the variants of that kernel and is replaced. Under numba's
 simulator nothing is compiled.
@@ -64,13 +64,13 @@ def worker_environment() -> dict[str, str]:
 
 
 def warm_worker(compiler: KernelCompiler) -> None:
-    """The fork server's task: :meth:`~numbatune.compilers.base.KernelCompiler.warm_worker`."""
-    compiler.warm_worker()
+    """The fork server's task: :meth:`~numbatune.compilers.base.Builds.warm`."""
+    compiler.builds.warm()
 
 
 def worker_pool(size: int, compiler: KernelCompiler) -> processes.WorkerPool:
     """A pool of ``size`` compile workers, forked from a process that warmed ``compiler`` up
-    (:meth:`~numbatune.compilers.base.KernelCompiler.warm_worker`)."""
+    (:meth:`~numbatune.compilers.base.Builds.warm`)."""
     warm = processes.Task(__name__, warm_worker.__name__, (compiler,))
     return processes.WorkerPool(size, worker_environment(), warm=warm)
 
@@ -102,16 +102,16 @@ def build_in_worker(
     max_registers: tuple[int | None, ...],
 ) -> list[Built | LinkFailed]:
     """The worker's task: the compiler's
-    :meth:`~numbatune.compilers.base.KernelCompiler.build` of the function, its
+    :meth:`~numbatune.compilers.base.Builds.build` of the function, its
     ``static_range`` loops written out here (in parallel, not one after another in the
     parent), telling a function that cannot be rebuilt or written out here
     (:class:`RebuildError`: the parent does both, and reports their errors) from one that does
     not compile."""
     try:
-        function = unroll.written_out(compiler.unpickle_function(function_bytes))
+        function = unroll.written_out(compiler.builds.loads_function(function_bytes))
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
-    return compiler.build(function, options, argtypes, cc, max_registers)
+    return compiler.builds.build(function, options, argtypes, cc, max_registers)
 
 
 def build_task(
@@ -127,7 +127,7 @@ def build_task(
     first = kernels[0][0]
     try:  # written out in the worker: the parent is one, the workers are many
         specialised = template.specialised_function(first, write_out=False)
-        function = template.compiler.pickle_function(specialised)
+        function = template.compiler.builds.dumps_function(specialised)
     except Exception as error:
         raise RebuildError(f"{type(error).__name__}: {error}") from None
     options = template.build_options(first)
@@ -456,7 +456,7 @@ class Compiler:
         built)."""
         dispatcher = self.dispatcher(variant)
         kernel = self._kernels.load(built.payload, cc)
-        self._kernels.bind(kernel)
+        kernel.bind()
         if self._add(dispatcher, argtypes, kernel):
             tally.compiles += 1
         self._save_payload(variant, argtypes, cc, built.payload, cache_dir)
@@ -602,4 +602,4 @@ def _current_cc() -> tuple[int, int]:
 
 @functools.cache
 def _toolchain(compiler: KernelCompiler) -> tuple[str, ...]:
-    return compiler.toolchain()
+    return compiler.builds.toolchain()

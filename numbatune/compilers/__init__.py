@@ -6,7 +6,7 @@ The user's kernel object chooses its compiler (:func:`compiler_for`). Adding a c
 adding an implementation to :data:`COMPILERS` (or, from outside, :func:`register`); dispatch,
 the tune cache, tuning, compiling in workers, trial runs and the fast path
 (:mod:`numbatune.launch`, which plans each argument's parameters as the kernel's compiler says:
-:meth:`~KernelCompiler.parameters`) need no change.
+:meth:`~KernelCompiler.launch_target`) need no change.
 """
 
 from __future__ import annotations

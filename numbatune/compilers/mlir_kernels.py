@@ -219,6 +219,10 @@ class CompiledKernel:
                     loaded = self._functions[int(context)] = (int(function), module)
         return loaded[0]
 
+    def bind(self) -> None:
+        """Load its module into the current context now (:meth:`function`)."""
+        self.function()
+
     def launch(self, args: tuple[Any, ...], config: tuple[Any, ...], stream: Any) -> None:
         """Launch it on ``args`` with ``config`` (grid, block[, shared bytes]) on ``stream`` (a
         numba stream, a raw handle, or 0), its parameters packed by numbatune

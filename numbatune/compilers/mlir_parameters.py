@@ -205,6 +205,17 @@ def parameter_layout(function: int) -> list[tuple[int, int]]:
     return layout
 
 
+def reported_layout(function: int) -> list[tuple[int, int]] | None:
+    """:func:`parameter_layout`, or None where the driver cannot report it (the fast path then
+    leaves the kernel to the compiler's launch, which says so)."""
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    try:
+        return parameter_layout(function) or None
+    except CudaAPIError:
+        return None
+
+
 def launch(
     function: int,
     packings: tuple[Packing | None, ...],

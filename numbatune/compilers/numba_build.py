@@ -1,5 +1,5 @@
 """numba-cuda's build of one kernel for a compute capability without a GPU, in a compile
-worker (:meth:`numbatune.compilers.base.KernelCompiler.build`).
+worker (:meth:`numbatune.compilers.base.Builds.build`).
 
 numba compiles a kernel for the current device: it asks the driver for the compute capability.
 In a worker process (no CUDA context, no GPU needed) :func:`build` tells numba the target's
@@ -25,9 +25,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers import function_pickle
 from numbatune.compilers import numba_liveness as liveness
-from numbatune.compilers.base import Built, LinkFailed, Resources
+from numbatune.compilers.base import Built, LinkFailed, Resources, package_version
 from numbatune.compilers.numba_kernels import (
     NAME,
     code_library,
@@ -45,6 +46,37 @@ def dumps_function(function: Any) -> bytes:
     """``function`` pickled by value for :func:`build`
     (:func:`numbatune.compilers.function_pickle.dumps`)."""
     return function_pickle.dumps(JIT, function, device_options)
+
+
+#: numba settings that change the code it generates (numba.cuda.core.config names).
+CODEGEN_SETTINGS = (
+    "OPT",
+    "BOUNDSCHECK",
+    "DEBUGINFO_DEFAULT",
+    "CUDA_DEBUGINFO_DEFAULT",
+    "FORCE_CUDA_CC",
+    "CUDA_DEFAULT_PTX_CC",
+    "LOOP_VECTORIZE",
+    "SLP_VECTORIZE",
+    "ENABLE_CUDASIM",
+)
+
+
+def environment() -> list[str]:
+    """The versions and settings that change the code numba-cuda generates: numba, numba-cuda,
+    cuda-bindings, numba's code-generation settings, and on a GPU the NVVM and driver
+    versions."""
+    from numba.cuda.core import config
+
+    parts = [package_version("numba"), f"{NAME} {version()}", package_version("cuda-bindings")]
+    parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
+    if not SIMULATOR:
+        from numba.cuda.cudadrv import nvvm
+        from numba.cuda.cudadrv.driver import driver
+
+        parts.append(f"nvvm {nvvm.NVVM().get_version()}")
+        parts.append(f"driver {driver.get_version()}")
+    return parts
 
 
 def toolchain() -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from numba import cuda
 
 from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers import payloads
-from numbatune.compilers.base import installed_version, package_version
+from numbatune.compilers.base import installed_version
 
 #: The compiler's name, in identities and messages.
 NAME = "numba-cuda"
@@ -23,37 +23,6 @@ NAME = "numba-cuda"
 def version() -> str:
     """numba-cuda's version."""
     return installed_version(NAME)
-
-
-#: numba settings that change the code it generates (numba.cuda.core.config names).
-CODEGEN_SETTINGS = (
-    "OPT",
-    "BOUNDSCHECK",
-    "DEBUGINFO_DEFAULT",
-    "CUDA_DEBUGINFO_DEFAULT",
-    "FORCE_CUDA_CC",
-    "CUDA_DEFAULT_PTX_CC",
-    "LOOP_VECTORIZE",
-    "SLP_VECTORIZE",
-    "ENABLE_CUDASIM",
-)
-
-
-def environment() -> list[str]:
-    """The versions and settings that change the code numba-cuda generates: numba, numba-cuda,
-    cuda-bindings, numba's code-generation settings, and on a GPU the NVVM and driver
-    versions."""
-    from numba.cuda.core import config
-
-    parts = [package_version("numba"), f"{NAME} {version()}", package_version("cuda-bindings")]
-    parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
-    if not SIMULATOR:
-        from numba.cuda.cudadrv import nvvm
-        from numba.cuda.cudadrv.driver import driver
-
-        parts.append(f"nvvm {nvvm.NVVM().get_version()}")
-        parts.append(f"driver {driver.get_version()}")
-    return parts
 
 
 @functools.cache

@@ -176,16 +176,47 @@ def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> 
     return lines
 
 
+def depends_on(args: tuple[Any, ...]) -> str:
+    """The expression of what a :class:`~numbatune.launch.config.ByShape` launch function's
+    result depends on, for arguments of this signature (whose dtypes it fixes): the winner,
+    each array's shape and each other argument's value."""
+    parts = [f"a{i}.shape" if kind_of(type(v)) is not None else f"a{i}" for i, v in enumerate(args)]
+    return f"(winner.index, {''.join(f'{part}, ' for part in parts)})"
+
+
+def _configure(depends: str | None) -> list[str]:
+    """Code that sets ``config``, the launch function's for ``winner``: with ``depends`` (see
+    :func:`depends_on`), the one kept in ``_configs`` under it, the launch function called
+    only for a value not seen yet (:meth:`~numbatune.launch.config.ByShape.remember`)."""
+    said = [
+        "    except Exception as error:  # the launch function's: say so",
+        "        raise _launch_error(error, winner.params, _name) from error",
+    ]
+    if depends is None:
+        return ["    try:", "        config = _config(*args, **winner.params)", *said]
+    return [
+        f"    depends = {depends}",
+        "    try:",
+        "        config = _configs[depends]",
+        "    except (KeyError, TypeError):  # a value not seen yet: the launch function",
+        "        try:",
+        "            config = _config.remember(_configs, depends, args, winner.params)",
+        *[f"    {line}" for line in said],
+    ]
+
+
 def _tail(
     plan: ArgumentPlan,
     stream: tuple[list[str], list[str]],
     unavailable: str,
     in_call: bool,
+    depends: str | None,
 ) -> list[str]:
     """Code that launches ``winner`` once the front has run; ``unavailable`` for a winner
-    with no compiled function for this signature yet. ``_numba`` and ``_failed`` take over
-    (and return True) when the packing or the launch fails; ``in_call`` tells ``_failed``
-    whether the general path may be asked again."""
+    with no compiled function for this signature yet; ``depends``: what the launch function's
+    result depends on, where it is kept by that (:func:`_configure`). ``_numba`` and
+    ``_failed`` take over (and return True) when the packing or the launch fails; ``in_call``
+    tells ``_failed`` whether the general path may be asked again."""
     values = ", ".join(plan.values)
     stream_code, libraries = stream
     ordering, finishing = _ordering(plan, libraries)
@@ -194,10 +225,7 @@ def _tail(
         "        function = _functions[winner.index]",
         "    except KeyError:",
         f"        {unavailable}",
-        "    try:",
-        "        config = _config(*args, **winner.params)",
-        "    except Exception as error:  # the launch function's: say so",
-        "        raise _launch_error(error, winner.params, _name) from error",
+        *_configure(depends),
         "    given = stream",
         *stream_code,
         "    try:",
@@ -224,11 +252,13 @@ def source(
     custom_key: bool,
     checks_valid: bool,
     stream: tuple[list[str], list[str]],
+    depends: str | None = None,
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
-    :func:`stream_lines` made for it. With ``checks_valid``, ``call`` asks the kernel's
-    ``valid`` function whether the winner may run on the arguments, and hands calls it may not
-    to the general path."""
+    :func:`stream_lines` made for it; ``depends``: what a :class:`~numbatune.launch.config.
+    ByShape` launch function's result depends on (:func:`depends_on`), None for another. With
+    ``checks_valid``, ``call`` asks the kernel's ``valid`` function whether the winner may run
+    on the arguments, and hands calls it may not to the general path."""
     key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [
@@ -245,10 +275,10 @@ def source(
         *_front(plan, arity, "return _next(args, stream)", "return _by_classes(args, stream)"),
         *(_find_winner(key, general) if custom_key else _find_kept_winner(key, general)),
         *(valid if checks_valid else []),
-        *_tail(plan, stream, general, in_call=True),
+        *_tail(plan, stream, general, in_call=True, depends=depends),
         "def launch_winner(args, winner, stream):",
         *_front(plan, arity, "return False", "return False"),
-        *_tail(plan, stream, "return False", in_call=False),
+        *_tail(plan, stream, "return False", in_call=False, depends=depends),
         "    return True",
     ]
     return "\n".join(lines)

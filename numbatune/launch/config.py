@@ -7,21 +7,120 @@ tuning's launches and the general path's, under numba's simulator too, which wou
 run a block of 2,048 threads as 2,048 Python threads; a variant whose configuration is beyond
 them fails while tuning). A hit's fast path leaves the check to the launch, and checks where
 the C launcher or the driver refuses the configuration, so that its error says what is wrong.
+
+A launch function wrapped in :func:`by_shape` is called once per variant and per value of what
+it depends on (the arrays' shapes and dtypes, the other arguments' values); a hit's fast path
+looks its configuration up by the shapes and values it reads, and does not call it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from numbatune.arrays import SIMULATOR
+from numbatune.arrays import SIMULATOR, read
 from numbatune.errors import LaunchFunctionError
 from numbatune.values import is_integer
 from numbatune.variants import Variant
 
 LaunchConfig = tuple[Any, ...]
+
+
+class ByShape:
+    """A launch function whose configuration depends only on the arrays' shapes and dtypes and
+    the other arguments' values, computed once per such value and variant (:func:`by_shape`).
+
+    Called as the launch function is; :meth:`remember` is the memo the fast path fills, keyed
+    by the shapes and values its generated code read.
+    """
+
+    #: The most configurations kept per memo; a full memo is emptied.
+    LIMIT = 1024
+
+    def __init__(self, launch: Callable[..., LaunchConfig]) -> None:
+        functools.update_wrapper(self, launch)  # (its signature is the launch function's)
+        self.launch = launch
+        self._configs: dict[Hashable, LaunchConfig] = {}
+
+    def __call__(self, *args: Any, **params: Any) -> LaunchConfig:
+        """The configuration for ``args`` and ``params``, computed once per their shapes,
+        dtypes and values (arrays by their shape, dtype and layout, any other argument by its
+        class and value; computed each time where one is unhashable)."""
+        depends = (*map(_depends_on, args), *params.items())
+        try:
+            return self._configs[depends]
+        except KeyError:
+            config = self.launch(*args, **params)
+        except TypeError:
+            return self.launch(*args, **params)
+        _keep(self._configs, depends, config)
+        return config
+
+    def remember(
+        self,
+        configs: dict[Hashable, LaunchConfig],
+        depends: Hashable,
+        args: tuple[Any, ...],
+        params: dict[str, Any],
+    ) -> LaunchConfig:
+        """The configuration for ``args`` and ``params`` (through the memo of all calls), kept
+        in ``configs``, a fast path's memo, under ``depends``, what its code read of them."""
+        config = self(*args, **params)
+        with contextlib.suppress(TypeError):  # (an unhashable argument: asked each time)
+            _keep(configs, depends, config)
+        return config
+
+
+def _keep(configs: dict[Hashable, LaunchConfig], depends: Hashable, config: LaunchConfig) -> None:
+    """Keep ``config`` under ``depends``; a memo of :attr:`ByShape.LIMIT` is emptied first."""
+    if len(configs) >= ByShape.LIMIT:
+        configs.clear()
+    configs[depends] = config
+
+
+def _depends_on(value: Any) -> Hashable:
+    """What a :class:`ByShape` launch function's result depends on of one argument."""
+    found = read(value)  # (an array's shape, dtype and layout)
+    return (type(value), value) if found is None else found
+
+
+def by_shape(launch: Callable[..., LaunchConfig]) -> ByShape:
+    """Mark a launch function as depending only on the arrays' shapes and dtypes and the values
+    of the other arguments, so that a hit does not call it.
+
+    Its configuration is computed once per variant and per such value, and kept (at most
+    1,024 per signature; a full memo is emptied). A cache hit's fast path looks it up by the
+    shapes and values it reads of the arguments, which costs less than calling a Python
+    function; the general path and tuning call it through the same memo. Use it for a launch
+    function that reads nothing else of the arguments (not their contents, strides or data
+    pointers) and nothing that changes between calls (a global, the time).
+
+    Parameters
+    ----------
+    launch
+        The launch function, as ``autotune(launch=...)`` takes it.
+
+    Returns
+    -------
+    ByShape
+        A launch function for ``autotune(launch=...)``, called as ``launch`` is.
+
+    Raises
+    ------
+    TypeError
+        ``launch`` is not callable.
+
+    Examples
+    --------
+    >>> launch = by_shape(lambda x, out, *, BLOCK: ((out.shape[0] + BLOCK - 1) // BLOCK, BLOCK))
+    """
+    if not callable(launch):
+        raise TypeError(f"by_shape: launch must be a launch function, got {launch!r}")
+    return ByShape(launch)
 
 
 def launch_params(launch: Callable[..., Any], variants: Sequence[Variant]) -> dict[Variant, dict]:

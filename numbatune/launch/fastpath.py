@@ -27,7 +27,7 @@ from numbatune import _native, native
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
 from numbatune.launch import codegen
-from numbatune.launch.config import checked_launch_config, is_empty, launch_error
+from numbatune.launch.config import ByShape, checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import ArgumentPlan, half_bits
 from numbatune.rawstreams import stream_handle
 from numbatune.streams.handles import LEGACY, check_stream, stream_getter
@@ -91,19 +91,18 @@ class FastPath:
         ``index``. False when this path cannot (the caller then launches through numba)."""
         if index in self._functions:
             return True
-        compiler = compiler_for(dispatcher)
-        kernel, reason = compiler.overload_for(dispatcher, args)
-        if not reason:
-            function = compiler.function_of(kernel)
-            if compiler.parameter_layout(function) != self._layout:
-                reason = "this variant's parameter layout differs from the signature's"
-            elif compiler.cooperative(kernel) != self._cooperative:
-                reason = "this variant synchronises its grid and the signature's first did not"
-        if reason:
-            through_numba(self._name, args, reason)
-            return False
-        self._functions[index] = compiler.function_handle(function)
-        return True
+        target = compiler_for(dispatcher).launch_target(dispatcher, args)
+        if isinstance(target, str):
+            reason = target
+        elif target.layout != self._layout:
+            reason = "this variant's parameter layout differs from the signature's"
+        elif target.cooperative != self._cooperative:
+            reason = "this variant synchronises its grid and the signature's first did not"
+        else:
+            self._functions[index] = target.handle
+            return True
+        through_numba(self._name, args, reason)
+        return False
 
 
 def build(
@@ -120,23 +119,19 @@ def build(
     the caller then launches through numba. ``dispatcher``'s overload for ``args`` must be
     compiled.
     """
-    compiler = compiler_for(dispatcher)
-    kernel, reason = compiler.overload_for(dispatcher, args)
-    reason = compiler.fast_launch_unsupported() or reason
-    if reason:
-        through_numba(hooks.name, args, reason)
+    target = compiler_for(dispatcher).launch_target(dispatcher, args)
+    if isinstance(target, str):
+        through_numba(hooks.name, args, target)
         return None
-    plan = ArgumentPlan(compiler)
-    actuals = compiler.argument_types(dispatcher, args)
-    declared_types = compiler.declared_types(kernel)
-    for index, (declared, value) in enumerate(zip(declared_types, args, strict=True)):
-        actual = actuals[index]
-        argtype = compiler.planned_type(declared, actual)
+    plan = ArgumentPlan(target.parameters)
+    for index, ((actual, declared, argtype), value) in enumerate(
+        zip(target.argtypes, args, strict=True)
+    ):
         if argtype is None or not plan.add(f"a{index}", argtype, value):
             through_numba(hooks.name, args, f"no plan for {actual} as {declared}")
             return None
     plan.close()
-    layout = compiler.parameter_layout(compiler.function_of(kernel))
+    layout = target.layout
     if layout is None:
         through_numba(hooks.name, args, "the driver gives no parameter layout")
         return None
@@ -150,8 +145,7 @@ def build(
             planned,
         )
         return None
-    cooperative = compiler.cooperative(kernel)
-    return _generate(plan, layout, args, winners, hooks, next_path, cooperative)
+    return _generate(plan, layout, args, winners, hooks, next_path, target.cooperative)
 
 
 #: (kernel name, argument classes, reason) already warned about by :func:`through_numba`.
@@ -186,7 +180,11 @@ def _generate(
 
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
     stream = codegen.stream_lines(args, sync, plan.current_streams)
-    code = codegen.source(plan, len(args), hooks.key is not None, hooks.valid is not None, stream)
+    memo = isinstance(hooks.config, ByShape)
+    code = codegen.source(
+        plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
+        codegen.depends_on(args) if memo else None,
+    )  # fmt: skip
     functions: dict[int, int] = {}
     namespace = {
         "_same_classes": _native.same_classes,
@@ -198,6 +196,7 @@ def _generate(
         "_functions": functions,
         "_key": hooks.key,
         "_config": hooks.config,
+        **({"_configs": {}} if memo else {}),
         "_valid": hooks.valid,
         "_valid_params": hooks.valid_params,
         "_launch_error": launch_error,

@@ -13,7 +13,7 @@ of the default key found, in one call of the C extension for all the arrays of a
 as one bytes value; the others through their library's Python API.
 
 Which parameters an argument of a type becomes is the kernel compiler's to say
-(:meth:`numbatune.compilers.base.KernelCompiler.parameters`); numba-cuda's layout is not public
+(:attr:`numbatune.compilers.base.LaunchTarget.parameters`); numba-cuda's layout is not public
 API, so it is checked twice: numba-cuda must be a version it was written against, and the
 layout planned must match, parameter for parameter, the sizes the driver reports for the
 compiled function. Whatever is not planned (unknown versions, records, datetimes, arrays of
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,11 +34,11 @@ import numpy as np
 from numbatune import arrays, devices, native
 from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, dtype_name, kind_of
 from numbatune.arrays import buffer_of
-from numbatune.compilers import KernelCompiler
 from numbatune.compilers.base import (
     ArrayParameters,
     ArrayStructure,
     Conversion,
+    Parameters,
     ScalarParameters,
     TupleParameters,
 )
@@ -66,11 +67,12 @@ class ArgumentPlan:
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
     arrays a read in C reads give theirs as one starred expression: the read's, once the
     stream monitor watches every launch, else read in Python).
-    ``compiler`` says which parameters an argument of a type becomes.
+    ``parameters`` (the kernel compiler's, :attr:`~numbatune.compilers.base.LaunchTarget.
+    parameters`) says which parameters an argument of a type becomes.
     """
 
-    def __init__(self, compiler: KernelCompiler) -> None:
-        self._compiler = compiler
+    def __init__(self, parameters: Callable[[Any, Any], Parameters | None]) -> None:
+        self._parameters = parameters
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
         self.key_parts: list[str] = []
@@ -139,7 +141,7 @@ class ArgumentPlan:
         checks with the others', in one call), not a tuple's item."""
         if not top:
             self.steps.append(("check", f"type({argument}) is {self.constant(type(value))}"))
-        parameters = self._compiler.parameters(argtype, value)
+        parameters = self._parameters(argtype, value)
         if isinstance(parameters, ArrayParameters):
             return self._add_array(argument, parameters, value, top)
         if isinstance(parameters, TupleParameters):
