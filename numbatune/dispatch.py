@@ -24,6 +24,7 @@ from numbatune.cache.tunecache import Winner
 from numbatune.call_arguments import ArgumentCheck
 from numbatune.compile.compiler import Tally
 from numbatune.config import settings
+from numbatune.errors import LaunchFunctionError
 from numbatune.launch.config import is_empty, launch_config
 from numbatune.resolver import SERVED, Resolver
 from numbatune.shared import DeviceState, shared_state
@@ -32,6 +33,16 @@ from numbatune.trials import trying
 from numbatune.tuning.results import TuneReport
 from numbatune.variants import Variant
 from numbatune.winners import WinnerLauncher
+
+
+def _nothing_to_do(spec: KernelSpec, args: tuple[Any, ...]) -> bool:
+    """Whether the kernel as written launches an empty grid on ``args``. Where its launch
+    configuration is malformed or beyond the device's limits, tuning finds out, as ``tune``
+    does: only that variant fails."""
+    try:
+        return is_empty(spec.launch_config(args, spec.reference_variant))
+    except (ValueError, LaunchFunctionError):
+        return False
 
 
 class TunedKernel(Called):
@@ -109,8 +120,8 @@ class TunedKernel(Called):
         key = spec.key_of(arguments)
         winner = state.known(key, self.name)
         if winner is None:
-            if is_empty(spec.launch_config(args, spec.reference_variant)):
-                return  # nothing to do, and nothing to tune (empty inputs, say)
+            if _nothing_to_do(spec, args):
+                return  # nothing to tune either (empty inputs, say)
             winner, _ = self._answer(state, key, arguments, stream, force=False, serve=True)
         self._winners.launch(state, spec.runnable_winner(winner, args), args, stream)
 
