@@ -124,11 +124,15 @@ class OnMiss(TextEnum):
         unmeasured, and record the key for ``numbatune sweep``.
     BACKGROUND
         The same, and tune the key in a background thread, whose winner then replaces it.
+    ERROR
+        Raise :class:`~numbatune.TuningKeyError`, naming the key, and measure nothing: for CI
+        and production runs that may only use shipped results.
     """
 
     TUNE = "tune"
     NEAREST = "nearest"
     BACKGROUND = "background"
+    ERROR = "error"
 
 
 class Isolate(TextEnum):
@@ -184,8 +188,8 @@ class Snapshot:
     #: What a call does with a key that has no stored result (numbatune.resolver): ``tune``
     #: it now; ``nearest``: launch the winner of the kernel's nearest tuned key (else the
     #: kernel as written), unmeasured, and record the key for a sweep; ``background``: as
-    #: ``nearest``, and tune the key in a background thread, whose winner replaces it. A
-    #: kernel's ``autotune(on_miss=...)`` wins over it.
+    #: ``nearest``, and tune the key in a background thread, whose winner replaces it;
+    #: ``error``: raise TuningKeyError. A kernel's ``autotune(on_miss=...)`` wins over it.
     on_miss: OnMiss = OnMiss.TUNE
     #: A file that records every key each tuned kernel meets (numbatune.record), for
     #: ``numbatune sweep``; None (``off``): no record (``nearest`` and ``background`` then

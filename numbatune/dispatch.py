@@ -68,7 +68,8 @@ class TunedKernel(Called):
     argument of the wrong kind: a host array, a scalar where the kernel indexes an array,
     named in the message), ``ValueError`` (an array on another GPU than the current one),
     `TuningError` (every variant failed for this key; the message names each and its error),
-    `TuningKeyError` (the key of the call could not be computed, or cannot be a cache key),
+    `TuningKeyError` (the key of the call could not be computed, or cannot be a cache key, or
+    has no stored result under ``on_miss="error"``),
     `LaunchFunctionError` (the launch function raised) or `StreamError` (``stream`` cannot
     take launches: destroyed, or of another context). The call itself is the C extension's
     where it was built (:data:`numbatune.binder.Called`): no Python frame lies between it and

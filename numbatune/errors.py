@@ -26,7 +26,8 @@ class TuningError(NumbatuneError, RuntimeError):
 
 
 class TuningKeyError(NumbatuneError, ValueError):
-    """The key of a call could not be computed, or cannot be a cache key."""
+    """The key of a call could not be computed, or cannot be a cache key; or, under
+    ``on_miss="error"``, it has no stored result (the message names the key)."""
 
 
 class StreamError(NumbatuneError, ValueError):

@@ -12,6 +12,7 @@ control going down only (the tune cache is passive, tuning gets values):
      tune shares of the variants and merge them (:mod:`numbatune.cache.ranks`);
    - **nearest** / **background** (the miss policy, :class:`~numbatune.config.OnMiss`, for a
      call): the winner of the nearest tuned key, else the kernel as written, unmeasured;
+     **error**: a :class:`~numbatune.errors.TuningKeyError`, nothing measured;
    - **tune**: a :class:`~numbatune.tuning.job.TuneJob`, run by :func:`numbatune.tuning.
      tuner.tune`;
    - a measured answer (benchmark, ranks) is stored on disk;
@@ -37,7 +38,7 @@ from numbatune.cache import ranks
 from numbatune.cache.tunecache import Claim, TuneCache, Winner
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import OnMiss, Snapshot, settings
-from numbatune.errors import TuningError
+from numbatune.errors import TuningError, TuningKeyError
 from numbatune.forking import ForkSafeLock
 from numbatune.spec import KernelSpec
 from numbatune.strategies import Search, Strategy
@@ -196,6 +197,12 @@ class Resolver:
                 report = self._agreed(cache, key, walk, group, stored)
             elif stored is not None:
                 report = stored
+            elif walk.policy is OnMiss.ERROR:
+                raise TuningKeyError(
+                    f"{self._spec.kernel_name}: key {key_text(miss.key)} has no stored result, "
+                    "and on_miss is 'error': tune it first (kernel.tune(...), numbatune sweep) "
+                    "or import its results"
+                )
             elif not tunes:
                 report = self._served(cache, walk)
             else:
@@ -302,7 +309,8 @@ class Resolver:
         """Record the key (numbatune.record) where the settings ask for it."""
         taken, miss = walk.settings, walk.miss
         path = taken.record
-        if path is None and walk.policy is not OnMiss.TUNE and taken.cache_dir is not None:
+        served = walk.policy in (OnMiss.NEAREST, OnMiss.BACKGROUND)
+        if path is None and served and taken.cache_dir is not None:
             path = record.served_keys_path(taken.cache_dir)
         if path is None:
             return

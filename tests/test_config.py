@@ -16,7 +16,7 @@ import numbatune as nt
         ("level", "fastest", "must be one of minimal, balanced, extensive, full"),
         ("budget_s", "-1", "must be a number > 0"),
         ("check", "maybe", "must be one of 1/0, true/false"),
-        ("on_miss", "later", "must be one of tune, nearest, background"),
+        ("on_miss", "later", "must be one of tune, nearest, background, error"),
         ("log_level", "loud", "must be one of debug, info, warning, error"),
     ],
 )

@@ -140,11 +140,26 @@ def test_on_miss_background_as_an_option_tunes_the_served_key_in_the_background(
     assert winner_of(kernel, 40).report.source == "benchmark" and kernel.stats["benchmarks"] == 1
 
 
+@pytest.mark.parametrize("how", ["setting", "option"])
+def test_on_miss_error_raises_naming_the_key_and_measures_nothing(on_miss, how):
+    if how == "setting":
+        on_miss("error")  # NUMBATUNE_ON_MISS=error
+    kernel = tuned(on_miss="error" if how == "option" else None)
+    x, out = arrays(40)
+    with pytest.raises(nt.TuningKeyError, match=r"^triple: key \(40, .* has no stored result"):
+        kernel(x, out)
+    assert kernel.stats == {"compiles": 0, "loaded": 0, "benchmarks": 0}
+    assert out.copy_to_host().tolist() == [0.0] * 40
+    kernel.tune(x, out)  # an explicit request tunes; the call then hits
+    kernel(x, out)
+    assert out.copy_to_host().tolist() == [3.0 * i for i in range(40)]
+
+
 @pytest.mark.parametrize("value", ["later", "NEAREST ", 1])
 def test_an_unknown_on_miss_option_is_refused_when_the_kernel_is_defined(value):
     message = (
-        r"^autotune\(triple\): on_miss must be one of tune, nearest, background \(or None for "
-        rf"the on_miss setting, NUMBATUNE_ON_MISS\), got {re.escape(repr(value))}$"
+        r"^autotune\(triple\): on_miss must be one of tune, nearest, background, error \(or "
+        rf"None for the on_miss setting, NUMBATUNE_ON_MISS\), got {re.escape(repr(value))}$"
     )
     with pytest.raises(ValueError, match=message):
         tuned(on_miss=value)
