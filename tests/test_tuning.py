@@ -454,3 +454,14 @@ def test_a_search_keeps_its_outcomes_only_for_a_batch_that_another_follows(
     )
     assert recorded == kept
     assert report.tried == sum(len(batch) for batch in drifting_times) - len(drifting_times) + 1
+
+
+def test_the_removed_report_names_warn_and_still_answer():
+    import dataclasses
+
+    report = nt.TuneReport("key", 0, nt.Source.BENCHMARK, (nt.VariantResult(nt.Variant({})),))
+    with pytest.warns(DeprecationWarning, match="best_variant is deprecated; use TuneReport.win"):
+        assert report.best_variant == report.winner
+    with pytest.warns(DeprecationWarning, match=r"use dataclasses.replace\(report, source=...\)"):
+        moved = report.with_source("disk")
+    assert moved == dataclasses.replace(report, source=nt.Source.DISK)

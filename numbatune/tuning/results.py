@@ -9,9 +9,10 @@ with ``dataclasses.replace``.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from numbatune.errors import deprecated
 from numbatune.strategies import Strategy
 from numbatune.tuning.checks import Mismatch
 from numbatune.values import TextEnum
@@ -260,6 +261,23 @@ class TuneReport:
         host code reads (a buffer sized from the tuned block count), as Triton's
         ``best_config.kwargs``. The whole winner is `winner`."""
         return self.winner.params
+
+    @property
+    def best_variant(self) -> Variant:
+        """Deprecated: `winner`, which it returns."""
+        deprecated("TuneReport.best_variant", "TuneReport.winner")
+        return self.winner
+
+    def with_source(self, source: Source | str) -> TuneReport:
+        """Deprecated: ``dataclasses.replace(report, source=...)``, which it returns.
+
+        Parameters
+        ----------
+        source
+            Where the copy's answer came from.
+        """
+        deprecated("TuneReport.with_source", "dataclasses.replace(report, source=...)")
+        return replace(self, source=Source(source))
 
     def __repr__(self) -> str:
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
