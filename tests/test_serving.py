@@ -280,3 +280,27 @@ def test_a_line_cut_short_is_not_counted_as_written_nor_swallows_the_next(
     found = record.read(path)
     assert [r.key for r in found.records] == ["key-1", "key-2", "key-3"]
     assert [u.line for u in found.unreadable] == [2]
+
+
+def _append_records(path, writer, count):
+    for number in range(count):
+        arguments = (writer, number, *range(100))  # long lines: many straddle pages
+        record.write(path, "app.k", "app", "k", f"({writer}, {number})", arguments)
+
+
+def test_processes_appending_to_one_record_at_once_leave_no_empty_line(tmp_path):
+    import multiprocessing
+
+    path, writers, count = tmp_path / "record.jsonl", 8, 60
+    start = multiprocessing.get_context("fork")
+    processes = [
+        start.Process(target=_append_records, args=(path, w, count)) for w in range(writers)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    lines = path.read_text().splitlines()
+    assert [line for line in lines if not line.strip()] == []
+    found = record.read(path)
+    assert len(found.records) == writers * count and found.unreadable == ()
