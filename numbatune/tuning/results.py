@@ -222,6 +222,11 @@ class TuneReport:
         The search strategy that chose the variants tried.
     space : int
         The number of variants it chose from.
+    tied : tuple[int, ...]
+        Indices in ``results`` of the variants whose times were within the measurement's noise
+        of each other, the winner's among them, when timed again together: the winner is the
+        kernel as written where it is one of them, else the first (empty where no variant was
+        tied with the winner).
     """
 
     key: Hashable
@@ -237,6 +242,7 @@ class TuneReport:
     strategy: Strategy = Strategy.EXHAUSTIVE
     space: int = 0
     check: str = ""
+    tied: tuple[int, ...] = ()
 
     @property
     def tried(self) -> int:
