@@ -30,7 +30,7 @@ from numbatune.resolver import SERVED, Resolver
 from numbatune.shared import DeviceState, shared_state
 from numbatune.spec import KernelSpec
 from numbatune.trials import trying
-from numbatune.tuning.results import TuneReport
+from numbatune.tuning.results import Lookup, Origin, TuneReport
 from numbatune.variants import Variant
 from numbatune.winners import WinnerLauncher
 
@@ -322,6 +322,47 @@ class TunedKernel(Called):
             report = dataclasses.replace(report, best_index=winner.index)
         launch_config(spec.launch, args, winner.params, self.name)
         return report
+
+    def lookup(self, *args: Any) -> Lookup:
+        """Which variant a call with these arguments launches, and where that answer comes
+        from, without tuning, launching, recording the key or waiting for another tuning.
+
+        It asks what a call asks, in the same order: this process's winner table, the disk
+        cache (a stored result that serves the current level and check mode), then the
+        ``on_miss`` policy (``"nearest"`` and ``"background"``: the nearest tuned key's winner,
+        else the kernel as written). Where none answers, a call would tune (or, under
+        ``on_miss="error"``, raise), and the lookup says so (``Origin.NONE``). ``tune`` is the
+        explicit request to tune: on a key served by ``on_miss`` it tunes.
+
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call (only their key, and ``valid``, are read).
+
+        Returns
+        -------
+        Lookup
+            ``key``, ``origin`` (`Origin`: tuned, disk, ranks, single, nearest, as written,
+            none), ``variant`` (None with no answer) and ``in_memory``.
+
+        Raises
+        ------
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
+        TuningKeyError
+            The key could not be computed.
+        """
+        arguments = self._arguments.read(args)
+        spec = self._spec
+        state, key = self._device_state(), spec.key_of(arguments)
+        known = state.known(key, self.name)
+        report = (
+            known.report if known is not None else self._resolver.peek(state.cache, key, arguments)
+        )
+        if report is None:
+            return Lookup(key, Origin.NONE)
+        winner = spec.runnable_winner(state.cache.winner_of(report), args)
+        return Lookup(key, Origin.of(report.source), winner.variant, known is not None)
 
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
         """The winning variant's parameters for these arguments, tuning first if needed.

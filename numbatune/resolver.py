@@ -170,6 +170,20 @@ class Resolver:
         later = report.source in SERVED and walk.policy is OnMiss.BACKGROUND
         return Resolved(winner, report, later)
 
+    def peek(self, cache: TuneCache, key: Hashable, arguments: Arguments) -> TuneReport | None:
+        """What a call's walk would find for ``key`` (not in the winner table) without tuning,
+        waiting or recording: the stored entry that serves the plan, else what the miss policy
+        serves (the nearest tuned key's winner, or the kernel as written); None where a call
+        tunes the key first (or raises, under ``on_miss="error"``)."""
+        walk = self._walk(Miss(key, arguments, None, serve=True), settings.snapshot())
+        stored = cache.load(canonical_key(key))
+        stored = None if stored is None else _reuse(stored, walk)
+        if stored is not None:
+            return stored
+        if walk.policy in (OnMiss.NEAREST, OnMiss.BACKGROUND):
+            return self._served(cache, walk)
+        return None
+
     def _walk(self, miss: Miss, taken: Snapshot) -> _Walk:
         spec = self._spec
         plan = levels.plan(spec.kernel_name, miss.key, spec.variants, spec.level or taken.level,

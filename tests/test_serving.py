@@ -304,3 +304,27 @@ def test_processes_appending_to_one_record_at_once_leave_no_empty_line(tmp_path)
     assert [line for line in lines if not line.strip()] == []
     found = record.read(path)
     assert len(found.records) == writers * count and found.unreadable == ()
+
+
+def test_lookup_says_what_a_call_launches_and_where_it_comes_from_without_tuning(
+    on_miss, monkeypatch, numbatune_cache
+):
+    kernel, (x, out) = tuned(), arrays(40)
+    first = kernel.lookup(x, out)  # a call would tune
+    assert first.origin is nt.Origin.NONE and first.variant is None and first.key[0] == 40
+    assert kernel.stats["benchmarks"] == 0 and out.copy_to_host().tolist() == [0.0] * 40
+    winning(monkeypatch, 4)
+    report = kernel.tune(x, out)
+    assert kernel.lookup(x, out) == nt.Lookup(report.key, nt.Origin.TUNED, report.winner, True)
+    forget_shared_state(monkeypatch)  # as a fresh process
+    fresh = tuned()
+    assert fresh.lookup(x, out) == nt.Lookup(report.key, nt.Origin.DISK, report.winner, False)
+    on_miss("nearest")
+    other = fresh.lookup(*arrays(64))
+    assert other.origin == "nearest" and other.variant == report.winner and not other.in_memory
+    assert fresh.stats == {"compiles": 0, "loaded": 0, "benchmarks": 0}
+    assert not (numbatune_cache / "record.jsonl").exists()  # nothing recorded either
+    forget_shared_state(monkeypatch)
+    monkeypatch.setattr(nt.settings, "cache_dir", numbatune_cache / "empty")
+    assert tuned().lookup(x, out).origin is nt.Origin.AS_WRITTEN
+    assert tuned().lookup(x, out).variant == nt.Variant({"BLOCK": 8})

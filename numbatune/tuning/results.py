@@ -52,6 +52,78 @@ class Source(TextEnum):
     NEAREST = "nearest"
 
 
+class Origin(TextEnum):
+    """Where the variant a call launches comes from, as `TunedKernel.lookup` says without
+    tuning (compares equal to its value: ``"tuned"``).
+
+    Attributes
+    ----------
+    TUNED
+        Measured in this process.
+    DISK
+        Read from the disk cache (an imported result too).
+    RANKS
+        Tuned by the ranks of a torch.distributed job together, or another rank's result.
+    SINGLE
+        The kernel's only variant (to try), unmeasured.
+    NEAREST
+        The winner of the kernel's nearest tuned key (``on_miss``), unmeasured for this one.
+    AS_WRITTEN
+        The kernel as written (``on_miss``, with no key of the kernel tuned), unmeasured.
+    NONE
+        No answer yet: a call tunes the key first (``on_miss="tune"``) or raises
+        (``on_miss="error"``).
+    """
+
+    TUNED = "tuned"
+    DISK = "disk"
+    RANKS = "ranks"
+    SINGLE = "single"
+    NEAREST = "nearest"
+    AS_WRITTEN = "as written"
+    NONE = "none"
+
+    @classmethod
+    def of(cls, source: Source) -> Origin:
+        """The origin of a report's answer, from its ``source``."""
+        return _ORIGINS[source]
+
+
+_ORIGINS = {
+    Source.BENCHMARK: Origin.TUNED,
+    Source.MEMORY: Origin.TUNED,  # (a report served again; the winner table keeps the first)
+    Source.DISK: Origin.DISK,
+    Source.RANKS: Origin.RANKS,
+    Source.SINGLE: Origin.SINGLE,
+    Source.NEAREST: Origin.NEAREST,
+    Source.UNTUNED: Origin.AS_WRITTEN,
+}
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a call with some arguments launches, and where that answer comes from: made by
+    `TunedKernel.lookup`, which tunes nothing.
+
+    Attributes
+    ----------
+    key : Hashable
+        The call's tuning key.
+    origin : Origin
+        Where the answer comes from.
+    variant : Variant | None
+        The variant a call launches; None where there is no answer yet (``Origin.NONE``).
+    in_memory : bool
+        Whether the answer is in this process's winner table already (a call launches it
+        without reading the disk).
+    """
+
+    key: Hashable
+    origin: Origin
+    variant: Variant | None = None
+    in_memory: bool = False
+
+
 class Status(TextEnum):
     """How one variant fared (compares equal to its value: ``"timed"``).
 
