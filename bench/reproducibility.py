@@ -24,6 +24,7 @@ runs it as its ``reproducibility`` section.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
@@ -87,6 +88,7 @@ def _keys(quick: bool) -> list[tuple[str, tuple[int, ...]]]:
     ]
 
 
+@functools.cache
 def _kernel(name: str) -> Any:
     """The tuned kernel ``name`` of its example module, loaded as ``numbatune demo`` loads it
     (so that every process gives it the same function id, and the kernel store serves it);
