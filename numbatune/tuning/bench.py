@@ -66,9 +66,10 @@ def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
 
 
 #: Two medians closer than this share of the faster one are always a tie, and further than
-#: :data:`TIE_CEILING` never: between the two, the variants' own spreads decide.
-TIE_FLOOR = 0.015
-TIE_CEILING = 0.05
+#: :data:`TIE_CEILING` never: between the two, the variants' own spreads decide (a winner chosen
+#: among ties is so at most 2% slower than the fastest, timed together).
+TIE_FLOOR = 0.01
+TIE_CEILING = 0.02
 
 
 def within_noise(leader: Timed, other: Timed) -> bool:
