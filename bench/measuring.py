@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -50,10 +50,15 @@ def configured(**values: Any) -> Iterator[None]:
         numbatune.configure(**before)
 
 
-def true_times(tuned: numbatune.TunedKernel, args: tuple[Any, ...]) -> list[float | None]:
-    """Each variant's median time on ``args`` by the careful measurement (None: it failed)."""
+def true_times(
+    tuned: numbatune.TunedKernel, args: tuple[Any, ...], only: Collection[int] | None = None
+) -> list[float | None]:
+    """Each variant's median time on ``args`` by the careful measurement (None: it failed, or
+    it is not among the indices ``only``, where given)."""
     runs = {}
     for index, variant in enumerate(tuned.variants):
+        if only is not None and index not in only:
+            continue
         try:
             tuned.run_variant(variant, *args)  # compiles it
         except Exception:

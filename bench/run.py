@@ -33,6 +33,7 @@ SECTIONS = [
     "tuning_time",
     "accuracy",
     "stability",
+    "reproducibility",
     "warm_start",
     "ceilings",
     "levels",
@@ -57,6 +58,8 @@ def _section(name: str) -> Callable[[Path, argparse.Namespace, Progress], Any]:
     module = importlib.import_module(f"bench.{name}")
     if name in ("ceilings", "levels"):
         return lambda out_dir, arguments, _: module.run(arguments.smoke, arguments.examples)
+    if name == "reproducibility":
+        return lambda out_dir, arguments, _: module.run(arguments.smoke, arguments.processes)
     if name == "search":
         return lambda out_dir, arguments, _: module.run(arguments.smoke, arguments.exhaustive)
     if name == "compilers":
@@ -93,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--kernels", nargs="+", choices=KERNELS, help="real_kernels: only these (bench/real/)"
+    )
+    parser.add_argument(
+        "--processes", type=int, help="reproducibility: fresh processes (default 8; smoke: 2)"
     )
     arguments = parser.parse_args(argv)
     if arguments.smoke != SIMULATOR:

@@ -35,7 +35,14 @@ from numbatune.streams.memory import memory_cleanup, memory_usage  # noqa: E402
 from numbatune.streams.monitor import end_profile, profile, start_profile  # noqa: E402
 from numbatune.streams.profiles import Profile, ProfileToken  # noqa: E402
 from numbatune.tuning.checks import Check, Mismatch  # noqa: E402
-from numbatune.tuning.results import Source, Status, TuneReport, VariantResult  # noqa: E402
+from numbatune.tuning.results import (  # noqa: E402
+    Lookup,
+    Origin,
+    Source,
+    Status,
+    TuneReport,
+    VariantResult,
+)
 from numbatune.unroll import static_range  # noqa: E402
 from numbatune.variants import Variant, product  # noqa: E402
 
@@ -67,9 +74,11 @@ __all__ = [
     "Check",
     "KernelSourceError",
     "LaunchFunctionError",
+    "Lookup",
     "Mismatch",
     "NumbatuneError",
     "OnMiss",
+    "Origin",
     "Profile",
     "ProfileError",
     "ProfileToken",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from numbatune.errors import deprecated
 from numbatune.strategies import Budget, Strategy
 from numbatune.values import TextEnum
 
@@ -124,11 +125,15 @@ class OnMiss(TextEnum):
         unmeasured, and record the key for ``numbatune sweep``.
     BACKGROUND
         The same, and tune the key in a background thread, whose winner then replaces it.
+    ERROR
+        Raise :class:`~numbatune.TuningKeyError`, naming the key, and measure nothing: for CI
+        and production runs that may only use shipped results.
     """
 
     TUNE = "tune"
     NEAREST = "nearest"
     BACKGROUND = "background"
+    ERROR = "error"
 
 
 class Isolate(TextEnum):
@@ -184,8 +189,8 @@ class Snapshot:
     #: What a call does with a key that has no stored result (numbatune.resolver): ``tune``
     #: it now; ``nearest``: launch the winner of the kernel's nearest tuned key (else the
     #: kernel as written), unmeasured, and record the key for a sweep; ``background``: as
-    #: ``nearest``, and tune the key in a background thread, whose winner replaces it. A
-    #: kernel's ``autotune(on_miss=...)`` wins over it.
+    #: ``nearest``, and tune the key in a background thread, whose winner replaces it;
+    #: ``error``: raise TuningKeyError. A kernel's ``autotune(on_miss=...)`` wins over it.
     on_miss: OnMiss = OnMiss.TUNE
     #: A file that records every key each tuned kernel meets (numbatune.record), for
     #: ``numbatune sweep``; None (``off``): no record (``nearest`` and ``background`` then
@@ -238,6 +243,12 @@ class Settings(Snapshot):
     def __delattr__(self, name: str) -> None:
         object.__delattr__(self, name)
 
+    @property
+    def tune(self) -> bool:
+        """Deprecated: `on_miss`; whether it is ``"tune"``."""
+        deprecated("settings.tune", "settings.on_miss")
+        return self.on_miss is OnMiss.TUNE
+
     def snapshot(self) -> Snapshot:
         """The settings as they are now, frozen."""
         return Snapshot(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
@@ -271,18 +282,22 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "rank_timeout_s": _parse_positive_float,
 }
 
+#: Settings on their way out (:func:`configure` warns, and takes them as the setting named).
+_DEPRECATED: dict[str, Callable[[str], Any]] = {"tune": _parse_bool}
+
 settings = Settings()
 
 
 def _validated(name: str, value: Any) -> Any:
-    if name not in _PARSERS:
+    parsers = {**_PARSERS, **_DEPRECATED}
+    if name not in parsers:
         raise ValueError(f"numbatune: unknown setting {name!r}; settings are {sorted(_PARSERS)}")
     if name in ("cache_dir", "record") and (value is None or isinstance(value, os.PathLike)):
         return None if value is None else Path(value)
     if name == "log_level" and value is None:  # the default: the application's logging decides
         return None
     try:
-        return _PARSERS[name](str(value))
+        return parsers[name](str(value))
     except ValueError as error:
         raise ValueError(
             f"numbatune: invalid value {value!r} for setting {name} "
@@ -315,6 +330,10 @@ def configure(**values: Any) -> Settings:
         changed then.
     """
     checked = {name: _validated(name, value) for name, value in values.items()}
+    if "tune" in checked:
+        deprecated("the tune setting (NUMBATUNE_TUNE)", "on_miss (NUMBATUNE_ON_MISS): 'tune' "
+                   "for on, 'nearest' for off")  # fmt: skip
+        checked.setdefault("on_miss", OnMiss.TUNE if checked.pop("tune") else OnMiss.NEAREST)
     if checked.get("min_runs", settings.min_runs) > checked.get("max_runs", settings.max_runs):
         raise ValueError("numbatune: setting min_runs must not exceed max_runs")
     level_was_set = settings.log_level is not None
@@ -339,7 +358,7 @@ def load_environment() -> None:
     global environment_problem
     given = {
         name: os.environ[f"NUMBATUNE_{name.upper()}"]
-        for name in _PARSERS
+        for name in (*_PARSERS, *_DEPRECATED)
         if f"NUMBATUNE_{name.upper()}" in os.environ
     }
     valid, problems = {}, []

@@ -110,9 +110,9 @@ def autotune(
         What a call does with a key that has no stored result: ``"tune"`` it now;
         ``"nearest"``: launch the winner of the kernel's nearest tuned key (else the kernel as
         written), unmeasured, and record the key for ``numbatune sweep``; ``"background"``: as
-        ``"nearest"``, and tune the key in a background thread, whose winner then replaces it.
-        ``tune(...)`` always tunes. None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``,
-        default ``"tune"``).
+        ``"nearest"``, and tune the key in a background thread, whose winner then replaces it;
+        ``"error"``: raise `TuningKeyError`, measuring nothing. ``tune(...)`` always tunes.
+        None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``, default ``"tune"``).
 
     Returns
     -------

@@ -24,14 +24,25 @@ from numbatune.cache.tunecache import Winner
 from numbatune.call_arguments import ArgumentCheck
 from numbatune.compile.compiler import Tally
 from numbatune.config import settings
+from numbatune.errors import LaunchFunctionError
 from numbatune.launch.config import is_empty, launch_config
 from numbatune.resolver import SERVED, Resolver
 from numbatune.shared import DeviceState, shared_state
 from numbatune.spec import KernelSpec
 from numbatune.trials import trying
-from numbatune.tuning.results import TuneReport
+from numbatune.tuning.results import Lookup, Origin, TuneReport
 from numbatune.variants import Variant
 from numbatune.winners import WinnerLauncher
+
+
+def _nothing_to_do(spec: KernelSpec, args: tuple[Any, ...]) -> bool:
+    """Whether the kernel as written launches an empty grid on ``args``. Where its launch
+    configuration is malformed or beyond the device's limits, tuning finds out, as ``tune``
+    does: only that variant fails."""
+    try:
+        return is_empty(spec.launch_config(args, spec.reference_variant))
+    except (ValueError, LaunchFunctionError):
+        return False
 
 
 class TunedKernel(Called):
@@ -57,7 +68,8 @@ class TunedKernel(Called):
     argument of the wrong kind: a host array, a scalar where the kernel indexes an array,
     named in the message), ``ValueError`` (an array on another GPU than the current one),
     `TuningError` (every variant failed for this key; the message names each and its error),
-    `TuningKeyError` (the key of the call could not be computed, or cannot be a cache key),
+    `TuningKeyError` (the key of the call could not be computed, or cannot be a cache key, or
+    has no stored result under ``on_miss="error"``),
     `LaunchFunctionError` (the launch function raised) or `StreamError` (``stream`` cannot
     take launches: destroyed, or of another context). The call itself is the C extension's
     (:data:`numbatune.binder.Called`): no Python frame lies between it and the fast path.
@@ -112,8 +124,8 @@ class TunedKernel(Called):
         key = spec.key_of(arguments)
         winner = state.known(key, self.name)
         if winner is None:
-            if is_empty(spec.launch_config(args, spec.reference_variant)):
-                return  # nothing to do, and nothing to tune (empty inputs, say)
+            if _nothing_to_do(spec, args):
+                return  # nothing to tune either (empty inputs, say)
             winner, _ = self._answer(state, key, arguments, stream, force=False, serve=True)
         self._winners.launch(state, spec.runnable_winner(winner, args), args, stream)
 
@@ -317,6 +329,47 @@ class TunedKernel(Called):
             report = dataclasses.replace(report, best_index=winner.index)
         launch_config(spec.launch, args, winner.params, self.name)
         return report
+
+    def lookup(self, *args: Any) -> Lookup:
+        """Which variant a call with these arguments launches, and where that answer comes
+        from, without tuning, launching, recording the key or waiting for another tuning.
+
+        It asks what a call asks, in the same order: this process's winner table, the disk
+        cache (a stored result that serves the current level and check mode), then the
+        ``on_miss`` policy (``"nearest"`` and ``"background"``: the nearest tuned key's winner,
+        else the kernel as written). Where none answers, a call would tune (or, under
+        ``on_miss="error"``, raise), and the lookup says so (``Origin.NONE``). ``tune`` is the
+        explicit request to tune: on a key served by ``on_miss`` it tunes.
+
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call (only their key, and ``valid``, are read).
+
+        Returns
+        -------
+        Lookup
+            ``key``, ``origin`` (`Origin`: tuned, disk, ranks, single, nearest, as written,
+            none), ``variant`` (None with no answer) and ``in_memory``.
+
+        Raises
+        ------
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
+        TuningKeyError
+            The key could not be computed.
+        """
+        arguments = self._arguments.read(args)
+        spec = self._spec
+        state, key = self._device_state(), spec.key_of(arguments)
+        known = state.known(key, self.name)
+        report = (
+            known.report if known is not None else self._resolver.peek(state.cache, key, arguments)
+        )
+        if report is None:
+            return Lookup(key, Origin.NONE)
+        winner = spec.runnable_winner(state.cache.winner_of(report), args)
+        return Lookup(key, Origin.of(report.source), winner.variant, known is not None)
 
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
         """The winning variant's parameters for these arguments, tuning first if needed.

@@ -3,12 +3,20 @@
 Each derives from :class:`NumbatuneError`, so ``except numbatune.NumbatuneError`` catches every
 one, and from the built-in error it always was (``RuntimeError``, ``ValueError`` or
 ``TypeError``), so code written against those keeps working. Bad arguments to numbatune's
-functions raise plain ``TypeError`` and ``ValueError`` that name the argument.
+functions raise plain ``TypeError`` and ``ValueError`` that name the argument. A public name
+on its way out warns with :func:`deprecated` for one minor release first.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
+
+
+def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn (``DeprecationWarning``) that ``old`` is deprecated, naming ``new`` to use instead;
+    ``stacklevel`` 3 points at the caller of the function that warns."""
+    warnings.warn(f"numbatune: {old} is deprecated; use {new}", DeprecationWarning, stacklevel)
 
 
 class NumbatuneError(Exception):
@@ -45,7 +53,8 @@ def as_raised(error: TuningError, raised: list[BaseException]) -> TuningError:
 
 
 class TuningKeyError(NumbatuneError, ValueError):
-    """The key of a call could not be computed, or cannot be a cache key."""
+    """The key of a call could not be computed, or cannot be a cache key; or, under
+    ``on_miss="error"``, it has no stored result (the message names the key)."""
 
 
 class StreamError(NumbatuneError, ValueError):

@@ -6,10 +6,10 @@ the key's text, and each argument (an array's shape, byte strides and dtype, wha
 layout: a reversed view's strides are negative, a broadcast array's zero; a scalar's value and
 type, a complex one's value as ``[real, imaginary]``). Only a key's first call in a process
 writes, on the general path: the launches that follow, on the fast path, are untouched. Each
-line is appended with one write, so processes and ranks may share the file; a line cut short (a
-full disk) is not counted as written, and the next line written starts a line of its own. A
-sweep reads each (kernel, key) once, and names each line that is not a record (one cut short,
-say) while it tunes the others.
+line is appended with one write, under a lock of the file, so processes and ranks may share
+it; a line cut short (a full disk) is not counted as written, and the next line written starts
+a line of its own. A sweep reads each (kernel, key) once, and names each line that is not a
+record (one cut short, say) while it tunes the others.
 
 The same format, written by hand, lists shapes to sweep::
 
@@ -23,6 +23,7 @@ The same format, written by hand, lists shapes to sweep::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -135,7 +136,10 @@ def write(
 def _append(descriptor: int, line: str) -> None:
     """Append ``line`` to the file open at ``descriptor``, in one write, as a line of its own:
     after a line cut short (a full disk, a process killed), a newline ends that one first.
-    Raises OSError where this line is cut short itself."""
+    The file is locked (``flock``) from reading its last byte to the end of the write: another
+    process's line, half written, would look cut short. Raises OSError where this line is cut
+    short itself."""
+    fcntl.flock(descriptor, fcntl.LOCK_EX)  # (released when the descriptor is closed)
     size = os.fstat(descriptor).st_size
     after_a_cut = size > 0 and os.pread(descriptor, 1, size - 1) != b"\n"
     data = (("\n" if after_a_cut else "") + line + "\n").encode()

@@ -12,6 +12,7 @@ control going down only (the tune cache is passive, tuning gets values):
      tune shares of the variants and merge them (:mod:`numbatune.cache.ranks`);
    - **nearest** / **background** (the miss policy, :class:`~numbatune.config.OnMiss`, for a
      call): the winner of the nearest tuned key, else the kernel as written, unmeasured;
+     **error**: a :class:`~numbatune.errors.TuningKeyError`, nothing measured;
    - **tune**: a :class:`~numbatune.tuning.job.TuneJob`, run by :func:`numbatune.tuning.
      tuner.tune`;
    - a measured answer (benchmark, ranks) is stored on disk;
@@ -37,7 +38,7 @@ from numbatune.cache import ranks
 from numbatune.cache.tunecache import Claim, TuneCache, Winner
 from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import OnMiss, Snapshot, settings
-from numbatune.errors import TuningError
+from numbatune.errors import TuningError, TuningKeyError
 from numbatune.forking import ForkSafeLock
 from numbatune.spec import KernelSpec
 from numbatune.strategies import Search, Strategy
@@ -169,6 +170,20 @@ class Resolver:
         later = report.source in SERVED and walk.policy is OnMiss.BACKGROUND
         return Resolved(winner, report, later)
 
+    def peek(self, cache: TuneCache, key: Hashable, arguments: Arguments) -> TuneReport | None:
+        """What a call's walk would find for ``key`` (not in the winner table) without tuning,
+        waiting or recording: the stored entry that serves the plan, else what the miss policy
+        serves (the nearest tuned key's winner, or the kernel as written); None where a call
+        tunes the key first (or raises, under ``on_miss="error"``)."""
+        walk = self._walk(Miss(key, arguments, None, serve=True), settings.snapshot())
+        stored = cache.load(canonical_key(key))
+        stored = None if stored is None else _reuse(stored, walk)
+        if stored is not None:
+            return stored
+        if walk.policy in (OnMiss.NEAREST, OnMiss.BACKGROUND):
+            return self._served(cache, walk)
+        return None
+
     def _walk(self, miss: Miss, taken: Snapshot) -> _Walk:
         spec = self._spec
         plan = levels.plan(spec.kernel_name, miss.key, spec.variants, spec.level or taken.level,
@@ -196,6 +211,12 @@ class Resolver:
                 report = self._agreed(cache, key, walk, group, stored)
             elif stored is not None:
                 report = stored
+            elif walk.policy is OnMiss.ERROR:
+                raise TuningKeyError(
+                    f"{self._spec.kernel_name}: key {key_text(miss.key)} has no stored result, "
+                    "and on_miss is 'error': tune it first (kernel.tune(...), numbatune sweep) "
+                    "or import its results"
+                )
             elif not tunes:
                 report = self._served(cache, walk)
             else:
@@ -245,10 +266,7 @@ class Resolver:
     ) -> TuneJob:
         spec, miss = self._spec, walk.miss
         starts = self._starts(cache, miss.key, plan) if walk.searched else ()
-        check = walk.check  # (its reference: a function of its own, else the kernel as written)
-        written = (
-            None if check is None or check.reference is not None else spec.as_written(miss.args)
-        )
+        check, written = walk.check, spec.as_written(miss.args)
         return TuneJob(
             spec.kernel_name, miss.key, spec.variants, miss.arguments, spec.parameters, miss.stream,
             plan, self._compile_variants, check, written, miss.unrestored,
@@ -306,7 +324,8 @@ class Resolver:
         """Record the key (numbatune.record) where the settings ask for it."""
         taken, miss = walk.settings, walk.miss
         path = taken.record
-        if path is None and walk.policy is not OnMiss.TUNE and taken.cache_dir is not None:
+        served = walk.policy in (OnMiss.NEAREST, OnMiss.BACKGROUND)
+        if path is None and served and taken.cache_dir is not None:
             path = record.served_keys_path(taken.cache_dir)
         if path is None:
             return

@@ -10,14 +10,15 @@ when the sweep ends); their results are merged into one export file, which ``num
 import`` or :func:`numbatune.cache_import` adds to a cache, so that the program's calls of those
 keys are hits.
 
-Nothing tuned is lost: each key's result is stored as it is tuned, so the keys a worker tuned
-before it died are exported too (a worker process's read from its folder; a Ray actor hands
-back each key's results as it tunes it, and is handed its next key only once they are here, so
-that its keys are kept wherever it ran). The export
-file is checked before any tuning (a folder, a missing folder, a read-only or full disk are
-refused), written whole or not at all, and read first if it exists: its entries are kept, and a
-rerun goes on from there (its keys are ``stored``, not tuned again). A line of the record that
-is not a record is a row of its own, saying why; the others are tuned.
+Nothing tuned is lost: each key's result is stored as it is tuned, and its outcome noted in the
+worker's folder, so the keys a worker tuned before it died are exported and reported tuned
+too, whether or not their records name their keys (a worker process's read from its folder; a
+Ray actor hands back each key's results as it tunes it, and is handed its next key only once
+they are here, so that its keys are kept wherever it ran). The export file is checked before
+any tuning (a folder, a missing folder, a read-only or full disk are refused), written whole or
+not at all, and read first if it exists: its entries are kept, and a rerun goes on from there
+(its keys are ``stored``, not tuned again). A line of the record that is not a record is a row
+of its own, saying why; the others are tuned.
 
 A kernel defined in a script run as ``__main__`` cannot be imported by name: its records are
 skipped, with the reason.
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -214,7 +217,8 @@ def _run_share(
     if isinstance(outcome, processes.Done):
         return outcome.value
     kept = _results(Path(cache_dir))
-    return _kept_share(share, kept, earlier, f"its worker failed: {outcome}")
+    why = f"its worker failed: {outcome}"
+    return _kept_share(share, kept, earlier, why, _finished(Path(cache_dir)))
 
 
 def _results(cache_dir: Path) -> dict[str, Any]:
@@ -225,10 +229,16 @@ def _results(cache_dir: Path) -> dict[str, Any]:
 
 
 def _kept_share(
-    share: Sequence[Record], kept: dict[str, Any], earlier: list[dict[str, Any]], why: str
+    share: Sequence[Record],
+    kept: dict[str, Any],
+    earlier: list[dict[str, Any]],
+    why: str,
+    finished: Sequence[SweepOutcome],
 ) -> dict[str, Any]:
-    """The share of a worker that failed (``why``): the keys it had tuned (``kept``: the
-    :func:`_results` stored in its cache as each was tuned) kept, the others failed."""
+    """The share of a worker that failed (``why``): the outcomes of the records it ``finished``
+    (:func:`_finished`, the first of ``share``, in order) as it said them, and the keys it had
+    tuned (``kept``: the :func:`_results` stored in its cache as each was tuned) kept; the
+    others failed."""
     items = kept["items"]
     before = {(item["function"], item["key"]) for item in earlier}
     winners = {
@@ -243,7 +253,42 @@ def _kept_share(
         done = Status.STORED if (record.function, record.key) in before else Status.TUNED
         return SweepOutcome(record.function, record.key, done, winner["variant"])
 
-    return {"outcomes": [outcome(record) for record in share], **kept}
+    outcomes = [*finished, *(outcome(record) for record in share[len(finished) :])]
+    return {"outcomes": outcomes, **kept}
+
+
+#: The file of a worker's cache directory that takes each record's outcome as it is tuned.
+_FINISHED = "sweep-outcomes.jsonl"
+
+
+def _tune_noted(record: Record, cache_dir: Path) -> SweepOutcome:
+    """Tune ``record``'s key (:func:`_tune_one`) and append its outcome to the worker's file of
+    outcomes: a worker that dies later is known to have finished it, whether or not the record
+    names its key."""
+    outcome = _tune_one(record)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / _FINISHED, "a") as file:
+        file.write(json.dumps({**dataclasses.asdict(outcome), "status": outcome.status.value}))
+        file.write("\n")
+    return outcome
+
+
+def _finished(cache_dir: Path) -> list[SweepOutcome]:
+    """The outcomes a worker noted (:func:`_tune_noted`), in order; a line cut short, the
+    worker dying as it wrote it, ends them."""
+    try:
+        lines = (cache_dir / _FINISHED).read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+            found.append(SweepOutcome(item["function"], item["key"], Status(item["status"]),
+                                      item["detail"]))  # fmt: skip
+        except (ValueError, KeyError, TypeError):
+            break
+    return found
 
 
 def _share_count(workers: int | None, gpus: int) -> int:
@@ -329,8 +374,9 @@ def _gathered(
             ray.get(actor.close.remote(), timeout=10)
         ray.kill(actor)
         why = f"its Ray actor failed: {error}"
-        kept = _kept_share(shares[index][done[index] :], _results(Path(cache_dirs[index])),
-                           earlier, why)  # fmt: skip
+        folder = Path(cache_dirs[index])
+        finished = _finished(folder)[done[index] :]
+        kept = _kept_share(shares[index][done[index] :], _results(folder), earlier, why, finished)
         for part, values in kept.items():
             gathered[index][part] += values
 
@@ -389,7 +435,7 @@ class Sweeper:
         kernels of its function not handed back before (an entry tuned again over one handed
         back, or over one of the earlier export, again). Only the entries stored since the
         last call, or under the key tuned, are read, and only the kernels not handed back."""
-        outcome = _tune_one(record)
+        outcome = _tune_noted(record, self._folder)
 
         def wanted(stored_under: str) -> bool:
             return stored_under not in self._read or entries.key_of(stored_under) == outcome.key
@@ -436,7 +482,7 @@ def tune_records(
     (:func:`_prepare`); each record's :class:`SweepOutcome`, and the directory's results
     (:func:`_results`)."""
     _prepare(modules, paths, cache_dir, earlier)
-    outcomes = [_tune_one(record) for record in records]
+    outcomes = [_tune_noted(record, Path(cache_dir)) for record in records]
     return {"outcomes": outcomes, **_results(Path(cache_dir))}
 
 

@@ -282,7 +282,20 @@ def _check_compilers(compilers, printed):
 
 
 #: What the smoke run's result of a section must hold, beyond its running without an error.
+def _check_reproducibility(result, printed):
+    """Each key tuned in two fresh processes, its winners counted and timed again."""
+    assert result["processes"] == 2 and [k["key"] for k in result["keys"]] == [
+        "saxpy 64",
+        "transpose 8x16",
+    ]
+    for key in result["keys"]:
+        assert sum(key["winners"].values()) == 2 and 1 <= key["agreed"] <= 2
+        assert key["worst_winner_vs_fastest"] >= 1.0
+    assert "keys: the same winner in all 2 processes" in printed
+
+
 SMOKE_CHECKS = {
+    "reproducibility": _check_reproducibility,
     "search": _check_search,
     "real_kernels": _check_real_kernels,
     "warm_start": _check_warm_start,
@@ -293,7 +306,7 @@ SMOKE_CHECKS = {
 
 #: The smoke run in parts of about the same length, which the test workers run side by side.
 SMOKE_PARTS = [
-    ("search",),
+    ("search", "reproducibility"),
     ("dispatch", "real_kernels", "space_cost", "compilers"),
     ("first_tune", "tuning_time", "accuracy", "stability", "warm_start", "ceilings", "levels"),
 ]

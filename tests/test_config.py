@@ -16,7 +16,7 @@ import numbatune as nt
         ("level", "fastest", "must be one of minimal, balanced, extensive, full"),
         ("budget_s", "-1", "must be a number > 0"),
         ("check", "maybe", "must be one of 1/0, true/false"),
-        ("on_miss", "later", "must be one of tune, nearest, background"),
+        ("on_miss", "later", "must be one of tune, nearest, background, error"),
         ("log_level", "loud", "must be one of debug, info, warning, error"),
     ],
 )
@@ -129,3 +129,25 @@ def test_the_command_line_says_an_invalid_environment_variable_in_one_line():
     [said] = [line for line in done.stderr.splitlines() if "NUMBATUNE_SEARCH_BUDGET" in line]
     assert said.startswith("numbatune: error: invalid value '0' for setting search_budget")
     assert "Traceback" not in done.stderr
+
+
+def test_the_removed_tune_setting_warns_and_is_taken_as_on_miss(monkeypatch):
+    monkeypatch.setattr(nt.settings, "on_miss", nt.OnMiss.TUNE)
+    with pytest.warns(DeprecationWarning, match=r"the tune setting .* is deprecated; use on_miss"):
+        nt.configure(tune="off")
+    assert nt.settings.on_miss is nt.OnMiss.NEAREST
+    with pytest.warns(DeprecationWarning, match="settings.tune is deprecated"):
+        assert nt.settings.tune is False
+    with pytest.warns(DeprecationWarning):
+        nt.configure(tune=True)
+    assert nt.settings.on_miss is nt.OnMiss.TUNE
+    with pytest.raises(ValueError, match=r"setting tune \(NUMBATUNE_TUNE\): must be one of 1/0"):
+        nt.configure(tune="maybe")
+
+
+def test_the_removed_tune_variable_is_still_read():
+    code = "import numbatune as nt; print(nt.settings.on_miss)"
+    env = {**os.environ, "NUMBATUNE_TUNE": "0", "NUMBA_ENABLE_CUDASIM": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.stdout.strip() == "nearest", done.stderr

@@ -280,3 +280,18 @@ def test_a_variant_beyond_the_devices_limits_fails_while_tuning_and_the_others_a
     assert report.best == {"BLOCK": 4}
     (failed,) = [r for r in report.results if r.status == "failed"]
     assert failed.params == {"BLOCK": 2048} and "the device allows 1024" in failed.error
+
+
+def test_a_first_call_tunes_when_the_kernel_as_written_is_beyond_the_devices_limits():
+    """The kernel as written (BLOCK=4) asks for 2**31 blocks: the first call tunes as tune()
+    does, that variant fails, and the other wins and runs."""
+
+    def launch(a, out, *, BLOCK):
+        return (2**31 if BLOCK == 4 else nt.cdiv(a.shape[0], BLOCK)), BLOCK
+
+    tuned = nt.autotune(variants=nt.product(BLOCK=[4, 8]), launch=launch)(kernels.accumulate)
+    a, out = arrays(8)
+    tuned(a, out)
+    assert out.copy_to_host().tolist() == list(range(8))
+    report = tuned.tune(a, out)
+    assert report.best == {"BLOCK": 8} and "the device allows" in report.results[0].error

@@ -225,7 +225,10 @@ def test_a_search_measures_the_variants_built_with_those_it_proposes(fake_times,
     report = tuned(variants, search=strategy, budget=90).tune(*arguments())
     assert report.tried == 90
     measured, batches = set(), []
-    for number, batch in enumerate(fake_times):
+    searched = list(fake_times)
+    if set(searched[-1]) <= {v for batch in searched[:-1] for v in batch}:
+        searched.pop()  # the variants tied with the best (siblings of equal times), timed again
+    for number, batch in enumerate(searched):
         again = [v for v in batch if v in measured]
         assert len(again) == (number > 0)  # the best so far, and no other, measured again
         batches.append([v for v in batch if v not in measured])

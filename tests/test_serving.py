@@ -140,11 +140,26 @@ def test_on_miss_background_as_an_option_tunes_the_served_key_in_the_background(
     assert winner_of(kernel, 40).report.source == "benchmark" and kernel.stats["benchmarks"] == 1
 
 
+@pytest.mark.parametrize("how", ["setting", "option"])
+def test_on_miss_error_raises_naming_the_key_and_measures_nothing(on_miss, how):
+    if how == "setting":
+        on_miss("error")  # NUMBATUNE_ON_MISS=error
+    kernel = tuned(on_miss="error" if how == "option" else None)
+    x, out = arrays(40)
+    with pytest.raises(nt.TuningKeyError, match=r"^triple: key \(40, .* has no stored result"):
+        kernel(x, out)
+    assert kernel.stats == {"compiles": 0, "loaded": 0, "benchmarks": 0}
+    assert out.copy_to_host().tolist() == [0.0] * 40
+    kernel.tune(x, out)  # an explicit request tunes; the call then hits
+    kernel(x, out)
+    assert out.copy_to_host().tolist() == [3.0 * i for i in range(40)]
+
+
 @pytest.mark.parametrize("value", ["later", "NEAREST ", 1])
 def test_an_unknown_on_miss_option_is_refused_when_the_kernel_is_defined(value):
     message = (
-        r"^autotune\(triple\): on_miss must be one of tune, nearest, background \(or None for "
-        rf"the on_miss setting, NUMBATUNE_ON_MISS\), got {re.escape(repr(value))}$"
+        r"^autotune\(triple\): on_miss must be one of tune, nearest, background, error \(or "
+        rf"None for the on_miss setting, NUMBATUNE_ON_MISS\), got {re.escape(repr(value))}$"
     )
     with pytest.raises(ValueError, match=message):
         tuned(on_miss=value)
@@ -265,3 +280,51 @@ def test_a_line_cut_short_is_not_counted_as_written_nor_swallows_the_next(
     found = record.read(path)
     assert [r.key for r in found.records] == ["key-1", "key-2", "key-3"]
     assert [u.line for u in found.unreadable] == [2]
+
+
+def _append_records(path, writer, count):
+    for number in range(count):
+        arguments = (writer, number, *range(100))  # long lines: many straddle pages
+        record.write(path, "app.k", "app", "k", f"({writer}, {number})", arguments)
+
+
+def test_processes_appending_to_one_record_at_once_leave_no_empty_line(tmp_path):
+    import multiprocessing
+
+    path, writers, count = tmp_path / "record.jsonl", 8, 60
+    start = multiprocessing.get_context("fork")
+    processes = [
+        start.Process(target=_append_records, args=(path, w, count)) for w in range(writers)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    lines = path.read_text().splitlines()
+    assert [line for line in lines if not line.strip()] == []
+    found = record.read(path)
+    assert len(found.records) == writers * count and found.unreadable == ()
+
+
+def test_lookup_says_what_a_call_launches_and_where_it_comes_from_without_tuning(
+    on_miss, monkeypatch, numbatune_cache
+):
+    kernel, (x, out) = tuned(), arrays(40)
+    first = kernel.lookup(x, out)  # a call would tune
+    assert first.origin is nt.Origin.NONE and first.variant is None and first.key[0] == 40
+    assert kernel.stats["benchmarks"] == 0 and out.copy_to_host().tolist() == [0.0] * 40
+    winning(monkeypatch, 4)
+    report = kernel.tune(x, out)
+    assert kernel.lookup(x, out) == nt.Lookup(report.key, nt.Origin.TUNED, report.winner, True)
+    forget_shared_state(monkeypatch)  # as a fresh process
+    fresh = tuned()
+    assert fresh.lookup(x, out) == nt.Lookup(report.key, nt.Origin.DISK, report.winner, False)
+    on_miss("nearest")
+    other = fresh.lookup(*arrays(64))
+    assert other.origin == "nearest" and other.variant == report.winner and not other.in_memory
+    assert fresh.stats == {"compiles": 0, "loaded": 0, "benchmarks": 0}
+    assert not (numbatune_cache / "record.jsonl").exists()  # nothing recorded either
+    forget_shared_state(monkeypatch)
+    monkeypatch.setattr(nt.settings, "cache_dir", numbatune_cache / "empty")
+    assert tuned().lookup(x, out).origin is nt.Origin.AS_WRITTEN
+    assert tuned().lookup(x, out).variant == nt.Variant({"BLOCK": 8})

@@ -189,6 +189,23 @@ def test_a_sweep_whose_worker_dies_keeps_what_it_tuned_and_a_rerun_goes_on_from_
     assert list(temporary.iterdir()) == []
 
 
+def test_a_sweep_of_records_without_keys_whose_worker_dies_says_what_it_tuned(
+    program, monkeypatch, capsys
+):
+    """Records written by hand name no key: the keys the worker tuned before it died are
+    reported tuned, as the export holds them."""
+    path = recorded(program)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    by_size = {line["arguments"][0]["shape"][0]: line for line in lines}
+    keyless = [{k: v for k, v in by_size[n].items() if k != "key"} for n in (16, 100, 40)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in keyless))
+    export = program / "export.json"
+    monkeypatch.setenv("SWEEP_DIES_AT", "40")  # the last of the worker's three keys
+    assert cli.main(["sweep", str(path), "-o", str(export), "--path", str(program)]) == 1
+    assert "2 tuned, 0 stored, 1 failed" in capsys.readouterr().err
+    assert len(json.loads(export.read_text())["entries"]) == 2
+
+
 @pytest.mark.parametrize("actor", ["on this machine", "on another machine"])
 def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(actor, program, capsys, monkeypatch):
     ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")

@@ -454,3 +454,101 @@ def test_a_search_keeps_its_outcomes_only_for_a_batch_that_another_follows(
     )
     assert recorded == kept
     assert report.tried == sum(len(batch) for batch in drifting_times) - len(drifting_times) + 1
+
+
+def test_the_removed_report_names_warn_and_still_answer():
+    import dataclasses
+
+    report = nt.TuneReport("key", 0, nt.Source.BENCHMARK, (nt.VariantResult(nt.Variant({})),))
+    with pytest.warns(DeprecationWarning, match="best_variant is deprecated; use TuneReport.win"):
+        assert report.best_variant == report.winner
+    with pytest.warns(DeprecationWarning, match=r"use dataclasses.replace\(report, source=...\)"):
+        moved = report.with_source("disk")
+    assert moved == dataclasses.replace(report, source=nt.Source.DISK)
+
+
+def faked_times(monkeypatch, medians):
+    """Tuning measures ``medians`` (us, by BLOCK; a function of the measurement's number, from
+    0) instead of a stopwatch, with no spread; each measured set of BLOCKs is kept."""
+    from numbatune.tuning import bench
+    from numbatune.tuning.results import Timed
+
+    measured = []
+
+    def measure(runs, *rest, **options):
+        times = medians(len(measured))
+        measured.append(sorted(v.params["BLOCK"] for v in runs))
+        return {v: Timed(times[v.params["BLOCK"]] * 1e-6, 0.0, 10) for v in runs}
+
+    monkeypatch.setattr(bench, "measure", measure)
+    return measured
+
+
+BLOCK = 4  # the kernel as written
+
+
+@cuda.jit
+def add_blocks(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0] and BLOCK > 0:  # (reads BLOCK: the kernel as written has BLOCK=4)
+        out[i] += a[i]
+
+
+def four_blocks():
+    return nt.autotune(variants=nt.product(BLOCK=[2, 4, 8, 16]), launch=kernels.accumulate_launch)(
+        add_blocks
+    )
+
+
+def device_pair(n):
+    return device(np.ones(n, np.float32)), device(np.zeros(n, np.float32))
+
+
+@pytest.mark.parametrize("faster", [2, 4, 8])
+def test_variants_within_noise_are_timed_again_and_the_kernel_as_written_wins(monkeypatch, faster):
+    """BLOCK=2, 4 and 8 lie within 0.5% of each other, whichever is fastest (as in fresh
+    processes): they are timed again together, and the kernel as written (BLOCK=4) wins."""
+    measured = faked_times(monkeypatch, lambda _: {2: 1.0, 4: 1.0, 8: 1.0, 16: 3.0, faster: 0.995})
+    report = four_blocks().tune(*device_pair(8))
+    assert measured == [[2, 4, 8, 16], [2, 4, 8]]
+    assert report.best == {"BLOCK": 4} and report.tied == (0, 1, 2)
+    kernels.forget_shared_state(monkeypatch)
+    stored = four_blocks().tune(*device_pair(8))
+    assert stored.source == "disk" and stored.tied == (0, 1, 2) and stored.best == {"BLOCK": 4}
+
+
+def test_ties_without_the_kernel_as_written_go_to_the_first_variant_and_are_timed_once(
+    monkeypatch,
+):
+    """BLOCK=8 is fastest at first; timed again, BLOCK=2 and 8 are still tied and BLOCK=16
+    is out: the first of the two wins."""
+    first = {2: 1.005, 4: 2.0, 8: 1.0, 16: 1.005}
+    measured = faked_times(monkeypatch, lambda n: first if n == 0 else {**first, 16: 1.5})
+    report = four_blocks().tune(*device_pair(8))
+    assert measured == [[2, 4, 8, 16], [2, 8, 16]]
+    assert report.best == {"BLOCK": 2} and report.tied == (0, 2)
+    assert report.results[3].median_s == pytest.approx(1.5e-6)  # its latest time
+
+
+def test_a_variant_clearly_slower_than_the_best_is_no_tie(monkeypatch):
+    measured = faked_times(monkeypatch, lambda _: {2: 1.0, 4: 1.1, 8: 1.2, 16: 3.0})
+    report = four_blocks().tune(*device_pair(8))
+    assert measured == [[2, 4, 8, 16]] and report.best == {"BLOCK": 2} and report.tied == ()
+
+
+@pytest.mark.parametrize(
+    ("leader", "other", "tie"),
+    [((1.0, 0.0), (1.009, 0.0), True),  # within the floor, 1%
+     ((1.0, 0.0), (1.015, 0.0), False),
+     ((1.0, 0.03), (1.015, 0.03), True),  # their middle halves overlap
+     ((1.0, 0.2), (1.03, 0.2), False),  # overlapping, but beyond the ceiling, 2%
+     ((1.0, 0.0), (1.0, 0.0, 10, True), False)],  # stopped early: clearly slower
+)  # fmt: skip
+def test_within_noise_is_the_overlap_of_the_spreads_between_a_floor_and_a_ceiling(
+    leader, other, tie
+):
+    from numbatune.tuning import bench
+    from numbatune.tuning.results import Timed
+
+    first, second = Timed(*leader, 10), Timed(*other) if len(other) > 2 else Timed(*other, 10)
+    assert bench.within_noise(first, second) is tie

@@ -83,6 +83,7 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
         "strategy": report.strategy.value,
         "space": report.space,
         "results": [encode_result(result) for result in tried],
+        "tied": [tried.index(report.results[index]) for index in report.tied],
     }
 
 
@@ -182,6 +183,11 @@ def check(entry: Any) -> dict[str, Any]:
     best = entry.get("best_index")
     if type(best) is not int or not 0 <= best < len(entry["results"]):
         raise DamagedEntry(f"best_index {best!r} is not one of the {len(entry['results'])} results")
+    tied = entry.get("tied", [])  # (entries stored before have none)
+    if not isinstance(tied, list) or not all(
+        type(i) is int and 0 <= i < len(entry["results"]) for i in tied
+    ):
+        raise DamagedEntry(f"tied is {tied!r}, expected indices of results")
     for result in entry["results"]:
         _outcome(result)
     if not isinstance(_outcome(entry["results"][best]), Timed):
@@ -289,4 +295,7 @@ def decode(
         compiles=entry["compiles"],
         strategy=Strategy(entry["strategy"]),
         space=entry["space"],
+        tied=tuple(
+            order.index(variants[entry["results"][i]["variant"]]) for i in entry.get("tied", ())
+        ),
     )

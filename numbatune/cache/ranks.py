@@ -200,4 +200,5 @@ def merge(
         "trial_s": max(entry["trial_s"] for entry in entries),
         "compiles": sum(entry["compiles"] for entry in entries),
         "results": results,
+        "tied": [],  # (the shares were timed apart: their ties are not comparable)
     }

@@ -26,7 +26,10 @@ How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says w
    within ``settings.min_runs`` to ``settings.max_runs`` rounds (screening while variants
    compile, :mod:`numbatune.tuning.screen`, asks for ``settings.early_stop_rounds`` exactly).
 
-Each variant's result is the median of its runs and their interquartile range. Under the
+Each variant's result is the median of its runs and their interquartile range. Variants whose
+medians lie within noise of the best one's are ties (:func:`within_noise`): the tuner times them
+again, together, and a stable rule chooses among those still tied (:mod:`numbatune.tuning.
+tuner`), so that fresh processes agree on the winner. Under the
 simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or flush,
 timed by the wall clock: those times say nothing about speed.
 """
@@ -60,6 +63,26 @@ def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
     else:
         spread = max(samples) - min(samples)
     return Timed(statistics.median(samples), spread, len(samples), stopped_early)
+
+
+#: Two medians closer than this share of the faster one are always a tie, and further than
+#: :data:`TIE_CEILING` never: between the two, the variants' own spreads decide (a winner chosen
+#: among ties is so at most 2% slower than the fastest, timed together).
+TIE_FLOOR = 0.01
+TIE_CEILING = 0.02
+
+
+def within_noise(leader: Timed, other: Timed) -> bool:
+    """Whether ``other``'s time is within the measurement's noise of ``leader``'s (the faster):
+    its median exceeds the leader's by less than the half interquartile ranges of both
+    together (their middle halves overlap), taken as at least :data:`TIE_FLOOR` and at most
+    :data:`TIE_CEILING` of the leader's median. A variant stopped early is clearly slower, and
+    never a tie."""
+    if other.stopped_early:
+        return False
+    noise = (leader.spread_s + other.spread_s) / 2
+    limit = min(max(noise, TIE_FLOOR * leader.median_s), TIE_CEILING * leader.median_s)
+    return other.median_s - leader.median_s <= limit
 
 
 def early_stopped(

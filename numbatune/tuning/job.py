@@ -113,8 +113,9 @@ class TuneJob:
     compile: Compile
     #: Check mode, or None.
     check: Check | None = None
-    #: What check mode compares the variants with, where its check has no reference function:
-    #: the kernel as written, as a variant (one of ``variants`` or not), or why it cannot run.
+    #: The kernel as written, as a variant (one of ``variants`` or not), or why it cannot run:
+    #: what check mode compares the variants with where its check has no reference function,
+    #: and the variant that wins among ties.
     reference: Variant | CannotRun | None = None
     #: Arguments not copied back before each run: a run leaves them as the next one needs them.
     unrestored: frozenset[str] = frozenset()

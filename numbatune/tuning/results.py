@@ -10,9 +10,10 @@ with ``dataclasses.replace``.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from numbatune.errors import deprecated
 from numbatune.strategies import Strategy
 from numbatune.tuning.checks import Mismatch
 from numbatune.values import TextEnum
@@ -50,6 +51,78 @@ class Source(TextEnum):
     SINGLE = "single"
     UNTUNED = "untuned"
     NEAREST = "nearest"
+
+
+class Origin(TextEnum):
+    """Where the variant a call launches comes from, as `TunedKernel.lookup` says without
+    tuning (compares equal to its value: ``"tuned"``).
+
+    Attributes
+    ----------
+    TUNED
+        Measured in this process.
+    DISK
+        Read from the disk cache (an imported result too).
+    RANKS
+        Tuned by the ranks of a torch.distributed job together, or another rank's result.
+    SINGLE
+        The kernel's only variant (to try), unmeasured.
+    NEAREST
+        The winner of the kernel's nearest tuned key (``on_miss``), unmeasured for this one.
+    AS_WRITTEN
+        The kernel as written (``on_miss``, with no key of the kernel tuned), unmeasured.
+    NONE
+        No answer yet: a call tunes the key first (``on_miss="tune"``) or raises
+        (``on_miss="error"``).
+    """
+
+    TUNED = "tuned"
+    DISK = "disk"
+    RANKS = "ranks"
+    SINGLE = "single"
+    NEAREST = "nearest"
+    AS_WRITTEN = "as written"
+    NONE = "none"
+
+    @classmethod
+    def of(cls, source: Source) -> Origin:
+        """The origin of a report's answer, from its ``source``."""
+        return _ORIGINS[source]
+
+
+_ORIGINS = {
+    Source.BENCHMARK: Origin.TUNED,
+    Source.MEMORY: Origin.TUNED,  # (a report served again; the winner table keeps the first)
+    Source.DISK: Origin.DISK,
+    Source.RANKS: Origin.RANKS,
+    Source.SINGLE: Origin.SINGLE,
+    Source.NEAREST: Origin.NEAREST,
+    Source.UNTUNED: Origin.AS_WRITTEN,
+}
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a call with some arguments launches, and where that answer comes from: made by
+    `TunedKernel.lookup`, which tunes nothing.
+
+    Attributes
+    ----------
+    key : Hashable
+        The call's tuning key.
+    origin : Origin
+        Where the answer comes from.
+    variant : Variant | None
+        The variant a call launches; None where there is no answer yet (``Origin.NONE``).
+    in_memory : bool
+        Whether the answer is in this process's winner table already (a call launches it
+        without reading the disk).
+    """
+
+    key: Hashable
+    origin: Origin
+    variant: Variant | None = None
+    in_memory: bool = False
 
 
 class Status(TextEnum):
@@ -236,6 +309,11 @@ class TuneReport:
         The search strategy that chose the variants tried.
     space : int
         The number of variants it chose from.
+    tied : tuple[int, ...]
+        Indices in ``results`` of the variants whose times were within the measurement's noise
+        of each other, the winner's among them, when timed again together: the winner is the
+        kernel as written where it is one of them, else the first (empty where no variant was
+        tied with the winner).
     """
 
     key: Hashable
@@ -251,6 +329,7 @@ class TuneReport:
     strategy: Strategy = Strategy.EXHAUSTIVE
     space: int = 0
     check: str = ""
+    tied: tuple[int, ...] = ()
 
     @property
     def tried(self) -> int:
@@ -275,6 +354,23 @@ class TuneReport:
         host code reads (a buffer sized from the tuned block count), as Triton's
         ``best_config.kwargs``. The whole winner is `winner`."""
         return self.winner.params
+
+    @property
+    def best_variant(self) -> Variant:
+        """Deprecated: `winner`, which it returns."""
+        deprecated("TuneReport.best_variant", "TuneReport.winner")
+        return self.winner
+
+    def with_source(self, source: Source | str) -> TuneReport:
+        """Deprecated: ``dataclasses.replace(report, source=...)``, which it returns.
+
+        Parameters
+        ----------
+        source
+            Where the copy's answer came from.
+        """
+        deprecated("TuneReport.with_source", "dataclasses.replace(report, source=...)")
+        return replace(self, source=Source(source))
 
     def __repr__(self) -> str:
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]

@@ -166,7 +166,7 @@ def tune_set(
     if len(variants) == 1 and expected is None:
         return _report(job, {}, best=variants[0], source=Source.SINGLE)
     strategy = job.search.strategy.for_space(len(variants))
-    outcomes, best = _search(job, variants, strategy, clock, expected)
+    outcomes, best, tied = _search(job, variants, strategy, clock, expected)
     if best is None:
         job.journal.discard()  # the next set, if any, starts afresh (and, cut short, goes on)
         lines = "\n".join(
@@ -183,6 +183,7 @@ def tune_set(
         _report(job, outcomes, best=best, source=Source.BENCHMARK),
         strategy=strategy,
         space=len(variants),
+        tied=tuple(job.variants.index(v) for v in tied),
     )
     logger.info(
         "numbatune: tuned %s for key %r (%s search, %d of %d variants): %s",
@@ -202,10 +203,11 @@ def _search(
     strategy: Strategy,
     clock: Clock,
     expected: checks.Observed | None,
-) -> tuple[dict[Variant, Outcome], Variant | None]:
+) -> tuple[dict[Variant, Outcome], Variant | None, tuple[Variant, ...]]:
     """Measure the batches ``strategy`` proposes (from where a journal says an earlier
     tuning stopped) until the space or the budget is spent, checking each variant against
-    the ``expected`` outputs in check mode; the outcomes, and the best.
+    the ``expected`` outputs in check mode, then settle ties (:func:`_settled`); the
+    outcomes, the best, and the variants it was chosen among as ties.
 
     The journal keeps the outcomes after each batch that another follows: a search of one
     batch, or the last batch of several, writes none (their outcomes are the result, stored)."""
@@ -230,10 +232,12 @@ def _search(
     build_key = alone if exhaustive else job.build_key
     together = {} if exhaustive else search.siblings(variants, build_key)
     outcomes = _resumed(job, variants)
+    launchers: dict[Variant, Launcher] = {}  # of the variants measured here
     times = {v: _median(outcome) for v, outcome in outcomes.items()}
     best = _fastest(job, times, times, None)
     started = time.perf_counter()
     count = min(limit - len(outcomes), proposals.batch)  # how many the next batch may take
+    measured: list[Variant] = []
     while count > 0:
         batch_started = time.perf_counter()
         proposal, builds = search.next_batch(proposals, times, best, count, together, build_key)
@@ -241,7 +245,9 @@ def _search(
             break
         proposal = proposal[: limit - len(outcomes)]
         measured = [*proposal, best] if best is not None else proposal
-        found = _measure(job, measured, clones, restore, clock, progress, outcomes, expected)
+        found = _measure(
+            job, measured, clones, restore, clock, progress, outcomes, expected, launchers
+        )
         outcomes.update(found)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
@@ -250,8 +256,65 @@ def _search(
         count = int(min(limit - len(outcomes), room, proposals.batch))
         if count > 0:  # another batch follows: a tuning cut short in it goes on from here
             job.journal.record(outcomes)
+    last = {v: launchers[v] for v in measured if v in launchers}  # (timed with the best)
+    best, tied = _settled(job, outcomes, best, last, clones, restore, clock)
     progress.close()
-    return outcomes, best
+    return outcomes, best, tied
+
+
+def _settled(
+    job: TuneJob,
+    outcomes: dict[Variant, Outcome],
+    best: Variant | None,
+    launchers: Mapping[Variant, Launcher],
+    clones: tuple[Any, ...],
+    restore: bench.Run,
+    clock: Clock,
+) -> tuple[Variant | None, tuple[Variant, ...]]:
+    """The winner, and the variants it was chosen among (none where no other was tied).
+
+    Of the variants of the ``launchers``, the last batch, measured with ``best`` (the medians
+    of other batches are not comparable with its), those timed within noise of ``best``
+    (:func:`numbatune.tuning.bench.within_noise`) are ties: they are timed again, together
+    and interleaved (their ``outcomes`` replaced), and among those still within noise of the
+    fastest, a stable rule chooses: the kernel as written, else the first in the kernel's
+    order. Fresh processes, whose timings of such variants fall either way, so agree on one."""
+    timed = {v: o for v, o in outcomes.items() if isinstance(o, Timed) and v in launchers}
+    if best not in timed:
+        return best, ()
+    tied = [v for v in job.variants if v in timed and bench.within_noise(timed[best], timed[v])]
+    if len(tied) < 2:
+        return best, ()
+    started = time.perf_counter()
+    runs = {v: bound(launchers[v], clones, job.stream) for v in tied}
+    with bench.device_lock:
+        again = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
+    clock.benchmark_s += time.perf_counter() - started
+    outcomes.update({variant: _outcome(timing) for variant, timing in again.items()})
+    retimed = {v: timing for v, timing in again.items() if isinstance(timing, Timed)}
+    if not retimed:  # (every one failed when run again: the best of the others wins)
+        times = {v: _median(outcome) for v, outcome in outcomes.items()}
+        return _fastest(job, (), times, None), ()
+    fastest = min(retimed, key=lambda v: (retimed[v].median_s, job.variants.index(v)))
+    ties = tuple(v for v in tied if v in retimed and bench.within_noise(retimed[fastest],
+                                                                        retimed[v]))  # fmt: skip
+    winner = job.reference if job.reference in ties else ties[0]
+    logger.info(
+        "numbatune: %s: for key %r, %s are within noise of each other: %s wins (the kernel as "
+        "written first, then the variants' order)",
+        job.kernel_name,
+        job.key,
+        ", ".join(v.label for v in ties),
+        winner.label,
+    )
+    return winner, ties if len(ties) > 1 else ()
+
+
+#: The fewest variants a search proposes at a time (one for each compile worker, where more
+#: wait). Each comes with the variants built with it (:func:`numbatune.tuning.search.siblings`),
+#: so that a batch is one build for each worker: smaller batches, more of them, let a search
+#: step from what it measured more often in its budget.
+_BATCH = 8
 
 
 #: The fewest variants a search proposes at a time (one for each compile worker, where more
@@ -351,10 +414,12 @@ def _measure(
     progress: Progress,
     earlier: Mapping[Variant, Outcome],
     expected: checks.Observed | None,
+    kept: dict[Variant, Launcher],
 ) -> dict[Variant, Outcome]:
     """Compile ``variants`` (trial runs included; on a GPU, screening them as they arrive),
     check those not checked ``earlier`` against the ``expected`` outputs in check mode
-    (:func:`_checked`), and time the others together; each one's outcome.
+    (:func:`_checked`), and time the others together; each one's outcome. The launchers of
+    those that compiled go in ``kept``.
 
     The progress line counts the variants measured in this tuning, each once: those measured
     ``earlier`` (the best so far, measured again) count as done already."""
@@ -384,6 +449,7 @@ def _measure(
         variant: launcher for variant, launcher in compiled.items() if isinstance(launcher, Failed)
     }
     launchers = {v: launcher for v, launcher in compiled.items() if v not in outcomes}
+    kept.update(launchers)
     if expected is not None:
         outcomes.update(_checked(job, launchers, earlier, expected))
     for variant, timing in dropped.items():  # check mode's verdict stands
