@@ -10,6 +10,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
 #include <structmember.h>
 
 #include "_native.h"
@@ -17,6 +18,10 @@
 /* The C functions of the module's record and wait (set by add_order_type): events whose record
  * and wait_event are these are the driver's, which an order calls directly. */
 static PyCFunction module_record = NULL, module_wait = NULL;
+
+/* cuStreamIsCapturing, where the driver is loaded (set by add_order_type). */
+typedef int (*stream_is_capturing_t)(void *stream, int *status);
+static stream_is_capturing_t stream_is_capturing = NULL;
 
 /* One stream's state: what the Python class keeps in _open, _event, _waited, _barrier and
  * _past_barrier under the stream's key. */
@@ -71,6 +76,7 @@ typedef struct {
     PyObject *record;     /* events.record, or NULL until events is set */
     PyObject *wait_event; /* events.wait_event, or NULL until events is set */
     int driver;           /* whether those are the module's: the driver is called directly */
+    PyObject *capturing;  /* events.capturing(stream), or NULL where the events have none */
     PyObject *last_use;   /* buffer -> the entry of its last use */
     PyObject *quick;      /* stream -> its open entry, for streams whose launches may skip use */
     PyObject *streams;    /* stream -> its Stream */
@@ -208,6 +214,23 @@ static PyObject *event_of(Order *self, Stream *stream) {
     return made;
 }
 
+/* StreamOrder._captured: whether work queued on ``key`` now goes into a CUDA graph being
+ * captured (or the driver cannot say): 1, 0, or -1 with an exception. cuStreamIsCapturing
+ * itself where the events are the driver's. */
+static int captured(Order *self, PyObject *key) {
+    void *s, *unused;
+    int status = 0;
+    if (self->driver && stream_is_capturing != NULL && handles_of(key, key, &s, &unused)) {
+        return stream_is_capturing(s, &status) != 0 || status != 0;
+    }
+    if (self->capturing == NULL) return 0;
+    PyObject *result = PyObject_CallOneArg(self->capturing, key);
+    if (result == NULL) return -1;
+    int answer = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return answer;
+}
+
 /* _end_epoch: record the stream's event after all queued on it so far, ending its open epoch.
  * ``stream`` is kept alive by the order's dict of streams. */
 static int end_epoch(Order *self, Stream *stream) {
@@ -219,9 +242,14 @@ static int end_epoch(Order *self, Stream *stream) {
     return failed ? -1 : open_entry(self, stream, stream->epoch + 1);
 }
 
-/* _wait_for: ``stream`` waits for ``producer``'s launches up to the end of ``epoch``. */
+/* _wait_for: ``stream`` waits for ``producer``'s launches up to the end of ``epoch``: 0, or 1
+ * where either is being captured into a graph (nothing is recorded or waited for), or -1 with
+ * an exception. */
 static int wait_for(Order *self, Stream *stream, Stream *producer, long long epoch) {
     if (producer == stream || waited_for(stream, producer) >= epoch) return 0;
+    int skipped = captured(self, stream->stream);
+    if (skipped == 0) skipped = captured(self, producer->stream);
+    if (skipped) return skipped;
     if (producer->epoch <= epoch && end_epoch(self, producer) < 0) return -1;
     PyObject *event = event_of(self, producer);
     if (event == NULL) return -1;
@@ -248,14 +276,18 @@ static PyObject *barrier(Order *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* The waits for the last barrier, where ``stream`` has not had them yet. */
+/* The waits for the last barrier, where ``stream`` has not had them yet (had, once none was
+ * skipped for a capture). */
 static int pass_barrier(Order *self, Stream *stream) {
     if (stream->passed == self->barriers + 1) return 0;
+    int skipped = 0;
     for (Py_ssize_t i = 0; i < self->barrier_streams; i++) {
         Stream *producer = (Stream *)PyList_GET_ITEM(self->opened, i);
-        if (wait_for(self, stream, producer, producer->barrier_epoch) < 0) return -1;
+        int waited = wait_for(self, stream, producer, producer->barrier_epoch);
+        if (waited < 0) return -1;
+        skipped |= waited;
     }
-    stream->passed = self->barriers + 1;
+    if (!skipped) stream->passed = self->barriers + 1;
     return 0;
 }
 
@@ -270,6 +302,7 @@ static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_
     stream->used = 1;
     PyObject *entry = failed ? NULL : Py_NewRef(stream->entry);
     PyObject *seen = NULL; /* the last entry waited for */
+    int skipped = 0;       /* whether the wait for ``seen`` was skipped for a capture */
     for (Py_ssize_t i = 0; !failed && i < count; i++) {
         PyObject *last = PyDict_GetItemWithError(self->last_use, buffers[i]);
         if (last == entry) continue;
@@ -282,11 +315,17 @@ static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_
             Py_XSETREF(seen, last);
             Stream *producer = stream_of(self, PyTuple_GET_ITEM(last, 0));
             long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(last, 1));
-            failed = producer == NULL || (epoch < 0 && PyErr_Occurred()) ||
-                     wait_for(self, stream, producer, epoch) < 0;
+            skipped = producer == NULL || (epoch < 0 && PyErr_Occurred())
+                          ? -1
+                          : wait_for(self, stream, producer, epoch);
+            failed = skipped < 0;
             if (failed) break;
         }
-        failed = PyDict_SetItem(self->last_use, buffers[i], entry) < 0;
+        /* (a use whose wait a capture skipped is not the buffer's last: its last use stays the
+         * work that runs, which later launches wait for) */
+        if (last == NULL || !skipped) {
+            failed = PyDict_SetItem(self->last_use, buffers[i], entry) < 0;
+        }
     }
     Py_XDECREF(seen);
     if (!failed) {
@@ -499,10 +538,13 @@ static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs)
     return entry;
 }
 
-/* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch. */
+/* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch
+ * (nothing while the stream is being captured into a graph). */
 static PyObject *launched(Order *self, PyObject *key) {
     Stream *stream = stream_of(self, key);
-    if (stream == NULL || end_epoch(self, stream) < 0) return NULL;
+    if (stream == NULL) return NULL;
+    int skipped = captured(self, key);
+    if (skipped < 0 || (!skipped && end_epoch(self, stream) < 0)) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -514,7 +556,7 @@ static int set_events(Order *self, PyObject *value, void *unused) {
         PyErr_SetString(PyExc_AttributeError, "an Order's events cannot be deleted");
         return -1;
     }
-    PyObject *record = NULL, *wait_event = NULL;
+    PyObject *record = NULL, *wait_event = NULL, *capturing = NULL;
     if (value != Py_None) {
         record = PyObject_GetAttrString(value, "record");
         wait_event = record ? PyObject_GetAttrString(value, "wait_event") : NULL;
@@ -522,10 +564,13 @@ static int set_events(Order *self, PyObject *value, void *unused) {
             Py_XDECREF(record);
             return -1;
         }
+        capturing = PyObject_GetAttrString(value, "capturing");
+        if (capturing == NULL) PyErr_Clear(); /* (events that know of no capture) */
     }
     Py_XSETREF(self->events, Py_NewRef(value));
     Py_XSETREF(self->record, record);
     Py_XSETREF(self->wait_event, wait_event);
+    Py_XSETREF(self->capturing, capturing);
     self->driver = event_record != NULL && stream_wait_event != NULL && record != NULL &&
                    PyCFunction_Check(record) && PyCFunction_GET_FUNCTION(record) == module_record &&
                    PyCFunction_Check(wait_event) &&
@@ -559,6 +604,7 @@ static int order_traverse(Order *self, visitproc visit, void *arg) {
     Py_VISIT(self->events);
     Py_VISIT(self->record);
     Py_VISIT(self->wait_event);
+    Py_VISIT(self->capturing);
     Py_VISIT(self->last_use);
     Py_VISIT(self->quick);
     Py_VISIT(self->streams);
@@ -570,6 +616,7 @@ static int order_clear(Order *self) {
     Py_CLEAR(self->events);
     Py_CLEAR(self->record);
     Py_CLEAR(self->wait_event);
+    Py_CLEAR(self->capturing);
     Py_CLEAR(self->last_use);
     Py_CLEAR(self->quick);
     Py_CLEAR(self->streams);
@@ -634,6 +681,11 @@ int add_order_type(PyObject *module) {
     Py_XDECREF(record);
     Py_XDECREF(wait);
     if (wait == NULL) return -1;
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD); /* (loaded by _native) */
+    if (driver != NULL) {
+        stream_is_capturing = (stream_is_capturing_t)dlsym(driver, "cuStreamIsCapturing");
+        dlclose(driver); /* (the reference NOLOAD took: the driver stays loaded) */
+    }
     if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0 ||
         PyType_Ready(&lock_type) < 0) {
         return -1;

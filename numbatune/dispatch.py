@@ -24,10 +24,13 @@ from numbatune.cache.tunecache import Winner
 from numbatune.call_arguments import ArgumentCheck
 from numbatune.compile.compiler import Tally
 from numbatune.config import settings
+from numbatune.eager import run_as_written
+from numbatune.errors import CaptureError
 from numbatune.launch.config import is_empty, launch_config
 from numbatune.resolver import SERVED, Resolver
 from numbatune.shared import DeviceState, shared_state
 from numbatune.spec import KernelSpec
+from numbatune.streams.monitor import captured
 from numbatune.trials import trying
 from numbatune.tuning.results import TuneReport
 from numbatune.variants import Variant
@@ -100,6 +103,7 @@ class TunedKernel(Called):
         self._winners = WinnerLauncher(spec, self._shared, self._tally, self._binder,
                                        self._dispatch)  # fmt: skip
         self._shared.prepare_workers(settings.cache_dir)
+        run_entries_as_written()
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
         """The general path: for calls that no fast path takes."""
@@ -111,6 +115,12 @@ class TunedKernel(Called):
         if winner is None:
             if is_empty(spec.launch_config(args, spec.reference_variant)):
                 return  # nothing to do, and nothing to tune (empty inputs, say)
+            if captured(stream, args):
+                raise CaptureError(
+                    f"{self.name}: key {key!r} has no tuned winner in memory and the call's "
+                    "stream is being captured into a CUDA graph, where tuning cannot run; call "
+                    f"{self.name}.warmup(...) with arguments of this key before the capture"
+                )
             winner, _ = self._answer(state, key, arguments, stream, force=False, serve=True)
         self._winners.launch(state, spec.runnable_winner(winner, args), args, stream)
 
@@ -311,6 +321,37 @@ class TunedKernel(Called):
         launch_config(spec.launch, args, winner.params, self.name)
         return report
 
+    def warmup(self, *args: Any, stream: Any = None) -> TuneReport:
+        """Tune (if needed) and compile for these arguments, and make the launch a call of
+        theirs takes, without launching: a call with arguments of the same key and types is
+        then a hit that only launches, as a CUDA graph capture needs (a call that would tune
+        inside a capture raises `CaptureError`).
+
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call. Tuning runs on copies of them.
+        stream
+            The stream to tune on, as for a call.
+
+        Returns
+        -------
+        TuneReport
+            The key's report, as `tune` returns it.
+
+        Raises
+        ------
+        TuningError
+            Every variant failed for this key.
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
+        """
+        report = self.tune(*args, stream=stream)
+        state = self._device_state()
+        known = state.known(self._spec.key_of(self._arguments.read(args)), self.name)
+        self._winners.prepare(state, self._spec.runnable_winner(known, args), args)
+        return report
+
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
         """The winning variant's parameters for these arguments, tuning first if needed.
 
@@ -355,3 +396,10 @@ class TunedKernel(Called):
 
     def __repr__(self) -> str:
         return f"<numbatune.TunedKernel {self.name} with {len(self._spec.variants)} variants>"
+
+
+def run_entries_as_written() -> None:
+    """Have torch.compile run a tuned kernel's general path and its methods that tune as
+    written (:mod:`numbatune.eager`; nothing where torch is not imported)."""
+    run_as_written(TunedKernel._dispatch, TunedKernel.tune, TunedKernel.warmup,
+                   TunedKernel.run_variant)  # fmt: skip

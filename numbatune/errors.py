@@ -33,6 +33,12 @@ class StreamError(NumbatuneError, ValueError):
     """A stream that cannot take numbatune's launches: destroyed, or of another context."""
 
 
+class CaptureError(NumbatuneError, RuntimeError):
+    """A call made while its stream is captured into a CUDA graph needs tuning (a key with no
+    winner in memory), which cannot run inside a capture. The message names the kernel and the
+    key and says to tune ahead (``kernel.warmup(*args)``); the capture stays valid."""
+
+
 class ProfileError(NumbatuneError, ValueError):
     """A profile token that is not open: ended already, or not made by ``start_profile``."""
 

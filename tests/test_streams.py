@@ -229,10 +229,14 @@ def test_the_c_extensions_order_does_what_the_python_reference_does(steps, limit
     for step in steps:
         for order in orders:
             getattr(order, step[0])(*step[1:])
-        reference, made = orders
-        assert made.events.waits == reference.events.waits
-        assert made.events.records == reference.events.records
-        assert made.last_use == reference.last_use and made.quick == reference.quick
+        _assert_alike(*orders)
+
+
+def _assert_alike(reference, made):
+    """The same calls to the events in the same order, and the same state, in both orders."""
+    assert made.events.waits == reference.events.waits
+    assert made.events.records == reference.events.records
+    assert made.last_use == reference.last_use and made.quick == reference.quick
 
 
 def test_the_c_extensions_order_passes_on_what_its_events_raise():
@@ -290,6 +294,8 @@ class RecordingEvents:
         self.synchronized = []
         self.released = threading.Event()
         self.created = 0
+        #: The streams being captured into a graph.
+        self.captured = set()
 
     def create(self, timing=True, stream=None):
         self.created += 1
@@ -306,6 +312,12 @@ class RecordingEvents:
 
     def synchronize(self, event):
         self.released.wait(timeout=30)
+
+    def capturing(self, stream):
+        return stream in self.captured
+
+    def relax_capture(self):
+        pass
 
     def context(self, stream):
         return 100 + stream
@@ -1202,3 +1214,101 @@ def test_a_tuned_kernel_runs_on_the_stream_of_any_library_it_is_given(library):
     cuda.synchronize()
     assert done()
     np.testing.assert_array_equal(x.copy_to_host(), 8.0)
+
+
+# -- inside a CUDA graph capture -------------------------------------------------------------
+
+
+def test_a_launch_on_a_captured_stream_records_and_waits_for_nothing_and_leaves_the_order(
+    order_type,
+):
+    """A capture refuses a wait for an event recorded outside it (the capture is invalidated:
+    the failure torch.cuda.graph and CuPy's capture met), and an event recorded inside it
+    cannot be waited for outside it. Work a capture records runs only at a replay, so the
+    buffers' last uses stay the work that runs."""
+    order, waits = _order(order_type)
+    events = order.events
+    order.use(1, ["x"])
+    events.captured.add(2)
+    order.use(2, ["x", "y"])
+    order.launched(2)
+    assert waits == [] and events.records == []
+    order.use(3, ["y"])  # y's only use was captured: nothing to wait for
+    assert waits == []
+    events.captured.clear()
+    order.use(2, ["x"])  # the capture ended: 2 waits for 1's write of x, as if never captured
+    assert waits == [(2, 1)]
+
+
+def test_a_barrier_a_capture_skipped_is_waited_for_after_the_capture(order_type):
+    order, waits = _order(order_type, limit=2)
+    order.use(1, ["a", "b", "c"])  # past the limit: a barrier
+    order.events.captured.add(2)
+    order.use(2, [])
+    assert waits == []
+    order.events.captured.clear()
+    order.use(2, [])
+    assert waits == [(2, 1)]
+
+
+@given(st.lists(st.one_of(_STEPS, st.tuples(st.just("capture"), st.integers(1, 3))), max_size=60))
+def test_the_c_extensions_order_skips_for_captures_what_the_python_reference_skips(steps):
+    orders = [_order(_order_type(implementation), 4)[0] for implementation in ("python", "c")]
+    for step in steps:
+        for order in orders:
+            if step[0] == "capture":  # its capture begins, or ends
+                order.events.captured ^= {step[1]}
+            else:
+                getattr(order, step[0])(*step[1:])
+        _assert_alike(*orders)
+
+
+def test_a_second_stream_first_seen_inside_a_capture_leaves_the_first_untouched():
+    """cuda.core's graph builder after a cuda.core stream: starting the order there waited on
+    the host for the first stream's context, which a capture refuses (and is invalidated by)."""
+    events = TouchingEvents()
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    _numba_path_launch(monitor, 9, x, given=9)
+    events.captured.add(7)
+    _numba_path_launch(monitor, 7, x, given=7)
+    assert events.synchronized == [] and events.records == [] and monitor.stream == 9
+    events.captured.clear()
+    _numba_path_launch(monitor, 7, x, given=7)
+    assert events.synchronized == [events.context(9)]
+
+
+def test_arrays_kept_on_a_captured_stream_wait_for_the_capture_to_end():
+    """An event the keeper recorded on a captured stream would be the graph's, and querying it
+    invalidates the capture: the pending arrays stay until the capture ends, and a launch
+    inside the capture keeps none."""
+
+    class Array:
+        pass
+
+    events = CountingEvents()
+    monitor = Monitor(events)
+    monitor.pending[7] = (events.create(), [Array()])
+    events.captured.add(7)
+    with monitor.lock:
+        assert monitor._look() == [] and 7 in monitor.pending
+    monitor.hold(7, (Array(),))
+    assert len(monitor.pending[7][1]) == 1 and events.records == []
+    events.captured.clear()
+    with monitor.lock:
+        monitor._look()
+    assert 7 not in monitor.pending and events.records == [7]
+
+
+def test_the_monitor_neither_waits_nor_asks_a_streams_flags_inside_a_capture():
+    """cuStreamGetFlags and a wait for an outside event both invalidate a capture."""
+
+    class Asking(RecordingEvents):
+        def blocking(self, stream):
+            raise AssertionError("flags asked inside a capture")
+
+    events = Asking()
+    monitor = Monitor(events)
+    events.captured.add(7)
+    monitor.wait(7, 0, given=cuda.stream())
+    assert events.waits == []

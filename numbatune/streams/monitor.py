@@ -36,7 +36,7 @@ from numbatune.arrays import buffer_of
 from numbatune.errors import ProfileError
 from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
-from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY
+from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, numba_stream, raw_stream
 from numbatune.streams.order import new_lock, new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
@@ -168,6 +168,8 @@ class Monitor:
                 self.stream = stream
                 return None
             if self.stream is not EVERY_STREAM:
+                if self.events.capturing(stream):  # recorded into a graph: nothing runs now
+                    return None
                 self._start_ordering()
             quick = not self._profiles and stream not in self._eager
             self.order.use(stream, buffers, quick)
@@ -204,7 +206,11 @@ class Monitor:
             launch.kept = ()
 
     def hold(self, stream: int, arrays: tuple[Any, ...]) -> None:
-        """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now."""
+        """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now;
+        nothing while ``stream`` is captured into a graph (nothing runs now, and the graph's
+        owner keeps what its replays use)."""
+        if self.events.capturing(stream):
+            return
         with self.lock:
             if self._held(stream):  # the keeper records its event when it next looks
                 pending = self.pending.get(stream)
@@ -240,6 +246,8 @@ class Monitor:
         with self.lock:
             if waiting not in self._streams:
                 self._see(waiting, given)
+            if self.events.capturing(waiting) or self.events.capturing(producer):
+                return  # a graph's order is its capture's (see numbatune.streams.order)
             if producer in LEGACY and self._held(waiting) and waiting not in self.blocking:
                 self.blocking[waiting] = self.events.blocking(waiting)
             if not ordered_by_driver(producer, waiting, self.blocking):
@@ -269,7 +277,9 @@ class Monitor:
 
     def _release_kept(self) -> None:
         """The keeper's loop: every :data:`KEEPER_PERIOD_S` while arrays are kept, record the
-        pending streams' events and let go of the arrays whose events the device passed."""
+        pending streams' events and let go of the arrays whose events the device passed. Its
+        event queries leave other threads' graph captures valid (``relax_capture``)."""
+        self.events.relax_capture()
         while True:
             with self.lock:
                 while not self._kept and not self.pending:
@@ -281,11 +291,14 @@ class Monitor:
             time.sleep(KEEPER_PERIOD_S)
 
     def _look(self) -> list[Sequence[Any]]:
-        """One look of the keeper (under the lock): the arrays it lets go."""
-        while self.pending:
-            stream, (event, arrays) = self.pending.popitem()
-            self.events.record(event, stream)
-            self._kept.append((event, arrays))
+        """One look of the keeper (under the lock): the arrays it lets go. A stream being
+        captured into a graph keeps its pending arrays until its capture ends (an event recorded
+        on it now would be the graph's)."""
+        for stream in list(self.pending):
+            if not self.events.capturing(stream):
+                event, arrays = self.pending.pop(stream)
+                self.events.record(event, stream)
+                self._kept.append((event, arrays))
         released, still = [], []
         for event, arrays in self._kept:
             if self.events.passed(event):
@@ -397,6 +410,14 @@ def ordered_by_driver(producer: int, stream: int, blocking: dict[int, bool]) -> 
 
 monitor = Monitor()
 renew_in_child(monitor)
+
+
+def captured(stream: Any, args: tuple[Any, ...]) -> bool:
+    """Whether a call's launch on ``stream`` (as a call takes it: None for the current stream of
+    the arguments' library) would be captured into a CUDA graph."""
+    if SIMULATOR:
+        return False
+    return monitor.events.capturing(raw_stream(numba_stream(stream, args)))
 
 
 def start_profile() -> ProfileToken:

@@ -8,6 +8,15 @@ epoch)`` entry. A launch on stream B that uses a buffer last used in an epoch of
 has not yet waited for makes B wait for A on the device (an event recorded on A,
 ``cuStreamWaitEvent`` on B); the host never waits.
 
+Inside a CUDA graph capture (torch.cuda.graph, CuPy's, cuda.core's graph builder), nothing is
+recorded or waited for where the launch's stream or the producer is being captured: work a
+capture records runs only when the graph is replayed, ordered by the capture itself (one stream,
+or the streams its caller forked and joined) and by whoever replays it after the work it reads;
+an event from outside a capture cannot be waited for inside it, and one recorded inside it cannot
+be waited for outside it. A use whose wait was skipped so is not its buffer's last use: later
+uncaptured launches still wait for the work that runs. Only a launch that needs an event asks
+whether a stream is being captured (``cuStreamIsCapturing``).
+
 A launch whose buffers were all last used in its stream's open epoch changes nothing: on the
 streams it may (:attr:`StreamOrder.quick`), the generated launch code asks
 :meth:`StreamOrder.quick_use`, which checks that without a lock and calls
@@ -69,9 +78,11 @@ class StreamOrder:
         ``quick``: later launches on ``stream`` may skip this while their buffers stay in its
         open epoch (:meth:`quick_use`)."""
         if stream not in self._past_barrier:
+            skipped = False
             for producer, epoch in self._barrier.items():
-                self._wait_for(stream, producer, epoch)
-            self._past_barrier.add(stream)
+                skipped |= self._wait_for(stream, producer, epoch)
+            if not skipped:
+                self._past_barrier.add(stream)
         entry = self._open.get(stream)
         if entry is None:
             entry = self._open[stream] = (stream, 1)
@@ -84,8 +95,9 @@ class StreamOrder:
                     last is not None
                     and last[0] != stream
                     and waited.get((stream, last[0]), 0) < last[1]
+                    and self._wait_for(stream, *last)
                 ):
-                    self._wait_for(stream, *last)
+                    continue  # skipped for a capture: its last use stays the work that runs
                 last_use[buffer] = entry
         if len(last_use) > self._limit:
             self.barrier()
@@ -113,8 +125,10 @@ class StreamOrder:
 
     def launched(self, stream: int) -> None:
         """A launch on ``stream`` is queued: record the stream's event now, ending its epoch
-        (for streams that may be destroyed, which are touched only right after a launch)."""
-        self._end_epoch(stream)
+        (for streams that may be destroyed, which are touched only right after a launch);
+        nothing while ``stream`` is captured into a graph."""
+        if not self._captured(stream):
+            self._end_epoch(stream)
 
     def barrier(self) -> None:
         """Forget every buffer; each stream's next launch waits for all queued on the others:
@@ -140,14 +154,24 @@ class StreamOrder:
         if stream in self.quick:
             self.quick[stream] = entry
 
-    def _wait_for(self, stream: int, producer: int, epoch: int) -> None:
-        """``stream`` waits for ``producer``'s launches up to the end of ``epoch``."""
+    def _captured(self, stream: int) -> bool:
+        """Whether work queued on ``stream`` now goes into a CUDA graph being captured (the
+        events' ``capturing``, where they have one)."""
+        capturing = getattr(self.events, "capturing", None)
+        return capturing is not None and bool(capturing(stream))
+
+    def _wait_for(self, stream: int, producer: int, epoch: int) -> bool:
+        """``stream`` waits for ``producer``'s launches up to the end of ``epoch``; True
+        where it was skipped, as one of the two is being captured into a graph."""
         if producer == stream or self._waited.get((stream, producer), 0) >= epoch:
-            return
+            return False
+        if self._captured(stream) or self._captured(producer):
+            return True
         if self._open.get(producer, (producer, 0))[1] <= epoch:  # not recorded since
             self._end_epoch(producer)
         self.events.wait_event(stream, self._event[producer])
         self._waited[(stream, producer)] = self._open[producer][1] - 1
+        return False
 
 
 def new_order(events: Any = None, limit: int = LIMIT) -> Any:
