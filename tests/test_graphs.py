@@ -7,7 +7,6 @@ from numba import cuda
 
 import numbatune as nt
 from numbatune import dispatch
-from numbatune.arrays import SIMULATOR
 
 N = 256
 
@@ -109,11 +108,7 @@ def test_a_custom_op_refuses_a_written_argument_the_kernel_does_not_take():
 
 # -- on a GPU ----------------------------------------------------------------------------------
 
-gpu = pytest.mark.skipif(SIMULATOR, reason="needs a real CUDA GPU; running under the simulator")
-
-
 @pytest.mark.gpu
-@gpu
 def test_a_hit_is_captured_by_torch_cuda_graph_and_replays_on_new_inputs():
     """Before: cuStreamWaitEvent failed [901] in the capture, torch's capture was invalidated,
     and torch's random numbers failed afterwards in the process."""
@@ -140,7 +135,6 @@ def test_a_hit_is_captured_by_torch_cuda_graph_and_replays_on_new_inputs():
 
 
 @pytest.mark.gpu
-@gpu
 def test_a_miss_inside_torch_cuda_graph_raises_and_leaves_the_capture_valid():
     torch = pytest.importorskip("torch")
     tuned = _tuned()
@@ -163,7 +157,6 @@ def test_a_miss_inside_torch_cuda_graph_raises_and_leaves_the_capture_valid():
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("non_blocking", [True, False])
 def test_a_hit_is_captured_by_cupys_stream_capture_after_another_streams_launches(non_blocking):
     """Before, on a blocking stream after launches on the default stream: cuEventRecord failed
@@ -188,7 +181,6 @@ def test_a_hit_is_captured_by_cupys_stream_capture_after_another_streams_launche
 
 
 @pytest.mark.gpu
-@gpu
 def test_a_hit_is_captured_by_cuda_cores_graph_builder_after_a_cuda_core_stream():
     """Before: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED from the host waiting for the first
     stream's context inside the capture."""
@@ -211,7 +203,6 @@ def test_a_hit_is_captured_by_cuda_cores_graph_builder_after_a_cuda_core_stream(
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_a_tuned_kernel_tunes_and_runs_inside_a_compiled_function(mode):
     """Before: the first call's tuning failed every variant (KeyError: <ufunc 'multiply'>)."""
@@ -232,7 +223,6 @@ def test_a_tuned_kernel_tunes_and_runs_inside_a_compiled_function(mode):
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_a_custom_op_compiles_in_a_full_graph_and_passes_opcheck(mode):
     """Before: Dynamo does not know how to trace method `__call__` of class `TunedKernel`.
