@@ -1,12 +1,13 @@
-/* numbatune.streams.order.StreamOrder in C: the same steps and the same calls to its events, in
- * the same order, and the same ``last_use`` and ``quick`` dicts, for a fraction of the cost.
+/* The stream order of numbatune.streams.order. Its Python reference, tests/order_reference.py
+ * (StreamOrder), takes the same steps and makes the same calls to its events, in the same order,
+ * with the same ``last_use`` and ``quick`` dicts; this takes a fraction of its time. The Python
+ * class is the tests' oracle; the comments name its methods.
  *
- * The Python class is the reference, and what runs where this cannot be built; the comments
- * name its methods. Where the Python class keeps a dict per kind of state (each stream's open
- * entry, event, the epochs it waited for, the last barrier), this keeps one record per stream
- * (a Stream, found by one lookup), so that a launch that waits for another stream costs a few
- * dict operations. Callers hold the monitor's lock, as they do for the Python class. Entries,
- * (stream, epoch) tuples, are compared by identity, as the generated launch code compares them.
+ * Where the Python class keeps a dict per kind of state (each stream's open entry, event, the
+ * epochs it waited for, the last barrier), this keeps one record per stream (a Stream, found by
+ * one lookup), so that a launch that waits for another stream costs a few dict operations.
+ * Callers hold the monitor's lock, as they do for the Python class. Entries, (stream, epoch)
+ * tuples, are compared by identity, as the generated launch code compares them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -657,7 +658,7 @@ static PyTypeObject order_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Order",
     .tp_basicsize = sizeof(Order),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Which streams a launch must wait for (numbatune.streams.order.StreamOrder).",
+    .tp_doc = "Which streams a launch must wait for (numbatune.streams.order).",
     .tp_new = order_new,
     .tp_traverse = (traverseproc)order_traverse,
     .tp_clear = (inquiry)order_clear,

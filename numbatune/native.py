@@ -313,9 +313,8 @@ def same_classes() -> Callable[[tuple[Any, ...], tuple[type, ...]], bool] | None
 
 
 def order_type() -> type | None:
-    """The C extension's stream order, which does what
-    :class:`numbatune.streams.order.StreamOrder` does (``_order.c``), or None where it was not
-    built."""
+    """The C extension's stream order (:mod:`numbatune.streams.order`, ``_order.c``), or None
+    where it was not built."""
     return _built("Order")
 
 

@@ -108,6 +108,7 @@ def test_a_custom_op_refuses_a_written_argument_the_kernel_does_not_take():
 
 # -- on a GPU ----------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 def test_a_hit_is_captured_by_torch_cuda_graph_and_replays_on_new_inputs():
     """Before: cuStreamWaitEvent failed [901] in the capture, torch's capture was invalidated,

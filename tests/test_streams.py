@@ -26,8 +26,9 @@ from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
 from numbatune.streams.handles import LEGACY
 from numbatune.streams.monitor import Monitor
-from numbatune.streams.order import LIMIT, StreamOrder, new_lock, new_order
+from numbatune.streams.order import LIMIT, new_lock, new_order
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
+from tests.order_reference import StreamOrder
 
 
 def _order_type(implementation):
@@ -252,10 +253,11 @@ def test_the_c_extensions_order_passes_on_what_its_events_raise():
         _order_type("c")(None, LIMIT).launched(1)
 
 
-def test_a_new_order_is_the_c_extensions_where_it_was_built_else_the_python_one(monkeypatch):
+def test_a_new_order_is_the_c_extensions_and_says_why_where_it_was_not_built(monkeypatch):
     assert type(new_order()) is _order_type("c")
     monkeypatch.setattr(native, "_extension", native.Unavailable(native.NOT_BUILT))
-    assert type(new_order()) is StreamOrder
+    with pytest.raises(ImportError, match=r"stream order needs its C extension: .* reinstall"):
+        new_order()
 
 
 def _stream_class(module):
