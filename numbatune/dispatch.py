@@ -115,14 +115,19 @@ class TunedKernel(Called):
         if winner is None:
             if is_empty(spec.launch_config(args, spec.reference_variant)):
                 return  # nothing to do, and nothing to tune (empty inputs, say)
-            if captured(stream, args):
-                raise CaptureError(
-                    f"{self.name}: key {key!r} has no tuned winner in memory and the call's "
-                    "stream is being captured into a CUDA graph, where tuning cannot run; call "
-                    f"{self.name}.warmup(...) with arguments of this key before the capture"
-                )
+            self._outside_capture(key, stream, args)
             winner, _ = self._answer(state, key, arguments, stream, force=False, serve=True)
         self._winners.launch(state, spec.runnable_winner(winner, args), args, stream)
+
+    def _outside_capture(self, key: Hashable, stream: Any, args: tuple[Any, ...]) -> None:
+        """Raise `CaptureError` where ``stream`` (as a call takes it) is being captured into a
+        CUDA graph: tuning ``key`` there would invalidate the capture."""
+        if captured(stream, args):
+            raise CaptureError(
+                f"{self.name}: key {key!r} would be tuned while its stream is being captured "
+                f"into a CUDA graph, where tuning cannot run; call {self.name}.warmup(...) "
+                "with arguments of this key before the capture"
+            )
 
     def _device_state(self) -> DeviceState:
         """This kernel's state on the current device and cache directory; the binder is
@@ -308,12 +313,16 @@ class TunedKernel(Called):
             Every variant failed for this key.
         TypeError
             The arguments are not what the kernel takes, as for a call.
+        CaptureError
+            It would tune while ``stream`` is being captured into a CUDA graph.
         """
         arguments = self._arguments.read(args)
         spec = self._spec
         state, key = self._device_state(), spec.key_of(arguments)
         known = state.known(key, self.name)
         served = known is not None and known.report.source in SERVED
+        if known is None or force or served:
+            self._outside_capture(key, stream, args)
         found, report = self._answer(state, key, arguments, stream, force=force or served)
         winner = spec.runnable_winner(found, args)
         if winner is not found:
@@ -345,6 +354,8 @@ class TunedKernel(Called):
             Every variant failed for this key.
         TypeError
             The arguments are not what the kernel takes, as for a call.
+        CaptureError
+            It would tune while ``stream`` is being captured into a CUDA graph.
         """
         report = self.tune(*args, stream=stream)
         state = self._device_state()

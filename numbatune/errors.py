@@ -34,9 +34,10 @@ class StreamError(NumbatuneError, ValueError):
 
 
 class CaptureError(NumbatuneError, RuntimeError):
-    """A call made while its stream is captured into a CUDA graph needs tuning (a key with no
-    winner in memory), which cannot run inside a capture. The message names the kernel and the
-    key and says to tune ahead (``kernel.warmup(*args)``); the capture stays valid."""
+    """A call (or ``tune``) made while its stream is captured into a CUDA graph would tune (a
+    key with no winner in memory), which cannot run inside a capture. The message names the
+    kernel and the key and says to tune ahead (``kernel.warmup(*args)``); nothing reached the
+    device, and the capture stays valid."""
 
 
 class ProfileError(NumbatuneError, ValueError):

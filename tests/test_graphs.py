@@ -43,6 +43,8 @@ def test_a_miss_inside_a_capture_raises_naming_the_key_and_how_to_tune_ahead(mon
     monkeypatch.setattr(dispatch, "captured", lambda stream, args: True)
     with pytest.raises(nt.CaptureError, match=r"add_twice: key .*256.* add_twice\.warmup"):
         tuned(a, out)
+    with pytest.raises(nt.CaptureError, match="captured into a CUDA graph"):
+        tuned.tune(a, out)
     assert tuned.stats["benchmarks"] == 0
     assert not out.copy_to_host().any()
 

@@ -1314,3 +1314,16 @@ def test_the_monitor_neither_waits_nor_asks_a_streams_flags_inside_a_capture():
     events.captured.add(7)
     monitor.wait(7, 0, given=cuda.stream())
     assert events.waits == []
+
+
+def test_a_launch_inside_a_capture_is_left_out_of_an_open_profile():
+    """Its events would be the graph's, which end_profile cannot wait for."""
+    events = CountingEvents()
+    events.released.set()
+    monitor = Monitor(events)
+    token = monitor.start_profile()
+    events.captured.add(7)
+    launch = monitor.watch(7, (cuda.device_array(4, np.float32),), "k", given=cuda.stream())
+    if launch:
+        monitor.after(launch)
+    assert events.records == [] and monitor.end_profile(token).launches == 0

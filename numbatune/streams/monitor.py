@@ -173,7 +173,7 @@ class Monitor:
                 self._start_ordering()
             quick = not self._profiles and stream not in self._eager
             self.order.use(stream, buffers, quick)
-            if name is not None and self._profiles:
+            if name is not None and self._profiles and not self.events.capturing(stream):
                 launch = _Launch(stream, name, buffers, self.events.create(stream=stream))
                 self.events.record(launch.start, stream)
                 launch.profiles = list(self._profiles.values())
