@@ -28,8 +28,9 @@ def run_as_written(*functions: Callable[..., Any]) -> None:
             _FrameExecStrategy,
             set_code_exec_strategy,
         )
-    except ImportError:  # a torch without Dynamo
+
+        skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+        for function in functions:
+            set_code_exec_strategy(function.__code__, skip)
+    except (ImportError, AttributeError, TypeError):  # a torch whose Dynamo has no such call
         return
-    skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
-    for function in functions:
-        set_code_exec_strategy(function.__code__, skip)
