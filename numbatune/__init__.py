@@ -19,6 +19,7 @@ from numbatune.dispatch import TunedKernel  # noqa: E402
 from numbatune.errors import (  # noqa: E402
     BackendError,
     CacheFileError,
+    CaptureError,
     KernelSourceError,
     LaunchFunctionError,
     NumbatuneError,
@@ -71,6 +72,7 @@ __all__ = [
     "BackendError",
     "Budget",
     "CacheFileError",
+    "CaptureError",
     "Check",
     "KernelSourceError",
     "LaunchFunctionError",

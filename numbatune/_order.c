@@ -1,15 +1,17 @@
-/* numbatune.streams.order.StreamOrder in C: the same steps and the same calls to its events, in
- * the same order, and the same ``last_use`` and ``quick`` dicts, for a fraction of the cost.
+/* The stream order of numbatune.streams.order. Its Python reference, tests/order_reference.py
+ * (StreamOrder), takes the same steps and makes the same calls to its events, in the same order,
+ * with the same ``last_use`` and ``quick`` dicts; this takes a fraction of its time. The Python
+ * class is the tests' oracle; the comments name its methods.
  *
- * The Python class is the reference, and what runs where this cannot be built; the comments
- * name its methods. Where the Python class keeps a dict per kind of state (each stream's open
- * entry, event, the epochs it waited for, the last barrier), this keeps one record per stream
- * (a Stream, found by one lookup), so that a launch that waits for another stream costs a few
- * dict operations. Callers hold the monitor's lock, as they do for the Python class. Entries,
- * (stream, epoch) tuples, are compared by identity, as the generated launch code compares them.
+ * Where the Python class keeps a dict per kind of state (each stream's open entry, event, the
+ * epochs it waited for, the last barrier), this keeps one record per stream (a Stream, found by
+ * one lookup), so that a launch that waits for another stream costs a few dict operations.
+ * Callers hold the monitor's lock, as they do for the Python class. Entries, (stream, epoch)
+ * tuples, are compared by identity, as the generated launch code compares them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
 #include <structmember.h>
 
 #include "_native.h"
@@ -17,6 +19,10 @@
 /* The C functions of the module's record and wait (set by add_order_type): events whose record
  * and wait_event are these are the driver's, which an order calls directly. */
 static PyCFunction module_record = NULL, module_wait = NULL;
+
+/* cuStreamIsCapturing, where the driver is loaded (set by add_order_type). */
+typedef int (*stream_is_capturing_t)(void *stream, int *status);
+static stream_is_capturing_t stream_is_capturing = NULL;
 
 /* One stream's state: what the Python class keeps in _open, _event, _waited, _barrier and
  * _past_barrier under the stream's key. */
@@ -71,11 +77,13 @@ typedef struct {
     PyObject *record;     /* events.record, or NULL until events is set */
     PyObject *wait_event; /* events.wait_event, or NULL until events is set */
     int driver;           /* whether those are the module's: the driver is called directly */
+    PyObject *capturing;  /* events.capturing(stream), or NULL where the events have none */
     PyObject *last_use;   /* buffer -> the entry of its last use */
     PyObject *quick;      /* stream -> its open entry, for streams whose launches may skip use */
     PyObject *streams;    /* stream -> its Stream */
     PyObject *opened;     /* the Streams with an open entry, in the order they got one */
-    Py_ssize_t count;     /* how many Streams were made (the next one's index) */
+    Py_ssize_t count;     /* how many indexes Streams were given */
+    PyObject *free;       /* the indexes of forgotten Streams, for the next ones made */
     Py_ssize_t barrier_streams; /* how many of ``opened`` the last barrier holds */
     unsigned long barriers;     /* how many barriers so far */
     Py_ssize_t limit;
@@ -90,7 +98,8 @@ static Stream *stream_of(Order *self, PyObject *key) {
     made->stream = Py_NewRef(key);
     made->entry = made->event = NULL;
     made->epoch = made->barrier_epoch = 0;
-    made->index = self->count;
+    Py_ssize_t reused = PyList_GET_SIZE(self->free);
+    made->index = reused ? PyLong_AsSsize_t(PyList_GET_ITEM(self->free, reused - 1)) : self->count;
     made->waited = NULL;
     made->waited_size = 0;
     made->used = 0;
@@ -98,8 +107,10 @@ static Stream *stream_of(Order *self, PyObject *key) {
     PyObject_GC_Track(made);
     int failed = PyDict_SetItem(self->streams, key, (PyObject *)made);
     Py_DECREF(made);
-    if (failed) return NULL;
-    self->count++;
+    if (failed || (reused && PyList_SetSlice(self->free, reused - 1, reused, NULL) < 0)) {
+        return NULL;
+    }
+    self->count += !reused;
     return made;
 }
 
@@ -208,6 +219,23 @@ static PyObject *event_of(Order *self, Stream *stream) {
     return made;
 }
 
+/* StreamOrder._captured: whether work queued on ``key`` now goes into a CUDA graph being
+ * captured (or the driver cannot say): 1, 0, or -1 with an exception. cuStreamIsCapturing
+ * itself where the events are the driver's. */
+static int captured(Order *self, PyObject *key) {
+    void *s, *unused;
+    int status = 0;
+    if (self->driver && stream_is_capturing != NULL && handles_of(key, key, &s, &unused)) {
+        return stream_is_capturing(s, &status) != 0 || status != 0;
+    }
+    if (self->capturing == NULL) return 0;
+    PyObject *result = PyObject_CallOneArg(self->capturing, key);
+    if (result == NULL) return -1;
+    int answer = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return answer;
+}
+
 /* _end_epoch: record the stream's event after all queued on it so far, ending its open epoch.
  * ``stream`` is kept alive by the order's dict of streams. */
 static int end_epoch(Order *self, Stream *stream) {
@@ -219,9 +247,14 @@ static int end_epoch(Order *self, Stream *stream) {
     return failed ? -1 : open_entry(self, stream, stream->epoch + 1);
 }
 
-/* _wait_for: ``stream`` waits for ``producer``'s launches up to the end of ``epoch``. */
+/* _wait_for: ``stream`` waits for ``producer``'s launches up to the end of ``epoch``: 0, or 1
+ * where either is being captured into a graph (nothing is recorded or waited for), or -1 with
+ * an exception. */
 static int wait_for(Order *self, Stream *stream, Stream *producer, long long epoch) {
     if (producer == stream || waited_for(stream, producer) >= epoch) return 0;
+    int skipped = captured(self, stream->stream);
+    if (skipped == 0) skipped = captured(self, producer->stream);
+    if (skipped) return skipped;
     if (producer->epoch <= epoch && end_epoch(self, producer) < 0) return -1;
     PyObject *event = event_of(self, producer);
     if (event == NULL) return -1;
@@ -248,14 +281,18 @@ static PyObject *barrier(Order *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* The waits for the last barrier, where ``stream`` has not had them yet. */
+/* The waits for the last barrier, where ``stream`` has not had them yet (had, once none was
+ * skipped for a capture). */
 static int pass_barrier(Order *self, Stream *stream) {
     if (stream->passed == self->barriers + 1) return 0;
+    int skipped = 0;
     for (Py_ssize_t i = 0; i < self->barrier_streams; i++) {
         Stream *producer = (Stream *)PyList_GET_ITEM(self->opened, i);
-        if (wait_for(self, stream, producer, producer->barrier_epoch) < 0) return -1;
+        int waited = wait_for(self, stream, producer, producer->barrier_epoch);
+        if (waited < 0) return -1;
+        skipped |= waited;
     }
-    stream->passed = self->barriers + 1;
+    if (!skipped) stream->passed = self->barriers + 1;
     return 0;
 }
 
@@ -270,6 +307,7 @@ static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_
     stream->used = 1;
     PyObject *entry = failed ? NULL : Py_NewRef(stream->entry);
     PyObject *seen = NULL; /* the last entry waited for */
+    int skipped = 0;       /* whether the wait for ``seen`` was skipped for a capture */
     for (Py_ssize_t i = 0; !failed && i < count; i++) {
         PyObject *last = PyDict_GetItemWithError(self->last_use, buffers[i]);
         if (last == entry) continue;
@@ -282,11 +320,17 @@ static int use_buffers(Order *self, PyObject *key, PyObject *const *buffers, Py_
             Py_XSETREF(seen, last);
             Stream *producer = stream_of(self, PyTuple_GET_ITEM(last, 0));
             long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(last, 1));
-            failed = producer == NULL || (epoch < 0 && PyErr_Occurred()) ||
-                     wait_for(self, stream, producer, epoch) < 0;
+            skipped = producer == NULL || (epoch < 0 && PyErr_Occurred())
+                          ? -1
+                          : wait_for(self, stream, producer, epoch);
+            failed = skipped < 0;
             if (failed) break;
         }
-        failed = PyDict_SetItem(self->last_use, buffers[i], entry) < 0;
+        /* (a use whose wait a capture skipped is not the buffer's last: its last use stays the
+         * work that runs, which later launches wait for) */
+        if (last == NULL || !skipped) {
+            failed = PyDict_SetItem(self->last_use, buffers[i], entry) < 0;
+        }
     }
     Py_XDECREF(seen);
     if (!failed) {
@@ -499,11 +543,100 @@ static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs)
     return entry;
 }
 
-/* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch. */
+/* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch
+ * (nothing while the stream is being captured into a graph). */
 static PyObject *launched(Order *self, PyObject *key) {
     Stream *stream = stream_of(self, key);
-    if (stream == NULL || end_epoch(self, stream) < 0) return NULL;
+    if (stream == NULL) return NULL;
+    int skipped = captured(self, key);
+    if (skipped < 0 || (!skipped && end_epoch(self, stream) < 0)) return NULL;
     Py_RETURN_NONE;
+}
+
+/* retire(stream, record) -> (event, epoch), or None where the order has no record of the
+ * stream: the first half of forgetting a stream the program let go of. Its event is recorded now
+ * where ``record`` (a stream numbatune holds; one that may close had it recorded right after its
+ * last launch), ending its epoch; once the device passed it, forget(stream, epoch) drops the
+ * stream, unless a use noted it meanwhile. */
+static PyObject *retire(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "retire(stream, record)");
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
+    int record = found == NULL ? 0 : PyObject_IsTrue(args[1]);
+    if (found == NULL || record < 0) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Stream *stream = (Stream *)Py_NewRef(found);
+    int failed = record && stream->entry != NULL && end_epoch(self, stream) < 0;
+    PyObject *event = stream->event ? stream->event : Py_None;
+    PyObject *result = failed ? NULL : Py_BuildValue("(OL)", event, stream->epoch);
+    Py_DECREF(stream);
+    return result;
+}
+
+/* Drops every trace of ``stream``: its buffers' last uses (``gone``), its quick entry, its place
+ * among the opened streams and in the last barrier, the waits others made for it, its record
+ * (its index kept for the next stream made). */
+static int drop_stream(Order *self, Stream *stream, PyObject *gone) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(self->last_use, PyList_GET_ITEM(gone, i)) < 0) return -1;
+    }
+    int quick = PyDict_Contains(self->quick, stream->stream);
+    if (quick < 0 || (quick && PyDict_DelItem(self->quick, stream->stream) < 0)) return -1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(self->opened); i++) {
+        if (PyList_GET_ITEM(self->opened, i) != (PyObject *)stream) continue;
+        if (PyList_SetSlice(self->opened, i, i + 1, NULL) < 0) return -1;
+        self->barrier_streams -= i < self->barrier_streams;
+        break;
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(self->streams, &position, &key, &value)) {
+        Stream *other = (Stream *)value;
+        if (stream->index < other->waited_size) other->waited[stream->index] = 0;
+    }
+    PyObject *index = PyLong_FromSsize_t(stream->index);
+    int failed = index == NULL || PyList_Append(self->free, index) < 0;
+    Py_XDECREF(index);
+    return failed ? -1 : PyDict_DelItem(self->streams, stream->stream);
+}
+
+/* forget(stream, epoch) -> (forgotten, event): where the stream's epoch is still ``epoch`` and
+ * no use noted its open one, the event retire() gave covers all the order knows of it, and the
+ * caller saw the device pass it: every trace of the stream goes (drop_stream), and its event is
+ * returned for the caller to destroy. Else (False, None), and nothing changes. */
+static PyObject *forget(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long epoch = nargs == 2 ? PyLong_AsLongLong(args[1]) : -1;
+    if (nargs != 2 || (epoch == -1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "forget(stream, epoch)");
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
+    if (found == NULL) return PyErr_Occurred() ? NULL : Py_BuildValue("(OO)", Py_True, Py_None);
+    Stream *stream = (Stream *)found;
+    if (stream->epoch != epoch || stream->used) return Py_BuildValue("(OO)", Py_False, Py_None);
+    PyObject *gone = PyList_New(0);
+    if (gone == NULL) return NULL;
+    Py_ssize_t position = 0;
+    PyObject *buffer, *last;
+    int failed = 0, noted = 0;
+    while (!failed && !noted && PyDict_Next(self->last_use, &position, &buffer, &last)) {
+        noted = last == stream->entry; /* (a use without the lock, on a quick stream) */
+        int same = noted ? 0 : PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 0), args[0], Py_EQ);
+        failed = same < 0 || (same && PyList_Append(gone, buffer) < 0);
+    }
+    PyObject *event = Py_NewRef(stream->event ? stream->event : Py_None);
+    Py_INCREF(stream);
+    failed = failed || (!noted && drop_stream(self, stream, gone) < 0);
+    Py_DECREF(stream);
+    Py_DECREF(gone);
+    PyObject *result = failed ? NULL : Py_BuildValue("(OO)", noted ? Py_False : Py_True,
+                                                    noted ? Py_None : event);
+    Py_DECREF(event);
+    return result;
 }
 
 static PyObject *get_events(Order *self, void *unused) { return Py_NewRef(self->events); }
@@ -514,7 +647,7 @@ static int set_events(Order *self, PyObject *value, void *unused) {
         PyErr_SetString(PyExc_AttributeError, "an Order's events cannot be deleted");
         return -1;
     }
-    PyObject *record = NULL, *wait_event = NULL;
+    PyObject *record = NULL, *wait_event = NULL, *capturing = NULL;
     if (value != Py_None) {
         record = PyObject_GetAttrString(value, "record");
         wait_event = record ? PyObject_GetAttrString(value, "wait_event") : NULL;
@@ -522,10 +655,13 @@ static int set_events(Order *self, PyObject *value, void *unused) {
             Py_XDECREF(record);
             return -1;
         }
+        capturing = PyObject_GetAttrString(value, "capturing");
+        if (capturing == NULL) PyErr_Clear(); /* (events that know of no capture) */
     }
     Py_XSETREF(self->events, Py_NewRef(value));
     Py_XSETREF(self->record, record);
     Py_XSETREF(self->wait_event, wait_event);
+    Py_XSETREF(self->capturing, capturing);
     self->driver = event_record != NULL && stream_wait_event != NULL && record != NULL &&
                    PyCFunction_Check(record) && PyCFunction_GET_FUNCTION(record) == module_record &&
                    PyCFunction_Check(wait_event) &&
@@ -547,7 +683,8 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->quick = PyDict_New();
     self->streams = PyDict_New();
     self->opened = PyList_New(0);
-    if (!self->last_use || !self->quick || !self->streams || !self->opened ||
+    self->free = PyList_New(0);
+    if (!self->last_use || !self->quick || !self->streams || !self->opened || !self->free ||
         set_events(self, events, NULL) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -559,10 +696,12 @@ static int order_traverse(Order *self, visitproc visit, void *arg) {
     Py_VISIT(self->events);
     Py_VISIT(self->record);
     Py_VISIT(self->wait_event);
+    Py_VISIT(self->capturing);
     Py_VISIT(self->last_use);
     Py_VISIT(self->quick);
     Py_VISIT(self->streams);
     Py_VISIT(self->opened);
+    Py_VISIT(self->free);
     return 0;
 }
 
@@ -570,10 +709,12 @@ static int order_clear(Order *self) {
     Py_CLEAR(self->events);
     Py_CLEAR(self->record);
     Py_CLEAR(self->wait_event);
+    Py_CLEAR(self->capturing);
     Py_CLEAR(self->last_use);
     Py_CLEAR(self->quick);
     Py_CLEAR(self->streams);
     Py_CLEAR(self->opened);
+    Py_CLEAR(self->free);
     return 0;
 }
 
@@ -590,6 +731,10 @@ static PyMethodDef order_methods[] = {
      "quick_use(stream, buffers, lock) -> the stream's open entry, or None where not quick"},
     {"launched", (PyCFunction)launched, METH_O, "launched(stream): end the stream's epoch"},
     {"barrier", (PyCFunction)barrier, METH_NOARGS, "barrier(): forget every buffer"},
+    {"retire", (PyCFunction)(void (*)(void))retire, METH_FASTCALL,
+     "retire(stream, record) -> (event, epoch), or None: a stream to forget, its event recorded"},
+    {"forget", (PyCFunction)(void (*)(void))forget, METH_FASTCALL,
+     "forget(stream, epoch) -> (forgotten, event): drop a retired stream no use noted since"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -603,6 +748,7 @@ static PyMemberDef order_members[] = {
     {"last_use", T_OBJECT, offsetof(Order, last_use), READONLY, "each buffer's last use"},
     {"quick", T_OBJECT, offsetof(Order, quick), READONLY,
      "the open entries of the streams whose launches may skip use()"},
+    {"streams", T_OBJECT, offsetof(Order, streams), READONLY, "each stream's record"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -610,7 +756,7 @@ static PyTypeObject order_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Order",
     .tp_basicsize = sizeof(Order),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Which streams a launch must wait for (numbatune.streams.order.StreamOrder).",
+    .tp_doc = "Which streams a launch must wait for (numbatune.streams.order).",
     .tp_new = order_new,
     .tp_traverse = (traverseproc)order_traverse,
     .tp_clear = (inquiry)order_clear,
@@ -634,6 +780,11 @@ int add_order_type(PyObject *module) {
     Py_XDECREF(record);
     Py_XDECREF(wait);
     if (wait == NULL) return -1;
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD); /* (loaded by _native) */
+    if (driver != NULL) {
+        stream_is_capturing = (stream_is_capturing_t)dlsym(driver, "cuStreamIsCapturing");
+        dlclose(driver); /* (the reference NOLOAD took: the driver stays loaded) */
+    }
     if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0 ||
         PyType_Ready(&lock_type) < 0) {
         return -1;

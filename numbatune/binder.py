@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from numbatune import _native
+from numbatune.eager import run_as_written
 
 #: A fast path's entry, or the general path: ``call(args, stream)``.
 Call = Callable[[tuple[Any, ...], Any], None]
@@ -48,6 +49,7 @@ class Binder:
         exec(compile(code, "<numbatune binder>", "exec"), namespace)
         self.by_classes: Call = namespace["by_classes"]
         self.entry = self.by_classes
+        run_as_written(self.by_classes)  # (general: the tuned kernel's, which it marks)
 
     def point(self, paths: dict[tuple[type, ...], Call]) -> None:
         """Take the fast paths of a device (after one was added, or on another device)."""

@@ -24,11 +24,13 @@ from numbatune.cache.tunecache import Winner
 from numbatune.call_arguments import ArgumentCheck
 from numbatune.compile.compiler import Tally
 from numbatune.config import settings
-from numbatune.errors import LaunchFunctionError
+from numbatune.eager import run_as_written
+from numbatune.errors import CaptureError, LaunchFunctionError
 from numbatune.launch.config import is_empty, launch_config
 from numbatune.resolver import SERVED, Resolver
 from numbatune.shared import DeviceState, shared_state
 from numbatune.spec import KernelSpec
+from numbatune.streams.monitor import captured
 from numbatune.trials import trying
 from numbatune.tuning.results import Lookup, Origin, TuneReport
 from numbatune.variants import Variant
@@ -111,6 +113,7 @@ class TunedKernel(Called):
         self._winners = WinnerLauncher(spec, self._shared, self._tally, self._binder,
                                        self._dispatch)  # fmt: skip
         self._shared.prepare_workers(settings.cache_dir)
+        run_entries_as_written()
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
         """The general path: for calls that no fast path takes (a call that leaves out
@@ -126,8 +129,19 @@ class TunedKernel(Called):
         if winner is None:
             if _nothing_to_do(spec, args):
                 return  # nothing to tune either (empty inputs, say)
+            self._outside_capture(key, stream, args)
             winner, _ = self._answer(state, key, arguments, stream, force=False, serve=True)
         self._winners.launch(state, spec.runnable_winner(winner, args), args, stream)
+
+    def _outside_capture(self, key: Hashable, stream: Any, args: tuple[Any, ...]) -> None:
+        """Raise `CaptureError` where ``stream`` (as a call takes it) is being captured into a
+        CUDA graph: tuning ``key`` there would invalidate the capture."""
+        if captured(stream, args):
+            raise CaptureError(
+                f"{self.name}: key {key!r} would be tuned while its stream is being captured "
+                f"into a CUDA graph, where tuning cannot run; call {self.name}.warmup(...) "
+                "with arguments of this key before the capture"
+            )
 
     def _device_state(self) -> DeviceState:
         """This kernel's state on the current device and cache directory; the binder is
@@ -316,6 +330,8 @@ class TunedKernel(Called):
             Every variant failed for this key.
         TypeError
             The arguments are not what the kernel takes, as for a call.
+        CaptureError
+            It would tune while ``stream`` is being captured into a CUDA graph.
         """
         args = self._arguments.completed(args)
         arguments = self._arguments.read(args)
@@ -323,6 +339,8 @@ class TunedKernel(Called):
         state, key = self._device_state(), spec.key_of(arguments)
         known = state.known(key, self.name)
         served = known is not None and known.report.source in SERVED
+        if known is None or force or served:
+            self._outside_capture(key, stream, args)
         found, report = self._answer(state, key, arguments, stream, force=force or served)
         winner = spec.runnable_winner(found, args)
         if winner is not found:
@@ -359,6 +377,7 @@ class TunedKernel(Called):
         TuningKeyError
             The key could not be computed.
         """
+        args = self._arguments.completed(args)
         arguments = self._arguments.read(args)
         spec = self._spec
         state, key = self._device_state(), spec.key_of(arguments)
@@ -370,6 +389,40 @@ class TunedKernel(Called):
             return Lookup(key, Origin.NONE)
         winner = spec.runnable_winner(state.cache.winner_of(report), args)
         return Lookup(key, Origin.of(report.source), winner.variant, known is not None)
+
+    def warmup(self, *args: Any, stream: Any = None) -> TuneReport:
+        """Tune (if needed) and compile for these arguments, and make the launch a call of
+        theirs takes, without launching: a call with arguments of the same key and types is
+        then a hit that only launches, as a CUDA graph capture needs (a call that would tune
+        inside a capture raises `CaptureError`).
+
+        Parameters
+        ----------
+        *args
+            The kernel's arguments, as for a call. Tuning runs on copies of them.
+        stream
+            The stream to tune on, as for a call.
+
+        Returns
+        -------
+        TuneReport
+            The key's report, as `tune` returns it.
+
+        Raises
+        ------
+        TuningError
+            Every variant failed for this key.
+        TypeError
+            The arguments are not what the kernel takes, as for a call.
+        CaptureError
+            It would tune while ``stream`` is being captured into a CUDA graph.
+        """
+        args = self._arguments.completed(args)
+        report = self.tune(*args, stream=stream)
+        state = self._device_state()
+        known = state.known(self._spec.key_of(self._arguments.read(args)), self.name)
+        self._winners.prepare(state, self._spec.runnable_winner(known, args), args)
+        return report
 
     def best(self, *args: Any, stream: Any = None) -> dict[str, Any]:
         """The winning variant's parameters for these arguments, tuning first if needed.
@@ -415,3 +468,10 @@ class TunedKernel(Called):
 
     def __repr__(self) -> str:
         return f"<numbatune.TunedKernel {self.name} with {len(self._spec.variants)} variants>"
+
+
+def run_entries_as_written() -> None:
+    """Have torch.compile run a tuned kernel's general path and its methods that tune as
+    written (:mod:`numbatune.eager`; nothing where torch is not imported)."""
+    run_as_written(TunedKernel._dispatch, TunedKernel.tune, TunedKernel.warmup,
+                   TunedKernel.run_variant)  # fmt: skip

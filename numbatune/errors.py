@@ -61,6 +61,13 @@ class StreamError(NumbatuneError, ValueError):
     """A stream that cannot take numbatune's launches: destroyed, or of another context."""
 
 
+class CaptureError(NumbatuneError, RuntimeError):
+    """A call (or ``tune``) made while its stream is captured into a CUDA graph would tune (a
+    key with no winner in memory), which cannot run inside a capture. The message names the
+    kernel and the key and says to tune ahead (``kernel.warmup(*args)``); nothing reached the
+    device, and the capture stays valid."""
+
+
 class ProfileError(NumbatuneError, ValueError):
     """A profile token that is not open: ended already, or not made by ``start_profile``."""
 

@@ -140,7 +140,7 @@ def dlpack() -> DLPack:
 
 
 def order_type() -> type:
-    """The C extension's stream order (``_order.c``)."""
+    """The C extension's stream order (:mod:`numbatune.streams.order`, ``_order.c``)."""
     return _native.Order
 
 

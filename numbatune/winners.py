@@ -68,10 +68,9 @@ class WinnerLauncher:
     ) -> None:
         """Launch ``winner`` through the fast path for the signature of ``args`` (made if
         needed), or through the compiler's launch where no fast path serves them."""
-        config = launch_config(self._spec.launch, args, winner.params, self._name)
-        if is_empty(config):
+        kernel = self.prepare(state, winner, args)
+        if kernel is None:
             return
-        kernel = self.compiled(winner.variant, args)
         if settings.fast_launch and not SIMULATOR:
             path = self._fast_path(state, kernel, args)
             if (
@@ -80,7 +79,21 @@ class WinnerLauncher:
                 and path.launch_winner(args, winner, stream)
             ):
                 return
+        config = launch_config(self._spec.launch, args, winner.params, self._name)
         numba_launch(kernel, self._name)(args, config, stream)
+
+    def prepare(self, state: DeviceState, winner: Winner, args: tuple[Any, ...]) -> Any:
+        """``winner``'s kernel, compiled for ``args``, with the fast path of their signature
+        made and taught it where one serves them, launching nothing; None where the launch
+        would be empty."""
+        if is_empty(launch_config(self._spec.launch, args, winner.params, self._name)):
+            return None
+        kernel = self.compiled(winner.variant, args)
+        if settings.fast_launch and not SIMULATOR:
+            path = self._fast_path(state, kernel, args)
+            if path is not None:
+                path.learn(winner.index, kernel, args)
+        return kernel
 
     def _fast_path(
         self, state: DeviceState, kernel: Any, args: tuple[Any, ...]

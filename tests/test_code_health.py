@@ -24,6 +24,7 @@ LAYERS = [
         "processes",
         "native",
         "forking",
+        "eager",
     ],
     [
         "arraykinds",
@@ -53,6 +54,7 @@ LAYERS = [
         "sweep",
         "cli",
         "pytest_plugin",
+        "torch",
         "__init__",
         "__main__",
     ],

@@ -26,8 +26,9 @@ from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
 from numbatune.streams.handles import LEGACY
 from numbatune.streams.monitor import Monitor
-from numbatune.streams.order import LIMIT, StreamOrder, new_lock, new_order
+from numbatune.streams.order import LIMIT, new_lock, new_order
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
+from tests.order_reference import StreamOrder
 
 
 def _order_type(implementation):
@@ -228,10 +229,14 @@ def test_the_c_extensions_order_does_what_the_python_reference_does(steps, limit
     for step in steps:
         for order in orders:
             getattr(order, step[0])(*step[1:])
-        reference, made = orders
-        assert made.events.waits == reference.events.waits
-        assert made.events.records == reference.events.records
-        assert made.last_use == reference.last_use and made.quick == reference.quick
+        _assert_alike(*orders)
+
+
+def _assert_alike(reference, made):
+    """The same calls to the events in the same order, and the same state, in both orders."""
+    assert made.events.waits == reference.events.waits
+    assert made.events.records == reference.events.records
+    assert made.last_use == reference.last_use and made.quick == reference.quick
 
 
 def test_the_c_extensions_order_passes_on_what_its_events_raise():
@@ -287,6 +292,8 @@ class RecordingEvents:
         self.synchronized = []
         self.released = threading.Event()
         self.created = 0
+        #: The streams being captured into a graph.
+        self.captured = set()
 
     def create(self, timing=True, stream=None):
         self.created += 1
@@ -303,6 +310,12 @@ class RecordingEvents:
 
     def synchronize(self, event):
         self.released.wait(timeout=30)
+
+    def capturing(self, stream):
+        return stream in self.captured
+
+    def relax_capture(self):
+        pass
 
     def context(self, stream):
         return 100 + stream
@@ -1199,3 +1212,180 @@ def test_a_tuned_kernel_runs_on_the_stream_of_any_library_it_is_given(library):
     cuda.synchronize()
     assert done()
     np.testing.assert_array_equal(x.copy_to_host(), 8.0)
+
+
+# -- inside a CUDA graph capture -------------------------------------------------------------
+
+
+def test_a_launch_on_a_captured_stream_records_and_waits_for_nothing_and_leaves_the_order(
+    order_type,
+):
+    """A capture refuses a wait for an event recorded outside it (the capture is invalidated:
+    the failure torch.cuda.graph and CuPy's capture met), and an event recorded inside it
+    cannot be waited for outside it. Work a capture records runs only at a replay, so the
+    buffers' last uses stay the work that runs."""
+    order, waits = _order(order_type)
+    events = order.events
+    order.use(1, ["x"])
+    events.captured.add(2)
+    order.use(2, ["x", "y"])
+    order.launched(2)
+    assert waits == [] and events.records == []
+    order.use(3, ["y"])  # y's only use was captured: nothing to wait for
+    assert waits == []
+    events.captured.clear()
+    order.use(2, ["x"])  # the capture ended: 2 waits for 1's write of x, as if never captured
+    assert waits == [(2, 1)]
+
+
+def test_a_barrier_a_capture_skipped_is_waited_for_after_the_capture(order_type):
+    order, waits = _order(order_type, limit=2)
+    order.use(1, ["a", "b", "c"])  # past the limit: a barrier
+    order.events.captured.add(2)
+    order.use(2, [])
+    assert waits == []
+    order.events.captured.clear()
+    order.use(2, [])
+    assert waits == [(2, 1)]
+
+
+@given(st.lists(st.one_of(_STEPS, st.tuples(st.just("capture"), st.integers(1, 3))), max_size=60))
+def test_the_c_extensions_order_skips_for_captures_what_the_python_reference_skips(steps):
+    orders = [_order(_order_type(implementation), 4)[0] for implementation in ("python", "c")]
+    for step in steps:
+        for order in orders:
+            if step[0] == "capture":  # its capture begins, or ends
+                order.events.captured ^= {step[1]}
+            else:
+                getattr(order, step[0])(*step[1:])
+        _assert_alike(*orders)
+
+
+def test_a_second_stream_first_seen_inside_a_capture_leaves_the_first_untouched():
+    """cuda.core's graph builder after a cuda.core stream: starting the order there waited on
+    the host for the first stream's context, which a capture refuses (and is invalidated by)."""
+    events = TouchingEvents()
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    _numba_path_launch(monitor, 9, x, given=9)
+    events.captured.add(7)
+    _numba_path_launch(monitor, 7, x, given=7)
+    assert events.synchronized == [] and events.records == [] and monitor.stream == 9
+    events.captured.clear()
+    _numba_path_launch(monitor, 7, x, given=7)
+    assert events.synchronized == [events.context(9)]
+
+
+def test_arrays_kept_on_a_captured_stream_wait_for_the_capture_to_end():
+    """An event the keeper recorded on a captured stream would be the graph's, and querying it
+    invalidates the capture: the pending arrays stay until the capture ends, and a launch
+    inside the capture keeps none."""
+
+    class Array:
+        pass
+
+    events = CountingEvents()
+    monitor = Monitor(events)
+    monitor.pending[7] = (events.create(), [Array()])
+    events.captured.add(7)
+    with monitor.lock:
+        assert monitor._look() == [] and 7 in monitor.pending
+    monitor.hold(7, (Array(),))
+    assert len(monitor.pending[7][1]) == 1 and events.records == []
+    events.captured.clear()
+    with monitor.lock:
+        monitor._look()
+    assert 7 not in monitor.pending and events.records == [7]
+
+
+def test_the_monitor_neither_waits_nor_asks_a_streams_flags_inside_a_capture():
+    """cuStreamGetFlags and a wait for an outside event both invalidate a capture."""
+
+    class Asking(RecordingEvents):
+        def blocking(self, stream):
+            raise AssertionError("flags asked inside a capture")
+
+    events = Asking()
+    monitor = Monitor(events)
+    events.captured.add(7)
+    monitor.wait(7, 0, given=cuda.stream())
+    assert events.waits == []
+
+
+def test_a_launch_inside_a_capture_is_left_out_of_an_open_profile():
+    """Its events would be the graph's, which end_profile cannot wait for."""
+    events = CountingEvents()
+    events.released.set()
+    monitor = Monitor(events)
+    token = monitor.start_profile()
+    events.captured.add(7)
+    launch = monitor.watch(7, (cuda.device_array(4, np.float32),), "k", given=cuda.stream())
+    if launch:
+        monitor.after(launch)
+    assert events.records == [] and monitor.end_profile(token).launches == 0
+
+
+# -- streams the program let go of -------------------------------------------------------------
+
+
+class _Owner:
+    """A stream object numbatune holds (not one that may close)."""
+
+
+def test_streams_the_program_let_go_of_are_forgotten_so_the_state_stays_bounded():
+    """100,000 short-lived streams, each ordered against one long-lived stream: before, the
+    monitor held every stream object (so the streams were never destroyed) and the order a
+    record, an event and wait slots for each."""
+    events = CountingEvents()
+    events.released.set()  # the device passed every event
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    held = _Owner()
+    most = 0
+    for number in range(100_000):
+        _numba_path_launch(monitor, 7, x, given=held)
+        _numba_path_launch(monitor, 1000 + number, x, given=_Owner())
+        if number % 500 == 0:
+            with monitor.lock:
+                monitor._look()  # what the keeper does every millisecond
+            most = max(most, len(monitor._streams), len(monitor.order.streams))
+    assert most < 1000 and len(monitor.order.last_use) == 1
+    assert len(monitor.order.quick) < 1000 and len(monitor._eager) == 0
+    assert events.waits[-1] == (1000 + number, 7)  # the last one is still ordered
+
+
+def test_a_retiring_stream_used_again_is_kept():
+    events = CountingEvents()
+    monitor = Monitor(events)  # (the device has passed nothing yet)
+    x = cuda.device_array(4, np.float32)
+    _numba_path_launch(monitor, 7, x, given=_Owner())
+    _numba_path_launch(monitor, 9, x, given=_Owner())
+    with monitor.lock:
+        monitor._retire_unheld()
+    assert set(monitor._retiring) == {7, 9}
+    _numba_path_launch(monitor, 9, cuda.device_array(4, np.float32), given=9)  # 9 used again
+    events.released.set()
+    with monitor.lock:
+        monitor._look()
+    assert 7 not in monitor._streams and 7 not in monitor.order.streams
+    assert 9 in monitor._streams and 9 in monitor.order.streams
+
+
+def test_a_forgotten_streams_place_goes_to_a_new_stream_with_no_waits_of_its_own():
+    order, waits = _order(_order_type("c"))
+    order.use(1, ["x"])
+    order.use(2, ["x"])  # 2 waits for 1
+    event, epoch = order.retire(1, True)
+    assert order.forget(1, epoch) == (True, event)
+    assert 1 not in order.streams and set(order.last_use) == {"x"}
+    order.use(3, ["y"])  # 3 takes 1's place among the streams
+    order.use(2, ["y"])
+    assert waits == [(2, 1), (2, 3)]
+
+
+def test_a_stream_used_after_it_retired_is_not_forgotten():
+    order, _ = _order(_order_type("c"))
+    order.use(1, ["x"], quick=True)
+    _, epoch = order.retire(1, True)
+    assert order.quick_use(1, ("y",), threading.Lock()) is not None  # a use without the lock
+    assert order.forget(1, epoch) == (False, None) and 1 in order.streams

@@ -22,6 +22,7 @@ from typing import Any
 
 from numbatune import _native
 from numbatune.arraykinds import ArrayKind, kind_of
+from numbatune.eager import run_as_written
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.rawstreams import HANDLE_MEMO
 
@@ -314,8 +315,10 @@ def _find_kept_winner(key: str, general: str) -> list[str]:
 def compile_functions(
     code: str, namespace: dict[str, Any], name: str
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """Execute the generated ``code`` in ``namespace``; its ``call`` and ``launch_winner``."""
+    """Execute the generated ``code`` in ``namespace``; its ``call`` and ``launch_winner``
+    (which torch.compile runs as written: :mod:`numbatune.eager`)."""
     exec(compile(code, f"<numbatune fast path of {name}>", "exec"), namespace)
+    run_as_written(namespace["call"], namespace["launch_winner"])
     return namespace["call"], namespace["launch_winner"]
 
 

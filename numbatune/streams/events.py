@@ -84,6 +84,21 @@ class _DriverEvents:
     def synchronize(self, event: int) -> None:
         self._checked(self._driver.cuEventSynchronize(self._driver.CUevent(event)))
 
+    def capturing(self, stream: int) -> bool:
+        """Whether work queued on ``stream`` now goes into a CUDA graph being captured, or the
+        driver cannot say (the legacy stream while a blocking stream is captured): then no
+        event may be recorded or waited for on it, and its flags may not be asked."""
+        error, status = self._driver.cuStreamIsCapturing(self._driver.CUstream(stream))
+        return bool(error) or bool(int(status))
+
+    def relax_capture(self) -> None:
+        """Let the calling thread query events while another thread captures a graph: in a
+        capture's default (global) mode, CUDA refuses an event query from any thread, and the
+        refusal invalidates the capture."""
+        self._driver.cuThreadExchangeStreamCaptureMode(
+            self._driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        )
+
     def passed(self, event: int) -> bool:
         """Whether the device passed ``event``'s latest record, without waiting. An error (the
         context destroyed, a device fault) counts as passed: nothing queued will run."""
@@ -121,6 +136,12 @@ class _SimulatorEvents:
         pass
 
     def synchronize(self, event: Any) -> None:
+        pass
+
+    def capturing(self, stream: int) -> bool:
+        return False
+
+    def relax_capture(self) -> None:
         pass
 
     def context(self, stream: int) -> int:

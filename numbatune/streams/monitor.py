@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Hashable, Iterator, Sequence
@@ -36,7 +37,7 @@ from numbatune.arrays import buffer_of
 from numbatune.errors import ProfileError
 from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
-from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY
+from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, numba_stream, raw_stream
 from numbatune.streams.order import new_lock, new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
@@ -62,6 +63,14 @@ EVERY_STREAM = object()
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
 KEEPER_PERIOD_S = 0.001
+
+#: How many streams the monitor knows before it first looks for those the program let go of
+#: (then again at twice as many as it kept, not retiring).
+SWEEP_STREAMS = 64
+
+#: ``sys.getrefcount`` of a stream object that only the monitor holds, as :meth:`Monitor.
+#: _retire_unheld` reads it: the monitor's dict, the loop's variable, the call's argument.
+_ONLY_THE_MONITORS = 3
 
 
 class Monitor:
@@ -110,6 +119,10 @@ class Monitor:
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = {}
+        # Streams the program let go of, being forgotten: the event the order recorded for
+        # each (None: nothing to wait for) and its epoch then (Order.retire).
+        self._retiring: dict[int, tuple[Any, int]] = {}
+        self._sweep_at = SWEEP_STREAMS
 
     def after_fork_in_child(self) -> None:
         """A forked child's monitor starts afresh: its parent's streams and events are not
@@ -168,10 +181,12 @@ class Monitor:
                 self.stream = stream
                 return None
             if self.stream is not EVERY_STREAM:
+                if self.events.capturing(stream):  # recorded into a graph: nothing runs now
+                    return None
                 self._start_ordering()
             quick = not self._profiles and stream not in self._eager
             self.order.use(stream, buffers, quick)
-            if name is not None and self._profiles:
+            if name is not None and self._profiles and not self.events.capturing(stream):
                 launch = _Launch(stream, name, buffers, self.events.create(stream=stream))
                 self.events.record(launch.start, stream)
                 launch.profiles = list(self._profiles.values())
@@ -184,6 +199,32 @@ class Monitor:
         self._streams[stream] = None if isinstance(given, int) else given
         if stream not in DEFAULT_STREAMS and _may_close(given):
             self._eager[stream] = context
+        if len(self._streams) > self._sweep_at:
+            self._retire_unheld()
+
+    def _retire_unheld(self) -> None:
+        """The streams whose objects only the monitor holds (the program let go of them) start
+        being forgotten, so that its state stays bounded: the order records each one's event
+        (where numbatune holds the stream), and the keeper drops the stream once the device has
+        passed it (:meth:`_forget_retired`), the monitor's hold on its object last. Raw handles,
+        whose owners numbatune cannot see, are kept."""
+        unheld, owner = [], None
+        for stream in list(self._streams):
+            owner = self._streams[stream]
+            if (
+                owner is not None
+                and sys.getrefcount(owner) <= _ONLY_THE_MONITORS
+                and stream != self.stream
+                and stream not in self._retiring
+            ):
+                unheld.append(stream)
+        del owner
+        for stream in unheld:
+            if not self.events.capturing(stream):  # (an event recorded now would be the graph's)
+                retired = self._order and self._order.retire(stream, stream not in self._eager)
+                self._retiring[stream] = retired or (None, 0)
+        self._sweep_at = max(SWEEP_STREAMS, 2 * (len(self._streams) - len(self._retiring)))
+        self._wake_keeper()
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted
@@ -204,7 +245,11 @@ class Monitor:
             launch.kept = ()
 
     def hold(self, stream: int, arrays: tuple[Any, ...]) -> None:
-        """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now."""
+        """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now;
+        nothing while ``stream`` is captured into a graph (nothing runs now, and the graph's
+        owner keeps what its replays use)."""
+        if self.events.capturing(stream):
+            return
         with self.lock:
             if self._held(stream):  # the keeper records its event when it next looks
                 pending = self.pending.get(stream)
@@ -214,10 +259,14 @@ class Monitor:
             else:
                 self.events.record(event := self._spare_event(stream), stream)
                 self._kept.append((event, arrays))
-            if self._keeper is None:
-                self._start_keeper()
-            elif self._keeper_waiting:
-                self._kept_ready.notify()
+            self._wake_keeper()
+
+    def _wake_keeper(self) -> None:
+        """Start the keeper, or wake it where it waits for work (under the lock)."""
+        if self._keeper is None:
+            self._start_keeper()
+        elif self._keeper_waiting:
+            self._kept_ready.notify()
 
     def _held(self, stream: int) -> bool:
         """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
@@ -240,6 +289,8 @@ class Monitor:
         with self.lock:
             if waiting not in self._streams:
                 self._see(waiting, given)
+            if self.events.capturing(waiting) or self.events.capturing(producer):
+                return  # a graph's order is its capture's (see numbatune.streams.order)
             if producer in LEGACY and self._held(waiting) and waiting not in self.blocking:
                 self.blocking[waiting] = self.events.blocking(waiting)
             if not ordered_by_driver(producer, waiting, self.blocking):
@@ -269,10 +320,12 @@ class Monitor:
 
     def _release_kept(self) -> None:
         """The keeper's loop: every :data:`KEEPER_PERIOD_S` while arrays are kept, record the
-        pending streams' events and let go of the arrays whose events the device passed."""
+        pending streams' events and let go of the arrays whose events the device passed. Its
+        event queries leave other threads' graph captures valid (``relax_capture``)."""
+        self.events.relax_capture()
         while True:
             with self.lock:
-                while not self._kept and not self.pending:
+                while not self._kept and not self.pending and not self._retiring:
                     self._keeper_waiting = True
                     self._kept_ready.wait()
                 self._keeper_waiting = False
@@ -281,11 +334,14 @@ class Monitor:
             time.sleep(KEEPER_PERIOD_S)
 
     def _look(self) -> list[Sequence[Any]]:
-        """One look of the keeper (under the lock): the arrays it lets go."""
-        while self.pending:
-            stream, (event, arrays) = self.pending.popitem()
-            self.events.record(event, stream)
-            self._kept.append((event, arrays))
+        """One look of the keeper (under the lock): the arrays it lets go. A stream being
+        captured into a graph keeps its pending arrays until its capture ends (an event recorded
+        on it now would be the graph's)."""
+        for stream in list(self.pending):
+            if not self.events.capturing(stream):
+                event, arrays = self.pending.pop(stream)
+                self.events.record(event, stream)
+                self._kept.append((event, arrays))
         released, still = [], []
         for event, arrays in self._kept:
             if self.events.passed(event):
@@ -294,7 +350,27 @@ class Monitor:
             else:
                 still.append((event, arrays))
         self._kept = still
+        if self._retiring and (owners := self._forget_retired()):
+            released.append(owners)
         return released
+
+    def _forget_retired(self) -> list[Any]:
+        """Drop the retiring streams whose events the device has passed and that no launch used
+        since (a stream used again stays, and may retire later); returns their objects, for
+        the keeper to let go of outside the lock."""
+        owners = []
+        for stream, (event, epoch) in list(self._retiring.items()):
+            if stream in self.pending or (event is not None and not self.events.passed(event)):
+                continue  # (pending arrays: their event is recorded on the stream first)
+            del self._retiring[stream]
+            forgotten, spent = self._order.forget(stream, epoch) if self._order else (True, None)
+            if forgotten:
+                owners.append(self._streams.pop(stream, None))
+                self._eager.pop(stream, None)
+                self.blocking.pop(stream, None)
+                if spent is not None:
+                    self.events.destroy(spent)
+        return owners
 
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""
@@ -397,6 +473,14 @@ def ordered_by_driver(producer: int, stream: int, blocking: dict[int, bool]) -> 
 
 monitor = Monitor()
 renew_in_child(monitor)
+
+
+def captured(stream: Any, args: tuple[Any, ...]) -> bool:
+    """Whether a call's launch on ``stream`` (as a call takes it: None for the current stream of
+    the arguments' library) would be captured into a CUDA graph."""
+    if SIMULATOR:
+        return False
+    return monitor.events.capturing(raw_stream(numba_stream(stream, args)))
 
 
 def start_profile() -> ProfileToken:

@@ -8,155 +8,49 @@ epoch)`` entry. A launch on stream B that uses a buffer last used in an epoch of
 has not yet waited for makes B wait for A on the device (an event recorded on A,
 ``cuStreamWaitEvent`` on B); the host never waits.
 
-A launch whose buffers were all last used in its stream's open epoch changes nothing: on the
-streams it may (:attr:`StreamOrder.quick`), the generated launch code asks
-:meth:`StreamOrder.quick_use`, which checks that without a lock and calls
-:meth:`StreamOrder.use` only when the check fails.
+Inside a CUDA graph capture (torch.cuda.graph, CuPy's, cuda.core's graph builder), nothing is
+recorded or waited for where the launch's stream or the producer is being captured: work a
+capture records runs only when the graph is replayed, ordered by the capture itself (one stream,
+or the streams its caller forked and joined) and by whoever replays it after the work it reads;
+an event from outside a capture cannot be waited for inside it, and one recorded inside it cannot
+be waited for outside it. A use whose wait was skipped so is not its buffer's last use: later
+uncaptured launches still wait for the work that runs. Only a launch that needs an event asks
+whether a stream is being captured (``cuStreamIsCapturing``).
 
-:class:`StreamOrder` is the reference. Where the C extension builds, :func:`new_order` makes its
-``Order`` (``numbatune/_order.c``): the same steps, calls to the events and ``last_use`` and
-``quick`` dicts, with the rest of the state in one record per stream, for a fraction of the host
-time a launch that waits spends in :meth:`StreamOrder.use`; it calls the driver's event functions
-itself where its events are the C extension's, and takes a lock made by :func:`new_lock` (the
-monitor's) without calling Python methods.
+A launch whose buffers were all last used in its stream's open epoch changes nothing: on the
+streams it may (the order's ``quick``), the generated launch code asks the order's
+``quick_use``, which checks that without a lock and calls ``use`` only when the check fails.
+
+:func:`new_order` makes the C extension's ``Order`` (``numbatune/_order.c``): a record per
+stream, the ``last_use`` and ``quick`` dicts the generated launch code reads, the driver's event
+functions called directly where its events are the C extension's, and a lock made by
+:func:`new_lock` (the monitor's) taken without calling Python methods. Its methods: ``use(stream,
+buffers, quick=False)`` queues the waits a launch needs and notes the use; ``quick_use(stream,
+buffers, lock)`` checks without the lock that a quick stream's buffers stay in its open epoch;
+``launched(stream)`` ends a stream's epoch right after a launch; ``barrier()`` forgets every
+buffer; ``retire(stream, record)`` records the event of a stream the program let go of, and
+``forget(stream, epoch)``, once the device passed it, drops every trace of the stream (unless a
+use noted it since), so that the order's state stays bounded however many streams come and go.
+``tests/order_reference.py`` writes the same steps (retiring streams aside) in Python, as the
+tests' oracle.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Hashable, Iterable
-from contextlib import AbstractContextManager
 from typing import Any
 
 from numbatune import native
-
-Entry = tuple[int, int]  # (stream, epoch)
 
 #: How many buffers an order remembers before it forgets them all (a barrier).
 LIMIT = 1 << 16
 
 
-class StreamOrder:
-    """Which streams a launch must wait for, from where each buffer was last used.
-
-    ``events`` (set before the first use) makes, records and waits for the streams' events:
-    ``create(timing, stream)``, ``record(event, stream)``, ``wait_event(waiting, event)``. After
-    ``limit`` buffers are remembered they are all forgotten at once, and each stream's next
-    launch waits for what the others queued before (a barrier), so memory stays bounded and no
-    ordering is lost.
-    """
-
-    def __init__(self, events: Any = None, limit: int = LIMIT) -> None:
-        self.events = events
-        self._limit = limit
-        #: Each stream's open epoch, as the entry its buffers' last uses hold.
-        self._open: dict[int, Entry] = {}
-        #: Each stream's event, recorded when one of its epochs ends.
-        self._event: dict[int, Any] = {}
-        #: Each buffer's last use.
-        self.last_use: dict[Hashable, Entry] = {}
-        #: The open epochs of the streams whose launches may skip :meth:`use` while their
-        #: buffers' last uses are that epoch; emptied by a barrier.
-        self.quick: dict[int, Entry] = {}
-        self._waited: dict[tuple[int, int], int] = {}
-        self._barrier: dict[int, int] = {}
-        self._past_barrier: set[int] = set()
-        #: The streams whose open epoch a use noted (quick streams' are taken as noted).
-        self._used: set[int] = set()
-
-    def use(self, stream: int, buffers: Iterable[Hashable], quick: bool = False) -> None:
-        """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use.
-        ``quick``: later launches on ``stream`` may skip this while their buffers stay in its
-        open epoch (:meth:`quick_use`)."""
-        if stream not in self._past_barrier:
-            for producer, epoch in self._barrier.items():
-                self._wait_for(stream, producer, epoch)
-            self._past_barrier.add(stream)
-        entry = self._open.get(stream)
-        if entry is None:
-            entry = self._open[stream] = (stream, 1)
-        self._used.add(stream)
-        last_use, waited = self.last_use, self._waited
-        for buffer in buffers:
-            last = last_use.get(buffer)
-            if last is not entry:
-                if (
-                    last is not None
-                    and last[0] != stream
-                    and waited.get((stream, last[0]), 0) < last[1]
-                ):
-                    self._wait_for(stream, *last)
-                last_use[buffer] = entry
-        if len(last_use) > self._limit:
-            self.barrier()
-        elif quick:
-            self.quick[stream] = entry
-
-    def quick_use(
-        self, stream: int, buffers: tuple[Hashable, ...], lock: AbstractContextManager[Any]
-    ) -> Entry | None:
-        """:meth:`use` for a launch on a stream whose launches may skip it (in :attr:`quick`):
-        nothing where each of ``buffers`` was last used in the stream's open epoch, or never
-        (it is noted so now), and fewer than the limit are remembered; else :meth:`use`,
-        under ``lock``. Returns the stream's open entry as it was first read, or None (and
-        does nothing) where the stream is not quick."""
-        entry = self.quick.get(stream)
-        if entry is None:
-            return None
-        last_use = self.last_use
-        if len(last_use) >= self._limit or any(
-            last_use.setdefault(buffer, entry) is not entry for buffer in buffers
-        ):
-            with lock:
-                self.use(stream, buffers)
-        return entry
-
-    def launched(self, stream: int) -> None:
-        """A launch on ``stream`` is queued: record the stream's event now, ending its epoch
-        (for streams that may be destroyed, which are touched only right after a launch)."""
-        self._end_epoch(stream)
-
-    def barrier(self) -> None:
-        """Forget every buffer; each stream's next launch waits for all queued on the others:
-        up to their open epoch, or, where no use noted it (a stream whose event is recorded
-        right after each launch, which may be gone), the last one recorded."""
-        self._barrier = {
-            stream: epoch if stream in self._used or stream in self.quick else epoch - 1
-            for stream, (_, epoch) in self._open.items()
-        }
-        self._past_barrier = set()
-        self.last_use.clear()
-        self.quick.clear()
-
-    def _end_epoch(self, stream: int) -> None:
-        """Record ``stream``'s event after all queued on it so far, ending its open epoch."""
-        event = self._event.get(stream)
-        if event is None:
-            event = self._event[stream] = self.events.create(timing=False, stream=stream)
-        self.events.record(event, stream)
-        _, epoch = self._open.get(stream, (stream, 0))
-        entry = self._open[stream] = (stream, epoch + 1)
-        self._used.discard(stream)
-        if stream in self.quick:
-            self.quick[stream] = entry
-
-    def _wait_for(self, stream: int, producer: int, epoch: int) -> None:
-        """``stream`` waits for ``producer``'s launches up to the end of ``epoch``."""
-        if producer == stream or self._waited.get((stream, producer), 0) >= epoch:
-            return
-        if self._open.get(producer, (producer, 0))[1] <= epoch:  # not recorded since
-            self._end_epoch(producer)
-        self.events.wait_event(stream, self._event[producer])
-        self._waited[(stream, producer)] = self._open[producer][1] - 1
-
-
 def new_order(events: Any = None, limit: int = LIMIT) -> Any:
-    """A :class:`StreamOrder`, made by the C extension where it builds."""
-    return (native.order_type() or StreamOrder)(events, limit)
+    """The C extension's ``Order`` over ``events``, forgetting its buffers past ``limit``."""
+    return native.order_type()(events, limit)
 
 
 def new_lock() -> Any:
-    """A lock to guard an order with (the one :meth:`StreamOrder.quick_use` takes): the C
-    extension's where it builds, which its order takes and gives back without a Python call,
-    else a :class:`threading.Lock`."""
-    return (native.lock_type() or threading.Lock)()
+    """A lock to guard an order with: the C extension's, which its order's ``quick_use`` takes
+    and gives back without a Python call."""
+    return native.lock_type()()

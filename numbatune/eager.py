@@ -1,0 +1,36 @@
+"""Keeping torch.compile's tracer out of numbatune's own code.
+
+torch.compile (Dynamo) compiles each Python frame that a compiled function runs, also those a
+call it cannot trace starts: a tuned kernel's call is one (its ``__call__`` is the C
+extension's), and the fast path, general path and tuning below it read arrays, time variants
+and copy NumPy arrays, which Dynamo cannot run on the fake tensors it traces with. The code a
+call of numbatune's enters first is marked here so that Dynamo runs it, and all it calls, as
+written: a tuned kernel called inside a compiled function is a graph break that launches it as
+an eager call does (:func:`numbatune.torch.custom_op` makes it an operator the graph holds).
+Nothing is imported or marked where torch was not imported first.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def run_as_written(*functions: Callable[..., Any]) -> None:
+    """Have torch.compile run ``functions`` (Python functions or bound methods), and all they
+    call, as written, not traced; nothing where torch is not imported."""
+    if "torch" not in sys.modules:
+        return
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+
+        skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+        for function in functions:
+            set_code_exec_strategy(function.__code__, skip)
+    except (ImportError, AttributeError, TypeError):  # a torch whose Dynamo has no such call
+        return
