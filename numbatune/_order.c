@@ -82,8 +82,7 @@ typedef struct {
     PyObject *quick;      /* stream -> its open entry, for streams whose launches may skip use */
     PyObject *streams;    /* stream -> its Stream */
     PyObject *opened;     /* the Streams with an open entry, in the order they got one */
-    Py_ssize_t count;     /* how many indexes Streams were given */
-    PyObject *free;       /* the indexes of forgotten Streams, for the next ones made */
+    Py_ssize_t count;     /* how many Streams were made (the next one's index) */
     Py_ssize_t barrier_streams; /* how many of ``opened`` the last barrier holds */
     unsigned long barriers;     /* how many barriers so far */
     Py_ssize_t limit;
@@ -98,8 +97,7 @@ static Stream *stream_of(Order *self, PyObject *key) {
     made->stream = Py_NewRef(key);
     made->entry = made->event = NULL;
     made->epoch = made->barrier_epoch = 0;
-    Py_ssize_t reused = PyList_GET_SIZE(self->free);
-    made->index = reused ? PyLong_AsSsize_t(PyList_GET_ITEM(self->free, reused - 1)) : self->count;
+    made->index = self->count;
     made->waited = NULL;
     made->waited_size = 0;
     made->used = 0;
@@ -107,10 +105,8 @@ static Stream *stream_of(Order *self, PyObject *key) {
     PyObject_GC_Track(made);
     int failed = PyDict_SetItem(self->streams, key, (PyObject *)made);
     Py_DECREF(made);
-    if (failed || (reused && PyList_SetSlice(self->free, reused - 1, reused, NULL) < 0)) {
-        return NULL;
-    }
-    self->count += !reused;
+    if (failed) return NULL;
+    self->count++;
     return made;
 }
 
@@ -553,92 +549,6 @@ static PyObject *launched(Order *self, PyObject *key) {
     Py_RETURN_NONE;
 }
 
-/* retire(stream, record) -> (event, epoch), or None where the order has no record of the
- * stream: the first half of forgetting a stream the program let go of. Its event is recorded now
- * where ``record`` (a stream numbatune holds; one that may close had it recorded right after its
- * last launch), ending its epoch; once the device passed it, forget(stream, epoch) drops the
- * stream, unless a use noted it meanwhile. */
-static PyObject *retire(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "retire(stream, record)");
-        return NULL;
-    }
-    PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
-    int record = found == NULL ? 0 : PyObject_IsTrue(args[1]);
-    if (found == NULL || record < 0) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    Stream *stream = (Stream *)Py_NewRef(found);
-    int failed = record && stream->entry != NULL && end_epoch(self, stream) < 0;
-    PyObject *event = stream->event ? stream->event : Py_None;
-    PyObject *result = failed ? NULL : Py_BuildValue("(OL)", event, stream->epoch);
-    Py_DECREF(stream);
-    return result;
-}
-
-/* Drops every trace of ``stream``: its buffers' last uses (``gone``), its quick entry, its place
- * among the opened streams and in the last barrier, the waits others made for it, its record
- * (its index kept for the next stream made). */
-static int drop_stream(Order *self, Stream *stream, PyObject *gone) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
-        if (PyDict_DelItem(self->last_use, PyList_GET_ITEM(gone, i)) < 0) return -1;
-    }
-    int quick = PyDict_Contains(self->quick, stream->stream);
-    if (quick < 0 || (quick && PyDict_DelItem(self->quick, stream->stream) < 0)) return -1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(self->opened); i++) {
-        if (PyList_GET_ITEM(self->opened, i) != (PyObject *)stream) continue;
-        if (PyList_SetSlice(self->opened, i, i + 1, NULL) < 0) return -1;
-        self->barrier_streams -= i < self->barrier_streams;
-        break;
-    }
-    Py_ssize_t position = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(self->streams, &position, &key, &value)) {
-        Stream *other = (Stream *)value;
-        if (stream->index < other->waited_size) other->waited[stream->index] = 0;
-    }
-    PyObject *index = PyLong_FromSsize_t(stream->index);
-    int failed = index == NULL || PyList_Append(self->free, index) < 0;
-    Py_XDECREF(index);
-    return failed ? -1 : PyDict_DelItem(self->streams, stream->stream);
-}
-
-/* forget(stream, epoch) -> (forgotten, event): where the stream's epoch is still ``epoch`` and
- * no use noted its open one, the event retire() gave covers all the order knows of it, and the
- * caller saw the device pass it: every trace of the stream goes (drop_stream), and its event is
- * returned for the caller to destroy. Else (False, None), and nothing changes. */
-static PyObject *forget(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    long long epoch = nargs == 2 ? PyLong_AsLongLong(args[1]) : -1;
-    if (nargs != 2 || (epoch == -1 && PyErr_Occurred())) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "forget(stream, epoch)");
-        return NULL;
-    }
-    PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
-    if (found == NULL) return PyErr_Occurred() ? NULL : Py_BuildValue("(OO)", Py_True, Py_None);
-    Stream *stream = (Stream *)found;
-    if (stream->epoch != epoch || stream->used) return Py_BuildValue("(OO)", Py_False, Py_None);
-    PyObject *gone = PyList_New(0);
-    if (gone == NULL) return NULL;
-    Py_ssize_t position = 0;
-    PyObject *buffer, *last;
-    int failed = 0, noted = 0;
-    while (!failed && !noted && PyDict_Next(self->last_use, &position, &buffer, &last)) {
-        noted = last == stream->entry; /* (a use without the lock, on a quick stream) */
-        int same = noted ? 0 : PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 0), args[0], Py_EQ);
-        failed = same < 0 || (same && PyList_Append(gone, buffer) < 0);
-    }
-    PyObject *event = Py_NewRef(stream->event ? stream->event : Py_None);
-    Py_INCREF(stream);
-    failed = failed || (!noted && drop_stream(self, stream, gone) < 0);
-    Py_DECREF(stream);
-    Py_DECREF(gone);
-    PyObject *result = failed ? NULL : Py_BuildValue("(OO)", noted ? Py_False : Py_True,
-                                                    noted ? Py_None : event);
-    Py_DECREF(event);
-    return result;
-}
-
 static PyObject *get_events(Order *self, void *unused) { return Py_NewRef(self->events); }
 
 /* events = value: the events, and their record and wait_event methods (None: not yet). */
@@ -683,8 +593,7 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->quick = PyDict_New();
     self->streams = PyDict_New();
     self->opened = PyList_New(0);
-    self->free = PyList_New(0);
-    if (!self->last_use || !self->quick || !self->streams || !self->opened || !self->free ||
+    if (!self->last_use || !self->quick || !self->streams || !self->opened ||
         set_events(self, events, NULL) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -701,7 +610,6 @@ static int order_traverse(Order *self, visitproc visit, void *arg) {
     Py_VISIT(self->quick);
     Py_VISIT(self->streams);
     Py_VISIT(self->opened);
-    Py_VISIT(self->free);
     return 0;
 }
 
@@ -714,7 +622,6 @@ static int order_clear(Order *self) {
     Py_CLEAR(self->quick);
     Py_CLEAR(self->streams);
     Py_CLEAR(self->opened);
-    Py_CLEAR(self->free);
     return 0;
 }
 
@@ -731,10 +638,6 @@ static PyMethodDef order_methods[] = {
      "quick_use(stream, buffers, lock) -> the stream's open entry, or None where not quick"},
     {"launched", (PyCFunction)launched, METH_O, "launched(stream): end the stream's epoch"},
     {"barrier", (PyCFunction)barrier, METH_NOARGS, "barrier(): forget every buffer"},
-    {"retire", (PyCFunction)(void (*)(void))retire, METH_FASTCALL,
-     "retire(stream, record) -> (event, epoch), or None: a stream to forget, its event recorded"},
-    {"forget", (PyCFunction)(void (*)(void))forget, METH_FASTCALL,
-     "forget(stream, epoch) -> (forgotten, event): drop a retired stream no use noted since"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -748,7 +651,6 @@ static PyMemberDef order_members[] = {
     {"last_use", T_OBJECT, offsetof(Order, last_use), READONLY, "each buffer's last use"},
     {"quick", T_OBJECT, offsetof(Order, quick), READONLY,
      "the open entries of the streams whose launches may skip use()"},
-    {"streams", T_OBJECT, offsetof(Order, streams), READONLY, "each stream's record"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import sys
 import threading
 import time
 from collections.abc import Hashable, Iterator, Sequence
@@ -63,14 +62,6 @@ EVERY_STREAM = object()
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
 KEEPER_PERIOD_S = 0.001
-
-#: How many streams the monitor knows before it first looks for those the program let go of
-#: (then again at twice as many as it kept, not retiring).
-SWEEP_STREAMS = 64
-
-#: ``sys.getrefcount`` of a stream object that only the monitor holds, as :meth:`Monitor.
-#: _retire_unheld` reads it: the monitor's dict, the loop's variable, the call's argument.
-_ONLY_THE_MONITORS = 3
 
 
 class Monitor:
@@ -119,10 +110,6 @@ class Monitor:
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = {}
-        # Streams the program let go of, being forgotten: the event the order recorded for
-        # each (None: nothing to wait for) and its epoch then (Order.retire).
-        self._retiring: dict[int, tuple[Any, int]] = {}
-        self._sweep_at = SWEEP_STREAMS
 
     def after_fork_in_child(self) -> None:
         """A forked child's monitor starts afresh: its parent's streams and events are not
@@ -199,32 +186,6 @@ class Monitor:
         self._streams[stream] = None if isinstance(given, int) else given
         if stream not in DEFAULT_STREAMS and _may_close(given):
             self._eager[stream] = context
-        if len(self._streams) > self._sweep_at:
-            self._retire_unheld()
-
-    def _retire_unheld(self) -> None:
-        """The streams whose objects only the monitor holds (the program let go of them) start
-        being forgotten, so that its state stays bounded: the order records each one's event
-        (where numbatune holds the stream), and the keeper drops the stream once the device has
-        passed it (:meth:`_forget_retired`), the monitor's hold on its object last. Raw handles,
-        whose owners numbatune cannot see, are kept."""
-        unheld, owner = [], None
-        for stream in list(self._streams):
-            owner = self._streams[stream]
-            if (
-                owner is not None
-                and sys.getrefcount(owner) <= _ONLY_THE_MONITORS
-                and stream != self.stream
-                and stream not in self._retiring
-            ):
-                unheld.append(stream)
-        del owner
-        for stream in unheld:
-            if not self.events.capturing(stream):  # (an event recorded now would be the graph's)
-                retired = self._order and self._order.retire(stream, stream not in self._eager)
-                self._retiring[stream] = retired or (None, 0)
-        self._sweep_at = max(SWEEP_STREAMS, 2 * (len(self._streams) - len(self._retiring)))
-        self._wake_keeper()
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted
@@ -259,14 +220,10 @@ class Monitor:
             else:
                 self.events.record(event := self._spare_event(stream), stream)
                 self._kept.append((event, arrays))
-            self._wake_keeper()
-
-    def _wake_keeper(self) -> None:
-        """Start the keeper, or wake it where it waits for work (under the lock)."""
-        if self._keeper is None:
-            self._start_keeper()
-        elif self._keeper_waiting:
-            self._kept_ready.notify()
+            if self._keeper is None:
+                self._start_keeper()
+            elif self._keeper_waiting:
+                self._kept_ready.notify()
 
     def _held(self, stream: int) -> bool:
         """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
@@ -325,7 +282,7 @@ class Monitor:
         self.events.relax_capture()
         while True:
             with self.lock:
-                while not self._kept and not self.pending and not self._retiring:
+                while not self._kept and not self.pending:
                     self._keeper_waiting = True
                     self._kept_ready.wait()
                 self._keeper_waiting = False
@@ -350,27 +307,7 @@ class Monitor:
             else:
                 still.append((event, arrays))
         self._kept = still
-        if self._retiring and (owners := self._forget_retired()):
-            released.append(owners)
         return released
-
-    def _forget_retired(self) -> list[Any]:
-        """Drop the retiring streams whose events the device has passed and that no launch used
-        since (a stream used again stays, and may retire later); returns their objects, for
-        the keeper to let go of outside the lock."""
-        owners = []
-        for stream, (event, epoch) in list(self._retiring.items()):
-            if stream in self.pending or (event is not None and not self.events.passed(event)):
-                continue  # (pending arrays: their event is recorded on the stream first)
-            del self._retiring[stream]
-            forgotten, spent = self._order.forget(stream, epoch) if self._order else (True, None)
-            if forgotten:
-                owners.append(self._streams.pop(stream, None))
-                self._eager.pop(stream, None)
-                self.blocking.pop(stream, None)
-                if spent is not None:
-                    self.events.destroy(spent)
-        return owners
 
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""

@@ -28,11 +28,7 @@ functions called directly where its events are the C extension's, and a lock mad
 buffers, quick=False)`` queues the waits a launch needs and notes the use; ``quick_use(stream,
 buffers, lock)`` checks without the lock that a quick stream's buffers stay in its open epoch;
 ``launched(stream)`` ends a stream's epoch right after a launch; ``barrier()`` forgets every
-buffer; ``retire(stream, record)`` records the event of a stream the program let go of, and
-``forget(stream, epoch)``, once the device passed it, drops every trace of the stream (unless a
-use noted it since), so that the order's state stays bounded however many streams come and go.
-``tests/order_reference.py`` writes the same steps (retiring streams aside) in Python, as the
-tests' oracle.
+buffer. ``tests/order_reference.py`` writes the same steps in Python, as the tests' oracle.
 """
 
 from __future__ import annotations
