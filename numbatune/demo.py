@@ -229,11 +229,18 @@ def _changes(variant: Variant, written: Variant | None) -> str:
     )
 
 
-def _seconds(seconds: float) -> str:
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The unit, s, ms or us, in which ``seconds`` reads from 1 to 999 (or less than 1 us),
+    and its size in seconds."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3)):
         if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e6:.3g} us"
+            return unit, scale
+    return "us", 1e-6
+
+
+def _seconds(seconds: float) -> str:
+    unit, scale = time_unit(seconds)
+    return f"{seconds / scale:.3g} {unit}"
 
 
 def _rate(work: dict[str, int] | None, seconds: float | None) -> str:
