@@ -74,7 +74,7 @@ def _tuning_time(result: dict[str, Any]) -> list[list[str]]:
     most = max(result["numbatune"], key=int)
     return [
         [
-            f"a new key, cold, {most} variants, 2^{result['size'].bit_length() - 1} float32",
+            f"tuning a new key, {most} variants, 2^{result['size'].bit_length() - 1} float32",
             f"{result['numbatune'][most]['total_s']:.2f} s",
             f"Triton's autotune, {most} configs: {result['triton'][most]['total_s']:.2f} s",
         ]
