@@ -38,6 +38,13 @@ SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 #: (compile and trial workers, a sweep's workers) choose the simulator too, without saying so again.
 NOTICE_GIVEN_VARIABLE = "NUMBATUNE_SIMULATOR_NOTICE_GIVEN"
 
+#: Said once, when the first tuned kernel is defined under the simulator numbatune chose (not at
+#: import: ``numbatune --help`` and the cache commands run no kernel).
+SIMULATOR_NOTICE = (
+    "numbatune: no CUDA GPU found; using numba's CUDA simulator "
+    f"({SIMULATOR_VARIABLE}=0 prevents this)"
+)
+
 IMPORTED_TOO_LATE = (
     "numba.cuda was imported before numbatune on a machine with no CUDA GPU, so numba uses the "
     "real CUDA driver and no kernel can run: import numbatune before numba (it then turns on "
@@ -136,16 +143,12 @@ def select_backend() -> None:
             reloader = getattr(sys.modules.get(name), "_env_reloader", None)
             if reloader is not None:
                 reloader.old_environ.pop(SIMULATOR_VARIABLE, None)
-    if NOTICE_GIVEN_VARIABLE not in os.environ:
-        os.environ[NOTICE_GIVEN_VARIABLE] = "1"
-        logger.warning(
-            "numbatune: no CUDA GPU found; using numba's CUDA simulator (set %s=0 to prevent this)",
-            SIMULATOR_VARIABLE,
-        )
 
 
 def require_a_backend() -> None:
-    """Raise where no kernel can run in this process (numba.cuda imported first, no GPU).
+    """Raise where no kernel can run in this process (numba.cuda imported first, no GPU); where
+    numbatune chose the simulator, say so once (:data:`SIMULATOR_NOTICE`), unless a process
+    that started this one said it.
 
     Raises
     ------
@@ -154,3 +157,6 @@ def require_a_backend() -> None:
     """
     if backend is Backend.NO_GPU_FOR_THE_DRIVER:
         raise BackendError(IMPORTED_TOO_LATE)
+    if backend is Backend.SIMULATOR and NOTICE_GIVEN_VARIABLE not in os.environ:
+        os.environ[NOTICE_GIVEN_VARIABLE] = "1"
+        logger.warning(SIMULATOR_NOTICE)

@@ -174,6 +174,16 @@ class Tuned:
         return self.report.results[self.report.best_index]
 
     @property
+    def untimed(self) -> str | None:
+        """Why the row has no speedup (:data:`UNTIMED`), or None where it has one."""
+        timed = {r.variant for r in self.report.results if r.median_s is not None}
+        if self.winner.median_s is None:
+            return UNTIMED["winner"]
+        if self.written is None:
+            return UNTIMED["no variant"]
+        return None if self.written in timed else UNTIMED["simulator" if SIMULATOR else "skipped"]
+
+    @property
     def speedup(self) -> float | None:
         """How many times faster the winner is than the kernel as written, where both were
         timed."""
@@ -219,11 +229,18 @@ def _changes(variant: Variant, written: Variant | None) -> str:
     )
 
 
-def _seconds(seconds: float) -> str:
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The unit, s, ms or us, in which ``seconds`` reads from 1 to 999 (or less than 1 us),
+    and its size in seconds."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3)):
         if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e6:.3g} us"
+            return unit, scale
+    return "us", 1e-6
+
+
+def _seconds(seconds: float) -> str:
+    unit, scale = time_unit(seconds)
+    return f"{seconds / scale:.3g} {unit}"
 
 
 def _rate(work: dict[str, int] | None, seconds: float | None) -> str:
@@ -311,10 +328,14 @@ SIMULATED = (
 #: Said of the rows whose keys the tune cache answered (on disk, or in this process).
 STORED = "tuned before, read from the tune cache (numbatune cache clear: tune them again)"
 #: The line under the table.
-LEGEND = (
-    "winner: what it changes of the kernel as written; speedup: over the kernel as written "
-    "(-: not timed)"
-)
+LEGEND = "winner: what it changes of the kernel as written; speedup: over the kernel as written"
+#: Why a row's speedup is ``-``, said under the table for the rows that have one.
+UNTIMED = {
+    "simulator": "the kernel as written is not among the few variants the simulator times",
+    "skipped": "the kernel as written was not timed (a search, a level or prune left it out)",
+    "no variant": "no variant is the kernel as written",
+    "winner": "the winner was not timed (the only variant tried)",
+}
 
 
 def main(
@@ -322,8 +343,10 @@ def main(
     small: bool | None = None,
     out: TextIO | None = None,
     every: bool = False,
+    progress: TextIO | None = None,
 ) -> None:
-    """Tune each example, launch its winner once, and print one table for all of them.
+    """Tune each example, launch its winner once, and print one table for all of them, saying
+    what it tunes as it goes.
 
     Parameters
     ----------
@@ -335,6 +358,9 @@ def main(
         Where the table goes (by default ``sys.stdout``).
     every
         One row per variant (every variant's time), instead of one per kernel and key.
+    progress
+        Where a line per example goes as it is tuned, and one with its winner (by default
+        ``sys.stderr``).
 
     Raises
     ------
@@ -347,10 +373,10 @@ def main(
     if not examples:
         raise ValueError(NO_EXAMPLES)
     small = SIMULATOR if small is None else small
-    out = out or sys.stdout
+    out, progress = out or sys.stdout, progress or sys.stderr
     if SIMULATOR:
-        print(SIMULATED, file=out)
-    found = [_tune(example, small) for example in examples]
+        print(SIMULATED, file=out, flush=True)
+    found = [_tune(example, small, progress) for example in examples]
     if every:
         header = ["kernel", "key", "variant", "median (us)", "best", "source"]
         rows = [row for t in found for row in report_rows(t.kernel, t.report)]
@@ -358,20 +384,39 @@ def main(
         return
     print(summary_table(found, rates=not SIMULATOR), file=out)
     print(LEGEND, file=out)
+    for reason in dict.fromkeys(t.untimed for t in found if t.untimed is not None):
+        print(f"speedup -: {reason}", file=out)
     stored = sum(t.report.source in (Source.DISK, Source.MEMORY) for t in found)
     if stored:
         print(f"{stored} of {len(found)} rows: {STORED}", file=out)
 
 
-def _tune(example: Example, small: bool) -> Tuned:
-    """Tune the example's kernel for its arguments and launch the winner once. Under the
-    simulator, where every thread is a Python thread, over a covering few of its variants
-    (the kernel as written among them or not: its speedup means nothing there)."""
+def _tune(example: Example, small: bool, progress: TextIO) -> Tuned:
+    """Tune the example's kernel for its arguments and launch the winner once, saying so on
+    ``progress`` before and after. Under the simulator, where every thread is a Python thread,
+    over a covering few of its variants (the kernel as written among them or not: its speedup
+    means nothing there)."""
     tuned, args = example_case(example, small)
-    written = tuned.written_variant
+    written, space = tuned.written_variant, len(tuned.variants)
     if SIMULATOR:
         tuned = tuned.with_variants(covering_variants(tuned))
+    what = f"{len(tuned.variants)} of {space}" if len(tuned.variants) < space else f"{space}"
+    print(f"{tuned.name}: tuning {what} variants...", file=progress, flush=True)
     report = tuned.tune(*args)
     tuned(*args)
     work = getattr(sys.modules.get(example.__module__), "work", None)
-    return Tuned(tuned.name, report, written, None if work is None else work(*args))
+    found = Tuned(tuned.name, report, written, None if work is None else work(*args))
+    print(f"{tuned.name}: {_progress(report)}, winner {_changes(found.winner.variant, written)}",
+          file=progress, flush=True)  # fmt: skip
+    return found
+
+
+def _progress(report: TuneReport) -> str:
+    """What a tuning did: read from the cache, or variants compiled and timed, and how long."""
+    if report.source in (Source.DISK, Source.MEMORY):
+        return f"read from the tune cache ({report.source})"
+    timed = sum(result.median_s is not None for result in report.results)
+    compiled = (
+        f"{report.compiles} compiled in {report.compile_s:.1f} s, " if report.compiles else ""
+    )
+    return f"{compiled}{timed} timed in {report.benchmark_s:.1f} s"

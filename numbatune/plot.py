@@ -3,8 +3,10 @@
 Where the variants vary over exactly two parameters, each key gets a heat map over them (the
 landscape at a glance); otherwise a bar per variant, named by what varies. The winner is marked
 (its cell outlined, its bar in another colour, and the word ``winner``); variants that failed
-or were not timed say so. Each panel is as tall as its bars or rows need, and the file is cut
-around everything drawn, so no label is clipped. matplotlib is needed (``numbatune[report]``).
+or were not timed say so. Times are in the unit that suits each panel's slowest (s, ms or us),
+and a panel whose times are the simulator's says so in its title. Each panel is as tall as its
+bars or rows need, and the file is cut around everything drawn, so no label is clipped.
+matplotlib is needed (``numbatune[report]``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from numbatune.demo import stored_key_label
+from numbatune.demo import stored_key_label, time_unit
+from numbatune.devices import SIMULATED
 
 #: Inches: the width of a panel, the height of a bar and of a heat map's row, the least height
 #: of a panel, the room for a line of title, and the room under a panel for its ticks and label.
@@ -93,7 +96,15 @@ class _Panel:
         self.values = [{**r["params"], **r["jit"]} for r in self.results]
         names = list(dict.fromkeys(name for values in self.values for name in values))
         self.varying = [n for n in names if len({v.get(n) for v in self.values}) > 1]
-        self.title = textwrap.wrap(f"{entry.function}: {stored_key_label(entry.key)}", 80)
+        where = (
+            "numba's simulator: times mean nothing"
+            if entry.device == SIMULATED.name
+            else entry.device
+        )
+        title = f"{entry.function}: {stored_key_label(entry.key)} ({where})"
+        self.title = textwrap.wrap(title, 80)
+        timed = [r["median_s"] for r in self.results if r["median_s"] is not None]
+        self.unit, self.scale = time_unit(max(timed, default=0.0))
         self.title_lines = len(self.title)
         rows = _ROW * len(self._rows()) if self.is_heat_map else _BAR * len(self.results)
         self.body = max(_LEAST, rows)
@@ -111,7 +122,9 @@ class _Panel:
         return sorted({v[self.varying[1]] for v in self.values}, key=_number)
 
     def _times(self) -> list[float | None]:
-        return [r["median_s"] * 1e6 if r["median_s"] is not None else None for r in self.results]
+        return [
+            r["median_s"] / self.scale if r["median_s"] is not None else None for r in self.results
+        ]
 
     def draw(self, axes: Any) -> None:
         """Draw the heat map or the bars into ``axes``, the winner marked."""
@@ -139,8 +152,10 @@ class _Panel:
             if time is None:
                 axes.text(0, position, " " + _untimed(result), va="center", color=_UNTIMED)
             elif position == self.best:
-                axes.text(time, position, f" winner, {time:.3g} us", va="center", weight="bold")
-        axes.set_xlabel("median time (us)")
+                text = f" winner, {time:.3g} {self.unit}"
+                axes.text(time, position, text, va="center", weight="bold")
+        axes.ticklabel_format(axis="x", style="plain", useOffset=False)
+        axes.set_xlabel(f"median time ({self.unit})")
 
     def _heat_map(self, axes: Any) -> None:
         import numpy as np
@@ -168,7 +183,7 @@ class _Panel:
             column, row, "winner", ha="center", va="center", color="red", weight="bold",
             bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
         )  # fmt: skip
-        axes.figure.colorbar(image, ax=axes, label="median time (us)")
+        axes.figure.colorbar(image, ax=axes, label=f"median time ({self.unit})")
 
 
 def _untimed(result: dict[str, Any]) -> str:

@@ -461,3 +461,15 @@ def test_an_example_that_cannot_be_made_is_recorded_with_the_stage_it_failed_in(
     broken.write_text(TINY_EXAMPLE.replace("x = cuda.to_device", raising))
     row = measure(broken, "example", Compiler.NUMBA_CUDA, small=True)
     assert row["failed"] == "example" and row["error"].startswith("RuntimeError: no x")
+
+
+def test_the_performance_tables_of_readme_and_benchmarks_are_their_results_files():
+    # Each page's table is what bench.summary writes from the results files its begin line
+    # names, and both pages name the same files: one figure, one source.
+    from bench import summary
+
+    blocks = [summary.page_block(page) for page in summary.PAGES]
+    (readme, readme_files), (benchmarks, benchmarks_files) = blocks
+    assert readme_files == benchmarks_files and all(path.is_file() for path in readme_files)
+    assert readme == benchmarks == summary.block(readme_files)
+    assert "| a cache hit, 1 Ki float32" in readme

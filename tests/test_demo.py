@@ -68,8 +68,15 @@ def cells(line: str) -> list[str]:
 
 def test_demo_prints_one_row_per_kernel_and_key_in_100_columns(capsys, examples, monkeypatch):
     assert main(["demo", "--examples", str(examples)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr()
+    lines = printed.out.splitlines()
     assert all(len(line) <= demo.WIDTH for line in lines)
+    # As it tunes, a line per example on stderr, then one with what it did and the winner.
+    progress = printed.err.splitlines()
+    assert progress[::2] == ["double: tuning 3 variants..."] * 2
+    assert all(
+        re.fullmatch(r"double: 3 timed in [\d.]+ s, winner .+", line) for line in progress[1::2]
+    )
     if SIMULATOR:
         assert lines.pop(0) == demo.SIMULATED and "times mean nothing" in demo.SIMULATED
     header, *rows, legend = lines
@@ -145,6 +152,19 @@ def test_rows_fit_100_columns_and_give_speedup_and_rate():
     assert sgemm[4:] == ["10 ms", "2.00x", "13744 GFLOP/s"]
     assert copy[-1] == "0.3 GB/s"
     assert unwritten[4:] == ["10 ms", "-", "-"]  # no kernel as written, no work(): not known
+    assert [row.untimed for row in rows] == [None, None, demo.UNTIMED["no variant"]]
+
+
+def test_a_speedup_not_known_says_why():
+    written, other = Variant({"BLOCK": 4}), Variant({"BLOCK": 8})
+    skipped = TuneReport(((8,), "float32", "C"), 0, Source.BENCHMARK, (_timed(other, 1e-3),))
+    alone = TuneReport(((8,), "float32", "C"), 0, Source.SINGLE, (VariantResult(other),))
+    assert (
+        demo.Tuned("k", skipped, written, None).untimed
+        == demo.UNTIMED["simulator" if SIMULATOR else "skipped"]
+    )
+    assert demo.Tuned("k", alone, written, None).untimed == demo.UNTIMED["winner"]
+    assert all(len(f"speedup -: {reason}") <= demo.WIDTH for reason in demo.UNTIMED.values())
 
 
 @pytest.mark.parametrize(

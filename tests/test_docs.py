@@ -2,12 +2,14 @@
 anchor, page left out of the navigation, or docstring the API reference cannot read."""
 
 import ast
+import dataclasses
 import doctest
 import inspect
 import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,124 @@ def test_the_readme_quickstart_runs_as_written_outside_the_repository(tmp_path):
     assert timed[0] == best
 
 
+def _user_pages() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+#: A fenced code block: its indentation (a block inside a list item), language and body.
+_FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<language>[^\s`]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+    flags=re.MULTILINE | re.DOTALL,
+)
+#: The line before a block that runs only with a GPU.
+_GPU_ONLY = "<!-- gpu-only -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Block:
+    """One fenced code block of a page."""
+
+    line: int
+    language: str
+    code: str
+    gpu_only: bool
+
+
+def _blocks(page: Path) -> list[_Block]:
+    text = page.read_text()
+    blocks = []
+    for match in _FENCE.finditer(text):
+        before = text[: match.start()].rstrip().rsplit("\n", 1)[-1].strip()
+        blocks.append(
+            _Block(
+                line=text.count("\n", 0, match.start()) + 1,
+                language=match.group("language"),
+                code=textwrap.dedent(match.group("body")),
+                gpu_only=before == _GPU_ONLY,
+            )
+        )
+    return blocks
+
+
+def _pages_with_code() -> list[Path]:
+    return [page for page in _user_pages() if page.name != "CHANGELOG.md"]
+
+
+@pytest.mark.parametrize("page", _pages_with_code(), ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_code_block_names_its_language(page):
+    unnamed = [block.line for block in _blocks(page) if not block.language]
+    assert not unnamed, f"{page.name}: blocks at lines {unnamed} name no language (python, text...)"
+
+
+def _imports_numbatune_before_numba(code: str) -> bool:
+    """Whether the first import of numba (or numba-cuda) in ``code`` follows one of numbatune
+    (which, without a GPU, must turn numba's simulator on before numba is imported)."""
+    for node in ast.walk(ast.parse(code)):
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        for name in names:
+            top = name.split(".")[0]
+            if top == "numbatune":
+                return True
+            if top.startswith("numba"):
+                return False
+    return True
+
+
+def _python_pages() -> list[Path]:
+    return [
+        page
+        for page in _pages_with_code()
+        if any(block.language == "python" for block in _blocks(page))
+    ]
+
+
+@pytest.mark.parametrize("page", _python_pages(), ids=lambda page: str(page.relative_to(ROOT)))
+def test_the_python_blocks_of_each_page_run_in_order_as_written(page, tmp_path, monkeypatch):
+    # As a reader pastes them into one session: in order, in one namespace, from a directory
+    # of their own, with the suite's fresh tune cache. A block marked gpu-only runs on a GPU.
+    import numbatune
+    from numbatune.arrays import SIMULATOR
+
+    blocks = [block for block in _blocks(page) if block.language == "python"]
+    code = "\n".join(block.code for block in blocks)
+    assert _imports_numbatune_before_numba(code), f"{page.name} imports numba before numbatune"
+    monkeypatch.chdir(tmp_path)
+    settings = numbatune.settings.snapshot()  # a page may configure numbatune: undone after
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    try:
+        for block in blocks:
+            if not (block.gpu_only and SIMULATOR):
+                where = f"{page.name}, the block at line {block.line}"
+                exec(compile(block.code, where, "exec"), namespace)
+    finally:
+        numbatune.wait_for_background_tuning()
+        numbatune.configure(
+            **{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+        )
+
+
+def test_the_block_reader_sees_languages_indented_blocks_and_the_gpu_marker(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Text.\n\n```python\nx = 1\n```\n\n- item\n\n  ```bash\n  ls\n  ```\n\n"
+        f"{_GPU_ONLY}\n```python\ny = x\n```\n\n```\nplain\n```\n"
+    )
+    assert _blocks(page) == [
+        _Block(3, "python", "x = 1\n", False),
+        _Block(9, "bash", "ls\n", False),
+        _Block(14, "python", "y = x\n", True),
+        _Block(18, "", "plain\n", False),
+    ]
+    assert _imports_numbatune_before_numba("import numbatune as nt\nfrom numba import cuda")
+    assert not _imports_numbatune_before_numba("import numba.cuda\nimport numbatune")
+
+
 def _strip_code(markdown: str) -> str:
     """The prose of a Markdown text: fenced blocks and inline code removed."""
     markdown = re.sub(r"```.*?```", "", markdown, flags=re.DOTALL)
@@ -104,10 +224,6 @@ _NOTEBOOK_TRACES = {
     "a machine loan": re.compile(r"\b[Ll]oans?\b"),
     "an issue number": re.compile(r"\b[Ii]ssues? #?\d+"),
 }
-
-
-def _user_pages() -> list[Path]:
-    return [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 @pytest.mark.parametrize("page", _user_pages(), ids=lambda page: str(page.relative_to(ROOT)))

@@ -70,11 +70,11 @@ def _unpacked(sdist: Path, into: Path) -> Path:
     return source
 
 
-def _wheel_from(sdist: Path, into: Path, **environment: str) -> tuple[set[str], str]:
-    """The file names of a wheel built from a fresh copy of ``sdist``, and the build's log."""
+def _wheel_from(sdist: Path, into: Path, **environment: str) -> tuple[Path, set[str], str]:
+    """A wheel built from a fresh copy of ``sdist``, its file names, and the build's log."""
     wheel, log = _build("build_wheel", _unpacked(sdist, into), into, **environment)
     with zipfile.ZipFile(wheel) as archive:
-        return set(archive.namelist()), log
+        return wheel, set(archive.namelist()), log
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +83,14 @@ def sdist(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def wheel(sdist, tmp_path_factory):
-    return _wheel_from(sdist, tmp_path_factory.mktemp("wheel"))[0]
+def built_wheel(sdist, tmp_path_factory):
+    return _wheel_from(sdist, tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def wheel(built_wheel):
+    """The file names of the wheel built from the sdist."""
+    return built_wheel[1]
 
 
 def test_version_prints_the_package_version(capsys):
@@ -167,3 +173,52 @@ def test_info_says_what_launches_the_kernels(capsys):
 
 def test_the_demo_finds_the_examples_of_the_source_tree():
     assert find_examples_dir() == ROOT / "examples"
+
+
+def _readme_quickstart() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("\n## Quickstart\n", 1)[1].split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_the_wheel_installed_in_a_fresh_venv_runs_the_version_the_demo_and_the_quickstart(
+    built_wheel, tmp_path
+):
+    # A fresh venv, its dependencies those of this interpreter (no index to install them
+    # from), numbatune the wheel's alone; every command runs outside the repository, with no
+    # GPU chosen for it (the simulator wherever this machine has none).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python, bin_dir = venv / "bin" / "python", venv / "bin"
+    site_dir = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    dependencies = sysconfig.get_paths()["purelib"]
+    Path(site_dir, "dependencies.pth").write_text(
+        f"import site; site.addsitedir({dependencies!r})\n"
+    )
+    environment = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_ENABLE_CUDASIM")},
+        "NUMBATUNE_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(built_wheel[0])]
+    subprocess.run(pip, env=environment, check=True, capture_output=True)
+
+    def run(*command: str) -> str:
+        done = subprocess.run(
+            command, cwd=tmp_path, env=environment, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert run(str(bin_dir / "numbatune"), "--version") == f"numbatune {nt.__version__}\n"
+    where = run(str(python), "-c", "import numbatune.demo as d; print(d.find_examples_dir())")
+    assert Path(where.strip()) == Path(site_dir, "numbatune", "examples")
+    # The demo over one of the examples the wheel ships (all of them take minutes simulated).
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "saxpy.py").write_text(Path(where.strip(), "saxpy.py").read_text())
+    table = run(str(bin_dir / "numbatune"), "demo", "--examples", str(examples))
+    assert "saxpy" in table and "winner:" in table
+    (tmp_path / "quick.py").write_text(_readme_quickstart())
+    assert run(str(python), "quick.py").startswith("best: ")
