@@ -34,6 +34,7 @@ SECTIONS = [
     "accuracy",
     "stability",
     "reproducibility",
+    "graphs",
     "warm_start",
     "ceilings",
     "levels",

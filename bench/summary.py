@@ -1,7 +1,7 @@
 """The performance tables of README.md and docs/benchmarks.md, written from results files.
 
 ``python -m bench.summary FILE...`` reads results files that ``bench/run.py`` wrote (those with
-the sections ``dispatch``, ``tuning_time`` and ``accuracy``; where two files hold a section, the
+the sections of :data:`ROWS`; where two files hold a section, the
 later one's is taken) and rewrites the table between the ``<!-- summary:begin ... -->`` and
 ``<!-- summary:end -->`` lines of both pages, the begin line naming the files. A figure is then
 written once, in bench/results, and the pages cannot disagree (``tests/test_bench.py`` checks
@@ -67,6 +67,33 @@ def _hits(dispatch: dict[str, Any]) -> list[list[str]]:
                 + _us([kind["declared signature: numba cfg(...)"] for kind in declared]),
             ]
         )
+    return rows + _to_the_floor(dispatch)
+
+
+#: The hit states measured against the driver's floor, as ``bench.dispatch_cost`` names them.
+_FLOOR_ROWS = {
+    "numbatune hit": "one stream",
+    "hit that waits for another stream": "waiting for another stream",
+    "26 arguments: numbatune hit": "18 arrays and 8 scalars",
+}
+
+
+def _to_the_floor(dispatch: dict[str, Any]) -> list[list[str]]:
+    """The hits as multiples of a C program's ``cuLaunchKernel`` of parameters packed once,
+    timed in the same rounds (where the run had the floor)."""
+    ratios = dispatch.get("to the floor", {})
+    rows = []
+    for method, state in _FLOOR_ROWS.items():
+        found = [ratios.get(f"{kind}: {method}") for kind in _KINDS]
+        if all(found):
+            rows.append(
+                [
+                    f"a hit over the driver's floor, {state}, numba arrays / CuPy / torch",
+                    " / ".join(f"{ratio['ratio']:.2f}x" for ratio in found),
+                    f"at most {found[0]['target']}x / {found[1]['target']}x / "
+                    f"{found[2]['target']}x (the targets)",
+                ]
+            )
     return rows
 
 
@@ -91,11 +118,40 @@ def _accuracy(result: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def _reproducibility(result: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            f"the same winner in {result['processes']} fresh processes, {len(result['keys'])} "
+            "keys of the examples",
+            f"{result['agreed_keys']} of {len(result['keys'])} keys; the slowest winner "
+            f"{result['worst_winner_vs_fastest']:.4f}x the fastest",
+            "",
+        ]
+    ]
+
+
+def _graphs(result: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            "a tuned kernel's launch replayed from a CUDA graph, device time",
+            f"{result['tuned_replayed_us_per_launch']:.3f} us",
+            f"the same kernel captured plain: {result['plain_replayed_us_per_launch']:.3f} us",
+        ],
+        [
+            "a function around a tuned kernel as a custom op, torch.compile reduce-overhead",
+            f"{result['compiled_reduce_overhead_us_per_call']:.2f} us a call",
+            f"the same function eager: {result['eager_custom_op_us_per_call']:.2f} us",
+        ],
+    ]
+
+
 #: The sections the table reads, in its order, and the rows each gives.
 ROWS: dict[str, Callable[[dict[str, Any]], list[list[str]]]] = {
     "dispatch": _hits,
     "tuning_time": _tuning_time,
     "accuracy": _accuracy,
+    "reproducibility": _reproducibility,
+    "graphs": _graphs,
 }
 
 
