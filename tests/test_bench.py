@@ -306,7 +306,7 @@ SMOKE_CHECKS = {
 
 #: The smoke run in parts of about the same length, which the test workers run side by side.
 SMOKE_PARTS = [
-    ("search", "reproducibility"),
+    ("search", "reproducibility", "graphs"),
     ("dispatch", "real_kernels", "space_cost", "compilers"),
     ("first_tune", "tuning_time", "accuracy", "stability", "warm_start", "ceilings", "levels"),
 ]
