@@ -40,6 +40,7 @@ from numbatune.compile.compiler import Compiler, Tally
 from numbatune.config import OnMiss, Snapshot, settings
 from numbatune.errors import TuningError, TuningKeyError
 from numbatune.forking import ForkSafeLock
+from numbatune.launch.config import unchecked_launch_config
 from numbatune.spec import KernelSpec
 from numbatune.strategies import Search, Strategy
 from numbatune.streams.handles import numba_stream, raw_stream
@@ -346,7 +347,7 @@ class Resolver:
         times = []
         for _ in range(_LAUNCH_FUNCTION_CALLS):
             started = time.perf_counter()
-            launch(*args, **params)
+            unchecked_launch_config(launch, args, params, self._spec.kernel_name)
             times.append(time.perf_counter() - started)
         cost = sorted(times)[len(times) // 2]
         if cost > _SLOW_LAUNCH_FUNCTION_S and not self._warned_slow_launch:

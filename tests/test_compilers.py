@@ -158,7 +158,9 @@ def test_a_device_function_is_refused_naming_it():
 
 
 def test_numba_cudas_launch_target_gives_the_overloads_types_layout_and_handle(monkeypatch):
-    """(The driver's parts faked: the simulator has no compiled overloads.)"""
+    """(The driver's parts faked: the simulator has no compiled overloads. Where the fast
+    launch is unsupported, as under the simulator, it says why and reads nothing of the kernel:
+    the reason is faked too, so that a GPU checks the same.)"""
     from numba.core import types as nb
 
     from numbatune.compilers import numba_cuda, numba_kernels, numba_parameters
@@ -169,7 +171,8 @@ def test_numba_cudas_launch_target_gives_the_overloads_types_layout_and_handle(m
     )
     kernel = SimpleNamespace(overloads={(array, nb.float64): overload}, typeof_pyval=lambda a: a)
     function = object()
-    assert NUMBA_CUDA.launch_target(kernel, ()) == "running under numba's simulator"
+    monkeypatch.setattr(numba_parameters, "unsupported", lambda: "no fast launch here")
+    assert NUMBA_CUDA.launch_target(kernel, ()) == "no fast launch here"
     monkeypatch.setattr(numba_parameters, "unsupported", lambda: None)
     monkeypatch.setattr(numba_kernels, "code_library", lambda compiled: SimpleNamespace(
         get_cufunc=lambda: function if compiled is overload else None))  # fmt: skip

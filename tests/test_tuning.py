@@ -469,8 +469,9 @@ def test_the_removed_report_names_warn_and_still_answer():
 
 def faked_times(monkeypatch, medians):
     """Tuning measures ``medians`` (us, by BLOCK; a function of the measurement's number, from
-    0) instead of a stopwatch, with no spread; each measured set of BLOCKs is kept."""
-    from numbatune.tuning import bench
+    0) instead of a stopwatch, with no spread; each measured set of BLOCKs is kept. Screening
+    (on a GPU; test_screen's) is off: it would time variants through ``bench.measure`` too."""
+    from numbatune.tuning import bench, tuner
     from numbatune.tuning.results import Timed
 
     measured = []
@@ -481,6 +482,7 @@ def faked_times(monkeypatch, medians):
         return {v: Timed(times[v.params["BLOCK"]] * 1e-6, 0.0, 10) for v in runs}
 
     monkeypatch.setattr(bench, "measure", measure)
+    monkeypatch.setattr(tuner, "_screening", lambda variants: False)
     return measured
 
 

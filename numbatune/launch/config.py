@@ -199,11 +199,19 @@ def launch_config(
 ) -> LaunchConfig:
     """What ``launch(*args, **params)`` returns, checked; an exception it raises comes back as
     a :class:`LaunchFunctionError` that says so."""
+    return checked_launch_config(unchecked_launch_config(launch, args, params, name), name)
+
+
+def unchecked_launch_config(
+    launch: Callable[..., Any], args: tuple[Any, ...], params: dict[str, Any], name: str
+) -> Any:
+    """What ``launch(*args, **params)`` returns, unchecked; an exception it raises comes back
+    as a :class:`LaunchFunctionError` that says so (every call of a launch function in Python
+    goes through here; the fast path's generated code raises the same error)."""
     try:
-        config = launch(*args, **params)
+        return launch(*args, **params)
     except Exception as error:
         raise launch_error(error, params, name) from error
-    return checked_launch_config(config, name)
 
 
 def launch_error(
