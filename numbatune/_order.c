@@ -367,7 +367,7 @@ static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObj
 }
 
 /* A lock as threading.Lock is one, which quick_use takes and gives back without calling Python
- * methods (the monitor guards its order with one where the extension is built). */
+ * methods (the monitor guards its order with one). */
 typedef struct {
     PyObject_HEAD
     PyThread_type_lock lock;

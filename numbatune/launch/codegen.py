@@ -111,9 +111,9 @@ def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str]
     """Code before and after the launch that orders it after other streams' uses of its
     buffers, once a second stream (or a profile) is in use, and keeps torch and CuPy arrays
     alive past it where they need it; with one stream so far it compares two handles and goes
-    on. On a stream the monitor made quick, one call of the order's ``quick_use`` checks, in C
-    where the extension is built, that the buffers stay in the stream's open epoch, and orders
-    the launch under the monitor's lock where they moved; on others it goes through
+    on. On a stream the monitor made quick, one call of the order's ``quick_use`` checks, in C,
+    that the buffers stay in the stream's open epoch, and orders the launch under the monitor's
+    lock where they moved; on others it goes through
     :meth:`Monitor.before`. ``entry`` is the open epoch its buffers were noted in: if another
     thread ended it before the launch was queued (the event that ended it does not cover the
     launch), they are noted again after it. The arrays to keep go, once the launch is queued,
