@@ -100,6 +100,18 @@ def test_a_round_of_long_kernels_is_not_held_for_as_long_as_it_runs():
     assert max(holds) == holds[-1] <= 0.002
 
 
+def test_launches_that_wait_for_the_device_are_held_no_longer_than_the_first_round():
+    # A debug kernel's launch reads its exception flag: the host waits for the hold and each
+    # run, so queueing a round takes the hold and the work. Taken as the host's lag, that held
+    # the device twice as long each round: a debug kernel's tuning ran past 150 s on the H200.
+    work_s = 0.001
+    hold, holds = bench.next_hold(0.0, 0.0, 0.0), []
+    for _ in range(16):
+        holds.append(hold)
+        hold = bench.next_hold(hold, hold + work_s, work_s, waited=True)
+    assert max(holds) == holds[0] <= 0.002
+
+
 @pytest.mark.skipif(not SIMULATOR, reason="counts rounds; on a GPU warm-up and budget add some")
 def test_rounds_interleave_the_variants_in_an_order_that_rotates():
     calls = []

@@ -130,21 +130,31 @@ def test_fp16_kernels_tune(isolate, workers, monkeypatch):
     np.testing.assert_array_equal(out.copy_to_host(), a + a)
 
 
-UNPICKLABLE = (n for n in range(2))  # (a generator: no pickle takes it)
+class _Unpicklable(np.ndarray):
+    """Under the simulator, where a kernel's Python function goes to the trial worker: an
+    array that no pickle takes."""
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("an array that does not pickle")
+
+
+# A global array numba reads, in a kernel the trial worker cannot be sent: on a GPU a device
+# array (numba refuses to serialise a kernel that reads one: its pointer is in the code).
+ONES = np.ones(1).view(_Unpicklable) if SIMULATOR else cuda.to_device(np.ones(1))
 
 
 @cuda.jit
-def with_unpicklable_global(out):
+def from_a_global_array(out):
     i = cuda.grid(1)
     if i < out.shape[0]:
-        out[i] = 1.0 if i >= 0 else UNPICKLABLE
+        out[i] = ONES[0]
 
 
 def test_a_kernel_that_cannot_go_to_the_trial_worker_runs_untried(monkeypatch):
-    """Under the simulator its function does not pickle; on a GPU, a kernel that reads a global
-    device array does not serialise: numba runs either, so the tuned kernel does."""
+    """numba runs a kernel that reads a global device array, and does not serialise it for the
+    trial worker: the tuned kernel runs it too."""
     monkeypatch.setattr(nt.settings, "isolate", Isolate.ALL)
-    tuned = _tuned(with_unpicklable_global)
+    tuned = _tuned(from_a_global_array)
     out = cuda.device_array(64)
     tuned(out)
     np.testing.assert_array_equal(out.copy_to_host(), np.ones(64))

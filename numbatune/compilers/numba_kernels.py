@@ -90,10 +90,14 @@ def load(payload: bytes, cc: tuple[int, int]) -> Any:
     if not isinstance(cubins, dict) or full_cc(cc) not in cubins:
         raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
     try:
-        rebuilt = CUDACodeLibrary._rebuild(**library)
-        return _Kernel._rebuild(codelibrary=rebuilt, **kernel)
+        rebuilt = _Kernel._rebuild(codelibrary=CUDACodeLibrary._rebuild(**library), **kernel)
     except Exception as error:  # this format, but not the parts numba rebuilds a kernel from
         raise ValueError(f"not a compiled kernel ({type(error).__name__}: {error})") from None
+    # numba's _Kernel() sets it and its _rebuild does not: a dispatcher that compiles no more
+    # reads it of every overload to refuse a call that matches none ('_Kernel' object has no
+    # attribute 'objectmode', instead of numba's No matching definition)
+    rebuilt.objectmode = False
+    return rebuilt
 
 
 def jit(copy: types.FunctionType, original: types.FunctionType, options: dict[str, Any]) -> Any:

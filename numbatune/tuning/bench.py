@@ -139,17 +139,24 @@ _HOLD_MARGIN = 2.0
 _spin_kernel = None
 
 
-def next_hold(held_s: float, queueing_s: float, device_s: float) -> float:
+def next_hold(held_s: float, queueing_s: float, device_s: float, waited: bool = False) -> float:
     """How long to hold the device before the next round (rule 3), given the last round's hold,
     how long the host took to queue the round and how long the device took from the end of its
-    hold to its last run.
+    hold to its last run; ``waited``: the hold had ended when the round's first run was queued.
 
     When the device finished about as the host did (their difference came to 3/4 of the hold or
     more), it waited for the host: the hold was too short, and the next is twice the host's
     whole queueing time, which is surely enough. Else the difference is the host's lag behind
     the device, and the next hold is twice that. (The hold used to be twice the queueing time
     every round: for a round of long kernels that fills the launch queue, twice the round.)
+
+    A hold that ended as the first run was queued was waited for: the launch waits for the
+    device (a debug kernel's reads its exception flag), so the host queues no run ahead of the
+    device, and the next hold is the shortest. (Its queueing time, taken as the host's lag,
+    held the device for twice the last hold and more: each round twice as long as the last.)
     """
+    if waited:
+        return _SHORTEST_HOLD_S
     lag = queueing_s - device_s
     return max(_SHORTEST_HOLD_S, _HOLD_MARGIN * (queueing_s if lag >= 0.75 * held_s else lag))
 
@@ -210,7 +217,7 @@ class _Events:
 
     def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
         outcome: dict[Hashable, float | Exception] = {}
-        recorded = []
+        recorded, waited = [], False
         _hold_device(self._stream, self._hold_s)
         self._held.record(self._stream)
         queueing_started = time.perf_counter()
@@ -229,6 +236,8 @@ class _Events:
                 continue
             end.record(self._stream)
             recorded.append(name)
+            if len(recorded) == 1:
+                waited = self._held.query()
         queueing_s = time.perf_counter() - queueing_started
         for name in recorded:
             start, end = self._events[name]
@@ -237,7 +246,7 @@ class _Events:
         if recorded:
             last = self._events[recorded[-1]][1]
             device_s = cuda.event_elapsed_time(self._held, last) / 1e3
-            self._hold_s = next_hold(self._hold_s, queueing_s, device_s)
+            self._hold_s = next_hold(self._hold_s, queueing_s, device_s, waited)
         return outcome
 
 
