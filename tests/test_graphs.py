@@ -186,13 +186,17 @@ def test_a_hit_is_captured_by_cupys_stream_capture_after_another_streams_launche
 @pytest.mark.gpu
 def test_a_hit_is_captured_by_cuda_cores_graph_builder_after_a_cuda_core_stream():
     """Before: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED from the host waiting for the first
-    stream's context inside the capture."""
+    stream's context inside the capture. The copies go to the legacy default stream, which
+    does not order cuda.core's (non-blocking) streams, and a small copy from pageable memory
+    may land after its call returned: the device finishes them before the first launch and
+    before the replay, which would otherwise race them."""
     core = pytest.importorskip("cuda.core")
     device = core.Device()
     device.set_current()
     stream = device.create_stream()
     tuned = _tuned()
     a, out = _arrays()
+    cuda.synchronize()
     tuned(a, out, stream=stream)
     stream.sync()
     builder = device.create_graph_builder()
@@ -200,9 +204,12 @@ def test_a_hit_is_captured_by_cuda_cores_graph_builder_after_a_cuda_core_stream(
     tuned(a, out, stream=builder)
     graph = builder.end_building().complete()
     out.copy_to_device(np.zeros(N, np.float32))
+    a.copy_to_device(np.full(N, 3, np.float32))  # the inputs change in place
+    cuda.synchronize()
     graph.launch(stream)
+    graph.launch(stream)  # each replay adds: the launch is in the graph, not run at capture
     stream.sync()
-    assert (out.copy_to_host() == 2).all()
+    assert (out.copy_to_host() == 12).all()
 
 
 @pytest.mark.gpu
