@@ -108,6 +108,39 @@ def test_a_custom_op_refuses_a_written_argument_the_kernel_does_not_take():
         custom_op(_tuned(), mutates_args=["y"], name="add_twice_refused")
 
 
+def test_a_hit_given_a_graph_builder_launches_on_its_capturing_stream_and_waits_for_none(
+    monkeypatch,
+):
+    """cuda.core's GraphBuilder is a stream object (``__cuda_stream__``: its capturing
+    stream's handle). A fast path launches there, also once several streams are ordered, and
+    queues no wait: an event recorded outside a capture cannot be waited for inside it."""
+    import types
+
+    pytest.importorskip("torch")
+    import torch
+
+    from tests.test_dlpack import _fast_path
+
+    builder_class = type(
+        "GraphBuilder",
+        (),
+        {"__module__": "cuda.core.graph._graph_builder", "__cuda_stream__": lambda _: (0, 4321)},
+    )
+    example = (torch.ones(8), torch.zeros(8), 2.5)
+    path, _ = _fast_path(example, monkeypatch)
+    names = path.launch_winner.__globals__
+    streams = []
+    names["_launch"] = lambda *call: streams.append(call[2]) or 0
+    events = names["_monitor"].events
+    winner = types.SimpleNamespace(index=0, params={})
+    for stream in (7, 8):  # two streams: every launch is ordered from now on
+        assert path.launch_winner(example, winner, stream)
+    events.captured.add(4321)
+    waits = list(events.waits)
+    assert path.launch_winner(example, winner, builder_class())
+    assert streams == [7, 8, 4321] and events.waits == waits
+
+
 # -- on a GPU ----------------------------------------------------------------------------------
 
 
