@@ -108,6 +108,39 @@ def test_a_custom_op_refuses_a_written_argument_the_kernel_does_not_take():
         custom_op(_tuned(), mutates_args=["y"], name="add_twice_refused")
 
 
+def test_a_hit_given_a_graph_builder_launches_on_its_capturing_stream_and_waits_for_none(
+    monkeypatch,
+):
+    """cuda.core's GraphBuilder is a stream object (``__cuda_stream__``: its capturing
+    stream's handle). A fast path launches there, also once several streams are ordered, and
+    queues no wait: an event recorded outside a capture cannot be waited for inside it."""
+    import types
+
+    pytest.importorskip("torch")
+    import torch
+
+    from tests.test_dlpack import _fast_path
+
+    builder_class = type(
+        "GraphBuilder",
+        (),
+        {"__module__": "cuda.core.graph._graph_builder", "__cuda_stream__": lambda _: (0, 4321)},
+    )
+    example = (torch.ones(8), torch.zeros(8), 2.5)
+    path, _ = _fast_path(example, monkeypatch)
+    names = path.launch_winner.__globals__
+    streams = []
+    names["_launch"] = lambda *call: streams.append(call[2]) or 0
+    events = names["_monitor"].events
+    winner = types.SimpleNamespace(index=0, params={})
+    for stream in (7, 8):  # two streams: every launch is ordered from now on
+        assert path.launch_winner(example, winner, stream)
+    events.captured.add(4321)
+    waits = list(events.waits)
+    assert path.launch_winner(example, winner, builder_class())
+    assert streams == [7, 8, 4321] and events.waits == waits
+
+
 # -- on a GPU ----------------------------------------------------------------------------------
 
 
@@ -186,13 +219,17 @@ def test_a_hit_is_captured_by_cupys_stream_capture_after_another_streams_launche
 @pytest.mark.gpu
 def test_a_hit_is_captured_by_cuda_cores_graph_builder_after_a_cuda_core_stream():
     """Before: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED from the host waiting for the first
-    stream's context inside the capture."""
+    stream's context inside the capture. The copies go to the legacy default stream, which
+    does not order cuda.core's (non-blocking) streams, and a small copy from pageable memory
+    may land after its call returned: the device finishes them before the first launch and
+    before the replay, which would otherwise race them."""
     core = pytest.importorskip("cuda.core")
     device = core.Device()
     device.set_current()
     stream = device.create_stream()
     tuned = _tuned()
     a, out = _arrays()
+    cuda.synchronize()
     tuned(a, out, stream=stream)
     stream.sync()
     builder = device.create_graph_builder()
@@ -200,9 +237,12 @@ def test_a_hit_is_captured_by_cuda_cores_graph_builder_after_a_cuda_core_stream(
     tuned(a, out, stream=builder)
     graph = builder.end_building().complete()
     out.copy_to_device(np.zeros(N, np.float32))
+    a.copy_to_device(np.full(N, 3, np.float32))  # the inputs change in place
+    cuda.synchronize()
     graph.launch(stream)
+    graph.launch(stream)  # each replay adds: the launch is in the graph, not run at capture
     stream.sync()
-    assert (out.copy_to_host() == 2).all()
+    assert (out.copy_to_host() == 12).all()
 
 
 @pytest.mark.gpu
