@@ -244,14 +244,17 @@ static int end_epoch(Order *self, Stream *stream) {
 }
 
 /* _wait_for: ``stream`` waits for ``producer``'s launches up to the end of ``epoch``: 0, or 1
- * where either is being captured into a graph (nothing is recorded or waited for), or -1 with
- * an exception. */
+ * where ``stream`` is being captured into a graph, or ``producer`` is while its event must be
+ * recorded now (nothing is recorded or waited for), or -1 with an exception. The producer's
+ * capture is asked only then: an event recorded before waits for nothing on its stream, which
+ * may be gone (a stream its program destroyed after its last launch recorded the event). */
 static int wait_for(Order *self, Stream *stream, Stream *producer, long long epoch) {
     if (producer == stream || waited_for(stream, producer) >= epoch) return 0;
+    int record = producer->epoch <= epoch; /* (no event recorded on it since) */
     int skipped = captured(self, stream->stream);
-    if (skipped == 0) skipped = captured(self, producer->stream);
+    if (skipped == 0 && record) skipped = captured(self, producer->stream);
     if (skipped) return skipped;
-    if (producer->epoch <= epoch && end_epoch(self, producer) < 0) return -1;
+    if (record && end_epoch(self, producer) < 0) return -1;
     PyObject *event = event_of(self, producer);
     if (event == NULL) return -1;
     Py_INCREF(event);

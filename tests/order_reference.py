@@ -133,9 +133,10 @@ class StreamOrder:
         where it was skipped, as one of the two is being captured into a graph."""
         if producer == stream or self._waited.get((stream, producer), 0) >= epoch:
             return False
-        if self._captured(stream) or self._captured(producer):
-            return True
-        if self._open.get(producer, (producer, 0))[1] <= epoch:  # not recorded since
+        record = self._open.get(producer, (producer, 0))[1] <= epoch  # not recorded since
+        if self._captured(stream) or (record and self._captured(producer)):
+            return True  # (a producer's capture matters only where its event is recorded now)
+        if record:
             self._end_epoch(producer)
         self.events.wait_event(stream, self._event[producer])
         self._waited[(stream, producer)] = self._open[producer][1] - 1
