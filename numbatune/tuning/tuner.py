@@ -317,13 +317,6 @@ def _settled(
 _BATCH = 8
 
 
-#: The fewest variants a search proposes at a time (one for each compile worker, where more
-#: wait). Each comes with the variants built with it (:func:`numbatune.tuning.search.siblings`),
-#: so that a batch is one build for each worker: smaller batches, more of them, let a search
-#: step from what it measured more often in its budget.
-_BATCH = 8
-
-
 def _resumed(job: TuneJob, variants: Sequence[Variant]) -> dict[Variant, Outcome]:
     """The outcomes of ``variants`` that an earlier, unfinished tuning of the key measured."""
     inside = set(variants)
