@@ -9,7 +9,8 @@ has not yet waited for makes B wait for A on the device (an event recorded on A,
 ``cuStreamWaitEvent`` on B); the host never waits.
 
 Inside a CUDA graph capture (torch.cuda.graph, CuPy's, cuda.core's graph builder), nothing is
-recorded or waited for where the launch's stream or the producer is being captured: work a
+recorded or waited for where the launch's stream is being captured, or the producer is while its
+event would be recorded now (an event recorded before waits for nothing on its stream): work a
 capture records runs only when the graph is replayed, ordered by the capture itself (one stream,
 or the streams its caller forked and joined) and by whoever replays it after the work it reads;
 an event from outside a capture cannot be waited for inside it, and one recorded inside it cannot
