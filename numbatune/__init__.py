@@ -13,7 +13,7 @@ from numbatune import config as _config  # noqa: E402
 from numbatune._version import __version__  # noqa: E402
 from numbatune.background import wait_for_background_tuning  # noqa: E402
 from numbatune.cache.files import cache_import  # noqa: E402
-from numbatune.config import OnMiss, configure, settings  # noqa: E402
+from numbatune.config import OnMiss, Timing, configure, settings  # noqa: E402
 from numbatune.decorator import autotune  # noqa: E402
 from numbatune.dispatch import TunedKernel  # noqa: E402
 from numbatune.errors import (  # noqa: E402
@@ -88,6 +88,7 @@ __all__ = [
     "Status",
     "Strategy",
     "StreamError",
+    "Timing",
     "TuneReport",
     "TunedKernel",
     "TuningError",

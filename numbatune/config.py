@@ -91,9 +91,10 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
-def _parse_enum(kind: type[enum.Enum]) -> Callable[[str], Any]:
-    """A parser that accepts the value of one member of ``kind``, in any case."""
-    choose = _one_of(*(member.value for member in kind))
+def _parse_enum(kind: type[enum.Enum], members: Any = None) -> Callable[[str], Any]:
+    """A parser that accepts the value of one member of ``kind`` (of ``members``, where given),
+    in any case."""
+    choose = _one_of(*(member.value for member in members or kind))
     return lambda text: kind(choose(text))
 
 
@@ -136,6 +137,38 @@ class OnMiss(TextEnum):
     ERROR = "error"
 
 
+class Timing(TextEnum):
+    """How a tuning times each variant (the ``timing`` setting, or ``autotune(timing=...)``,
+    which wins over it), and a report's ``timing``: how its variants were timed.
+
+    Attributes
+    ----------
+    LAUNCHES
+        Each launch queued on the tuning's stream between two CUDA events (the default).
+    GRAPH
+        :data:`~numbatune.tuning.bench.GRAPH_LAUNCHES` launches captured into a CUDA graph,
+        timed as its replays: for kernels that will run inside graphs.
+    WALL_CLOCK
+        Under the simulator, which has neither events nor graphs, whatever was asked: the
+        wall clock, whose times say nothing about speed. A report's timing, not a choice.
+    """
+
+    LAUNCHES = "launches"
+    GRAPH = "graph"
+    WALL_CLOCK = "wall clock"
+
+    def serves(self, tuning: Timing) -> bool:
+        """Whether results timed so serve a tuning that times as ``tuning``: where timed
+        alike (launches and graph replays are different measurements, which may choose
+        different winners); any, under the simulator (``tuning`` the wall clock), whose times
+        mean nothing."""
+        return tuning is Timing.WALL_CLOCK or self is tuning
+
+
+#: The timings a tuning may be asked for.
+TIMING_CHOICES = (Timing.LAUNCHES, Timing.GRAPH)
+
+
 class Isolate(TextEnum):
     """Which variants run first in a separate process (the ``isolate`` setting)."""
 
@@ -175,6 +208,10 @@ class Snapshot:
     early_stop_rounds: int = 5
     #: Timed runs of each variant under the simulator, where timing means nothing.
     simulator_runs: int = 2
+    #: How a tuning times each variant (numbatune.tuning.bench): ``launches`` between CUDA
+    #: events; ``graph``: launches captured into a CUDA graph, timed as its replays, for kernels
+    #: that will run inside graphs. A kernel's ``autotune(timing=...)`` wins over it.
+    timing: Timing = Timing.LAUNCHES
     #: Launch winners with arguments packed by numbatune (``numbatune.launch``) rather than
     #: through numba's launch; read when a kernel first meets a new key or argument classes.
     fast_launch: bool = True
@@ -264,6 +301,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "early_stop_ratio": _parse_ratio,
     "early_stop_rounds": parse_positive_int,
     "simulator_runs": parse_positive_int,
+    "timing": _parse_enum(Timing, TIMING_CHOICES),
     "fast_launch": _parse_bool,
     "level": _one_of(*LEVELS),
     "check": _parse_bool,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from numbatune._backend import require_a_backend
-from numbatune.config import OnMiss, check_environment
+from numbatune.config import OnMiss, Timing, check_environment
 from numbatune.dispatch import TunedKernel
 from numbatune.launch.config import LaunchConfig
 from numbatune.spec import OPTIONS, KernelSpec
@@ -35,6 +35,7 @@ def autotune(
     budget: Budget | int | str | None = None,
     valid: Callable[..., bool] | None = None,
     on_miss: OnMiss | str | None = None,
+    timing: Timing | str | None = None,
 ) -> Any:
     """Make a numba CUDA kernel tune its compile-time parameters on first use of each key.
 
@@ -113,6 +114,13 @@ def autotune(
         ``"nearest"``, and tune the key in a background thread, whose winner then replaces it;
         ``"error"``: raise `TuningKeyError`, measuring nothing. ``tune(...)`` always tunes.
         None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``, default ``"tune"``).
+    timing
+        How a key's tuning times the variants: ``"launches"``, each launch between CUDA
+        events; ``"graph"``, launches captured into a CUDA graph and timed as its replays, for
+        a kernel that will run inside graphs (the winner differs where launching costs
+        differ). Under the simulator, which has no graphs, the wall clock times them either
+        way. A stored result serves a tuning only when timed as it asks. None: the ``timing``
+        setting (``NUMBATUNE_TIMING``, default ``"launches"``).
 
     Returns
     -------
@@ -133,8 +141,8 @@ def autotune(
         takes as an argument; an unknown level or search; ``read_only``
         names that are not arguments; a budget that cannot be read; a parameter of the launch
         function that neither the kernel's arguments nor any variant give a value, with no
-        default; an unknown ``on_miss``; an empty name. At a call: no variant valid for the
-        arguments (``valid``).
+        default; an unknown ``on_miss`` or ``timing``; an empty name. At a call: no variant
+        valid for the arguments (``valid``).
     ImportError
         ``search="model"`` without scikit-learn installed.
 

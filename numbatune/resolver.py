@@ -37,7 +37,7 @@ from numbatune.cache import entry as entries
 from numbatune.cache import ranks
 from numbatune.cache.tunecache import Claim, TuneCache, Winner
 from numbatune.compile.compiler import Compiler, Tally
-from numbatune.config import OnMiss, Snapshot, settings
+from numbatune.config import OnMiss, Snapshot, Timing, settings
 from numbatune.errors import TuningError, TuningKeyError
 from numbatune.forking import ForkSafeLock
 from numbatune.launch.config import unchecked_launch_config
@@ -46,7 +46,7 @@ from numbatune.strategies import Search, Strategy
 from numbatune.streams.handles import numba_stream, raw_stream
 from numbatune.streams.monitor import monitor
 from numbatune.trials import trying
-from numbatune.tuning import checks, levels, tuner
+from numbatune.tuning import bench, checks, levels, tuner
 from numbatune.tuning.job import Compile, Journal, NoJournal, TuneJob
 from numbatune.tuning.results import Source, TuneReport, VariantResult
 from numbatune.values import canonical_key, key_text
@@ -107,6 +107,11 @@ class _Walk:
     search: Search
     #: The settings when the walk began.
     settings: Snapshot
+
+    @property
+    def timing(self) -> Timing:
+        """How a tuning of this walk times its variants."""
+        return bench.timing(self.settings)
 
     @property
     def searched(self) -> bool:
@@ -191,6 +196,8 @@ class Resolver:
                            spec.prune)  # fmt: skip
         if spec.valid is not None:
             plan = plan.keeping(lambda v: spec.is_valid(v, miss.args), spec.kernel_name)
+        if spec.timing is not None:  # (the tuning reads it from its settings)
+            taken = dataclasses.replace(taken, timing=spec.timing)
         policy = (spec.on_miss or taken.on_miss) if miss.serve else OnMiss.TUNE
         check = spec.checking or (checks.Check() if taken.check else None)
         strategy = spec.strategy or taken.search
@@ -221,7 +228,7 @@ class Resolver:
             elif not tunes:
                 report = self._served(cache, walk)
             else:
-                journal = cache.journal(miss.key, miss.force, walk.check)
+                journal = cache.journal(miss.key, miss.force, walk.check, walk.timing)
                 report = self._tuned(self._job(cache, walk, walk.plan, walk.search, journal))
             if report.source in (Source.BENCHMARK, Source.RANKS):
                 cache.store(key, report)
@@ -256,7 +263,7 @@ class Resolver:
         """Tune share ``index`` of ``count`` of the plan's first set (all of it for one)."""
         miss, plan = walk.miss, walk.plan
         if count == 1:
-            journal = cache.journal(miss.key, miss.force, walk.check)
+            journal = cache.journal(miss.key, miss.force, walk.check, walk.timing)
             return self._tuned(self._job(cache, walk, plan, walk.search, journal))
         part = levels.Plan(plan.level, (tuple(plan.first[index::count]),), 1, plan.pruned)
         exhaustive = dataclasses.replace(walk.search, strategy=Strategy.EXHAUSTIVE)
@@ -368,9 +375,14 @@ def _from_memory(winner: Winner) -> TuneReport:
 
 
 def _reuse(stored: TuneReport, walk: _Walk) -> TuneReport | None:
-    """A stored report as the answer, or None to tune again: in check mode, one tuned without
-    checks, or with another check (its verdicts of which variants are wrong are not this
-    check's), is tuned again; otherwise as :func:`numbatune.tuning.levels.reuse` decides."""
+    """A stored report as the answer, or None to tune again: on a GPU, one timed otherwise
+    than the walk's tuning times (launches, graph replays: other measurements, which may
+    choose another winner) is tuned again (under the simulator, whose times mean nothing, any
+    serves); so, in check mode, is one tuned without checks, or with another check (its
+    verdicts of which variants are wrong are not this check's); otherwise as
+    :func:`numbatune.tuning.levels.reuse` decides."""
+    if not stored.timing.serves(walk.timing):
+        return None
     if walk.check is not None and stored.check != checks.fingerprint(walk.check):
         return None
     return levels.reuse(stored, walk.plan, walk.searched)

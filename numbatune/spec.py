@@ -16,7 +16,7 @@ from typing import Any
 from numbatune import keys
 from numbatune.arrays import Arguments
 from numbatune.cache.tunecache import Winner
-from numbatune.config import OnMiss
+from numbatune.config import TIMING_CHOICES, OnMiss, Timing
 from numbatune.launch.config import (
     LaunchConfig,
     check_launch,
@@ -59,6 +59,7 @@ class KernelSpec:
     budget: Budget | int | str | None = None
     valid: Callable[..., bool] | None = None
     on_miss: OnMiss | None = None
+    timing: Timing | None = None
 
     #: The name in messages and logs: ``name``, else the kernel function's.
     kernel_name: str = field(init=False)
@@ -102,7 +103,8 @@ class KernelSpec:
         where = f"autotune({name})"
         derive("strategy", None if self.search is None else as_strategy(self.search, where))
         derive("search_budget", None if self.budget is None else as_budget(self.budget, where))
-        derive("on_miss", _on_miss_option(self.on_miss, name))
+        derive("on_miss", _choice(self.on_miss, tuple(OnMiss), "on_miss", name))
+        derive("timing", _choice(self.timing, TIMING_CHOICES, "timing", name))
 
     def replaced(self, changes: Mapping[str, Any], where: str) -> KernelSpec:
         """This spec with the options ``changes`` names changed (checked again); a TypeError
@@ -115,7 +117,8 @@ class KernelSpec:
     def sharing_options(self) -> dict[str, Any]:
         """The options that tuned kernels of the same code must also have in common to share
         their compiled kernels and winners (:func:`numbatune.identity.sharing_key`)."""
-        shared = ("key", "name", "level", "prune", "check", "search", "budget", "valid", "on_miss")
+        shared = ("key", "name", "level", "prune", "check", "search", "budget", "valid", "on_miss",
+                  "timing")  # fmt: skip
         return {option: getattr(self, option) for option in shared}
 
     @property
@@ -278,15 +281,16 @@ def _checked_read_only(names: Any, parameters: Sequence[str], name: str) -> froz
     return frozenset(listed)
 
 
-def _on_miss_option(on_miss: OnMiss | str | None, kernel_name: str) -> OnMiss | None:
-    """``autotune(on_miss=)`` checked (None: the ``on_miss`` setting decides)."""
-    if on_miss is None:
+def _choice(given: Any, choices: Sequence[Any], option: str, kernel_name: str) -> Any:
+    """``autotune(<option>=)``, one of the enum members ``choices`` or its text, checked (None:
+    the setting of that name decides)."""
+    if given is None:
         return None
-    try:
-        return OnMiss(on_miss)
-    except ValueError:
-        choices = ", ".join(member.value for member in OnMiss)
+    chosen = next((choice for choice in choices if given == choice.value), None)
+    if chosen is None:
+        names = ", ".join(choice.value for choice in choices)
         raise ValueError(
-            f"autotune({kernel_name}): on_miss must be one of {choices} (or None for the "
-            f"on_miss setting, NUMBATUNE_ON_MISS), got {on_miss!r}"
-        ) from None
+            f"autotune({kernel_name}): {option} must be one of {names} (or None for the "
+            f"{option} setting, NUMBATUNE_{option.upper()}), got {given!r}"
+        )
+    return chosen

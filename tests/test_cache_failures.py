@@ -520,7 +520,7 @@ def test_cache_clear_counts_the_results_it_deleted_and_no_unfinished_tuning(
     folder = disk_module.Folder(_folder(numbatune_cache), "test")
     (stored_under,) = folder.stored_keys()
     checksum = json.loads(folder.get(stored_under))["checksum"]
-    outcomes = entries.encode_outcomes({}, checksum, None)
+    outcomes = entries.encode_outcomes({}, checksum, None, nt.Timing.LAUNCHES)
     folder.set(entries.journal_key("(('other',),)", checksum), json.dumps(outcomes))
     folder.close()
     assert main(["cache", "clear"]) == 0

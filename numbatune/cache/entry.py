@@ -15,6 +15,7 @@ import math
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from numbatune.config import Timing
 from numbatune.strategies import Strategy
 from numbatune.tuning.checks import Mismatch
 from numbatune.tuning.results import (
@@ -84,6 +85,7 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
         "space": report.space,
         "results": [encode_result(result) for result in tried],
         "tied": [tried.index(report.results[index]) for index in report.tied],
+        "timing": report.timing.value,
     }
 
 
@@ -106,29 +108,43 @@ def encode_result(result: VariantResult) -> dict[str, Any]:
 
 
 def encode_outcomes(
-    outcomes: Mapping[Variant, Outcome], checksum: str, check: str | None
+    outcomes: Mapping[Variant, Outcome], checksum: str, check: str | None, timing: Timing
 ) -> dict[str, Any]:
     """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`);
     ``check``: the fingerprint of the check that compared the variants' outputs
-    (:func:`numbatune.tuning.checks.fingerprint`), or None without check mode."""
+    (:func:`numbatune.tuning.checks.fingerprint`), or None without check mode; ``timing``:
+    how they were timed."""
     results = [encode_result(VariantResult(v, o)) for v, o in outcomes.items()]
     return {"format": FORMAT, "checksum": checksum, "checked": check is not None,
-            "check": check, "results": results}  # fmt: skip
+            "check": check, "timing": timing.value, "results": results}  # fmt: skip
 
 
 def decode_outcomes(
-    stored: Any, variants: Mapping[str, Variant], checksum: str, check: str | None
-) -> dict[Variant, Outcome]:
+    stored: Any, variants: Mapping[str, Variant], checksum: str, check: str | None,
+    timing: Timing,
+) -> dict[Variant, Outcome]:  # fmt: skip
     """The outcomes :func:`encode_outcomes` stored, or :class:`DamagedEntry`: none when of
-    another checksum, or checked otherwise than a tuning with ``check`` checks
-    (:func:`_checked_alike`)."""
+    another checksum, checked otherwise than a tuning with ``check`` checks
+    (:func:`_checked_alike`), or timed otherwise than one that times as ``timing``
+    (:meth:`~numbatune.config.Timing.serves`)."""
     if not isinstance(stored, dict) or stored.get("format") != FORMAT:
         raise DamagedEntry(f"an unfinished tuning's outcomes are not of format {FORMAT}")
     if not isinstance(stored.get("results"), list):
         raise DamagedEntry(f"results are {stored.get('results')!r}, expected a list")
     if stored.get("checksum") != checksum or not _checked_alike(stored, check):
         return {}
+    if not _timing(stored).serves(timing):
+        return {}
     return _outcomes(stored["results"], variants)
+
+
+def _timing(stored: dict[str, Any]) -> Timing:
+    """How a stored entry's (or unfinished tuning's) variants were timed: as launches where
+    it was stored before numbatune kept it; :class:`DamagedEntry` for what is no timing."""
+    timing = stored.get("timing", Timing.LAUNCHES.value)
+    if not isinstance(timing, str) or timing not in {t.value for t in Timing}:
+        raise DamagedEntry(f"timing {timing!r} is not a timing")
+    return Timing(timing)
 
 
 def _checked_alike(stored: dict[str, Any], check: str | None) -> bool:
@@ -188,6 +204,7 @@ def check(entry: Any) -> dict[str, Any]:
         type(i) is int and 0 <= i < len(entry["results"]) for i in tied
     ):
         raise DamagedEntry(f"tied is {tied!r}, expected indices of results")
+    _timing(entry)
     for result in entry["results"]:
         _outcome(result)
     if not isinstance(_outcome(entry["results"][best]), Timed):
@@ -298,4 +315,5 @@ def decode(
         tied=tuple(
             order.index(variants[entry["results"][i]["variant"]]) for i in entry.get("tied", ())
         ),
+        timing=_timing(entry),
     )

@@ -5,7 +5,8 @@ large space) writes every variant's outcome to its journal after each batch but 
 the tune cache's entries (:func:`numbatune.cache.entry.journal_key`). A later tuning of the same
 key and checksum, in this process or another, starts from them, if it checks its variants'
 outputs as the unfinished one did (with the same tolerances, reference and outputs function,
-or not at all: which variants were wrong depends on them): variants measured before are not
+or not at all: which variants were wrong depends on them) and times them alike (launches or
+graph replays: :meth:`numbatune.config.Timing.serves`): variants measured before are not
 measured again, and the best of them is measured with the next batch, so every decision still
 compares times from one measurement. Storing the key's result deletes the journal; so does a
 tuning in which every variant failed, and a forced retune starts without it. Kernel Tuner's
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 
 from numbatune.cache import entry as entries
 from numbatune.cache.disk import Folder
+from numbatune.config import Timing
 from numbatune.tuning import checks
 from numbatune.tuning.checks import Check
 from numbatune.tuning.results import Outcome
@@ -38,6 +40,7 @@ class DiskJournal:
         checksum: str,
         variants: Mapping[str, Variant],
         check: Check | None,
+        timing: Timing,
     ) -> None:
         self._folder = folder
         self._stored_under = entries.journal_key(key_text, checksum)
@@ -47,6 +50,8 @@ class DiskJournal:
         #: fingerprint`), or None without check mode: it goes on only with an unfinished
         #: tuning of the same check, or, without check mode, with one that checked nothing.
         self._check = None if check is None else checks.fingerprint(check)
+        #: How the tuning times its variants: it goes on only with one timed alike.
+        self._timing = timing
 
     def earlier(self) -> dict[Variant, Outcome]:
         """The outcomes an earlier, unfinished tuning of the key recorded, if it checked them
@@ -56,7 +61,7 @@ class DiskJournal:
             return {}
         try:
             return entries.decode_outcomes(
-                json.loads(stored), self._variants, self._checksum, self._check
+                json.loads(stored), self._variants, self._checksum, self._check, self._timing
             )
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
@@ -68,8 +73,9 @@ class DiskJournal:
             return {}
 
     def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
-        """Keep ``outcomes`` (every variant measured so far), with this tuning's check."""
-        recorded = entries.encode_outcomes(outcomes, self._checksum, self._check)
+        """Keep ``outcomes`` (every variant measured so far), with this tuning's check and
+        timing."""
+        recorded = entries.encode_outcomes(outcomes, self._checksum, self._check, self._timing)
         self._folder.set(self._stored_under, json.dumps(recorded))
 
     def discard(self) -> None:

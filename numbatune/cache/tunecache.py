@@ -31,6 +31,7 @@ from numbatune.cache import entry as entries
 from numbatune.cache import ranks
 from numbatune.cache.disk import Folder
 from numbatune.cache.journal import DiskJournal
+from numbatune.config import Timing
 from numbatune.devices import current_kind
 from numbatune.errors import TuningError
 from numbatune.forking import renew_in_child
@@ -271,16 +272,17 @@ class TuneCache:
         nearest = sorted(found, key=lambda other: keys.distance(text, other))
         return list(dict.fromkeys(found[other] for other in nearest))[:count]
 
-    def journal(self, key: Hashable, fresh: bool, check: Check | None) -> Journal:
+    def journal(self, key: Hashable, fresh: bool, check: Check | None, timing: Timing) -> Journal:
         """Where ``key``'s tuning keeps its outcomes as they are measured (nothing without a
         cache directory); ``fresh``: first forget what an earlier, unfinished one measured;
-        ``check``: how the tuning checks its variants' outputs, or None (it goes on only with
-        an unfinished one that checked them alike)."""
+        ``check``: how the tuning checks its variants' outputs, or None, and ``timing``: how
+        it times them (it goes on only with an unfinished one that checked and timed them
+        alike)."""
         disk = self._open()
         if disk is None:
             return NoJournal()
         text = key_text(canonical_key(key))
-        journal = DiskJournal(disk, text, self.checksum, self._by_label, check)
+        journal = DiskJournal(disk, text, self.checksum, self._by_label, check, timing)
         if fresh:
             journal.discard()
         return journal

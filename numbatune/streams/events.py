@@ -14,6 +14,16 @@ from numbatune.streams.handles import DEFAULT_STREAMS, check_stream
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY
 
 
+def checked(result: Any) -> Any:
+    """The value a cuda-bindings driver call returned with its status, or numba's
+    ``CudaAPIError`` where the call failed."""
+    if result[0]:
+        from numba.cuda.cudadrv.driver import CudaAPIError
+
+        raise CudaAPIError(int(result[0]), f"CUDA driver call failed: {result[0]!r}")
+    return result[1] if len(result) > 1 else None
+
+
 class _DriverEvents:
     """CUDA events through cuda-bindings, on raw stream handles."""
 
@@ -29,12 +39,7 @@ class _DriverEvents:
         self.wait_event = self._native.wait
         self._wait_event = self.create(timing=False)
 
-    def _checked(self, result: Any) -> Any:
-        if result[0]:
-            from numba.cuda.cudadrv.driver import CudaAPIError
-
-            raise CudaAPIError(int(result[0]), f"CUDA driver call failed: {result[0]!r}")
-        return result[1] if len(result) > 1 else None
+    _checked = staticmethod(checked)
 
     def create(self, timing: bool = True, stream: int | None = None) -> int:
         """A new event, as its raw handle, in the context of ``stream`` (a thread that launches

@@ -26,16 +26,30 @@ How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says w
    within ``settings.min_runs`` to ``settings.max_runs`` rounds (screening while variants
    compile, :mod:`numbatune.tuning.screen`, asks for ``settings.early_stop_rounds`` exactly).
 
+7. **Graph timing** (the ``timing`` setting, or ``autotune(timing="graph")``, for kernels that
+   will run inside CUDA graphs): before its first round, each variant is launched once on the
+   tuning's stream (which loads its code and shows its launch errors), then
+   :data:`GRAPH_LAUNCHES` of its launches are captured into a CUDA graph, on a stream of the
+   stopwatch's own. Its runs are then replays of that graph, on the tuning's stream, in the
+   same rounds, between the same events, after the same hold and flush; a run's time is the
+   replay's divided by :data:`GRAPH_LAUNCHES`. The flush comes before each replay: the later
+   launches of a replay find in the L2 what the earlier ones left, as launches that follow one
+   another in a graph do. A variant whose launch cannot be captured (it waits for the device,
+   say) fails, with why: it could not run inside a graph.
+
 Each variant's result is the median of its runs and their interquartile range. Variants whose
 medians lie within noise of the best one's are ties (:func:`within_noise`): the tuner times them
 again, together, and a stable rule chooses among those still tied (:mod:`numbatune.tuning.
 tuner`), so that fresh processes agree on the winner. Under the
 simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or flush,
-timed by the wall clock: those times say nothing about speed.
+timed by the wall clock: those times say nothing about speed. The simulator has no graphs:
+asked for graph timing there, the stopwatch is the wall clock as well, the log says so once,
+and the report's ``timing`` is ``wall clock`` (:func:`timing`).
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 import time
@@ -47,12 +61,41 @@ from numba import cuda
 
 from numbatune import arrays
 from numbatune.arrays import SIMULATOR
-from numbatune.config import Snapshot, settings
+from numbatune.config import Snapshot, Timing, settings
 from numbatune.rawstreams import stream_handle
+from numbatune.streams.events import checked
+from numbatune.tuning.job import Bound
 from numbatune.tuning.results import Timed
+
+logger = logging.getLogger("numbatune")
 
 #: A function that queues one launch of a variant.
 Run = Callable[[], None]
+
+
+#: Launches of one variant that its CUDA graph holds under graph timing: a run is one replay,
+#: timed as a whole and divided by this many (as Triton's ``do_bench_cudagraph`` divides its
+#: replay by the launches in it), so that what starting a replay costs the device counts a
+#: tenth.
+GRAPH_LAUNCHES = 10
+
+_told_no_graphs = False
+
+
+def timing(taken: Snapshot) -> Timing:
+    """How a tuning under the settings ``taken`` times its variants: as their ``timing`` asks
+    on a GPU; by the wall clock under the simulator, which has neither events nor graphs (asked
+    for graph timing there, the log says so, once a process)."""
+    global _told_no_graphs
+    if not SIMULATOR:
+        return taken.timing
+    if taken.timing is Timing.GRAPH and not _told_no_graphs:
+        _told_no_graphs = True
+        logger.info(
+            "numbatune: timing='graph': numba's simulator has no CUDA graphs; the wall clock "
+            "times the variants, as it does every tuning under the simulator"
+        )
+    return Timing.WALL_CLOCK
 
 
 def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
@@ -132,6 +175,9 @@ class _WallClock:
             outcome[name] = time.perf_counter() - started
         return outcome
 
+    def close(self) -> None:
+        """Let go of what the stopwatch holds (nothing)."""
+
 
 # The shortest device hold (the first round's, before the host's lag has been measured).
 _SHORTEST_HOLD_S = 2e-3
@@ -198,6 +244,9 @@ def _hold_device(stream: Any, seconds: float) -> None:
 class _Events:
     """On a GPU: a pair of CUDA events around each run, optionally an L2 flush before it."""
 
+    #: Launches one timed run makes (a graph's replay: :data:`GRAPH_LAUNCHES`).
+    launches = 1
+
     def __init__(self, stream: Any, flush_size: int, restore: Run) -> None:
         from numba.cuda.cudadrv import driver
 
@@ -215,8 +264,19 @@ class _Events:
         assert flush is not None
         self._memset(flush.device_ctypes_pointer.value, 0, flush.size, self._raw_stream)
 
+    def _prepared(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, Exception]:
+        """What the runs of ``order`` need before a round; the errors of those that failed."""
+        return {}
+
+    def _launch(self, name: Hashable, run: Run) -> None:
+        run()
+
+    def close(self) -> None:
+        """Let go of what the stopwatch holds (its events go with it)."""
+
     def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
-        outcome: dict[Hashable, float | Exception] = {}
+        outcome: dict[Hashable, float | Exception] = {**self._prepared(order)}
+        order = [(name, run) for name, run in order if name not in outcome]
         recorded, waited = [], False
         _hold_device(self._stream, self._hold_s)
         self._held.record(self._stream)
@@ -230,7 +290,7 @@ class _Events:
             )
             start.record(self._stream)
             try:
-                run()
+                self._launch(name, run)
             except Exception as error:
                 outcome[name] = error
                 continue
@@ -242,12 +302,80 @@ class _Events:
         for name in recorded:
             start, end = self._events[name]
             end.synchronize()
-            outcome[name] = cuda.event_elapsed_time(start, end) / 1e3
+            outcome[name] = cuda.event_elapsed_time(start, end) / 1e3 / self.launches
         if recorded:
             last = self._events[recorded[-1]][1]
             device_s = cuda.event_elapsed_time(self._held, last) / 1e3
             self._hold_s = next_hold(self._hold_s, queueing_s, device_s, waited)
         return outcome
+
+
+class _Graphs(_Events):
+    """On a GPU under graph timing: each run a replay of a CUDA graph of the variant's
+    launches, captured before its first round (rule 7)."""
+
+    launches = GRAPH_LAUNCHES
+
+    def __init__(self, stream: Any, flush_size: int, restore: Run) -> None:
+        from cuda.bindings import driver
+
+        super().__init__(stream, flush_size, restore)
+        self._driver = driver
+        self._graphs: dict[Hashable, Any] = {}
+        self._on_stream = driver.CUstream(self._raw_stream)
+        # Non-blocking: another thread's use of the legacy stream cannot invalidate a capture.
+        flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
+        self._capturing = checked(driver.cuStreamCreate(flags))
+        self._capture_stream = cuda.external_stream(int(self._capturing))
+
+    def _prepared(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, Exception]:
+        failed: dict[Hashable, Exception] = {}
+        for name, run in order:
+            if name not in self._graphs:
+                try:
+                    self._graphs[name] = self._captured(run)
+                except Exception as error:
+                    failed[name] = error
+        return failed
+
+    def _captured(self, run: Run) -> Any:
+        """``run`` launched once, then its graph of :data:`GRAPH_LAUNCHES` launches, made
+        ready to replay; what raises where the launch or the capture fails."""
+        if not isinstance(run, Bound):
+            raise TypeError(f"graph timing captures bound launches, got {run!r}")
+        self._restore()
+        run()  # (on the tuning's stream: the code loaded, launch errors raised here)
+        driver, captured = self._driver, run.on(self._capture_stream)
+        relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        checked(driver.cuStreamBeginCapture(self._capturing, relaxed))
+        failure: Exception | None = None
+        try:
+            for _ in range(self.launches):
+                captured()
+        except Exception as error:
+            failure = error
+        status, graph = driver.cuStreamEndCapture(self._capturing)
+        try:
+            if failure is not None or status:
+                raise RuntimeError(
+                    "it cannot be captured into a CUDA graph (timing='graph'): "
+                    f"{failure or status!r}"
+                ) from failure
+            return checked(driver.cuGraphInstantiateWithFlags(graph, 0))
+        finally:
+            if graph is not None and int(graph):
+                driver.cuGraphDestroy(graph)
+
+    def _launch(self, name: Hashable, run: Run) -> None:
+        checked(self._driver.cuGraphLaunch(self._graphs[name], self._on_stream))
+
+    def close(self) -> None:
+        """Destroy the graphs and the capture stream (the device may still be replaying the
+        last: CUDA frees them once it is done)."""
+        for graph in self._graphs.values():
+            self._driver.cuGraphExecDestroy(graph)
+        self._graphs.clear()
+        self._driver.cuStreamDestroy(self._capturing)
 
 
 def _l2_bytes() -> int:
@@ -266,24 +394,44 @@ def measure(
     rounds: int | None = None,
     taken: Snapshot | None = None,
 ) -> dict[Hashable, Timed | Exception]:
-    """Time each run (a function that queues one launch on ``stream``), as the module says.
+    """Time each run (a function that queues one launch on ``stream``; under graph timing, a
+    :class:`~numbatune.tuning.job.Bound` launch), as the module says.
 
     ``inputs`` are the arguments the runs work on; their size decides the L2 flush.
     ``restore`` queues what puts them back as they were, before every run (warm-up runs too),
     outside the timed region. A run that raises is recorded with its exception and not run
     again; the others go on. ``rounds``: exactly this many timed rounds (on a GPU), not the
-    settings' budget. ``taken``: the settings of the tuning (None: the settings now).
+    settings' budget. ``taken``: the settings of the tuning (None: the settings now), whose
+    ``timing`` chooses the stopwatch (:func:`timing`).
     """
     taken = taken or settings.snapshot()
-    if SIMULATOR:
+    timed_by = timing(taken)
+    if timed_by is Timing.WALL_CLOCK:
         stopwatch: _WallClock | _Events = _WallClock(restore)
         warmup_s, budget_s = None, 0.0
         fewest = most = taken.simulator_runs
     else:
         flush = flush_bytes(working_set_bytes(inputs), _l2_bytes(), taken)
-        stopwatch = _Events(stream, flush, restore)
+        stopwatch = (_Graphs if timed_by is Timing.GRAPH else _Events)(stream, flush, restore)
         warmup_s, budget_s = taken.warmup_s, taken.budget_s
         fewest, most = (taken.min_runs, taken.max_runs) if rounds is None else (rounds,) * 2
+    try:
+        return _rounds(stopwatch, runs, warmup_s, budget_s, (fewest, most), taken)
+    finally:
+        stopwatch.close()
+
+
+def _rounds(
+    stopwatch: _WallClock | _Events,
+    runs: Mapping[Hashable, Run],
+    warmup_s: float | None,
+    budget_s: float,
+    bounds: tuple[int, int],
+    taken: Snapshot,
+) -> dict[Hashable, Timed | Exception]:
+    """The rounds of :func:`measure` on ``stopwatch``: warm-up (none for ``warmup_s`` None),
+    then timed rounds for ``budget_s``, between ``bounds`` rounds (fewest, most)."""
+    fewest, most = bounds
     samples: dict[Hashable, list[float]] = {name: [] for name in runs}
     failed: dict[Hashable, Exception] = {}
     stopped: set[Hashable] = set()

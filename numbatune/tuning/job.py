@@ -26,9 +26,27 @@ from numbatune.variants import Variant
 Launcher = Callable[[tuple[Any, ...], Any], None]
 
 
-def bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> Callable[[], None]:
+@dataclass(frozen=True, eq=False)
+class Bound:
+    """A launcher bound to arguments and a stream: called, it launches ``launcher`` on
+    ``args`` on ``stream``; :meth:`on` puts it on another stream (where the graph stopwatch
+    captures it, :mod:`numbatune.tuning.bench`)."""
+
+    launcher: Launcher
+    args: tuple[Any, ...]
+    stream: Any
+
+    def __call__(self) -> None:
+        self.launcher(self.args, self.stream)
+
+    def on(self, stream: Any) -> Bound:
+        """The same launch on ``stream``."""
+        return Bound(self.launcher, self.args, stream)
+
+
+def bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> Bound:
     """A function that launches ``launcher`` on ``args`` on ``stream``."""
-    return lambda: launcher(args, stream)
+    return Bound(launcher, args, stream)
 
 
 #: Told, from any thread, that a variant is compiled (and through its trial run) and may run:

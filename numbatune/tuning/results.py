@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from numbatune.config import Timing
 from numbatune.errors import deprecated
 from numbatune.strategies import Strategy
 from numbatune.tuning.checks import Mismatch
@@ -314,6 +315,10 @@ class TuneReport:
         of each other, the winner's among them, when timed again together: the winner is the
         kernel as written where it is one of them, else the first (empty where no variant was
         tied with the winner).
+    timing : Timing
+        How the variants were timed: launches between CUDA events, replays of a CUDA graph
+        (the ``timing`` setting or option), or the wall clock under the simulator. Results
+        stored before numbatune kept it were timed as launches.
     """
 
     key: Hashable
@@ -330,6 +335,7 @@ class TuneReport:
     space: int = 0
     check: str = ""
     tied: tuple[int, ...] = ()
+    timing: Timing = Timing.LAUNCHES
 
     @property
     def tried(self) -> int:

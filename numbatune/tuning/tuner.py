@@ -186,12 +186,13 @@ def tune_set(
         tied=tuple(job.variants.index(v) for v in tied),
     )
     logger.info(
-        "numbatune: tuned %s for key %r (%s search, %d of %d variants): %s",
+        "numbatune: tuned %s for key %r (%s search, %d of %d variants, timed as %s): %s",
         job.kernel_name,
         job.key,
         strategy,
         report.tried,
         len(variants),
+        report.timing,
         "; ".join(f"{r.variant.label}: {r.median_s * 1e6:.1f} us" for r in report.fastest(3)),
     )
     return report
@@ -489,7 +490,7 @@ def _report(
     check = job.check if source is Source.BENCHMARK else None  # (what it checked)
     fingerprint = "" if check is None else checks.fingerprint(check)
     return TuneReport(job.key, job.variants.index(best), source, results, check is not None,
-                      check=fingerprint)  # fmt: skip
+                      check=fingerprint, timing=bench.timing(job.settings))  # fmt: skip
 
 
 def _reference_outputs(job: TuneJob) -> checks.Observed | None:
