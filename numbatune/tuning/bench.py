@@ -361,7 +361,7 @@ class _Graphs(_Events):
                     "it cannot be captured into a CUDA graph (timing='graph'): "
                     f"{failure or status!r}"
                 ) from failure
-            return checked(driver.cuGraphInstantiateWithFlags(graph, 0))
+            return checked(driver.cuGraphInstantiate(graph, 0))
         finally:
             if graph is not None and int(graph):
                 driver.cuGraphDestroy(graph)

@@ -186,13 +186,13 @@ def tune_set(
         tied=tuple(job.variants.index(v) for v in tied),
     )
     logger.info(
-        "numbatune: tuned %s for key %r (%s search, %d of %d variants, timed as %s): %s",
+        "numbatune: tuned %s for key %r, timed as %s (%s search, %d of %d variants): %s",
         job.kernel_name,
         job.key,
+        report.timing,
         strategy,
         report.tried,
         len(variants),
-        report.timing,
         "; ".join(f"{r.variant.label}: {r.median_s * 1e6:.1f} us" for r in report.fastest(3)),
     )
     return report
