@@ -6,8 +6,9 @@ fresh processes (8 by default), each with a tune cache directory of its own, emp
 process, not counted, compiles every variant into a kernel store that the counted ones share
 (the ``kernels`` folder of each fresh cache directory is a link to it): they load the kernels
 instead of compiling them, which changes no timing, and no variant is tried again in a separate
-process. Each process prints, per key, its winner, the variants tied with it (``report.tied``)
-and its four fastest.
+process. Each process prints, per key, its winner, the variants tied with it (``report.tied``),
+its four fastest, and their medians (those it timed again to settle ties: their second
+times).
 
 The parent then times again, with the careful measurement of ``bench/measuring.py``, every
 variant any process picked or found among its four fastest, and reports per key how many
@@ -109,10 +110,12 @@ def _child(quick: bool) -> None:
     found = {}
     for kernel, shape in _keys(quick):
         report = _kernel(kernel).tune(*_arguments(kernel, shape))
+        fastest = [report.results.index(r) for r in report.fastest(4)]
         found[_label(kernel, shape)] = {
             "winner": report.best_index,
             "tied": list(report.tied),
-            "fastest": [report.results.index(r) for r in report.fastest(4)],
+            "fastest": fastest,
+            "medians_s": {i: report.results[i].median_s for i in {*fastest, *report.tied}},
         }
     print(json.dumps(found))
 
@@ -175,6 +178,14 @@ def _judged(kernel: str, shape: tuple[int, ...], picks: Sequence[dict[str, Any]]
         "agreed": winners.most_common(1)[0][1],
         "tied": sorted({variants[i].label for f in found for i in f["tied"]}),
         "timed_again": {variants[i].label: times[i] for i in sorted(again)},
+        "per_process": [
+            {
+                "winner": variants[f["winner"]].label,
+                "tied": [variants[i].label for i in f["tied"]],
+                "medians_s": {variants[int(i)].label: t for i, t in f["medians_s"].items()},
+            }
+            for f in found
+        ],
         "worst_winner_vs_fastest": max(times[i] for i in winners) / fastest,
     }
 
