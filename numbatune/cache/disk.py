@@ -91,21 +91,11 @@ def _file_in_the_way(path: Path) -> Path | None:
 
 
 def in_words(error: BaseException, path: Path | None = None) -> str:
-    """What a disk error means, and what to do about it: ``[Errno 20]`` alone says neither.
-
-    Parameters
-    ----------
-    error
-        An OSError, an SQLite error or a diskcache timeout.
-    path
-        What was being opened or written, where the error does not name it.
-
-    Returns
-    -------
-    str
-        One line: the error's meaning in words ("is a file", "is read-only", "the disk is
-        full", "is damaged"), the error itself in parentheses, and the remedy.
-    """
+    """What a disk ``error`` (an OSError, an SQLite error or a diskcache timeout, met opening
+    or writing ``path`` where it does not name it) means, and what to do about it, in one
+    line: its meaning in words ("is a file", "is read-only", "the disk is full", "is
+    damaged"), the error itself in parentheses, and the remedy (``[Errno 20]`` alone says
+    neither)."""
     text = str(error)
     number = getattr(error, "errno", None)
     where = getattr(error, "filename", None)
@@ -130,19 +120,8 @@ def in_words(error: BaseException, path: Path | None = None) -> str:
 
 
 def write_problem(directory: Path) -> str | None:
-    """Why nothing can be written under ``directory`` (see :func:`in_words`), or None where
-    it can be (made, if it does not exist yet).
-
-    Parameters
-    ----------
-    directory
-        A cache directory.
-
-    Returns
-    -------
-    str or None
-        The problem in words, with what to do.
-    """
+    """Why nothing can be written under the cache directory ``directory``, in words with what
+    to do (:func:`in_words`), or None where it can be (made, if it does not exist yet)."""
     existing = directory
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -295,17 +274,8 @@ _said: set[tuple[Path, str]] = set()
 
 
 class Folder:
-    """The entries of one cache folder, opened as :class:`Mode` allows.
-
-    Parameters
-    ----------
-    folder
-        The folder of the diskcache database.
-    name
-        The function it belongs to, for messages.
-    holds
-        What it holds, for messages.
-    """
+    """The entries of the diskcache database in ``folder``, opened as :class:`Mode` allows;
+    the function ``name`` it belongs to and what it ``holds`` are for messages."""
 
     def __init__(self, folder: Path, name: str, holds: Holds = RESULTS) -> None:
         self.folder = folder

@@ -45,23 +45,10 @@ def _device_function(jit: Jit, pickled: bytes) -> Any:
 
 
 def dumps(jit: Jit, function: Any, options_of: Callable[[Any], dict[str, Any]]) -> bytes:
-    """``function`` pickled by value with ``jit``'s cloudpickle, each device function it
-    reaches as its Python function and ``options_of`` it (raises if it cannot be pickled).
-
-    Parameters
-    ----------
-    jit
-        The compiler's modules.
-    function
-        The kernel's (specialised) Python function.
-    options_of
-        The options a device function was made with.
-
-    Returns
-    -------
-    bytes
-        What :func:`loads` reads back in a worker.
-    """
+    """The kernel's (specialised) Python ``function`` pickled by value with the cloudpickle of
+    ``jit`` (the compiler's modules), for :func:`loads` in a worker: each device function it
+    reaches as its Python function and ``options_of`` it, the options it was made with.
+    Raises where it cannot be pickled."""
     cloudpickle = importlib.import_module(jit.cloudpickle)
 
     class Pickler(cloudpickle.Pickler):
@@ -78,18 +65,6 @@ def dumps(jit: Jit, function: Any, options_of: Callable[[Any], dict[str, Any]]) 
 
 
 def loads(jit: Jit, pickled: bytes) -> Any:
-    """(In a worker) what :func:`dumps` pickled, its device functions made once per process.
-
-    Parameters
-    ----------
-    jit
-        The compiler's modules.
-    pickled
-        :func:`dumps`' bytes.
-
-    Returns
-    -------
-    Any
-        The function.
-    """
+    """(In a worker) the function :func:`dumps` pickled with ``jit``'s modules, its device
+    functions made once per process."""
     return importlib.import_module(jit.cloudpickle).loads(pickled)
