@@ -14,13 +14,12 @@ function the kernel calls crosses as its Python function and options and is rebu
 from __future__ import annotations
 
 import time
-from importlib import metadata
 from typing import Any
 
 from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers import function_pickle
-from numbatune.compilers.base import Built, LinkFailed
-from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of, version
+from numbatune.compilers.base import Built, LinkFailed, package_version
+from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of
 
 #: numba-cuda-mlir's modules that pickle functions for workers.
 JIT = function_pickle.Jit(
@@ -49,7 +48,7 @@ def toolchain() -> tuple[str, ...]:
         toolkit = f"{major}.{minor}"
     except Exception:  # no NVRTC: numba-cuda-mlir cannot compile here either
         toolkit = "missing"
-    return (f"{NAME} {version()}", f"cuda toolkit {toolkit}")
+    return (package_version(NAME), f"cuda toolkit {toolkit}")
 
 
 def environment() -> list[str]:
@@ -57,7 +56,7 @@ def environment() -> list[str]:
     :func:`toolchain`, cuda-bindings, and on a GPU the driver's version."""
     from cuda.bindings import driver
 
-    parts = [*toolchain(), f"cuda-bindings {metadata.version('cuda-bindings')}"]
+    parts = [*toolchain(), package_version("cuda-bindings")]
     if not SIMULATOR:
         parts.append(f"driver {driver.cuDriverGetVersion()[1]}")
     return parts
@@ -83,7 +82,7 @@ def target(cc: tuple[int, int]) -> None:
     from numba_cuda_mlir import tools
 
     if not hasattr(tools, "_cached_cc"):
-        raise RuntimeError(f"{NAME} {version()} cannot be told the compute capability")
+        raise RuntimeError(f"{package_version(NAME)} cannot be told the compute capability")
     tools._cached_cc = tuple(cc)
 
 

@@ -35,7 +35,6 @@ from numbatune.compilers.numba_kernels import (
     device_options,
     dumps_kernel,
     full_cc,
-    version,
 )
 
 #: numba-cuda's modules that pickle functions for workers.
@@ -68,7 +67,7 @@ def environment() -> list[str]:
     versions."""
     from numba.cuda.core import config
 
-    parts = [package_version("numba"), f"{NAME} {version()}", package_version("cuda-bindings")]
+    parts = [package_version("numba"), package_version(NAME), package_version("cuda-bindings")]
     parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
     if not SIMULATOR:
         from numba.cuda.cudadrv import nvvm
@@ -86,7 +85,7 @@ def toolchain() -> tuple[str, ...]:
     from numba.cuda.cudadrv import nvvm
 
     return (
-        f"{NAME} {version()}",
+        package_version(NAME),
         f"nvvm {nvvm.NVVM().get_version()}",
         f"nvjitlink {nvjitlink.version()}",
     )
