@@ -530,13 +530,8 @@ class Compiler:
             return
         cc = _current_cc()
         store = self._store(cc, cache_dir)
-        if store.problem is not None:
-            return
-        key = self._key(variant, argtypes, cc)
-        if not store.holds(key):
-            payload = self._serialised(key, self._kernels.compiled(dispatcher, argtypes))
-            if payload is not None:
-                store.save(key, payload)
+        if store.problem is None and not store.holds(self._key(variant, argtypes, cc)):
+            self._save(variant, argtypes, cache_dir, self._kernels.compiled(dispatcher, argtypes))
 
     def _save(
         self,
