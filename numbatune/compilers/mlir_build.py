@@ -23,19 +23,9 @@ from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of
 
 #: numba-cuda-mlir's modules that pickle functions for workers.
 JIT = function_pickle.Jit(
-    cuda="numba_cuda_mlir.cuda", cloudpickle="numba_cuda_mlir.numba_cuda.cloudpickle"
+    "numba_cuda_mlir.cuda", "numba_cuda_mlir.numba_cuda.cloudpickle", options_of
 )
-
-
-def dumps_function(function: Any) -> bytes:
-    """``function`` pickled by value for :func:`build`
-    (:func:`numbatune.compilers.function_pickle.dumps`)."""
-    return function_pickle.dumps(JIT, function, options_of)
-
-
-def loads_function(pickled: bytes) -> Any:
-    """(In a worker) the function :func:`dumps_function` pickled."""
-    return function_pickle.loads(JIT, pickled)
+dumps_function, loads_function = JIT.dumps, JIT.loads
 
 
 def toolchain() -> tuple[str, ...]:

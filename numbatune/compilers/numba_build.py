@@ -37,14 +37,9 @@ from numbatune.compilers.numba_kernels import (
     full_cc,
 )
 
-#: numba-cuda's modules that pickle functions for workers.
-JIT = function_pickle.Jit(cuda="numba.cuda", cloudpickle="numba.cuda.cloudpickle")
-
-
-def dumps_function(function: Any) -> bytes:
-    """``function`` pickled by value for :func:`build`
-    (:func:`numbatune.compilers.function_pickle.dumps`)."""
-    return function_pickle.dumps(JIT, function, device_options)
+#: numba-cuda's pickling of functions for workers: what :func:`build` is given.
+JIT = function_pickle.Jit("numba.cuda", "numba.cuda.cloudpickle", device_options)
+dumps_function, loads_function = JIT.dumps, JIT.loads
 
 
 #: numba settings that change the code it generates (numba.cuda.core.config names).
@@ -223,8 +218,3 @@ def resources_of(info_log: str) -> Resources | None:
         match = re.search(pattern, info_log or "")
         found[name] = int(match.group(1)) if match else 0
     return Resources(**found) if re.search(_RESOURCES["registers"], info_log or "") else None
-
-
-def loads_function(pickled: bytes) -> Any:
-    """(In a worker) the function :func:`dumps_function` pickled."""
-    return function_pickle.loads(JIT, pickled)
