@@ -143,16 +143,10 @@ def report_rows(name: str, report: TuneReport) -> list[list[str]]:
             time = "-"
         else:
             time = f"{result.median_s * 1e6:.1f}"
-        rows.append(
-            [
-                name if index == 0 else "",
-                key_label(report.key) if index == 0 else "",
-                result.variant.label,
-                time,
-                "*" if index == report.best_index else "",
-                report.source if index == 0 else "",
-            ]
-        )
+        best = "*" if index == report.best_index else ""
+        rows.append([name, key_label(report.key), result.variant.label, time, best, report.source])
+    for row in rows[1:]:  # the kernel, key and source said on the first row only
+        row[0] = row[1] = row[5] = ""
     return rows
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from numbatune.cache.disk import KERNELS, Additions, Folder
-from numbatune.identity import folder_name
+from numbatune.identity import function_folder
 
 #: The folder of one compute capability in the kernel store, as ``sm_90``.
 _ARCH = re.compile(r"sm_[0-9]{2,3}")
@@ -37,12 +37,6 @@ STORE = "kernels"
 def kernels_folder(cache_dir: Path, cc: tuple[int, int]) -> Path:
     """Where compiled kernels for compute capability ``cc`` are kept under ``cache_dir``."""
     return cache_dir / STORE / f"sm_{cc[0]}{cc[1]}"
-
-
-def function_folder(kernels: Path, function: str) -> Path:
-    """The store folder of ``function``'s kernels in the folder ``kernels`` of one compute
-    capability (:func:`kernels_folder`)."""
-    return kernels / folder_name(function)
 
 
 @dataclass(frozen=True)

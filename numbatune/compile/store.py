@@ -17,9 +17,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from numbatune.cache.compiled import function_folder, kernels_folder
+from numbatune.cache.compiled import kernels_folder
 from numbatune.cache.disk import KERNELS, Folder
 from numbatune.compilers import NUMBA_CUDA, KernelCompiler
+from numbatune.identity import function_folder
 
 logger = logging.getLogger("numbatune")
 
