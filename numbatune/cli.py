@@ -56,7 +56,8 @@ def _info(arguments: argparse.Namespace) -> int:
 
     versions = {"python": platform.python_version(), "numbatune": __version__}
     for package in ("numba", "numba-cuda", "numpy", "diskcache"):
-        versions[package] = installed_version(package)
+        version = installed_version(package)
+        versions[package] = "not installed" if version == "missing" else version
     devices = []
     driver = None
     if not SIMULATOR:
