@@ -5,10 +5,8 @@ for a target it is given; it keeps the answer in ``numba_cuda_mlir.tools._cached
 :func:`build` sets to the target's (:func:`target`): the whole compile, to a cubin, then runs
 without a driver (checked with numba-cuda-mlir 0.6.0 on a machine with none, and on the H100,
 where such a cubin ran). Where that name is missing (another version), the build raises and the
-parent compiles the kernel itself.
-
-Functions cross to the worker pickled by value (numba-cuda-mlir's cloudpickle); a device
-function the kernel calls crosses as its Python function and options and is rebuilt there.
+parent compiles the kernel itself. Functions cross to the worker as
+:mod:`numbatune.compilers.function_pickle` pickles them, with numba-cuda-mlir's cloudpickle.
 """
 
 from __future__ import annotations

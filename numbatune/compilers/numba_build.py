@@ -7,12 +7,8 @@ compute capability instead, compiles the kernel as numba's own compile would (th
 ``_Kernel``, linked to a cubin by nvJitLink), and returns it serialised as numba's disk cache
 serialises kernels, with the resources the assembler reported. The parent loads it
 (:func:`numbatune.compilers.numba_kernels.load`) and adds it to a dispatcher: launching it then
-needs no numba compile.
-
-Functions cross to the worker pickled by value (numba's cloudpickle); a device function the
-kernel calls crosses as its Python function and options and is rebuilt there, so the same
-pickle serves from a simulated parent (``numbatune compile`` on a machine with no GPU) and a
-real one.
+needs no numba compile. Functions cross to the worker as
+:mod:`numbatune.compilers.function_pickle` pickles them, with numba's cloudpickle.
 """
 
 from __future__ import annotations
