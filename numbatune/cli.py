@@ -58,18 +58,13 @@ def _info(arguments: argparse.Namespace) -> int:
     for package in ("numba", "numba-cuda", "numpy", "diskcache"):
         version = installed_version(package)
         versions[package] = "not installed" if version == "missing" else version
-    devices = []
-    driver = None
+    devices, driver = [], None
     if not SIMULATOR:
         driver = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
-        for device in cuda.list_devices():
-            devices.append(
-                {
-                    "id": device.id,
-                    "name": device_name(device),
-                    "compute_capability": device.compute_capability,
-                }
-            )
+        devices = [
+            {"id": d.id, "name": device_name(d), "compute_capability": d.compute_capability}
+            for d in cuda.list_devices()
+        ]
     cache_dir = settings.cache_dir
     data = {
         "simulator": SIMULATOR,
