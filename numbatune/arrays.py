@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from numba import cuda
@@ -34,25 +34,9 @@ if not SIMULATOR:
 _ALIGNMENT = 256
 
 
-class ArrayInfo(NamedTuple):
-    """What the default key and error messages need of an array argument."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    layout: str  # "C", "F" or "A", as numba types the argument
-
-
 def is_array(value: Any) -> bool:
     """True for a device array numba can launch on (numba, CuPy, torch and other CAI objects)."""
     return kind_of(type(value)) is not None
-
-
-def info(array: Any) -> ArrayInfo:
-    """Shape, dtype name and layout of a device array, read the cheapest way its kind allows."""
-    found = read(array)
-    if found is None:
-        raise TypeError(f"not a device array: {array!r}")
-    return ArrayInfo(*found)
 
 
 def read(value: Any) -> Read | None:
@@ -109,18 +93,7 @@ class Arguments:
 
     @classmethod
     def read(cls, values: tuple[Any, ...]) -> Arguments:
-        """Read each argument's kind and its fields.
-
-        Parameters
-        ----------
-        values
-            The call's arguments.
-
-        Returns
-        -------
-        Arguments
-            The arguments and their views.
-        """
+        """The call's arguments ``values``, with each one's kind and fields read."""
         views = []
         for value in values:
             kind = kind_of(type(value))

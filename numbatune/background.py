@@ -16,26 +16,15 @@ import time
 from typing import Any
 
 from numbatune import devices
-from numbatune.forking import renew_in_child
+from numbatune.forking import ForkSafeLock, PerProcess
 
 logger = logging.getLogger("numbatune")
 
 
-class _Tunings:
-    """The threads tuning in the background in this process, under a lock; a forked child
-    starts with none (its parent's threads do not run in it) and a free lock."""
-
-    def __init__(self) -> None:
-        self.running: set[threading.Thread] = set()
-        self.lock = threading.Lock()
-        renew_in_child(self)
-
-    def after_fork_in_child(self) -> None:
-        """Forget the parent's threads (and its lock)."""
-        self.running, self.lock = set(), threading.Lock()
-
-
-_tunings = _Tunings()
+#: The threads tuning in the background in this process, under ``_lock``; a forked child
+#: starts with none (its parent's threads do not run in it) and a free lock.
+_running: PerProcess[set[threading.Thread]] = PerProcess()
+_lock = ForkSafeLock()
 
 
 def start(kernel: Any, clones: tuple[Any, ...], name: str) -> None:
@@ -44,8 +33,8 @@ def start(kernel: Any, clones: tuple[Any, ...], name: str) -> None:
     thread = threading.Thread(
         target=_tune, args=(kernel, clones, device, name), name=f"numbatune-{name}", daemon=True
     )
-    with _tunings.lock:
-        _tunings.running.add(thread)
+    with _lock:
+        _running.get(set).add(thread)
     thread.start()
 
 
@@ -64,8 +53,8 @@ def _tune(kernel: Any, clones: tuple[Any, ...], device: int, name: str) -> None:
             error,
         )
     finally:
-        with _tunings.lock:
-            _tunings.running.discard(threading.current_thread())
+        with _lock:
+            _running.get(set).discard(threading.current_thread())
 
 
 def wait_for_background_tuning(timeout_s: float | None = None) -> bool:
@@ -83,8 +72,8 @@ def wait_for_background_tuning(timeout_s: float | None = None) -> bool:
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
-        with _tunings.lock:
-            running = list(_tunings.running)
+        with _lock:
+            running = list(_running.get(set))
         if not running:
             return True
         left = None if deadline is None else deadline - time.monotonic()

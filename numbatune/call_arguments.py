@@ -20,19 +20,10 @@ from numbatune.arrays import Arguments, ArrayView
 
 
 class ArgumentCheck:
-    """The checks of one tuned kernel's calls.
-
-    Parameters
-    ----------
-    name
-        The tuned kernel's name, in messages.
-    function
-        The kernel function (its parameters and how its code uses them).
-    parameters
-        The kernel's parameter names, in order.
-    read_only
-        The arguments named ``read_only`` (never restored between runs).
-    """
+    """The checks of the calls of the tuned kernel ``name`` (in messages): of the kernel
+    ``function`` (its parameters and how its code uses them), whose parameter names are
+    ``parameters``, in order, and whose arguments ``read_only`` are never restored between
+    runs."""
 
     def __init__(
         self,
@@ -121,6 +112,4 @@ class ArgumentCheck:
 def _can_be(use: str, value: Any, view: ArrayView | None) -> bool:
     """Whether ``value`` (read as ``view``) can be an argument the kernel uses as ``use``
     says."""
-    if view is not None:
-        return True
-    return use == "indexed" and isinstance(value, tuple)
+    return view is not None or (use == "indexed" and isinstance(value, tuple))

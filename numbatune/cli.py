@@ -16,7 +16,6 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +34,6 @@ def _demo(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _cache_dir() -> Path | None:
-    from numbatune.config import settings
-
-    return settings.cache_dir
-
-
 def _print(arguments: argparse.Namespace, data: Any, header: list[str], rows: list[list]) -> None:
     from numbatune.demo import format_table
 
@@ -57,28 +50,22 @@ def _info(arguments: argparse.Namespace) -> int:
     from numbatune.arrays import SIMULATOR
     from numbatune.cache import files
     from numbatune.cache.disk import write_problem
+    from numbatune.compilers.base import installed_version
     from numbatune.config import settings
     from numbatune.devices import device_name
 
     versions = {"python": platform.python_version(), "numbatune": __version__}
     for package in ("numba", "numba-cuda", "numpy", "diskcache"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    devices = []
-    driver = None
+        version = installed_version(package)
+        versions[package] = "not installed" if version == "missing" else version
+    devices, driver = [], None
     if not SIMULATOR:
         driver = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
-        for device in cuda.list_devices():
-            devices.append(
-                {
-                    "id": device.id,
-                    "name": device_name(device),
-                    "compute_capability": device.compute_capability,
-                }
-            )
-    cache_dir = _cache_dir()
+        devices = [
+            {"id": d.id, "name": device_name(d), "compute_capability": d.compute_capability}
+            for d in cuda.list_devices()
+        ]
+    cache_dir = settings.cache_dir
     data = {
         "simulator": SIMULATOR,
         "driver": driver,
@@ -109,7 +96,9 @@ def _info(arguments: argparse.Namespace) -> int:
 
 
 def _needs_cache() -> Path:
-    cache_dir = _cache_dir()
+    from numbatune.config import settings
+
+    cache_dir = settings.cache_dir
     if cache_dir is None:
         raise _Failure("the disk cache is off (NUMBATUNE_CACHE_DIR=off)")
     return cache_dir
@@ -319,7 +308,7 @@ def _compile(arguments: argparse.Namespace) -> int:
             arguments.cc,
             cache_dir,
             arguments.workers,
-            _progress if sys.stderr.isatty() else _quiet,
+            _progress if sys.stderr.isatty() else lambda finished, total: None,
         )
     except CompilerNotFoundError as error:
         raise _Failure(str(error)) from error
@@ -342,41 +331,21 @@ def _compile(arguments: argparse.Namespace) -> int:
 
 
 def _compiled_row(compiled: Any) -> list[str]:
-    name = compiled.kernel.rpartition(".")[2]
+    head = [compiled.kernel.rpartition(".")[2], compiled.variant]
     if compiled.error is not None:
-        return [
-            name,
-            compiled.variant,
-            "failed: " + compiled.error.splitlines()[0][:60],
-            "",
-            "",
-            "",
-            "",
-        ]
+        return [*head, "failed: " + compiled.error.splitlines()[0][:60], "", "", "", ""]
     r = compiled.resources
     shares = f"(as {compiled.shares})" if compiled.shares else f"{compiled.seconds:.2f}"
     if r is None:
-        return [name, compiled.variant, "?", "?", "?", "?", shares]
+        return [*head, "?", "?", "?", "?", shares]
     spills = f"{r.spill_store_bytes}/{r.spill_load_bytes}"
-    return [
-        name,
-        compiled.variant,
-        str(r.registers),
-        spills,
-        str(r.shared_bytes),
-        str(r.stack_bytes),
-        shares,
-    ]
+    return [*head, str(r.registers), spills, str(r.shared_bytes), str(r.stack_bytes), shares]
 
 
 def _progress(finished: int, total: int) -> None:
     print(f"\rnumbatune compile: {finished}/{total} kernels", end="", file=sys.stderr, flush=True)
     if finished == total:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
-
-
-def _quiet(finished: int, total: int) -> None:
-    pass
 
 
 def _compute_capability(text: str) -> tuple[int, int]:

@@ -39,19 +39,9 @@ class ExampleError(NumbatuneError, RuntimeError):
 
 
 def find_examples_dir() -> Path:
-    """The examples shipped with numbatune.
-
-    Returns
-    -------
-    Path
-        ``numbatune/examples`` where numbatune is installed from a wheel, else ``examples/``
-        beside the package (a source tree, or an editable install of one).
-
-    Raises
-    ------
-    FileNotFoundError
-        Where neither exists.
-    """
+    """The examples shipped with numbatune: ``numbatune/examples`` where numbatune is installed
+    from a wheel, else ``examples/`` beside the package (a source tree, or an editable install
+    of one); a FileNotFoundError where neither exists."""
     package = Path(__file__).resolve().parent
     for candidate in (package / "examples", package.parent / "examples"):
         if candidate.is_dir():
@@ -84,15 +74,9 @@ def examples_of(module: ModuleType) -> list[Example]:
 
 
 def load_examples(directory: Path) -> list[Example]:
-    """The example functions of every module in ``directory``, by file name.
-
-    Raises
-    ------
-    FileNotFoundError
-        When ``directory`` is not a folder.
-    ExampleError
-        When a module cannot be imported (its code raised).
-    """
+    """The example functions of every module in ``directory``, by file name; a
+    FileNotFoundError where it is not a folder, an :class:`ExampleError` where a module cannot
+    be imported (its code raised)."""
     if not directory.is_dir():
         raise FileNotFoundError(errno.ENOENT, "no such folder", str(directory))
     return [
@@ -103,13 +87,8 @@ def load_examples(directory: Path) -> list[Example]:
 
 
 def example_module(path: Path) -> ModuleType:
-    """The example module ``path``, run.
-
-    Raises
-    ------
-    ExampleError
-        Where its code raises (a syntax error, an import that fails), saying so in one line.
-    """
+    """The example module ``path``, run; an :class:`ExampleError` saying so in one line where
+    its code raises (a syntax error, an import that fails)."""
     try:
         return load_module(path)
     except Exception as error:  # the module's own code: whatever it raises is its error
@@ -117,13 +96,9 @@ def example_module(path: Path) -> ModuleType:
 
 
 def example_case(example: Example, small: bool) -> tuple[TunedKernel, tuple[Any, ...]]:
-    """What the example function ``example`` gives: its tuned kernel and arguments.
-
-    Raises
-    ------
-    ExampleError
-        Where it raises, saying so in one line with its module's file and its name.
-    """
+    """What the example function ``example`` gives: its tuned kernel and arguments; an
+    :class:`ExampleError` where it raises, saying so in one line with its module's file and its
+    name."""
     try:
         return example(small)
     except Exception as error:  # the example's own code: whatever it raises is its error
@@ -143,16 +118,10 @@ def report_rows(name: str, report: TuneReport) -> list[list[str]]:
             time = "-"
         else:
             time = f"{result.median_s * 1e6:.1f}"
-        rows.append(
-            [
-                name if index == 0 else "",
-                key_label(report.key) if index == 0 else "",
-                result.variant.label,
-                time,
-                "*" if index == report.best_index else "",
-                report.source if index == 0 else "",
-            ]
-        )
+        best = "*" if index == report.best_index else ""
+        rows.append([name, key_label(report.key), result.variant.label, time, best, report.source])
+    for row in rows[1:]:  # the kernel, key and source said on the first row only
+        row[0] = row[1] = row[5] = ""
     return rows
 
 
@@ -345,29 +314,12 @@ def main(
     every: bool = False,
     progress: TextIO | None = None,
 ) -> None:
-    """Tune each example, launch its winner once, and print one table for all of them, saying
-    what it tunes as it goes.
-
-    Parameters
-    ----------
-    examples
-        Example functions: ``example(small) -> (tuned_kernel, args)``.
-    small
-        Small sizes (the simulator's); by default under the simulator only.
-    out
-        Where the table goes (by default ``sys.stdout``).
-    every
-        One row per variant (every variant's time), instead of one per kernel and key.
-    progress
-        Where a line per example goes as it is tuned, and one with its winner (by default
-        ``sys.stderr``).
-
-    Raises
-    ------
-    ValueError
-        When ``examples`` is empty.
-    ExampleError
-        When an example function raises.
+    """Tune each of ``examples`` (``example(small) -> (tuned_kernel, args)``), launch its
+    winner once, and print one table for all of them to ``out`` (``sys.stdout``): a row per
+    kernel and key, or with ``every`` a row per variant (every variant's time). ``small``:
+    small sizes, by default under the simulator only. ``progress`` (``sys.stderr``) takes a
+    line per example as it is tuned, and one with its winner. A ValueError where ``examples``
+    is empty; an :class:`ExampleError` where an example function raises.
     """
     examples = list(examples)
     if not examples:

@@ -30,13 +30,8 @@ _renewed: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def renew_in_child(renewable: Renewable) -> None:
-    """Call ``renewable.after_fork_in_child()`` in every forked child, for as long as it lives.
-
-    Parameters
-    ----------
-    renewable
-        Any object with an ``after_fork_in_child`` method that can be referenced weakly.
-    """
+    """Call ``renewable.after_fork_in_child()`` in every forked child, for as long as it lives
+    (it is referenced weakly)."""
     _renewed.add(renewable)
 
 
@@ -50,13 +45,8 @@ if hasattr(os, "register_at_fork"):
 
 
 class ForkSafeLock:
-    """A lock (reentrant if asked) that a forked child gets anew, free.
-
-    Parameters
-    ----------
-    reentrant
-        A ``threading.RLock`` rather than a ``threading.Lock``.
-    """
+    """A lock (a ``threading.RLock`` where ``reentrant``, else a ``threading.Lock``) that a
+    forked child gets anew, free."""
 
     def __init__(self, reentrant: bool = False) -> None:
         self._make = threading.RLock if reentrant else threading.Lock
@@ -96,20 +86,8 @@ class PerProcess(Generic[T]):
         self._values, self._lock = {}, threading.Lock()
 
     def get(self, make: Callable[[], T], key: Hashable = None) -> T:
-        """The value for ``key``, made by ``make()`` if this process has none yet.
-
-        Parameters
-        ----------
-        make
-            Makes the value; called under the lock, at most once per key and process.
-        key
-            Which value, where there are several (one pool per size, say).
-
-        Returns
-        -------
-        T
-            The value.
-        """
+        """The value for ``key`` (where there are several: one pool per size, say), made by
+        ``make()``, under the lock, if this process has none yet."""
         with self._lock:
             value = self._values.get(key)
             if value is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from numbatune import references
@@ -47,6 +48,12 @@ def function_id(function: types.FunctionType) -> str:
 def folder_name(function_id: str) -> str:
     """The folder a function id's entries are kept in: readable, and told apart by a digest."""
     return f"{safe_name(function_id)[:80]}-{_digest(function_id)}"
+
+
+def function_folder(parent: Path, function_id: str) -> Path:
+    """The folder under ``parent`` (a device's folder of the tune cache, or a compute
+    capability's of the kernel store) that holds one function's entries."""
+    return parent / folder_name(function_id)
 
 
 def base_name(function_id: str) -> str:

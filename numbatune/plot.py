@@ -96,17 +96,14 @@ class _Panel:
         self.values = [{**r["params"], **r["jit"]} for r in self.results]
         names = list(dict.fromkeys(name for values in self.values for name in values))
         self.varying = [n for n in names if len({v.get(n) for v in self.values}) > 1]
-        where = (
-            "numba's simulator: times mean nothing"
-            if entry.device == SIMULATED.name
-            else entry.device
-        )
+        simulated = entry.device == SIMULATED.name
+        where = "numba's simulator: times mean nothing" if simulated else entry.device
         title = f"{entry.function}: {stored_key_label(entry.key)} ({where})"
         self.title = textwrap.wrap(title, 80)
         timed = [r["median_s"] for r in self.results if r["median_s"] is not None]
         self.unit, self.scale = time_unit(max(timed, default=0.0))
         self.title_lines = len(self.title)
-        rows = _ROW * len(self._rows()) if self.is_heat_map else _BAR * len(self.results)
+        rows = _ROW * len(self._axis(0)) if self.is_heat_map else _BAR * len(self.results)
         self.body = max(_LEAST, rows)
         self.height = self.title_lines * _TITLE_LINE + 0.15 + self.body + _BELOW
 
@@ -115,11 +112,9 @@ class _Panel:
         """Whether the variants vary over exactly two parameters, which each of them has."""
         return len(self.varying) == 2 and all(set(self.varying) <= set(v) for v in self.values)
 
-    def _rows(self) -> list[str]:
-        return sorted({v[self.varying[0]] for v in self.values}, key=_number)
-
-    def _columns(self) -> list[str]:
-        return sorted({v[self.varying[1]] for v in self.values}, key=_number)
+    def _axis(self, index: int) -> list[str]:
+        """The values of the heat map's ``index``-th varying parameter (0: rows), in order."""
+        return sorted({v[self.varying[index]] for v in self.values}, key=_number)
 
     def _times(self) -> list[float | None]:
         return [
@@ -161,7 +156,7 @@ class _Panel:
         import numpy as np
         from matplotlib.patches import Rectangle
 
-        rows, columns = self._rows(), self._columns()
+        rows, columns = self._axis(0), self._axis(1)
         grid = np.full((len(rows), len(columns)), np.nan)
         place = [(rows.index(v[self.varying[0]]), columns.index(v[self.varying[1]]))
                  for v in self.values]  # fmt: skip

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from numbatune import processes
 from numbatune.compile.compiler import RebuildError, build_task, store_key, worker_pool
 from numbatune.compile.store import KernelStore
 from numbatune.compilers import NUMBA_CUDA
-from numbatune.compilers.base import Built, LinkFailed, Resources
+from numbatune.compilers.base import Built, LinkFailed, Resources, installed_version
 from numbatune.config import settings
 from numbatune.dispatch import TunedKernel
 from numbatune.errors import CompilerNotFoundError
@@ -81,7 +80,8 @@ def precompile(
         # the first compile while the others are prepared.
         if missing:
             raise CompilerNotFoundError(missing[0])
-        return jobs[index].task(cc)
+        job = jobs[index]
+        return build_task(job.tuned._template, job.kernels, job.argtypes, cc)
 
     tasks = processes.LazyTasks(len(jobs), task)
     recorded: dict[int, Sequence[Compiled]] = {}
@@ -108,11 +108,8 @@ def precompile(
 def _install_hint(message: str) -> str:
     """What a missing compiler library's error means, and the extra that installs it: the one
     for the CUDA major version of the installed cuda-bindings."""
-    try:
-        major = metadata.version("cuda-bindings").partition(".")[0]
-    except metadata.PackageNotFoundError:
-        major = "13"
-    extra = "cu12" if major == "12" else "cu13"
+    major = installed_version("cuda-bindings").partition(".")[0]
+    extra = "cu12" if major == "12" else "cu13"  # (the newest where none is installed)
     return (
         f"a CUDA compiler library is not installed ({message.partition(': ')[0]}); "
         f'pip install "numbatune[{extra}]" installs them'
@@ -127,9 +124,6 @@ class _Job:
         self, tuned: TunedKernel, argtypes: tuple[Any, ...], kernels: list[list[Variant]]
     ) -> None:
         self.tuned, self.argtypes, self.kernels = tuned, argtypes, kernels
-
-    def task(self, cc: tuple[int, int]) -> processes.Task:
-        return build_task(self.tuned._template, self.kernels, self.argtypes, cc)
 
     def record(
         self, outcome: processes.TaskOutcome, cc: tuple[int, int], store: KernelStore

@@ -5,23 +5,17 @@ numbatune compiles variants (and, on request, runs untried ones) in worker proce
 started as a fresh Python running this module, with an environment of numbatune's choosing, not by
 ``multiprocessing``: a library must not re-import its user's ``__main__`` module in every
 worker (spawn and forkserver do) nor fork a process that holds a CUDA context (a forked child
-cannot use it). A task names a function by module and name and passes pickled arguments; the
-worker answers with the pickled result or the error it raised. A worker that dies, or passes a
-task's time limit (it is killed), fails that task with the reason, and the next task starts a
-fresh worker. A task that cannot be handed to a worker (it cannot be pickled, or no worker
-can be started) fails alone, as :class:`Raised`. A task whose exception has ``end_worker`` set,
-or that returns a ``Done`` with ``ended`` set, ends its worker after the reply (a CUDA context
-it spoilt). Workers left idle for a while exit. Tasks given as :class:`LazyTasks` are made as
-workers take them.
+cannot use it). A :class:`Task` names a function by module and name and passes pickled
+arguments; the worker answers with its outcome (:data:`TaskOutcome`). A task that fails (its
+worker died or passed the time limit, it could not be handed to a worker) fails alone, and the
+next task starts a fresh worker. Workers left idle for a while exit.
 
-A pool given a ``warm`` task forks its workers from one process that ran it: a fork server,
-started as a fresh Python with the first worker, which never holds a CUDA context. Each worker
-then starts with what the warm task did (numba imported, its lazy imports done and its typing
-tables filled) rather than doing it again, and with those objects frozen (``gc.freeze``): its
-garbage collections skip them. Where the server cannot fork one, the worker starts
-fresh.
-
-POSIX only: elsewhere :func:`available` is False and callers do the work themselves.
+A pool given a ``warm`` task forks its workers from one process that ran it
+(:class:`_ForkServer`, started as a fresh Python, which never holds a CUDA context): each worker
+starts with what the warm task did (numba imported, its typing tables filled), those objects
+frozen (``gc.freeze``) so that its garbage collections skip them; where the server cannot fork
+one, the worker starts fresh. POSIX only: elsewhere :func:`available` is False and callers do
+the work themselves.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Recording the keys a program meets, to tune them later (``numbatune sweep``).
 
 With the ``record`` setting (a file), each tuned kernel's first call of each key in a process
-appends one line of JSON to the file: the kernel (its function id, module and qualified name),
-the key's text, and each argument (an array's shape, byte strides and dtype, whatever its
-layout: a reversed view's strides are negative, a broadcast array's zero; a scalar's value and
-type, a complex one's value as ``[real, imaginary]``). Only a key's first call in a process
-writes, on the general path: the launches that follow, on the fast path, are untouched. Each
-line is appended with one write, under a lock of the file, so processes and ranks may share
-it; a line cut short (a full disk) is not counted as written, and the next line written starts
-a line of its own. A sweep reads each (kernel, key) once, and names each line that is not a
-record (one cut short, say) while it tunes the others.
+(on the general path: the fast path is untouched) appends one line of JSON to the file
+(:func:`write`): the kernel, the key's text, and how to rebuild each argument
+(:func:`describe`). Processes and ranks may share the file (:func:`_append`). A sweep reads
+each (kernel, key) once, and names each line that is not a record (:func:`read`).
 
 The same format, written by hand, lists shapes to sweep::
 

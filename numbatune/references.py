@@ -33,12 +33,12 @@ _ATTRIBUTE_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
 _MISSING = object()
 
 
-def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+def nested_codes(code: types.CodeType) -> Iterator[types.CodeType]:
     """``code`` and the code objects nested in it."""
     yield code
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
-            yield from _codes(constant)
+            yield from nested_codes(constant)
 
 
 def names_read(code: types.CodeType) -> set[str]:
@@ -48,7 +48,7 @@ def names_read(code: types.CodeType) -> set[str]:
     """
     return {
         instruction.argval
-        for nested in _codes(code)
+        for nested in nested_codes(code)
         for instruction in dis.get_instructions(nested)
         if instruction.opname in _LOADS
     }
@@ -57,7 +57,7 @@ def names_read(code: types.CodeType) -> set[str]:
 def assignments(code: types.CodeType) -> dict[str, int]:
     """The names a function's code assigns (locals, globals, cells), each with its first line."""
     found: dict[str, int] = {}
-    for nested in _codes(code):
+    for nested in nested_codes(code):
         line = nested.co_firstlineno
         for instruction in dis.get_instructions(nested):
             line = _line_of(instruction) or line
@@ -79,7 +79,7 @@ def attributes_read(code: types.CodeType) -> set[tuple[str, str]]:
     variable ``name``, ``attributes`` dotted (``mod.helper``: ``("mod", "helper")``;
     ``pkg.sub.N``: ``("pkg", "sub.N")``; ``cuda.threadIdx.x``)."""
     found = set()
-    for nested in _codes(code):
+    for nested in nested_codes(code):
         chain: list[str] = []  # code ends in a return or a jump, never in a chain
         for instruction in dis.get_instructions(nested):
             if chain and instruction.opname in _ATTRIBUTE_LOADS:

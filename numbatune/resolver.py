@@ -1,24 +1,11 @@
 """Finding a key's winner: the one walk from the winner table to a tuning.
 
 A call whose key the winner table does not hold, and every ``tune``, ask the resolver. It
-takes a snapshot of the settings (:meth:`numbatune.config.Settings.snapshot`) and walks,
-control going down only (the tune cache is passive, tuning gets values):
-
-1. **memory**: the winner table of the device's tune cache (unless forced);
-2. **claim**: one thread per key finds the answer; the others wait for the one it publishes;
-3. under the lock of the key among processes sharing the cache directory (not for ranks):
-   - **disk**: the stored entry, if it serves the plan (:func:`_reuse`);
-   - **ranks** (torch.distributed): the job's ranks meet; they take an offered entry, or
-     tune shares of the variants and merge them (:mod:`numbatune.cache.ranks`);
-   - **nearest** / **background** (the miss policy, :class:`~numbatune.config.OnMiss`, for a
-     call): the winner of the nearest tuned key, else the kernel as written, unmeasured;
-     **error**: a :class:`~numbatune.errors.TuningKeyError`, nothing measured;
-   - **tune**: a :class:`~numbatune.tuning.job.TuneJob`, run by :func:`numbatune.tuning.
-     tuner.tune`;
-   - a measured answer (benchmark, ranks) is stored on disk;
-4. **publish**: the winner goes in the winner table, where the fast path reads it, and the
-   claim is released. A key served under the ``background`` policy comes back marked to be
-   tuned later (:attr:`Resolved.tune_later`).
+takes a snapshot of the settings and walks, control going down only (the tune cache is
+passive, tuning gets values): memory, the claim on the key, then under the key's lock among
+processes the disk, the ranks, the miss policy or a tuning, and the winner published
+(:meth:`Resolver.resolve`; docs/architecture.md draws the walk). A key served under the
+``background`` policy comes back marked to be tuned later (:attr:`Resolved.tune_later`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ the kernel and the option.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +84,7 @@ class KernelSpec:
 
     def __post_init__(self) -> None:
         name = _checked_name(self.name, self.kernel)
-        derive = _setter(self)
+        derive = functools.partial(object.__setattr__, self)  # fields of a frozen spec
         derive("kernel_name", name)
         derive("template", KernelTemplate(self.kernel, name))
         derive("variants", as_variants(self.variants, name))
@@ -186,11 +187,10 @@ class KernelSpec:
         if self.valid is None:
             return True
         index = self.index.get(variant)
-        params = (
-            launch_params(self.valid, (variant,))[variant]
-            if index is None
-            else self.valid_params[index]
-        )
+        if index is None:  # check mode's kernel as written
+            params = launch_params(self.valid, (variant,))[variant]
+        else:
+            params = self.valid_params[index]
         try:
             return bool(self.valid(*args, **params))
         except Exception as error:
@@ -217,11 +217,6 @@ class KernelSpec:
 
 #: The options, by the names `autotune` takes them under.
 OPTIONS = tuple(f.name for f in dataclasses.fields(KernelSpec) if f.init)
-
-
-def _setter(spec: KernelSpec) -> Callable[[str, Any], None]:
-    """Sets a field of the frozen ``spec`` while it is made."""
-    return lambda name, value: object.__setattr__(spec, name, value)
 
 
 def _checked_name(name: Any, kernel: Any) -> str:

@@ -1,27 +1,14 @@
 """Tuning recorded keys ahead of time, spread over GPUs: ``numbatune sweep``.
 
-A sweep takes records (:mod:`numbatune.record`: the keys a program met, or shapes written by
-hand), imports each recorded kernel's module by its name, as the program did, finds the tuned
-kernel among the module's globals by its function id, rebuilds the arguments and tunes the key.
-The records are split, kernel by kernel, into one share per worker: one worker process per GPU
-of this machine, or with Ray one actor per GPU of the cluster (an actor on CPUs under numba's
-simulator). Each worker tunes into a cache directory of its own (a temporary folder removed
-when the sweep ends); their results are merged into one export file, which ``numbatune cache
-import`` or :func:`numbatune.cache_import` adds to a cache, so that the program's calls of those
-keys are hits.
-
-Nothing tuned is lost: each key's result is stored as it is tuned, and its outcome noted in the
-worker's folder, so the keys a worker tuned before it died are exported and reported tuned
-too, whether or not their records name their keys (a worker process's read from its folder; a
-Ray actor hands back each key's results as it tunes it, and is handed its next key only once
-they are here, so that its keys are kept wherever it ran). The export file is checked before
-any tuning (a folder, a missing folder, a read-only or full disk are refused), written whole or
-not at all, and read first if it exists: its entries are kept, and a rerun goes on from there
-(its keys are ``stored``, not tuned again). A line of the record that is not a record is a row
-of its own, saying why; the others are tuned.
-
-A kernel defined in a script run as ``__main__`` cannot be imported by name: its records are
-skipped, with the reason.
+A sweep takes records (:mod:`numbatune.record`), imports each recorded kernel's module by its
+name, finds the tuned kernel among the module's globals by its function id, rebuilds the
+arguments and tunes the key. The records are split, kernel by kernel, into one share per worker
+(:func:`split`): a worker process per GPU of this machine, or a Ray actor per GPU of the cluster
+(:class:`Sweeper`). Each worker tunes into a cache directory of its own, in a temporary folder;
+their results, and those of an earlier export at the output, are written into one export file
+(checked before any tuning, written whole or not at all). Each key's result and outcome are kept
+as it is tuned, so a worker that dies loses none (:func:`_kept_share`). docs/howto/sweeps.md
+tells users what a sweep does.
 """
 
 from __future__ import annotations

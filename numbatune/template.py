@@ -247,7 +247,7 @@ class KernelTemplate:
         """How many statements the variant's kernel and the device functions it calls have once
         their ``static_range`` loops are written out (0 when none has any): the larger, the
         longer it takes to compile."""
-        return sum(_written_out_size(f, variant.params) for f in self._functions)
+        return sum(unroll.written_out_size(f, variant.params) for f in self._functions)
 
     def checksum(self, variants: Sequence[Variant], launch: Callable[..., Any]) -> str:
         """A digest of everything that decides what the variants compute and how fast.
@@ -278,16 +278,6 @@ class KernelTemplate:
             digest.update(part.encode())
             digest.update(b"\0")
         return digest.hexdigest()[:32]
-
-
-def _written_out_size(function: types.FunctionType, params: Mapping[str, Any]) -> int:
-    """How many statements ``function`` has once its ``static_range`` loops are written out
-    with ``params`` bound (0 when it has none)."""
-    if not unroll.has_static_loops(function):
-        return 0
-    cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
-    closure = {name: cell.cell_contents for name, cell in cells}
-    return unroll.written_out_size(function, {**function.__globals__, **closure, **params})
 
 
 class _Specialiser:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from numbatune.errors import KernelSourceError
+from numbatune.references import nested_codes
 
 
 def static_range(*bounds: int) -> range:
@@ -72,15 +73,10 @@ def static_range(*bounds: int) -> range:
 
 def has_static_loops(function: Callable[..., Any]) -> bool:
     """Whether ``function``'s code names ``static_range`` (a cheap test before parsing it)."""
-
-    def names(code: types.CodeType) -> set[str]:
-        found = set(code.co_names) | set(code.co_freevars)
-        for constant in code.co_consts:
-            if isinstance(constant, types.CodeType):
-                found |= names(constant)
-        return found
-
-    return "static_range" in names(function.__code__)
+    return any(
+        "static_range" in (*code.co_names, *code.co_freevars)
+        for code in nested_codes(function.__code__)
+    )
 
 
 def _unrolled(
@@ -90,12 +86,10 @@ def _unrolled(
     evaluated in its globals and closure, and its closure's cells in the order of the new
     code's free variables. Line numbers are kept, so numba's errors point at the user's
     source."""
-    namespace, closure = function.__globals__, function.__closure__
     definition = _clone(_definition(function.__code__, function.__qualname__))
     tree = ast.Module([definition], [])
-    definition.decorator_list = []
-    cells = dict(zip(function.__code__.co_freevars, closure or (), strict=True))
-    scope = {**namespace, **{name: cell.cell_contents for name, cell in cells.items()}}
+    cells = dict(zip(function.__code__.co_freevars, function.__closure__ or (), strict=True))
+    scope = _scope(function)
     definition.body = _Unroller(scope, function.__qualname__).unroll(definition.body)
     constants = _constants(scope, _assigned([definition]))
     definition.body = [_Folder(constants).visit(statement) for statement in definition.body]
@@ -135,15 +129,24 @@ def function_with(
     return copy
 
 
-def written_out_size(function: types.FunctionType, scope: dict[str, Any]) -> int:
+def written_out_size(function: types.FunctionType, params: dict[str, Any]) -> int:
     """How many statements :func:`written_out` writes out of ``function``, its loops' bounds
-    evaluated in ``scope``: a measure of how long the variant takes to compile (0 where the
-    source cannot be read: compiling it will say why)."""
+    evaluated with ``params`` bound: a measure of how long the variant takes to compile (0
+    where it has no such loops, or its source cannot be read: compiling it will say why)."""
+    if not has_static_loops(function):
+        return 0
     try:
         definition = _definition(function.__code__, function.__qualname__)
-        return _Unroller(dict(scope), function.__qualname__).size(definition.body)
+        scope = {**_scope(function), **params}
+        return _Unroller(scope, function.__qualname__).size(definition.body)
     except KernelSourceError:
         return 0
+
+
+def _scope(function: types.FunctionType) -> dict[str, Any]:
+    """The globals and closure variables ``function`` sees, by name."""
+    cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
+    return {**function.__globals__, **{name: cell.cell_contents for name, cell in cells}}
 
 
 @functools.lru_cache(maxsize=64)
@@ -221,11 +224,11 @@ class _Unroller:
     @contextlib.contextmanager
     def _restoring(self, name: str) -> Iterator[None]:
         """Within it, ``name`` takes a static loop's values; after it, what it was before."""
-        outside = self.scope.get(name, _MISSING)
+        outside = self.scope.get(name, _UNKNOWN)
         try:
             yield
         finally:
-            if outside is _MISSING:
+            if outside is _UNKNOWN:
                 self.scope.pop(name, None)
             else:
                 self.scope[name] = outside
@@ -245,13 +248,9 @@ class _Unroller:
     def _write_out(self, loop: ast.For) -> list[ast.stmt]:
         where = f"{self.kernel_name}, line {loop.lineno}"
         if not isinstance(loop.target, ast.Name):
-            raise KernelSourceError(
-                f"static_range ({where}): the loop variable must be a single name"
-            )
+            raise KernelSourceError(f"static_range ({where}): the loop variable must be one name")
         if loop.orelse:
-            raise KernelSourceError(
-                f"static_range ({where}): a static_range loop cannot have an else"
-            )
+            raise KernelSourceError(f"static_range ({where}): the loop cannot have an else")
         for node in _same_loop_nodes(loop.body):
             if isinstance(node, (ast.Break, ast.Continue)):
                 raise KernelSourceError(
@@ -279,9 +278,6 @@ class _Unroller:
                     body = [_Folder(_constants({name: value}, set())).visit(s) for s in body]
                 result.extend(body)
         return result
-
-
-_MISSING = object()
 
 
 def _blocks(statement: ast.stmt) -> Iterator[tuple[Any, str]]:
@@ -382,12 +378,8 @@ class _Folder(ast.NodeTransformer):
         """The value of ``node`` if it is an integer or boolean computed from constants."""
         if isinstance(node, ast.Constant):
             return node.value if type(node.value) in (int, bool) else _UNKNOWN
-        if isinstance(node, ast.Name):
-            return (
-                self.constants.get(node.id, _UNKNOWN)
-                if isinstance(node.ctx, ast.Load)
-                else _UNKNOWN
-            )
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            return self.constants.get(node.id, _UNKNOWN)
         if isinstance(node, ast.IfExp):
             test = self._value(node.test)
             return _UNKNOWN if test is _UNKNOWN else self._value(node.body if test else node.orelse)
@@ -402,11 +394,8 @@ class _Folder(ast.NodeTransformer):
         values = [self._value(o) for o in operands]
         if how is None or _UNKNOWN in values:
             return _UNKNOWN
-        if (
-            not isinstance(node, ast.Compare)
-            and how is not operator.not_
-            and bool in map(type, values)
-        ):
+        arithmetic = not isinstance(node, ast.Compare) and how is not operator.not_
+        if arithmetic and bool in map(type, values):
             return _UNKNOWN  # numba's arithmetic on booleans differs from Python's
         if how in (operator.lshift, operator.rshift) and not 0 <= values[1] < 64:
             # Python raises on a negative count (code a guard may never let run) and computes

@@ -324,7 +324,7 @@ def test_a_kernel_that_does_not_serialise_is_tried_once_in_a_process(
     compiler = compiling.Compiler(module.scale._template, module.scale.function_id)
     variant, argtypes = module.scale.variants[0], (numba.float32[::1],)
     compiler.dispatcher(variant)
-    compiler._save(variant, "kernel", argtypes, numbatune_cache)  # as compiled here
+    compiler._save(variant, argtypes, numbatune_cache, "kernel")  # as compiled here
     for _ in range(2):  # a later tuning of the kernel, compiled already
         assert compiler._missing(variant, [argtypes], compiling.Tally(), numbatune_cache) == []
     assert tried == ["kernel"]

@@ -1,19 +1,15 @@
 """Compiled kernels in an export file: read from the kernel store's folders, checked, and
 written into another cache's.
 
-The kernel store (:mod:`numbatune.compile.store`) keeps ``<cache_dir>/kernels/sm_XY/<function>/``,
-each kernel under a digest of what decides its code (the kernel's code, the argument types, the
-compute capability, the toolchain's versions). An export carries them as they are stored: the
-folder of their compute capability (``sm_90``), the function's id, the digest, the payload in
-base64 and its SHA-256. Importing one writes it into the same folder of the importing cache, so
-a process that launches that kernel on a device of that compute capability, with the same
-toolchain, loads it and compiles nothing; on any other device it is simply never looked up.
-
-Importing checks each kernel before writing any: a payload whose digest does not match (a file
-cut short or edited), or a field out of place, is refused with a line that says which and why.
-What a payload holds is checked where it is loaded, as for every stored kernel: one that does
-not load is discarded with a warning and compiled again, never used. A payload is a pickle, so
-an export that carries kernels is to be imported only from a source one trusts, as a package.
+An export carries the kernels as the kernel store (:mod:`numbatune.compile.store`) keeps them:
+the folder of their compute capability (``sm_90``), the function's id, the digest they are
+stored under, the payload in base64 and its SHA-256. Importing one writes it into the same
+folder of the importing cache, where only a device of that compute capability, with the same
+toolchain, ever looks it up. Importing checks each kernel before writing any: a payload whose
+digest does not match (a file cut short or edited), or a field out of place, is refused with a
+line that says which and why; one that does not load is discarded where it is loaded, as every
+stored kernel is. A payload is a pickle: import an export that carries kernels only from a
+source one trusts, as a package.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from numbatune.cache.disk import KERNELS, Additions, Folder
-from numbatune.identity import folder_name
+from numbatune.identity import function_folder
 
 #: The folder of one compute capability in the kernel store, as ``sm_90``.
 _ARCH = re.compile(r"sm_[0-9]{2,3}")
@@ -41,12 +37,6 @@ STORE = "kernels"
 def kernels_folder(cache_dir: Path, cc: tuple[int, int]) -> Path:
     """Where compiled kernels for compute capability ``cc`` are kept under ``cache_dir``."""
     return cache_dir / STORE / f"sm_{cc[0]}{cc[1]}"
-
-
-def function_folder(kernels: Path, function: str) -> Path:
-    """The store folder of ``function``'s kernels in the folder ``kernels`` of one compute
-    capability (:func:`kernels_folder`)."""
-    return kernels / folder_name(function)
 
 
 @dataclass(frozen=True)

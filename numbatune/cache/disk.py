@@ -1,29 +1,18 @@
 """One folder of the disk cache (a function's tuning results, or its compiled kernels), and what
 to do when the disk misbehaves.
 
-A folder holds a diskcache database. Opening it can meet four situations, and each is named
-for what it is:
+A folder holds a diskcache database, opened in one :class:`Mode`: **writable**; **read-only**
+(a cache shipped in a container image, a read-only mount, a folder owned by another user, a
+full disk: its entries read through SQLite's read-only mode, :class:`_ReadOnly`); or **memory
+only**, where there is no database to read and none can be made. A **corrupt** one
+(SQLite says it is not a database, or malformed) is moved aside to ``<folder>.corrupt-<time>``
+and started afresh. What cannot be written stays in this process's memory, said once per cache
+directory (its results and its compiled kernels alike).
 
-- **writable**: read and write entries;
-- **read-only** (a cache shipped in a container image, a read-only mount, a folder owned by
-  another user, a full disk): its entries are read through SQLite's read-only mode (where
-  the folder cannot take SQLite's shared-memory file: as an immutable file, or from a copy
-  with its log applied where the log holds entries), none are written;
-  what this process makes stays in its memory, said once per cache directory (its results and
-  its compiled kernels, in folders of their own, alike);
-- **corrupt** (SQLite says the file is not a database, or is malformed): moved aside to
-  ``<folder>.corrupt-<time>`` and started afresh; the warning says where it went, or that it
-  could not be moved and new entries stay in memory;
-- **unavailable** (no database to read, and none can be made): entries stay in memory, with
-  one warning for the cache directory; nothing is moved or deleted.
-
-While a process runs, its database can be damaged under it (cut short, overwritten) or
-replaced by another process. Before each write the file is checked: one another process
-replaced (or removed) is opened again; a damaged one is moved aside, with a warning, and the
-entry goes to a fresh one. A write that fails (a full or read-only disk) warns once: the entry
-stays in memory, and the entries stored before are still read (said once per cache directory,
-as the disk's state is). Errors are said in words
-(:func:`in_words`), not as a bare errno.
+While a process runs, its database can be damaged under it or replaced by another process:
+before each write the file is checked (:meth:`Folder._damage`); one replaced or removed is
+opened again, a damaged one set aside. A write that fails warns once; the entries stored before
+are still read. Errors are said in words (:func:`in_words`), not as a bare errno.
 """
 
 from __future__ import annotations
@@ -91,21 +80,11 @@ def _file_in_the_way(path: Path) -> Path | None:
 
 
 def in_words(error: BaseException, path: Path | None = None) -> str:
-    """What a disk error means, and what to do about it: ``[Errno 20]`` alone says neither.
-
-    Parameters
-    ----------
-    error
-        An OSError, an SQLite error or a diskcache timeout.
-    path
-        What was being opened or written, where the error does not name it.
-
-    Returns
-    -------
-    str
-        One line: the error's meaning in words ("is a file", "is read-only", "the disk is
-        full", "is damaged"), the error itself in parentheses, and the remedy.
-    """
+    """What a disk ``error`` (an OSError, an SQLite error or a diskcache timeout, met opening
+    or writing ``path`` where it does not name it) means, and what to do about it, in one
+    line: its meaning in words ("is a file", "is read-only", "the disk is full", "is
+    damaged"), the error itself in parentheses, and the remedy (``[Errno 20]`` alone says
+    neither)."""
     text = str(error)
     number = getattr(error, "errno", None)
     where = getattr(error, "filename", None)
@@ -130,19 +109,8 @@ def in_words(error: BaseException, path: Path | None = None) -> str:
 
 
 def write_problem(directory: Path) -> str | None:
-    """Why nothing can be written under ``directory`` (see :func:`in_words`), or None where
-    it can be (made, if it does not exist yet).
-
-    Parameters
-    ----------
-    directory
-        A cache directory.
-
-    Returns
-    -------
-    str or None
-        The problem in words, with what to do.
-    """
+    """Why nothing can be written under the cache directory ``directory``, in words with what
+    to do (:func:`in_words`), or None where it can be (made, if it does not exist yet)."""
     existing = directory
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -295,17 +263,8 @@ _said: set[tuple[Path, str]] = set()
 
 
 class Folder:
-    """The entries of one cache folder, opened as :class:`Mode` allows.
-
-    Parameters
-    ----------
-    folder
-        The folder of the diskcache database.
-    name
-        The function it belongs to, for messages.
-    holds
-        What it holds, for messages.
-    """
+    """The entries of the diskcache database in ``folder``, opened as :class:`Mode` allows;
+    the function ``name`` it belongs to and what it ``holds`` are for messages."""
 
     def __init__(self, folder: Path, name: str, holds: Holds = RESULTS) -> None:
         self.folder = folder

@@ -42,10 +42,9 @@ from typing import Any
 from numbatune.cache import compiled
 from numbatune.cache import entry as entries
 from numbatune.cache.disk import Additions, Folder, Mode, in_words
-from numbatune.cache.tunecache import function_folder
 from numbatune.devices import current_kind
 from numbatune.errors import CacheFileError
-from numbatune.identity import base_name, folder_name
+from numbatune.identity import base_name, folder_name, function_folder
 
 FILE_FORMAT = "numbatune-cache"
 FILE_VERSION = 1
@@ -214,13 +213,11 @@ def _delete(directory: Path, keys: list[str]) -> int:
 
 @dataclass(frozen=True)
 class Written:
-    """What an export file holds, as :func:`write_export` wrote it."""
+    """What an export file holds, as :func:`write_export` wrote it: how many stored results
+    and compiled kernels, and its size."""
 
-    #: Stored results.
     results: int
-    #: Compiled kernels.
     kernels: int
-    #: The size of the file.
     size_bytes: int
 
 

@@ -1,29 +1,16 @@
 """Ranks that agree: in a torch.distributed job, a key is tuned by the ranks together.
 
-When torch.distributed is initialised with more than one rank (and the ``ranks`` setting is
-``auto``), each tuned kernel's first lookup of a key in a process is a collective of all ranks,
-exchanged through the key-value store torch.distributed was initialised with (whatever the
-backend; ``rank_timeout_s`` bounds every wait, the job's first tuning's too, as no process
-group has to connect first):
-
-1. Every rank offers what it has: the key's text, its kind of device, the kernel's checksum,
-   and the entry its disk cache holds for the key, if any. Ranks that offer the same key, kind
-   and checksum form a group; ranks of other kinds of device (or other keys) tune apart.
-2. If a member of the group has an entry, every member takes the lowest such member's.
-   Otherwise the members split the variants: member ``i`` of ``n`` measures every ``n``-th
-   variant from the ``i``-th (with at least two variants each; a search is not split: the
-   first member runs it). All results are gathered, and each member merges them the same way:
-   the variant with the lowest median wins (ties: the kernel's order). So every rank of a group
-   stores the same entry and launches the same winner, in about the time one rank takes for
-   its share.
-
-Every rank must meet the same keys in the same order, as ranks of one program do. A rank that
-dies, or does not reach a key's tuning within ``rank_timeout_s``, makes the others fail with a
-:class:`~numbatune.errors.TuningError` that says so, not hang; the rank that comes late fails
-with it too, at once (the ranks that stopped waiting mark the exchange abandoned). Times
-measured on different GPUs of one kind are compared as if on one. Only the level's first set of
-variants is tried; when every variant of it fails, the tuning fails (a rank tuning alone would
-go on to the next priority group).
+With more than one rank (and the ``ranks`` setting ``auto``), each tuned kernel's first lookup
+of a key in a process is a collective of all ranks, exchanged through the key-value store
+torch.distributed was initialised with (no process group has to connect first; every wait is
+bounded by ``rank_timeout_s``). The ranks that offer the same key, kind of device and checksum
+form a group (:func:`meet`): they take the entry of the lowest member that has one, or split the
+variants (member ``i`` of ``n`` measures every ``n``-th from the ``i``-th, at least two each; a
+search is not split) and merge the shares alike on every rank (:func:`merge`: the lowest median,
+ties in the kernel's order), so every rank stores the same entry and launches the same winner.
+Only the level's first set of variants is tried. A rank that dies or comes late makes the others
+fail with a :class:`~numbatune.errors.TuningError`, not hang, and fails at once itself (the
+exchange is marked abandoned). docs/howto/distributed.md tells users the same.
 """
 
 from __future__ import annotations

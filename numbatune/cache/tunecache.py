@@ -35,7 +35,7 @@ from numbatune.config import Timing
 from numbatune.devices import current_kind
 from numbatune.errors import TuningError
 from numbatune.forking import renew_in_child
-from numbatune.identity import folder_name
+from numbatune.identity import folder_name, function_folder
 from numbatune.tuning.checks import Check
 from numbatune.tuning.job import Journal, NoJournal
 from numbatune.tuning.results import Source, TuneReport
@@ -43,11 +43,6 @@ from numbatune.values import canonical_key, key_text
 from numbatune.variants import Variant
 
 logger = logging.getLogger("numbatune")
-
-
-def function_folder(device_folder: Path, function_id: str) -> Path:
-    """The folder, under a device's folder of the tune cache, that holds one function's entries."""
-    return device_folder / folder_name(function_id)
 
 
 def stored_anywhere(cache_dir: Path, function_id: str) -> bool:

@@ -48,13 +48,10 @@ _pools: PerProcess[processes.WorkerPool] = PerProcess()
 
 
 def worker_environment() -> dict[str, str]:
-    """The environment of compile workers: they see no GPU, run numba outside its simulator,
-    import modules from where this process does, run at a lower CPU priority than this
-    process (with a worker on every core, this process would wait for a core to hand out the
-    next kernel and load the last), and write numba's errors without terminal colours (they
-    become variants' errors; numba also formats errors it then discards while typing, and
-    colouring them took 3.7% of eight softmax kernels' time in numba and NVVM on the
-    development machine)."""
+    """The environment of compile workers: no GPU, numba outside its simulator, a lower CPU
+    priority than this process (which hands out the kernels and loads them), and numba's
+    errors without terminal colours (colouring the errors numba formats and discards while
+    typing took 3.7% of eight softmax kernels' compile time on the development machine)."""
     return processes.environment(
         simulator=False,
         CUDA_VISIBLE_DEVICES="",
@@ -220,9 +217,8 @@ class Compiler:
         self, variants: Sequence[Variant], workers: int
     ) -> tuple[processes.WorkerPool, int] | None:
         """The pool of ``workers`` compile workers, and how many distinct kernels ``variants``
-        compile to, where compiling them would use a pool. The kernels are counted over the
-        first 256 variants: they suffice to know whether to start workers (a pool has at most
-        as many as the machine has cores), and a large space's would take long to read."""
+        compile to (counted over the first 256: enough to size a pool), where they would use
+        one."""
         if SIMULATOR:
             return None
         kernels = len({self._template.code_key(variant) for variant in variants[:256]})
@@ -282,7 +278,7 @@ class Compiler:
                 continue
             if self._add(dispatcher, argtypes):
                 tally.compiles += 1
-            self._save(variant, self._kernels.compiled(dispatcher, argtypes), argtypes, cache_dir)
+            self._save(variant, argtypes, cache_dir, self._kernels.compiled(dispatcher, argtypes))
         return dispatcher
 
     def compile_all(
@@ -459,7 +455,7 @@ class Compiler:
         kernel.bind()
         if self._add(dispatcher, argtypes, kernel):
             tally.compiles += 1
-        self._save_payload(variant, argtypes, cc, built.payload, cache_dir)
+        self._save(variant, argtypes, cache_dir, payload=built.payload)
         with self._lock:
             self._payloads.setdefault((self._template.code_key(variant), argtypes), built.payload)
         return dispatcher
@@ -534,22 +530,24 @@ class Compiler:
             return
         cc = _current_cc()
         store = self._store(cc, cache_dir)
-        if store.problem is not None:
-            return
-        key = self._key(variant, argtypes, cc)
-        if not store.holds(key):
-            payload = self._serialised(key, self._kernels.compiled(dispatcher, argtypes))
-            if payload is not None:
-                store.save(key, payload)
+        if store.problem is None and not store.holds(self._key(variant, argtypes, cc)):
+            self._save(variant, argtypes, cache_dir, self._kernels.compiled(dispatcher, argtypes))
 
     def _save(
-        self, variant: Variant, kernel: Any, argtypes: tuple[Any, ...], cache_dir: Path | None
+        self,
+        variant: Variant,
+        argtypes: tuple[Any, ...],
+        cache_dir: Path | None,
+        kernel: Any = None,
+        payload: bytes | None = None,
     ) -> None:
+        """Keep the variant's kernel for ``argtypes`` in the store of ``cache_dir``: the
+        ``payload`` a worker built, else ``kernel`` serialised."""
         if cache_dir is None:
             return
         cc = _current_cc()
         key = self._key(variant, argtypes, cc)
-        payload = self._serialised(key, kernel)
+        payload = payload or self._serialised(key, kernel)
         if payload is not None:
             self._store(cc, cache_dir).save(key, payload)
 
@@ -564,17 +562,6 @@ class Compiler:
             logger.debug("%s: not kept on disk: %s", self._function_id, error)
             self._unserialisable.add(key)
             return None
-
-    def _save_payload(
-        self,
-        variant: Variant,
-        argtypes: tuple[Any, ...],
-        cc: tuple[int, int],
-        payload: bytes,
-        cache_dir: Path | None,
-    ) -> None:
-        if cache_dir is not None:
-            self._store(cc, cache_dir).save(self._key(variant, argtypes, cc), payload)
 
 
 def store_key(

@@ -17,25 +17,17 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from numbatune.cache.compiled import function_folder, kernels_folder
+from numbatune.cache.compiled import kernels_folder
 from numbatune.cache.disk import KERNELS, Folder
 from numbatune.compilers import NUMBA_CUDA, KernelCompiler
+from numbatune.identity import function_folder
 
 logger = logging.getLogger("numbatune")
 
 
 class KernelStore:
-    """The compiled kernels of one function for one compute capability.
-
-    Parameters
-    ----------
-    cache_dir
-        The cache directory (None: no store).
-    cc
-        The compute capability.
-    function_id
-        The tuned function's identity.
-    """
+    """The compiled kernels of the tuned function ``function_id`` for the compute capability
+    ``cc``, kept under ``cache_dir`` (None: no store) and loaded by ``compiler``."""
 
     def __init__(
         self,
@@ -49,10 +41,7 @@ class KernelStore:
             if cache_dir is None
             else function_folder(kernels_folder(cache_dir, cc), function_id)
         )
-        self._cc = cc
-        #: The compiler whose kernels these are (it loads them).
-        self._compiler = compiler
-        self._name = function_id
+        self._cc, self._compiler, self._name = cc, compiler, function_id
         self._disk: Folder | None = None
         self._lock = threading.Lock()
 

@@ -38,14 +38,8 @@ __all__ = [
 
 
 def available() -> dict[str, str]:
-    """The compilers numbatune knows, each with its version or why it is not available.
-
-    Returns
-    -------
-    dict
-        ``{name: version}`` for the compilers installed here; ``"not installed"`` for the
-        others.
-    """
+    """The compilers numbatune knows, ``{name: version}``: ``"not installed"`` for those that
+    are not installed here."""
     found = {compiler.name: compiler.version for compiler in COMPILERS}
     for compiler in (NUMBA_CUDA, NUMBA_CUDA_MLIR):
         found.setdefault(compiler.name, "not installed")
@@ -53,25 +47,9 @@ def available() -> dict[str, str]:
 
 
 def compiler_for(kernel: Any, name: str = "") -> KernelCompiler:
-    """The compiler whose kernel ``kernel`` is (a user's kernel, or one a compiler made).
-
-    Parameters
-    ----------
-    kernel
-        The kernel object.
-    name
-        The tuned kernel's name, for the message.
-
-    Returns
-    -------
-    KernelCompiler
-        The first of :data:`COMPILERS` that claims it.
-
-    Raises
-    ------
-    TypeError
-        No compiler claims it; the message says which kernels are supported.
-    """
+    """The compiler whose kernel object ``kernel`` is (a user's kernel, or one a compiler
+    made): the first of :data:`COMPILERS` that claims it; where none does, a TypeError that
+    names the tuned kernel ``name`` and says which kernels are supported."""
     for compiler in COMPILERS:
         if compiler.claims(kernel):
             return compiler

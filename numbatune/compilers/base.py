@@ -1,21 +1,11 @@
 """What numbatune needs of a kernel compiler: the seam between numbatune and numba-cuda.
 
 Dispatch, the tune cache, tuning, compiling, trial runs and the fast path never touch a
-compiler's objects but through a :class:`KernelCompiler`. It
-
-- unwraps the user's kernel and specialises a variant's kernel object;
-- types arguments, compiles a kernel object for them or adds an overload built elsewhere, and
-  serialises and loads compiled overloads for the kernel store and the trial worker, which
-  runs one once (:meth:`~KernelCompiler.run_trial`);
-- gives the fast path what it launches a call's overload by, as a :class:`LaunchTarget`
-  (its parameter layout and function, and how each argument becomes kernel parameters);
-- launches through its own launch;
-- names the module that builds its kernels in compile workers, with no GPU
-  (:attr:`~KernelCompiler.builds`, a :class:`Builds`).
-
-The kernel object a tuned kernel is made from chooses its compiler
-(:func:`numbatune.compilers.compiler_for`); its :meth:`~KernelCompiler.identity` is part of
-every checksum and compiled-kernel key.
+compiler's objects but through a :class:`KernelCompiler` (its methods say what each takes and
+gives) and the module that builds its kernels in compile workers, with no GPU
+(:attr:`~KernelCompiler.builds`, a :class:`Builds`). The kernel object a tuned kernel is made
+from chooses its compiler (:func:`numbatune.compilers.compiler_for`); its
+:meth:`~KernelCompiler.identity` is part of every checksum and compiled-kernel key.
 """
 
 from __future__ import annotations

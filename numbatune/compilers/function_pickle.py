@@ -19,11 +19,39 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Jit:
-    """Where a compiler's ``cuda`` module (whose ``jit`` makes device functions) and its
-    cloudpickle are, by module name (the form that crosses to a worker)."""
+    """A compiler's way of pickling kernel functions: where its ``cuda`` module (whose ``jit``
+    makes device functions) and its cloudpickle are, by module name (the form that crosses to
+    a worker), and ``options_of``, the options a device function was made with. A compiler's
+    :class:`~numbatune.compilers.base.Builds` module offers its :meth:`dumps` and :meth:`loads`
+    as its ``dumps_function`` and ``loads_function``."""
 
     cuda: str
     cloudpickle: str
+    options_of: Callable[[Any], dict[str, Any]]
+
+    def dumps(self, function: Any) -> bytes:
+        """The kernel's (specialised) Python ``function`` pickled by value with this compiler's
+        cloudpickle, for :meth:`loads` in a worker: each device function it reaches as its
+        Python function and :attr:`options_of` it. Raises where it cannot be pickled."""
+        cloudpickle = importlib.import_module(self.cloudpickle)
+        jit = self
+
+        class Pickler(cloudpickle.Pickler):
+            def reducer_override(self, value: Any) -> Any:
+                python_function = getattr(value, "py_func", None)
+                if callable(python_function) and not isinstance(value, type):
+                    pickled = jit.dumps((python_function, jit.options_of(value)))
+                    return _device_function, (jit, pickled)
+                return super().reducer_override(value)
+
+        buffer = io.BytesIO()
+        Pickler(buffer, protocol=5).dump(function)
+        return buffer.getvalue()
+
+    def loads(self, pickled: bytes) -> Any:
+        """(In a worker) the function :meth:`dumps` pickled, its device functions made once per
+        process."""
+        return importlib.import_module(self.cloudpickle).loads(pickled)
 
 
 #: The device functions this process has rebuilt, by their compiler and pickle.
@@ -32,64 +60,13 @@ _DEVICE_FUNCTIONS_KEPT = 256
 
 
 def _device_function(jit: Jit, pickled: bytes) -> Any:
-    """The device function :func:`dumps` pickled as ``pickled``, made once per process."""
+    """The device function :meth:`Jit.dumps` pickled as ``pickled``, made once per process."""
     dispatcher = _device_functions.get((jit, pickled))
     if dispatcher is None:
-        function, options = loads(jit, pickled)
+        function, options = jit.loads(pickled)
         cuda = importlib.import_module(jit.cuda)
         dispatcher = cuda.jit(device=True, **options)(function)
         if len(_device_functions) >= _DEVICE_FUNCTIONS_KEPT:
             _device_functions.clear()
         _device_functions[jit, pickled] = dispatcher
     return dispatcher
-
-
-def dumps(jit: Jit, function: Any, options_of: Callable[[Any], dict[str, Any]]) -> bytes:
-    """``function`` pickled by value with ``jit``'s cloudpickle, each device function it
-    reaches as its Python function and ``options_of`` it (raises if it cannot be pickled).
-
-    Parameters
-    ----------
-    jit
-        The compiler's modules.
-    function
-        The kernel's (specialised) Python function.
-    options_of
-        The options a device function was made with.
-
-    Returns
-    -------
-    bytes
-        What :func:`loads` reads back in a worker.
-    """
-    cloudpickle = importlib.import_module(jit.cloudpickle)
-
-    class Pickler(cloudpickle.Pickler):
-        def reducer_override(self, value: Any) -> Any:
-            python_function = getattr(value, "py_func", None)
-            if callable(python_function) and not isinstance(value, type):
-                pickled = dumps(jit, (python_function, options_of(value)), options_of)
-                return _device_function, (jit, pickled)
-            return super().reducer_override(value)
-
-    buffer = io.BytesIO()
-    Pickler(buffer, protocol=5).dump(function)
-    return buffer.getvalue()
-
-
-def loads(jit: Jit, pickled: bytes) -> Any:
-    """(In a worker) what :func:`dumps` pickled, its device functions made once per process.
-
-    Parameters
-    ----------
-    jit
-        The compiler's modules.
-    pickled
-        :func:`dumps`' bytes.
-
-    Returns
-    -------
-    Any
-        The function.
-    """
-    return importlib.import_module(jit.cloudpickle).loads(pickled)

@@ -5,38 +5,25 @@ for a target it is given; it keeps the answer in ``numba_cuda_mlir.tools._cached
 :func:`build` sets to the target's (:func:`target`): the whole compile, to a cubin, then runs
 without a driver (checked with numba-cuda-mlir 0.6.0 on a machine with none, and on the H100,
 where such a cubin ran). Where that name is missing (another version), the build raises and the
-parent compiles the kernel itself.
-
-Functions cross to the worker pickled by value (numba-cuda-mlir's cloudpickle); a device
-function the kernel calls crosses as its Python function and options and is rebuilt there.
+parent compiles the kernel itself. Functions cross to the worker as
+:mod:`numbatune.compilers.function_pickle` pickles them, with numba-cuda-mlir's cloudpickle.
 """
 
 from __future__ import annotations
 
 import time
-from importlib import metadata
 from typing import Any
 
 from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers import function_pickle
-from numbatune.compilers.base import Built, LinkFailed
-from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of, version
+from numbatune.compilers.base import Built, LinkFailed, package_version
+from numbatune.compilers.mlir_kernels import NAME, CompiledKernel, options_of
 
 #: numba-cuda-mlir's modules that pickle functions for workers.
 JIT = function_pickle.Jit(
-    cuda="numba_cuda_mlir.cuda", cloudpickle="numba_cuda_mlir.numba_cuda.cloudpickle"
+    "numba_cuda_mlir.cuda", "numba_cuda_mlir.numba_cuda.cloudpickle", options_of
 )
-
-
-def dumps_function(function: Any) -> bytes:
-    """``function`` pickled by value for :func:`build`
-    (:func:`numbatune.compilers.function_pickle.dumps`)."""
-    return function_pickle.dumps(JIT, function, options_of)
-
-
-def loads_function(pickled: bytes) -> Any:
-    """(In a worker) the function :func:`dumps_function` pickled."""
-    return function_pickle.loads(JIT, pickled)
+dumps_function, loads_function = JIT.dumps, JIT.loads
 
 
 def toolchain() -> tuple[str, ...]:
@@ -49,7 +36,7 @@ def toolchain() -> tuple[str, ...]:
         toolkit = f"{major}.{minor}"
     except Exception:  # no NVRTC: numba-cuda-mlir cannot compile here either
         toolkit = "missing"
-    return (f"{NAME} {version()}", f"cuda toolkit {toolkit}")
+    return (package_version(NAME), f"cuda toolkit {toolkit}")
 
 
 def environment() -> list[str]:
@@ -57,7 +44,7 @@ def environment() -> list[str]:
     :func:`toolchain`, cuda-bindings, and on a GPU the driver's version."""
     from cuda.bindings import driver
 
-    parts = [*toolchain(), f"cuda-bindings {metadata.version('cuda-bindings')}"]
+    parts = [*toolchain(), package_version("cuda-bindings")]
     if not SIMULATOR:
         parts.append(f"driver {driver.cuDriverGetVersion()[1]}")
     return parts
@@ -83,7 +70,7 @@ def target(cc: tuple[int, int]) -> None:
     from numba_cuda_mlir import tools
 
     if not hasattr(tools, "_cached_cc"):
-        raise RuntimeError(f"{NAME} {version()} cannot be told the compute capability")
+        raise RuntimeError(f"{package_version(NAME)} cannot be told the compute capability")
     tools._cached_cc = tuple(cc)
 
 

@@ -17,14 +17,12 @@ import importlib.util
 import pickle
 import sys
 import threading
-import types
 from typing import Any
 
 import numpy as np
 
 from numbatune.arraykinds import kind_of
 from numbatune.compilers import mlir_parameters, payloads
-from numbatune.compilers.base import installed_version
 from numbatune.compilers.mlir_parameters import Packing
 
 #: The compiler's name, in identities and messages.
@@ -38,11 +36,6 @@ PAYLOAD_VERSION = 1
 #: numbatune decides: not a kernel's own (``chip`` and ``cc``: numbatune compiles for the device
 #: a call runs on).
 _NOT_OWN = frozenset({"device", "_lto_explicit", "chip", "cc", "_compile_output", "abi_info"})
-
-
-def version() -> str:
-    """numba-cuda-mlir's version ("missing" where it is not installed)."""
-    return installed_version(NAME)
 
 
 def installed() -> bool:
@@ -95,13 +88,6 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
-def jit(function: types.FunctionType, options: dict[str, Any]) -> Any:
-    """``numba_cuda_mlir.cuda.jit(**options)(function)``."""
-    from numba_cuda_mlir import cuda
-
-    return cuda.jit(**options)(function)
-
-
 def argument_type(value: Any) -> Any:
     """numba-cuda-mlir's type of a kernel argument: a device array of any kind numbatune
     knows typed from its dtype, rank and layout; tuples item by item; the rest as
@@ -136,12 +122,6 @@ def _element_type(dtype: str) -> Any:
         return from_dtype(np.dtype(dtype))
     except Exception as error:  # numpy's TypeError, numba's NumbaNotImplementedError
         raise TypeError(f"numba-cuda-mlir has no type for arrays of {dtype}") from error
-
-
-def declared_signatures(dispatcher: Any) -> tuple[tuple[Any, ...], ...]:
-    """The argument types a kernel was declared with (a signature or annotations: it was
-    compiled for them at decoration and takes no other); empty for a lazy kernel."""
-    return () if dispatcher._can_compile else tuple(dispatcher.overloads)
 
 
 class CompiledKernel:

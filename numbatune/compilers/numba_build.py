@@ -7,12 +7,8 @@ compute capability instead, compiles the kernel as numba's own compile would (th
 ``_Kernel``, linked to a cubin by nvJitLink), and returns it serialised as numba's disk cache
 serialises kernels, with the resources the assembler reported. The parent loads it
 (:func:`numbatune.compilers.numba_kernels.load`) and adds it to a dispatcher: launching it then
-needs no numba compile.
-
-Functions cross to the worker pickled by value (numba's cloudpickle); a device function the
-kernel calls crosses as its Python function and options and is rebuilt there, so the same
-pickle serves from a simulated parent (``numbatune compile`` on a machine with no GPU) and a
-real one.
+needs no numba compile. Functions cross to the worker as
+:mod:`numbatune.compilers.function_pickle` pickles them, with numba's cloudpickle.
 """
 
 from __future__ import annotations
@@ -35,17 +31,11 @@ from numbatune.compilers.numba_kernels import (
     device_options,
     dumps_kernel,
     full_cc,
-    version,
 )
 
-#: numba-cuda's modules that pickle functions for workers.
-JIT = function_pickle.Jit(cuda="numba.cuda", cloudpickle="numba.cuda.cloudpickle")
-
-
-def dumps_function(function: Any) -> bytes:
-    """``function`` pickled by value for :func:`build`
-    (:func:`numbatune.compilers.function_pickle.dumps`)."""
-    return function_pickle.dumps(JIT, function, device_options)
+#: numba-cuda's pickling of functions for workers: what :func:`build` is given.
+JIT = function_pickle.Jit("numba.cuda", "numba.cuda.cloudpickle", device_options)
+dumps_function, loads_function = JIT.dumps, JIT.loads
 
 
 #: numba settings that change the code it generates (numba.cuda.core.config names).
@@ -68,7 +58,7 @@ def environment() -> list[str]:
     versions."""
     from numba.cuda.core import config
 
-    parts = [package_version("numba"), f"{NAME} {version()}", package_version("cuda-bindings")]
+    parts = [package_version("numba"), package_version(NAME), package_version("cuda-bindings")]
     parts += [f"{name}={getattr(config, name, None)!r}" for name in CODEGEN_SETTINGS]
     if not SIMULATOR:
         from numba.cuda.cudadrv import nvvm
@@ -86,7 +76,7 @@ def toolchain() -> tuple[str, ...]:
     from numba.cuda.cudadrv import nvvm
 
     return (
-        f"{NAME} {version()}",
+        package_version(NAME),
         f"nvvm {nvvm.NVVM().get_version()}",
         f"nvjitlink {nvjitlink.version()}",
     )
@@ -224,8 +214,3 @@ def resources_of(info_log: str) -> Resources | None:
         match = re.search(pattern, info_log or "")
         found[name] = int(match.group(1)) if match else 0
     return Resources(**found) if re.search(_RESOURCES["registers"], info_log or "") else None
-
-
-def loads_function(pickled: bytes) -> Any:
-    """(In a worker) the function :func:`dumps_function` pickled."""
-    return function_pickle.loads(JIT, pickled)

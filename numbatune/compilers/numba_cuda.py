@@ -43,17 +43,14 @@ class NumbaCuda(KernelCompiler):
         signatures)."""
         if isinstance(kernel, types.FunctionType):
             return Unwrapped(kernel, {}, ())
-        if SIMULATOR:
-            options = {"fastmath": kernel._fastmath, "debug": kernel._debug}
-            device = kernel._device  # the simulator keeps these private
-            signatures: tuple = ()  # and ignores signatures
-        else:
-            options = dict(kernel.targetoptions)
-            device = options.pop("device", False)
-            # numba compiles explicit signatures at decoration and then allows no other
-            # compile; overloads compiled lazily (by earlier calls) are not signatures.
-            signatures = () if kernel._can_compile else tuple(kernel.overloads)
+        options = numba_kernels.device_options(kernel)
         jit_options = {k: v for k, v in options.items() if not numba_kernels.is_default(k, v)}
+        if SIMULATOR:  # which keeps its options private and ignores signatures
+            return Unwrapped(kernel.py_func, jit_options, (), bool(kernel._device))
+        # numba compiles explicit signatures at decoration and then allows no other compile;
+        # overloads compiled lazily (by earlier calls) are not signatures.
+        signatures = () if kernel._can_compile else tuple(kernel.overloads)
+        device = kernel.targetoptions.get("device", False)
         return Unwrapped(kernel.py_func, jit_options, signatures, bool(device))
 
     #: A new ``numba.cuda.jit`` dispatcher of a variant's function.

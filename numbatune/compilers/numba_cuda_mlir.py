@@ -41,7 +41,9 @@ class NumbaCudaMlir(KernelCompiler):
     def unwrap(self, kernel: Any) -> Unwrapped:
         """The Python function, the options that differ from a plain ``cuda.jit``'s, and the
         declared signatures (a signature or annotations) of a kernel or device function."""
-        signatures = mlir_kernels.declared_signatures(kernel)
+        # A kernel declared with argument types (a signature or annotations) was compiled for
+        # them at decoration and takes no other; a lazy one has none.
+        signatures = () if kernel._can_compile else tuple(kernel.overloads)
         device = bool(kernel.targetoptions.get("device"))
         return Unwrapped(kernel.py_func, mlir_kernels.options_of(kernel), signatures, device)
 
@@ -49,7 +51,9 @@ class NumbaCudaMlir(KernelCompiler):
         self, function: types.FunctionType, original: types.FunctionType, options: dict[str, Any]
     ) -> Any:
         """A new ``numba_cuda_mlir.cuda.jit`` dispatcher of ``function``."""
-        return mlir_kernels.jit(function, options)
+        from numba_cuda_mlir import cuda
+
+        return cuda.jit(**options)(function)
 
     def own_helper(self, device_function: Any) -> Any:
         """numba-cuda-mlir's version of numbatune's helpers (:mod:`numbatune.intrinsics`, whose

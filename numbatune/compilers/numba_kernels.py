@@ -14,15 +14,9 @@ from numba import cuda
 
 from numbatune.arraykinds import SIMULATOR
 from numbatune.compilers import payloads
-from numbatune.compilers.base import installed_version
 
 #: The compiler's name, in identities and messages.
 NAME = "numba-cuda"
-
-
-def version() -> str:
-    """numba-cuda's version."""
-    return installed_version(NAME)
 
 
 @functools.cache
@@ -145,7 +139,8 @@ def _simulated_copy_class() -> type:
 
 
 def device_options(dispatcher: Any) -> dict[str, Any]:
-    """The options a device function was made with (the simulator keeps two, privately)."""
+    """The options a kernel or device function was made with, ``device`` aside (the simulator
+    keeps two, privately)."""
     if SIMULATOR:
         return {"fastmath": dispatcher._fastmath, "debug": dispatcher._debug}
     return {k: v for k, v in dispatcher.targetoptions.items() if k != "device"}

@@ -11,48 +11,16 @@ from typing import Any
 
 
 def pack(version: int, states: dict[str, Any], pickler: types.ModuleType = pickle) -> bytes:
-    """``states`` with the format's ``version``, pickled and compressed.
-
-    Parameters
-    ----------
-    version
-        The compiler's payload format.
-    states
-        What loading the kernel takes.
-    pickler
-        The module whose ``dumps`` pickles them (a compiler's cloudpickle, which pickles
-        classes of a script by value; :func:`unpack`'s ``pickle.loads`` reads either).
-
-    Returns
-    -------
-    bytes
-        What :func:`unpack` reads.
-    """
+    """``states`` (what loading the kernel takes) with the compiler's payload format
+    ``version``, pickled by ``pickler.dumps`` and compressed, for :func:`unpack`. ``pickler``
+    may be a compiler's cloudpickle, which pickles classes of a script by value:
+    :func:`unpack`'s ``pickle.loads`` reads either."""
     return zlib.compress(pickler.dumps({"version": version, **states}, protocol=5))
 
 
 def unpack(payload: bytes, version: int, compiler: str) -> dict[str, Any]:
-    """The states :func:`pack` packed, of format ``version``.
-
-    Parameters
-    ----------
-    payload
-        The bytes.
-    version
-        The format expected.
-    compiler
-        The compiler's name, for the message.
-
-    Returns
-    -------
-    dict
-        The states, with their ``version``.
-
-    Raises
-    ------
-    ValueError
-        ``payload`` is not one, or of another format.
-    """
+    """The states (with their ``version``) that :func:`pack` packed into ``payload``; a
+    ValueError, naming the ``compiler``, where it is not one or not of format ``version``."""
     try:
         states = pickle.loads(zlib.decompress(payload))
     except Exception as error:  # zlib.error, pickle's many errors, missing classes

@@ -27,25 +27,9 @@ def _ran_key(compiler: Compiler, variant: Variant, args: tuple[Any, ...]) -> str
 def has_run(
     compiler: Compiler, variant: Variant, args: tuple[Any, ...], cache_dir: Path | None
 ) -> bool:
-    """Whether ``variant`` ran on this kind of device for the types of ``args`` (in this
-    process, or in an earlier one whose kernel store this one reads).
-
-    Parameters
-    ----------
-    compiler
-        The compiler of the variant's tuned kernel.
-    variant
-        The variant.
-    args
-        The arguments it would run on (their types decide its kernel).
-    cache_dir
-        The cache directory whose kernel store is read (the tuning's; None: none).
-
-    Returns
-    -------
-    bool
-        True where it ran.
-    """
+    """Whether ``variant`` (of ``compiler``'s tuned kernel) ran on this kind of device for the
+    types of ``args``, which decide its kernel: in this process, or in an earlier one whose
+    kernel store, in ``cache_dir`` (the tuning's; None: none), this one reads."""
     key = _ran_key(compiler, variant, args)
     ran = _ran.setdefault(compiler, set())
     if key in ran:

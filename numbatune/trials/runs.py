@@ -1,41 +1,21 @@
 """Trial runs: a variant's first run on this device, in a disposable worker process.
 
 A variant that writes far out of bounds kills the CUDA context of the process that runs it
-(``CUDA_ERROR_ILLEGAL_ADDRESS``: every later call fails), and one that loops forever hangs it.
-Before a variant that has never run on this kind of device runs in the caller's process, it
-runs once in a worker process with a CUDA context of its own, on copies of the arguments, with a
-time limit (``trial_timeout_s``). A variant that dies there, hits a CUDA error or passes the
-limit is recorded as failed with the reason and never runs in the caller's process; a worker
-whose context an error spoilt is replaced. A variant that ran is remembered, in this process
-and in the kernel store on disk, and not tried again.
+(``CUDA_ERROR_ILLEGAL_ADDRESS``), and one that loops forever hangs it. So a variant that has
+never run on this kind of device first runs once in a worker process with a CUDA context of its
+own, on copies of the arguments, within ``trial_timeout_s``; one that fails there is recorded as
+failed and never runs in the caller's process. docs/guarantees.md ("Your process") says what
+is isolated and what it costs.
 
-The arguments reach the worker once per tuning, from the caller's device memory: the worker
-opens each array by CUDA IPC, copies it device to device and lets go (it never writes the
-caller's memory). Where an array cannot be shared so (the simulator, memory CUDA IPC cannot
-share) or the worker cannot open it, they go through the host instead: their host copies are
-written into one shared-memory file (``memfd``), which the worker maps and copies to its
-device. No array passes through a pipe. The worker keeps a second device copy to start each
-trial from.
-Kernels are tried as they compile (:class:`Pipeline`, a thread of the caller's process), while
-the others still compile: the kernels given since the last task go to the worker in one task,
-which runs them one after another: a launch the driver refused before anything ran fails its
-kernel and the next one runs; any other failure stops the task (the worker then ends: its
-context may be spoilt), and the rest go in the next task. A tuning with nothing to try does not
-copy its arguments. The worker notes in a small shared file which kernel of a task it is running,
-and since when (:class:`_Progress`): when a task dies or passes the time limit, the kernels
-before that one ran, and that one failed, with the reason; the rest go together in the next
-task. A kernel that passed the limit after the kernels before it had taken a noticeable part of
-it (more than a tenth, or a second) is tried again alone, with the whole limit; where the worker
-noted nothing, the variants are tried one at a time until the one that failed is found. So a
-variant that hangs costs one time limit where it started its task or early in it, and at most
-two (what its task had run before it, and a whole limit alone) otherwise.
-
-What is isolated: a variant's first run on this kind of device, at the first key it is tuned
-for. What is not: its later runs (timing it, and launching it when it wins), at that key or
-others, and compiling it (a compile error is the variant's error, and cannot spoil a context).
-The ``isolate`` setting chooses: ``new`` (the default on a GPU) tries never-run variants,
-``all`` tries every variant at every tuning, ``off`` tries none (the default under numba's
-simulator, where no kernel can spoil a context).
+The arguments reach the worker once per tuning: by CUDA IPC from the caller's device memory
+(:func:`_shared_in_place`), else through host copies in one shared-memory file
+(:func:`_shared_copies`); the worker keeps a second device copy to start each trial from.
+Kernels are tried as they compile (:class:`Pipeline`); the kernels given since the last task
+go in one task, and the worker notes which one it is running (:class:`_Progress`), so that a
+lost task fails only that kernel (:func:`_failed_alone` says when one is tried again alone).
+The ``isolate`` setting chooses what is tried: ``new`` (the default on a GPU) the variants that
+never ran (:mod:`numbatune.trials.ledger`), ``all`` every variant at every tuning, ``off`` none
+(the default under numba's simulator, where no kernel can spoil a context).
 """
 
 from __future__ import annotations

@@ -91,33 +91,16 @@ def compile_and_try(
     arrived: Arrived,
     taken: Snapshot,
 ) -> dict[Variant, Launcher | Failed]:
-    """Each variant compiled, tried (the tuning's ``isolate`` setting) and made a launcher, or
-    why it failed.
+    """Each of ``variants`` of ``kernel`` compiled, tried (the tuning's ``isolate`` setting)
+    and made a launcher, or why it failed (:class:`~numbatune.tuning.results.Failed`).
 
-    Parameters
-    ----------
-    kernel
-        The tuned kernel's variants, compiler and launch function.
-    variants
-        The variants to compile.
-    args, stream
-        The arguments (the caller's, or clones of them) and the stream they are valid on.
-    launch_args
-        The caller's arguments, which the launch function is called with (a launch function
-        may read what clones, numba arrays, do not have: a torch tensor's ``numel()``).
-    done
-        Told how many variants are settled, as they are.
-    arrived
-        Told of each variant, with its launcher, as soon as it may run (a kernel declared with
-        one signature or none).
-    taken
-        The tuning's settings: ``isolate``, ``compile_workers`` and the time limits of
-        compiles and trials are read from them, never from the settings of the moment.
-
-    Returns
-    -------
-    dict
-        Each variant's launcher, or :class:`~numbatune.tuning.results.Failed`.
+    ``args`` (the caller's, or clones of them) are valid on ``stream``; the launch function is
+    called with the caller's ``launch_args`` (it may read what clones, numba arrays, do not
+    have: a torch tensor's ``numel()``). ``done`` is told how many variants are settled, as
+    they are; ``arrived`` of each variant, with its launcher, as soon as it may run (a kernel
+    declared with one signature or none). ``isolate``, ``compile_workers`` and the time limits
+    of compiles and trials are read from the tuning's settings ``taken``, never from the
+    settings of the moment.
     """
 
     def may_run(variant: Variant) -> None:
