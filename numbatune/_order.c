@@ -86,6 +86,14 @@ typedef struct {
     Py_ssize_t barrier_streams; /* how many of ``opened`` the last barrier holds */
     unsigned long barriers;     /* how many barriers so far */
     Py_ssize_t limit;
+    /* What the generated launch code reads of the monitor, and the monitor, whose methods
+     * before(), after(), hold() and wait() take what this leaves to Python. */
+    PyObject *stream;   /* the one stream launched on so far; None before it and once ordering */
+    char ordering;      /* whether every launch is ordered (a second stream, or a profile) */
+    PyObject *lock;     /* the lock the monitor guards itself and its order with (a Lock) */
+    PyObject *pending;  /* stream -> (event, arrays kept not yet behind it), for the keeper */
+    PyObject *blocking; /* stream -> whether it is a blocking one, as far as asked */
+    PyObject *monitor;  /* None until set */
 } Order;
 
 /* The Stream of ``key``, made on first use; a borrowed reference. */
@@ -498,6 +506,38 @@ static int call_lock(PyObject *lock, PyObject *method) {
     return result == NULL ? -1 : 0;
 }
 
+/* use(stream, buffers) under ``lock``: 0, or -1 with an exception (use's, if it raised). */
+static int use_locked(Order *self, PyObject *key, PyObject *buffers, PyObject *lock) {
+    if (call_lock(lock, acquire_name) < 0) return -1;
+    Py_INCREF(buffers); /* (while use reads them) */
+    int failed = use_buffers(self, key, &PyTuple_GET_ITEM(buffers, 0), PyTuple_GET_SIZE(buffers), 0);
+    Py_DECREF(buffers);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* use's error, if any, is the one raised */
+    int released = call_lock(lock, release_name);
+    if (type != NULL) PyErr_Restore(type, value, traceback);
+    return failed || released < 0 ? -1 : 0;
+}
+
+/* StreamOrder.quick_use for the tuple ``buffers``: the stream's open entry, or None (new
+ * references), or NULL with an exception. */
+static PyObject *quick_entry(Order *self, PyObject *key, PyObject *buffers, PyObject *lock) {
+    PyObject *entry = PyDict_GetItemWithError(self->quick, key);
+    if (entry == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(entry);
+    int moved = PyDict_GET_SIZE(self->last_use) >= self->limit;
+    for (Py_ssize_t i = 0; !moved && i < PyTuple_GET_SIZE(buffers); i++) {
+        PyObject *last = PyDict_SetDefault(self->last_use, PyTuple_GET_ITEM(buffers, i), entry);
+        if (last == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        moved = last != entry;
+    }
+    if (moved && use_locked(self, key, buffers, lock) < 0) Py_CLEAR(entry);
+    return entry;
+}
+
 /* quick_use(stream, buffers, lock) -> the stream's open entry, or None (StreamOrder.quick_use):
  * on a quick stream, buffers last used in its open epoch (or never: noted so now) need
  * nothing; else use(stream, buffers) runs under ``lock``. */
@@ -506,40 +546,110 @@ static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "quick_use(stream, buffers: tuple, lock)");
         return NULL;
     }
+    return quick_entry(self, args[0], args[1], args[2]);
+}
+
+static PyObject *before_name = NULL, *after_name = NULL, *hold_name = NULL, *wait_name = NULL;
+
+/* monitor.<name>(*args): a new reference, or NULL with an exception. */
+static PyObject *ask_monitor(Order *self, PyObject *name, PyObject *const *args, size_t nargs) {
+    PyObject *call[5] = {self->monitor};
+    for (size_t i = 0; i < nargs && i < 4; i++) call[i + 1] = args[i];
+    if (self->monitor == NULL || self->monitor == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "Order: its monitor was never set");
+        return NULL;
+    }
+    return PyObject_VectorcallMethod(name, call, nargs + 1, NULL);
+}
+
+/* before(stream, buffers, name, given) -> what after() takes, or None where it needs nothing:
+ * the generated launch code's ordering of a launch of ``name`` on ``stream`` (a stream other
+ * than the one in use, if any), which uses ``buffers``, after their last uses. On a quick
+ * stream, quick_use under the monitor's lock: the stream's open entry. Else the monitor's
+ * before(): what it returns (it needs its after()), or, where that is None, the stream's quick
+ * entry, or () where a buffer's last use is already another (another thread ended the epoch
+ * the monitor noted it in: after() notes it again). */
+static PyObject *before(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "before(stream, buffers: tuple, name, given)");
+        return NULL;
+    }
+    PyObject *entry = quick_entry(self, args[0], args[1], self->lock);
+    if (entry != Py_None) return entry;
+    Py_DECREF(entry);
+    PyObject *watched = ask_monitor(self, before_name, args, 4);
+    if (watched != Py_None) return watched;
+    Py_DECREF(watched);
+    entry = PyDict_GetItemWithError(self->quick, args[0]);
+    if (entry == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[1]); i++) {
+        PyObject *last = PyDict_GetItemWithError(self->last_use, PyTuple_GET_ITEM(args[1], i));
+        if (last != entry) return PyErr_Occurred() ? NULL : PyTuple_New(0);
+    }
+    return Py_NewRef(entry);
+}
+
+/* after(stream, buffers, ticket): once the launch before() returned ``ticket`` for is queued.
+ * An entry: where it is no longer the stream's quick one (another thread ended the epoch), the
+ * buffers are noted again under the lock (the event that ended it cannot cover the launch).
+ * Else the monitor's after(ticket). */
+static PyObject *after(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "after(stream, buffers: tuple, ticket)");
+        return NULL;
+    }
+    if (!PyTuple_Check(args[2])) return ask_monitor(self, after_name, &args[2], 1);
     PyObject *entry = PyDict_GetItemWithError(self->quick, args[0]);
-    if (entry == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_INCREF(entry);
-    PyObject *const *buffers = &PyTuple_GET_ITEM(args[1], 0);
-    Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
-    int moved = PyDict_GET_SIZE(self->last_use) >= self->limit;
-    for (Py_ssize_t i = 0; !moved && i < count; i++) {
-        PyObject *last = PyDict_SetDefault(self->last_use, buffers[i], entry);
-        if (last == NULL) {
-            Py_DECREF(entry);
-            return NULL;
-        }
-        moved = last != entry;
-    }
-    if (!moved) return entry;
-    if (call_lock(args[2], acquire_name) < 0) {
-        Py_DECREF(entry);
+    if (entry == NULL && PyErr_Occurred()) return NULL;
+    if (entry != args[2] && use_locked(self, args[0], args[1], self->lock) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* hold(stream, arrays): keep ``arrays`` alive past a launch queued on ``stream``: into the
+ * stream's pending list where it has one (the keeper records its event), else the monitor's
+ * hold(). */
+static PyObject *hold(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "hold(stream, arrays)");
         return NULL;
     }
-    Py_INCREF(args[1]); /* (the buffers, while use reads them) */
-    int failed = use_buffers(self, args[0], buffers, count, 0);
-    Py_DECREF(args[1]);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback); /* use's error, if any, is the one raised */
-    int released = call_lock(args[2], release_name);
-    if (type != NULL) PyErr_Restore(type, value, traceback);
-    if (failed || released < 0) {
-        Py_DECREF(entry);
+    PyObject *pending = PyDict_GetItemWithError(self->pending, args[0]);
+    if (pending == NULL) return PyErr_Occurred() ? NULL : ask_monitor(self, hold_name, args, 2);
+    PyObject *kept = PyTuple_Check(pending) && PyTuple_GET_SIZE(pending) == 2
+                         ? PyTuple_GET_ITEM(pending, 1)
+                         : NULL;
+    if (kept == NULL || !PyList_Check(kept)) {
+        PyErr_SetString(PyExc_TypeError, "Order: a pending entry is (event, list)");
         return NULL;
     }
-    return entry;
+    Py_ssize_t end = PyList_GET_SIZE(kept);
+    if (PyList_SetSlice(kept, end, end, args[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* apart(stream, producer, given, wait) -> whether a launch on ``stream`` is apart from
+ * ``producer``, the current stream of its arrays' library (the caller found the two differ),
+ * with nothing the driver does ordering one after the other: not the legacy default stream and
+ * a blocking stream, as far as ``blocking`` knows (streams.monitor.ordered_by_driver). Where
+ * ``wait``, ``stream`` then waits for ``producer`` on the device (the monitor's wait()). */
+static PyObject *apart(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "apart(stream, producer, given, wait)");
+        return NULL;
+    }
+    int failed = 0;
+    void *producer = handle_of(args[1], &failed);
+    if (!failed && (uintptr_t)producer <= 1) { /* the legacy default stream */
+        PyObject *blocking = PyDict_GetItemWithError(self->blocking, args[0]);
+        int ordered = blocking == NULL ? (PyErr_Occurred() ? -1 : 0) : PyObject_IsTrue(blocking);
+        if (ordered < 0) return NULL;
+        if (ordered) Py_RETURN_FALSE;
+    }
+    int wait = PyObject_IsTrue(args[3]);
+    PyObject *waited = wait > 0 ? ask_monitor(self, wait_name, args, 3) : NULL;
+    if (wait < 0 || (wait && waited == NULL)) return NULL;
+    Py_XDECREF(waited);
+    Py_RETURN_TRUE;
 }
 
 /* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch
@@ -596,8 +706,13 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->quick = PyDict_New();
     self->streams = PyDict_New();
     self->opened = PyList_New(0);
-    if (!self->last_use || !self->quick || !self->streams || !self->opened ||
-        set_events(self, events, NULL) < 0) {
+    self->stream = Py_NewRef(Py_None);
+    self->monitor = Py_NewRef(Py_None);
+    self->lock = PyObject_CallNoArgs((PyObject *)&lock_type);
+    self->pending = PyDict_New();
+    self->blocking = PyDict_New();
+    if (!self->last_use || !self->quick || !self->streams || !self->opened || !self->lock ||
+        !self->pending || !self->blocking || set_events(self, events, NULL) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -613,6 +728,11 @@ static int order_traverse(Order *self, visitproc visit, void *arg) {
     Py_VISIT(self->quick);
     Py_VISIT(self->streams);
     Py_VISIT(self->opened);
+    Py_VISIT(self->stream);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->blocking);
+    Py_VISIT(self->monitor);
     return 0;
 }
 
@@ -625,6 +745,11 @@ static int order_clear(Order *self) {
     Py_CLEAR(self->quick);
     Py_CLEAR(self->streams);
     Py_CLEAR(self->opened);
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->blocking);
+    Py_CLEAR(self->monitor);
     return 0;
 }
 
@@ -641,6 +766,14 @@ static PyMethodDef order_methods[] = {
      "quick_use(stream, buffers, lock) -> the stream's open entry, or None where not quick"},
     {"launched", (PyCFunction)launched, METH_O, "launched(stream): end the stream's epoch"},
     {"barrier", (PyCFunction)barrier, METH_NOARGS, "barrier(): forget every buffer"},
+    {"before", (PyCFunction)(void (*)(void))before, METH_FASTCALL,
+     "before(stream, buffers, name, given) -> what after() takes, or None: a launch ordered"},
+    {"after", (PyCFunction)(void (*)(void))after, METH_FASTCALL,
+     "after(stream, buffers, ticket): what before() gave, once the launch is queued"},
+    {"hold", (PyCFunction)(void (*)(void))hold, METH_FASTCALL,
+     "hold(stream, arrays): arrays kept alive past a launch on the stream"},
+    {"apart", (PyCFunction)(void (*)(void))apart, METH_FASTCALL,
+     "apart(stream, producer, given, wait) -> whether nothing orders the two streams"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -654,6 +787,16 @@ static PyMemberDef order_members[] = {
     {"last_use", T_OBJECT, offsetof(Order, last_use), READONLY, "each buffer's last use"},
     {"quick", T_OBJECT, offsetof(Order, quick), READONLY,
      "the open entries of the streams whose launches may skip use()"},
+    {"stream", T_OBJECT, offsetof(Order, stream), 0,
+     "the one stream launched on so far; None before it and once ordering"},
+    {"ordering", T_BOOL, offsetof(Order, ordering), 0, "whether every launch is ordered"},
+    {"lock", T_OBJECT, offsetof(Order, lock), READONLY, "the lock guarding it and its monitor"},
+    {"pending", T_OBJECT, offsetof(Order, pending), READONLY,
+     "each held stream's event and the arrays kept not yet behind it"},
+    {"blocking", T_OBJECT, offsetof(Order, blocking), READONLY,
+     "whether each stream is a blocking one, as far as asked"},
+    {"monitor", T_OBJECT, offsetof(Order, monitor), 0,
+     "what before(), after(), hold() and apart() leave the rest to"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -675,7 +818,13 @@ static PyTypeObject order_type = {
 int add_order_type(PyObject *module) {
     acquire_name = PyUnicode_InternFromString("acquire");
     release_name = PyUnicode_InternFromString("release");
-    if (acquire_name == NULL || release_name == NULL) return -1;
+    before_name = PyUnicode_InternFromString("before");
+    after_name = PyUnicode_InternFromString("after");
+    hold_name = PyUnicode_InternFromString("hold");
+    wait_name = PyUnicode_InternFromString("wait");
+    if (!acquire_name || !release_name || !before_name || !after_name || !hold_name || !wait_name) {
+        return -1;
+    }
     PyObject *record = PyObject_GetAttrString(module, "record");
     PyObject *wait = record ? PyObject_GetAttrString(module, "wait") : NULL;
     if (wait != NULL && PyCFunction_Check(record) && PyCFunction_Check(wait)) {

@@ -144,12 +144,6 @@ def order_type() -> type:
     return _native.Order
 
 
-def lock_type() -> type:
-    """The C extension's lock, which behaves as :class:`threading.Lock` and which its stream
-    order's ``quick_use`` takes without calling Python methods."""
-    return _native.Lock
-
-
 def launcher() -> Launcher:
     """The launch of :func:`native`."""
     return _NATIVE.launch

@@ -24,9 +24,8 @@ import numbatune as nt
 from numbatune import native
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
-from numbatune.streams.handles import LEGACY
 from numbatune.streams.monitor import Monitor
-from numbatune.streams.order import LIMIT, new_lock, new_order
+from numbatune.streams.order import LIMIT, new_order
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
 from tests.order_reference import StreamOrder
 
@@ -156,7 +155,7 @@ def test_quick_use_gives_the_lock_back_and_passes_on_what_the_events_raise(order
     with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
         order.quick_use(2, ("x",), lock)
     assert lock.taken == ["acquire", "release"]
-    lock = new_lock()  # the monitor's: the C extension's order takes it without Python calls
+    lock = new_order().lock  # the monitor's: the C extension's order takes it without Python calls
     order.use(3, [], quick=True)
     with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
         order.quick_use(3, ("x",), lock)
@@ -164,8 +163,8 @@ def test_quick_use_gives_the_lock_back_and_passes_on_what_the_events_raise(order
 
 
 def test_the_monitors_lock_is_taken_and_given_back_as_a_threading_lock():
-    lock = new_lock()
-    assert type(lock) is native.lock_type()  # built wherever the tests are installed
+    lock = new_order().lock
+    assert type(lock).__name__ == "Lock"  # the C extension's
     assert lock.acquire() and lock.locked()
     assert not lock.acquire(False) and not lock.acquire(timeout=0.01)
     taken = []
@@ -317,6 +316,9 @@ class RecordingEvents:
     def relax_capture(self):
         pass
 
+    def blocking(self, stream):
+        return False
+
     def context(self, stream):
         return 100 + stream
 
@@ -391,9 +393,7 @@ def test_a_stream_that_may_be_closed_is_never_touched_after_its_last_use(order, 
     Before, tuning's notice of a miss left its epoch open, and a barrier waited for the empty
     epoch after its last launch: both recorded on it later."""
     events = TouchingEvents()
-    monitor = Monitor(events)
-    if order == "Python":
-        monitor._order = StreamOrder(events)
+    monitor = Monitor(events, StreamOrder(events) if order == "Python" else None)
     x, y = cuda.device_array(4, np.float32), cuda.device_array(4, np.float32)
     held = cuda.stream()
     _numba_path_launch(monitor, 7, y, given=held)
@@ -418,9 +418,7 @@ def test_a_first_stream_that_may_be_closed_is_never_touched_once_ordering_starts
     host then waits once for the work of its context instead. Before, the second stream's
     first launch recorded an event on the closed stream."""
     events = TouchingEvents()
-    monitor = Monitor(events)
-    if order == "Python":
-        monitor._order = StreamOrder(events)
+    monitor = Monitor(events, StreamOrder(events) if order == "Python" else None)
     x = cuda.device_array(4, np.float32)
     for _ in range(2):
         _numba_path_launch(monitor, 9, x, given=9)
@@ -440,9 +438,7 @@ def test_a_profile_started_between_a_quick_use_and_a_barrier_keeps_that_use_orde
     noted. Before, it waited only for their epoch before, and a later launch that reads the
     array on another stream was not ordered after the write."""
     events = CountingEvents()
-    monitor = Monitor(events)
-    if order == "Python":
-        monitor._order = StreamOrder(events)
+    monitor = Monitor(events, StreamOrder(events) if order == "Python" else None)
     order_ = monitor.order
     order_.use(1, ["x"], quick=True)
     order_.use(2, ["x"])  # 2 waits for 1's epoch so far
@@ -538,6 +534,7 @@ class _Interrupted:
 
     def __init__(self, monitor):
         self.monitor, self.then = monitor, None
+        monitor.order.monitor = self  # (what the order leaves to its monitor comes here)
 
     def __getattr__(self, name):
         return getattr(self.monitor, name)
@@ -559,15 +556,13 @@ def _ordered_launch(monitor, library_array=False):
 
     arrays = {CUPY: ["x"]} if library_array else {}
     plan = SimpleNamespace(buffers=["x"], library_arrays=arrays)
-    before, after = codegen._ordering(plan, list(arrays))
-    current = ["    producer_cupy = 0", codegen.unordered(CUPY)]
+    before, after = codegen._ordering(plan)
+    current = [
+        "    producer_cupy = 0",  # (the launch's stream waits for it, where nothing orders the two)
+        "    unordered_cupy = stream != producer_cupy and _order.apart(stream, 0, given, True)",
+    ] if library_array else []  # fmt: skip
     body = "\n".join([*current, *before, "    launch(stream)", *after])
-    namespace = {
-        "_monitor": monitor, "_quick": monitor.order.quick, "_last_use": monitor.order.last_use,
-        "_use": monitor.order.use, "_quick_use": monitor.order.quick_use, "_lock": monitor.lock,
-        "_name": "k", "_STALE": codegen.STALE, "_pending": monitor.pending, "_LEGACY": LEGACY,
-        "_blocking": monitor.blocking,
-    }  # fmt: skip
+    namespace = {"_order": monitor.order, "_name": "k"}
     exec(f"def ordered(stream, x, given, launch):\n{body}", namespace)
     return namespace["ordered"]
 

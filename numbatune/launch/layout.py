@@ -111,7 +111,7 @@ class ArgumentPlan:
             reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
                                   tuple(reads.runs), kind.offset_method)  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
-            read = f"{self.constant(reader.read)}(({arrays}), _monitor.stream is _EVERY_STREAM)"
+            read = f"{self.constant(reader.read)}(({arrays}), _order.ordering)"
             self.steps += [
                 ("read", f"{result} = {read}"),
                 ("check", f"{result} is not None"),

@@ -37,7 +37,7 @@ from numbatune.errors import ProfileError
 from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
 from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, numba_stream, raw_stream
-from numbatune.streams.order import new_lock, new_order
+from numbatune.streams.order import new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
 
@@ -55,10 +55,6 @@ class _Launch:
     profiles: list[list[_Launch]] | tuple[()] = ()
 
 
-#: :attr:`Monitor.stream` once several streams or a profile are in use: never equal to a stream,
-#: so every launch is watched.
-EVERY_STREAM = object()
-
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
 KEEPER_PERIOD_S = 0.001
@@ -67,32 +63,33 @@ KEEPER_PERIOD_S = 0.001
 class Monitor:
     """What every tuned launch reports to, when more than one stream or a profile is in use.
 
-    A launch compares its raw stream handle with :attr:`stream`; only when they differ does it
-    look further. On a stream :meth:`before` made quick (in :attr:`order`'s ``quick``), the
-    generated launch code asks the order's ``quick_use``, which checks without a lock whether
-    the order needs to hear of it, and if so calls the order's ``use`` under :attr:`lock`; on
-    other streams it calls :meth:`before` and, with what that returns, :meth:`after` once it is
-    queued. Arrays to keep alive past a launch go to :meth:`hold`, or straight into the list
-    :attr:`pending` has for the stream.
+    The generated launch code names only :attr:`order` (the C extension's ``Order``): it
+    compares its raw stream handle with the order's ``stream``, and only where they differ
+    calls the order's ``before`` and ``after``, which check in C, without a lock, whether the
+    order needs to hear of the launch and leave the rest to :meth:`before` and :meth:`after`;
+    the order's ``hold`` puts arrays to keep alive into :attr:`pending`'s list for the stream,
+    else :meth:`hold`, and its ``apart`` tells whether the driver orders a stream after an
+    array library's, else :meth:`wait` makes it wait. ``order`` is the tests' Python oracle,
+    else the C extension's.
     """
 
-    def __init__(self, events: Any = None) -> None:
+    def __init__(self, events: Any = None, order: Any = None) -> None:
         self._events = events
-        self._order: Any = None
-        #: The one stream launched on so far; :data:`EVERY_STREAM` once there are several or a
-        #: profile.
-        self.stream: Any = None
+        #: Which streams a launch must wait for (:mod:`numbatune.streams.order`); the state the
+        #: generated launch code reads is its.
+        self.order = new_order(events) if order is None else order
+        self.order.monitor = self
         self._profiles: dict[ProfileToken, list[_Launch]] = {}
         self._numbers = itertools.count(1)
         #: Held while the monitor or its order changes.
-        self.lock = new_lock()
+        self.lock = self.order.lock
         # Kept arrays behind their events. A pending list stays a list: a launch that found it
         # before the keeper took it may still add to it (its event covers that launch).
         self._kept: list[tuple[Any, Sequence[Any]]] = []
         #: Arrays kept by launches on a stream numbatune holds, not yet behind an event, and
         #: the event the keeper will record for them (made here: the keeper's thread has no
         #: CUDA context to make one in). A launch may add to a stream's list without the lock.
-        self.pending: dict[int, tuple[Any, list[Any]]] = {}
+        self.pending: dict[int, tuple[Any, list[Any]]] = self.order.pending
         self._kept_ready = threading.Condition(self.lock)
         self._keeper_waiting = False
         # Events the keeper is done with, for the next launches that keep arrays.
@@ -109,7 +106,7 @@ class Monitor:
         self._eager: dict[int, int] = {}
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
-        self.blocking: dict[int, bool] = {}
+        self.blocking: dict[int, bool] = self.order.blocking
 
     def after_fork_in_child(self) -> None:
         """A forked child's monitor starts afresh: its parent's streams and events are not
@@ -117,12 +114,9 @@ class Monitor:
         self.__init__()  # type: ignore[misc]
 
     @property
-    def order(self) -> Any:
-        """Which streams a launch must wait for (:mod:`numbatune.streams.order`), made on first
-        use (it may build the C extension)."""
-        if self._order is None:
-            self._order = new_order(self._events)
-        return self._order
+    def stream(self) -> Any:
+        """The one stream launched on so far; None before it and once ordering is on."""
+        return self.order.stream
 
     @property
     def events(self) -> Any:
@@ -149,7 +143,7 @@ class Monitor:
                 self.after(launch)
             return None
         kept = keep(stream, arrays, self.blocking)
-        if kept or self.stream is EVERY_STREAM:
+        if kept or self.order.ordering:
             launch = launch or _Launch(stream, name, buffers)
             launch.kept = kept
         return launch
@@ -164,10 +158,10 @@ class Monitor:
         with self.lock:
             if stream not in self._streams:
                 self._see(stream, given)
-            if self.stream is None:
-                self.stream = stream
+            if self.order.stream is None and not self.order.ordering:
+                self.order.stream = stream
                 return None
-            if self.stream is not EVERY_STREAM:
+            if not self.order.ordering:
                 if self.events.capturing(stream):  # recorded into a graph: nothing runs now
                     return None
                 self._start_ordering()
@@ -192,7 +186,7 @@ class Monitor:
         again (another thread may have ended its stream's epoch between :meth:`before` and the
         launch, and the event that ended it does not cover the launch)."""
         with self.lock:
-            if self.stream is EVERY_STREAM:
+            if self.order.ordering:
                 self.order.use(launch.stream, launch.buffers)
                 if launch.stream in self._eager:
                     self.order.launched(launch.stream)
@@ -259,8 +253,7 @@ class Monitor:
         first launch. Where the first stream is one that may be closed (its launches recorded
         no event while it was the only one), the host waits once for its context's work
         instead: the stream itself may be gone."""
-        first = self.stream
-        self.stream = EVERY_STREAM
+        first, self.order.stream, self.order.ordering = self.order.stream, None, True
         if first in self._eager:
             self.events.synchronize_context(self._eager[first])
         elif first is not None:
@@ -321,7 +314,7 @@ class Monitor:
         with self.lock:
             token = ProfileToken(next(self._numbers))
             self._profiles[token] = []
-            if self.stream is not EVERY_STREAM:
+            if not self.order.ordering:
                 self._start_ordering()
             # Every launch is watched while a profile is open. What the quick streams noted
             # without the lock is marked as their streams' use first, so that a barrier
@@ -404,7 +397,7 @@ def ordered_by_driver(producer: int, stream: int, blocking: dict[int, bool]) -> 
     the other, with no event: where ``producer`` is the legacy default stream and ``stream`` a
     blocking one (as far as ``blocking`` knows: :attr:`Monitor.blocking`), the legacy stream's
     work waits for the blocking stream's, and its for the legacy stream's. The generated launch
-    code makes the same test inline (:func:`numbatune.launch.codegen.unordered`)."""
+    code asks the order's ``apart``, which makes the same test in C."""
     return producer in LEGACY and bool(blocking.get(stream))
 
 

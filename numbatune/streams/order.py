@@ -23,13 +23,22 @@ streams it may (the order's ``quick``), the generated launch code asks the order
 ``quick_use``, which checks that without a lock and calls ``use`` only when the check fails.
 
 :func:`new_order` makes the C extension's ``Order`` (``numbatune/_order.c``): a record per
-stream, the ``last_use`` and ``quick`` dicts the generated launch code reads, the driver's event
-functions called directly where its events are the C extension's, and a lock made by
-:func:`new_lock` (the monitor's) taken without calling Python methods. Its methods: ``use(stream,
-buffers, quick=False)`` queues the waits a launch needs and notes the use; ``quick_use(stream,
-buffers, lock)`` checks without the lock that a quick stream's buffers stay in its open epoch;
-``launched(stream)`` ends a stream's epoch right after a launch; ``barrier()`` forgets every
-buffer. ``tests/order_reference.py`` writes the same steps in Python, as the tests' oracle.
+stream, the ``last_use`` and ``quick`` dicts, the driver's event functions called directly where
+its events are the C extension's, and the lock it and its monitor are guarded by (``lock``, taken
+without calling Python methods). Its methods: ``use(stream, buffers, quick=False)`` queues the
+waits a launch needs and notes the use; ``quick_use(stream, buffers, lock)`` checks without the
+lock that a quick stream's buffers stay in its open epoch; ``launched(stream)`` ends a stream's
+epoch right after a launch; ``barrier()`` forgets every buffer. ``tests/order_reference.py``
+writes the same steps in Python, as the tests' oracle.
+
+It is also the one object the generated launch code orders with (:mod:`numbatune.streams.
+monitor` keeps the rest, and sets ``stream``, ``ordering`` and ``monitor``): ``stream``, the one
+stream in use, which a launch compares its own with; ``before(stream, buffers, name, given)``
+and ``after(stream, buffers, ticket)`` around a launch on another (``quick_use`` on a quick
+stream, else the monitor's ``before`` and ``after``); ``hold(stream, arrays)``, arrays kept alive
+past a launch; ``apart(stream, producer, given, wait)``, whether nothing the driver does orders
+a stream after an array library's current one (where ``wait``, the monitor's ``wait`` makes it
+wait); ``ordering``, whether every launch is ordered (the array reads then give allocations).
 """
 
 from __future__ import annotations
@@ -45,9 +54,3 @@ LIMIT = 1 << 16
 def new_order(events: Any = None, limit: int = LIMIT) -> Any:
     """The C extension's ``Order`` over ``events``, forgetting its buffers past ``limit``."""
     return native.order_type()(events, limit)
-
-
-def new_lock() -> Any:
-    """A lock to guard an order with: the C extension's, which its order's ``quick_use`` takes
-    and gives back without a Python call."""
-    return native.lock_type()()
