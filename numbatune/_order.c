@@ -82,7 +82,8 @@ typedef struct {
     PyObject *quick;      /* stream -> its open entry, for streams whose launches may skip use */
     PyObject *streams;    /* stream -> its Stream */
     PyObject *opened;     /* the Streams with an open entry, in the order they got one */
-    Py_ssize_t count;     /* how many Streams were made (the next one's index) */
+    Py_ssize_t count;     /* how many indexes Streams were given */
+    PyObject *free;       /* the indexes of forgotten Streams, for the next ones made */
     Py_ssize_t barrier_streams; /* how many of ``opened`` the last barrier holds */
     unsigned long barriers;     /* how many barriers so far */
     Py_ssize_t limit;
@@ -105,7 +106,8 @@ static Stream *stream_of(Order *self, PyObject *key) {
     made->stream = Py_NewRef(key);
     made->entry = made->event = NULL;
     made->epoch = made->barrier_epoch = 0;
-    made->index = self->count;
+    Py_ssize_t reused = PyList_GET_SIZE(self->free);
+    made->index = reused ? PyLong_AsSsize_t(PyList_GET_ITEM(self->free, reused - 1)) : self->count;
     made->waited = NULL;
     made->waited_size = 0;
     made->used = 0;
@@ -113,8 +115,10 @@ static Stream *stream_of(Order *self, PyObject *key) {
     PyObject_GC_Track(made);
     int failed = PyDict_SetItem(self->streams, key, (PyObject *)made);
     Py_DECREF(made);
-    if (failed) return NULL;
-    self->count++;
+    if (failed || (reused && PyList_SetSlice(self->free, reused - 1, reused, NULL) < 0)) {
+        return NULL;
+    }
+    self->count += !reused;
     return made;
 }
 
@@ -662,6 +666,110 @@ static PyObject *launched(Order *self, PyObject *key) {
     Py_RETURN_NONE;
 }
 
+/* retire(stream, record) -> (event, epoch), or None: the first half of forgetting a stream the
+ * program let go of. Where ``record`` (a stream numbatune holds, alive), its event is recorded
+ * now, ending its epoch (None, nothing done, while it is being captured into a graph: an event
+ * recorded now would be the graph's); a stream that may close is not touched (its event was
+ * recorded right after its last launch). Once the device passed the event, forget() drops the
+ * stream, unless a use noted it meanwhile. None also where the order has no record of it. */
+static PyObject *retire(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "retire(stream, record)");
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
+    int record = found == NULL ? 0 : PyObject_IsTrue(args[1]);
+    int skipped = record > 0 ? captured(self, args[0]) : 0;
+    if (found == NULL || record < 0 || skipped) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Stream *stream = (Stream *)Py_NewRef(found);
+    int failed = record && stream->entry != NULL && end_epoch(self, stream) < 0;
+    PyObject *event = stream->event ? stream->event : Py_None;
+    PyObject *result = failed ? NULL : Py_BuildValue("(OL)", event, stream->epoch);
+    Py_DECREF(stream);
+    return result;
+}
+
+/* Drops every trace of ``stream``: its buffers' last uses (``gone``, a list), its quick entry,
+ * its place among the opened streams and in the last barrier, the waits others made for it, its
+ * record (its index kept for the next stream made). */
+static int drop_stream(Order *self, Stream *stream, PyObject *gone) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(self->last_use, PyList_GET_ITEM(gone, i)) < 0) PyErr_Clear();
+    }
+    if (PyDict_DelItem(self->quick, stream->stream) < 0) PyErr_Clear(); /* (not quick) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(self->opened); i++) {
+        if (PyList_GET_ITEM(self->opened, i) != (PyObject *)stream) continue;
+        if (PyList_SetSlice(self->opened, i, i + 1, NULL) < 0) return -1;
+        self->barrier_streams -= i < self->barrier_streams;
+        break;
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(self->streams, &position, &key, &value)) {
+        Stream *other = (Stream *)value;
+        if (stream->index < other->waited_size) other->waited[stream->index] = 0;
+    }
+    PyObject *index = PyLong_FromSsize_t(stream->index);
+    int failed = index == NULL || PyList_Append(self->free, index) < 0;
+    Py_XDECREF(index);
+    return failed ? -1 : PyDict_DelItem(self->streams, stream->stream);
+}
+
+/* forget(retired) -> {stream: event}: ``retired`` maps streams retire() gave (event, epoch) for,
+ * whose events the device passed, to that epoch. Each whose epoch is still that and whose open
+ * epoch no use noted (under the lock, or a quick one without it) is known to the order by no
+ * more than the work before that event: every trace of it goes (drop_stream), and its event
+ * (None: none made) comes back for the caller to destroy, with the streams the order had no
+ * record of. One pass over the buffers' last uses for all of them. */
+static PyObject *forget(Order *self, PyObject *retired) {
+    if (!PyDict_Check(retired)) {
+        PyErr_SetString(PyExc_TypeError, "forget(retired: dict)");
+        return NULL;
+    }
+    PyObject *gone = PyDict_New(), *result = PyDict_New(); /* stream -> its buffers; -> event */
+    Py_ssize_t position = 0;
+    PyObject *key, *value, *buffer, *last;
+    int failed = gone == NULL || result == NULL;
+    while (!failed && PyDict_Next(retired, &position, &key, &value)) {
+        Stream *stream = (Stream *)PyDict_GetItemWithError(self->streams, key);
+        long long epoch = PyLong_AsLongLong(value);
+        if (stream == NULL || (epoch == -1 && PyErr_Occurred())) {
+            failed = PyErr_Occurred() || PyDict_SetItem(result, key, Py_None) < 0;
+        } else if (stream->epoch == epoch && !stream->used) {
+            PyObject *buffers = PyList_New(0);
+            failed = buffers == NULL || PyDict_SetItem(gone, key, buffers) < 0;
+            Py_XDECREF(buffers);
+        }
+    }
+    position = 0;
+    while (!failed && PyDict_GET_SIZE(gone) && PyDict_Next(self->last_use, &position, &buffer, &last)) {
+        key = PyTuple_GET_ITEM(last, 0);
+        PyObject *buffers = PyDict_GetItemWithError(gone, key);
+        Stream *stream = buffers ? (Stream *)PyDict_GetItemWithError(self->streams, key) : NULL;
+        if (stream == NULL) {
+            failed = PyErr_Occurred() != NULL;
+        } else if (last == stream->entry) { /* (a quick use without the lock, since retire) */
+            failed = PyDict_DelItem(gone, key) < 0;
+        } else {
+            failed = PyList_Append(buffers, buffer) < 0;
+        }
+    }
+    position = 0;
+    while (!failed && PyDict_Next(gone, &position, &key, &value)) {
+        Stream *stream = (Stream *)Py_NewRef(PyDict_GetItem(self->streams, key));
+        PyObject *event = Py_NewRef(stream->event ? stream->event : Py_None);
+        failed = drop_stream(self, stream, value) < 0 || PyDict_SetItem(result, key, event) < 0;
+        Py_DECREF(event);
+        Py_DECREF(stream);
+    }
+    Py_XDECREF(gone);
+    if (failed) Py_CLEAR(result);
+    return result;
+}
+
 static PyObject *get_events(Order *self, void *unused) { return Py_NewRef(self->events); }
 
 /* events = value: the events, and their record and wait_event methods (None: not yet). */
@@ -711,8 +819,9 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->lock = PyObject_CallNoArgs((PyObject *)&lock_type);
     self->pending = PyDict_New();
     self->blocking = PyDict_New();
+    self->free = PyList_New(0);
     if (!self->last_use || !self->quick || !self->streams || !self->opened || !self->lock ||
-        !self->pending || !self->blocking || set_events(self, events, NULL) < 0) {
+        !self->pending || !self->blocking || !self->free || set_events(self, events, NULL) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -733,6 +842,7 @@ static int order_traverse(Order *self, visitproc visit, void *arg) {
     Py_VISIT(self->pending);
     Py_VISIT(self->blocking);
     Py_VISIT(self->monitor);
+    Py_VISIT(self->free);
     return 0;
 }
 
@@ -750,6 +860,7 @@ static int order_clear(Order *self) {
     Py_CLEAR(self->pending);
     Py_CLEAR(self->blocking);
     Py_CLEAR(self->monitor);
+    Py_CLEAR(self->free);
     return 0;
 }
 
@@ -774,6 +885,10 @@ static PyMethodDef order_methods[] = {
      "hold(stream, arrays): arrays kept alive past a launch on the stream"},
     {"apart", (PyCFunction)(void (*)(void))apart, METH_FASTCALL,
      "apart(stream, producer, given, wait) -> whether nothing orders the two streams"},
+    {"retire", (PyCFunction)(void (*)(void))retire, METH_FASTCALL,
+     "retire(stream, record) -> (event, epoch), or None: a stream to forget, its event recorded"},
+    {"forget", (PyCFunction)forget, METH_O,
+     "forget(retired) -> {stream: event}: drop the retired streams no use noted since"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -797,6 +912,7 @@ static PyMemberDef order_members[] = {
      "whether each stream is a blocking one, as far as asked"},
     {"monitor", T_OBJECT, offsetof(Order, monitor), 0,
      "what before(), after(), hold() and apart() leave the rest to"},
+    {"streams", T_OBJECT, offsetof(Order, streams), READONLY, "each stream's record"},
     {NULL, 0, 0, 0, NULL},
 };
 

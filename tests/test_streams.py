@@ -1318,3 +1318,97 @@ def test_a_launch_inside_a_capture_is_left_out_of_an_open_profile():
     if launch:
         monitor.after(launch)
     assert events.records == [] and monitor.end_profile(token).launches == 0
+
+
+# -- streams the program let go of -------------------------------------------------------------
+
+
+class _Owner:
+    """A stream object numbatune holds (not one that may close)."""
+
+
+def test_streams_the_program_let_go_of_are_forgotten_so_the_state_stays_bounded():
+    """Short-lived streams, each ordered against one long-lived stream: before, the monitor held
+    every stream object (so their libraries never destroyed them) and the order kept a record,
+    an event and wait slots for each."""
+    events = CountingEvents()
+    events.released.set()  # the device passed every event
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    held = _Owner()
+    most = 0
+    for number in range(3000):
+        _numba_path_launch(monitor, 7, x, given=held)
+        _numba_path_launch(monitor, 1000 + number, x, given=_Owner())
+        if number % 100 == 0:
+            with monitor.lock:
+                monitor._look()  # what the keeper does every millisecond
+            most = max(most, len(monitor._streams), len(monitor.order.streams))
+    assert most < 300 and len(monitor.order.last_use) == 1
+    assert len(monitor.order.quick) < 300 and monitor.order.streams.keys() >= {7}
+    assert events.waits[-1] == (1000 + number, 7)  # the last one is still ordered
+
+
+def test_a_stream_that_may_close_is_not_touched_when_it_is_forgotten():
+    """A stream numbatune cannot keep alive (here torch's ExternalStream) whose object the
+    program dropped may be destroyed already: retiring and forgetting it asks nothing of it
+    (its event was recorded right after its last launch)."""
+
+    class Asking(TouchingEvents):
+        def capturing(self, stream):
+            self.made_for.append(stream)
+            return False
+
+    events = Asking()
+    events.released.set()
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    _numba_path_launch(monitor, 7, x, given=_Owner())
+    _numba_path_launch(
+        monitor, 4321, x, given=_stream_object("torch.cuda.streams", "ExternalStream")
+    )
+    recorded, asked = len(events.records), len(events.made_for)
+    owners = [_Owner() for _ in range(80)]
+    for number, owner in enumerate(owners):  # (a sweep for streams let go of, then a look)
+        _numba_path_launch(monitor, 10 + number, cuda.device_array(4, np.float32), given=owner)
+    with monitor.lock:
+        monitor._look()
+    assert 4321 not in monitor.order.streams and 4321 not in monitor._streams
+    assert 4321 not in events.records[recorded:] and 4321 not in events.made_for[asked:]
+
+
+def test_a_retiring_stream_used_again_is_kept():
+    events = CountingEvents()
+    monitor = Monitor(events)  # (the device has passed nothing yet)
+    x = cuda.device_array(4, np.float32)
+    _numba_path_launch(monitor, 7, x, given=_Owner())
+    _numba_path_launch(monitor, 9, x, given=_Owner())
+    with monitor.lock:
+        monitor._retire_unheld()
+    assert set(monitor._retiring) == {7, 9}
+    _numba_path_launch(monitor, 9, cuda.device_array(4, np.float32), given=9)  # 9 used again
+    events.released.set()
+    with monitor.lock:
+        monitor._look()
+    assert 7 not in monitor._streams and 7 not in monitor.order.streams
+    assert 9 in monitor._streams and 9 in monitor.order.streams
+
+
+def test_a_forgotten_streams_place_goes_to_a_new_stream_with_no_waits_of_its_own():
+    order, waits = _order(_order_type("c"))
+    order.use(1, ["x"])
+    order.use(2, ["x"])  # 2 waits for 1
+    event, epoch = order.retire(1, True)
+    assert order.forget({1: epoch}) == {1: event}
+    assert 1 not in order.streams and set(order.last_use) == {"x"}
+    order.use(3, ["y"])  # 3 takes 1's place among the streams
+    order.use(2, ["y"])
+    assert waits == [(2, 1), (2, 3)]
+
+
+def test_a_stream_used_after_it_retired_is_not_forgotten():
+    order, _ = _order(_order_type("c"))
+    order.use(1, ["x"], quick=True)
+    _, epoch = order.retire(1, True)
+    assert order.quick_use(1, ("y",), threading.Lock()) is not None  # a use without the lock
+    assert order.forget({1: epoch}) == {} and 1 in order.streams

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Hashable, Iterator, Sequence
@@ -58,6 +59,14 @@ class _Launch:
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
 KEEPER_PERIOD_S = 0.001
+
+#: How many streams the monitor knows before it first looks for those the program let go of
+#: (then again at twice as many as it kept).
+SWEEP_STREAMS = 64
+
+#: ``sys.getrefcount`` of a stream object that only the monitor holds, as :meth:`Monitor.
+#: _retire_unheld` reads it: the monitor's dict, the loop's variable, the call's argument.
+_ONLY_THE_MONITORS = 3
 
 
 class Monitor:
@@ -107,6 +116,10 @@ class Monitor:
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = self.order.blocking
+        # Streams the program let go of, being forgotten: the epoch each had when the order
+        # recorded its event (Order.retire), and that event (None: nothing to wait for).
+        self._retiring: dict[int, tuple[int, Any]] = {}
+        self._sweep_at = SWEEP_STREAMS
 
     def after_fork_in_child(self) -> None:
         """A forked child's monitor starts afresh: its parent's streams and events are not
@@ -180,6 +193,30 @@ class Monitor:
         self._streams[stream] = None if isinstance(given, int) else given
         if stream not in DEFAULT_STREAMS and _may_close(given):
             self._eager[stream] = context
+        if len(self._streams) > self._sweep_at:
+            self._retire_unheld()
+
+    def _retire_unheld(self) -> None:
+        """The streams whose objects only the monitor holds (the program let go of them) start
+        being forgotten, so that the state stays bounded however many streams come and go: the
+        order records each one's event where numbatune holds the stream (one that may close is
+        never touched: its event was recorded after its last launch), and the keeper drops the
+        stream once the device has passed it (:meth:`_forget_retired`), the monitor's hold on
+        its object last, so that its library destroys it only once nothing here names it. Raw
+        handles, whose owners numbatune cannot see, are kept."""
+        unheld, owner = [], None
+        for stream in list(self._streams):
+            owner = self._streams[stream]
+            if owner is not None and sys.getrefcount(owner) <= _ONLY_THE_MONITORS:
+                unheld.append(stream)
+        del owner
+        for stream in unheld:
+            if stream not in self._retiring and stream != self.order.stream:
+                retired = self.order.retire(stream, stream not in self._eager)
+                if retired is not None:  # (None: being captured, it may retire later)
+                    self._retiring[stream] = retired[1], retired[0]
+        self._sweep_at = max(SWEEP_STREAMS, 2 * (len(self._streams) - len(self._retiring)))
+        self._wake_keeper()
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted
@@ -214,10 +251,14 @@ class Monitor:
             else:
                 self.events.record(event := self._spare_event(stream), stream)
                 self._kept.append((event, arrays))
-            if self._keeper is None:
-                self._start_keeper()
-            elif self._keeper_waiting:
-                self._kept_ready.notify()
+            self._wake_keeper()
+
+    def _wake_keeper(self) -> None:
+        """Start the keeper, or wake it where it waits for work (under the lock)."""
+        if self._keeper is None:
+            self._start_keeper()
+        elif self._keeper_waiting:
+            self._kept_ready.notify()
 
     def _held(self, stream: int) -> bool:
         """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
@@ -275,7 +316,7 @@ class Monitor:
         self.events.relax_capture()
         while True:
             with self.lock:
-                while not self._kept and not self.pending:
+                while not self._kept and not self.pending and not self._retiring:
                     self._keeper_waiting = True
                     self._kept_ready.wait()
                 self._keeper_waiting = False
@@ -300,7 +341,27 @@ class Monitor:
             else:
                 still.append((event, arrays))
         self._kept = still
+        if self._retiring:
+            released.append(self._forget_retired())
         return released
+
+    def _forget_retired(self) -> list[Any]:
+        """Drop the retiring streams whose events the device has passed and that no launch
+        used since (one used again stays, and may retire later); returns their objects, for the
+        keeper to let go of outside the lock."""
+        passed = {}
+        for stream, (epoch, event) in list(self._retiring.items()):
+            if stream not in self.pending and (event is None or self.events.passed(event)):
+                passed[stream] = epoch  # (pending arrays: their event is recorded first)
+                del self._retiring[stream]
+        owners = []
+        for stream, event in self.order.forget(passed).items():
+            owners.append(self._streams.pop(stream, None))
+            self._eager.pop(stream, None)
+            self.blocking.pop(stream, None)
+            if event is not None:
+                self.events.destroy(event)
+        return owners
 
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""

@@ -28,8 +28,11 @@ its events are the C extension's, and the lock it and its monitor are guarded by
 without calling Python methods). Its methods: ``use(stream, buffers, quick=False)`` queues the
 waits a launch needs and notes the use; ``quick_use(stream, buffers, lock)`` checks without the
 lock that a quick stream's buffers stay in its open epoch; ``launched(stream)`` ends a stream's
-epoch right after a launch; ``barrier()`` forgets every buffer. ``tests/order_reference.py``
-writes the same steps in Python, as the tests' oracle.
+epoch right after a launch; ``barrier()`` forgets every buffer; ``retire(stream, record)``
+records the event of a stream the program let go of, and ``forget(retired)``, once the device
+passed those events, drops every trace of the streams no use noted since, so that the state
+stays bounded however many streams come and go. ``tests/order_reference.py`` writes the same
+steps (retiring streams aside) in Python, as the tests' oracle.
 
 It is also the one object the generated launch code orders with (:mod:`numbatune.streams.
 monitor` keeps the rest, and sets ``stream``, ``ordering`` and ``monitor``): ``stream``, the one
