@@ -69,7 +69,7 @@ class DLPack(NamedTuple):
     token each array's memo must carry; one packed :data:`EXPECTED` per array
     (device type and id, ndim, type code, bits, numba's layout letter, structure, whether a
     read by attribute reads the device), per array None or the source of its part of the
-    default key (a :class:`numbatune.keys.KeyParts`' ``parts`` and ``make``), and the arrays
+    default key (a :class:`numbatune.keys.KeyParts`), and the arrays
     split in order into runs of consecutive kernel parameters (the count of arrays in each);
     for arrays read through DLPack, ``offset`` names their method that gives their offset into their
     allocation, in elements (torch's ``storage_offset``), or None. Its ``read(arrays[,
