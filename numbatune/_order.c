@@ -91,7 +91,7 @@ typedef struct {
      * before(), after(), hold() and wait() take what this leaves to Python. */
     PyObject *stream;   /* the one stream launched on so far; None before it and once ordering */
     char ordering;      /* whether every launch is ordered (a second stream, or a profile) */
-    PyObject *lock;     /* the lock the monitor guards itself and its order with (a Lock) */
+    PyObject *lock;     /* the lock the monitor guards itself and its order with */
     PyObject *pending;  /* stream -> (event, arrays kept not yet behind it), for the keeper */
     PyObject *blocking; /* stream -> whether it is a blocking one, as far as asked */
     PyObject *monitor;  /* None until set */
@@ -381,130 +381,10 @@ static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     Py_RETURN_NONE;
 }
 
-/* A lock as threading.Lock is one, which quick_use takes and gives back without calling Python
- * methods (the monitor guards its order with one). */
-typedef struct {
-    PyObject_HEAD
-    PyThread_type_lock lock;
-    int locked;
-} Lock;
-
-/* Take the lock, waiting at most ``microseconds`` (-1: as long as it takes) with the GIL
- * released while it waits: 1 once taken, 0 where not. */
-static int lock_take(Lock *self, PY_TIMEOUT_T microseconds) {
-    PyLockStatus status = PyThread_acquire_lock_timed(self->lock, 0, 0);
-    if (status != PY_LOCK_ACQUIRED && microseconds != 0) {
-        Py_BEGIN_ALLOW_THREADS
-        status = PyThread_acquire_lock_timed(self->lock, microseconds, 0);
-        Py_END_ALLOW_THREADS
-    }
-    self->locked = status == PY_LOCK_ACQUIRED || self->locked;
-    return status == PY_LOCK_ACQUIRED;
-}
-
-/* Give the lock back: 0, or -1 with RuntimeError where it is not held. */
-static int lock_give(Lock *self) {
-    if (!self->locked) {
-        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
-        return -1;
-    }
-    self->locked = 0;
-    PyThread_release_lock(self->lock);
-    return 0;
-}
-
-/* acquire(blocking=True, timeout=-1) -> bool, as threading.Lock's. */
-static PyObject *lock_acquire(Lock *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"blocking", "timeout", NULL};
-    int blocking = 1;
-    double timeout = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pd:acquire", names, &blocking, &timeout)) {
-        return NULL;
-    }
-    if (!blocking && timeout != -1) {
-        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
-        return NULL;
-    }
-    if (timeout < 0 && timeout != -1) {
-        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
-        return NULL;
-    }
-    if (timeout * 1e6 > (double)PY_TIMEOUT_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
-        return NULL;
-    }
-    PY_TIMEOUT_T microseconds = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
-    return PyBool_FromLong(lock_take(self, microseconds));
-}
-
-static PyObject *lock_enter(Lock *self, PyObject *unused) {
-    lock_take(self, -1);
-    Py_RETURN_TRUE;
-}
-
-static PyObject *lock_release(Lock *self, PyObject *unused) {
-    if (lock_give(self) < 0) return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *lock_exit(Lock *self, PyObject *args) { return lock_release(self, NULL); }
-
-static PyObject *lock_locked(Lock *self, PyObject *unused) { return PyBool_FromLong(self->locked); }
-
-static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
-        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
-        return NULL;
-    }
-    Lock *self = (Lock *)type->tp_alloc(type, 0);
-    if (self == NULL) return NULL;
-    self->lock = PyThread_allocate_lock();
-    if (self->lock == NULL) {
-        Py_DECREF(self);
-        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-static void lock_dealloc(Lock *self) {
-    if (self->lock != NULL) {
-        if (self->locked) PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
-    }
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMethodDef lock_methods[] = {
-    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
-     "acquire(blocking=True, timeout=-1) -> whether it was taken"},
-    {"release", (PyCFunction)lock_release, METH_NOARGS, "release(): give it back"},
-    {"locked", (PyCFunction)lock_locked, METH_NOARGS, "locked() -> whether it is held"},
-    {"__enter__", (PyCFunction)lock_enter, METH_NOARGS, "take it"},
-    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, "give it back"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject lock_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Lock",
-    .tp_basicsize = sizeof(Lock),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A lock as threading.Lock, which an Order's quick_use takes from C.",
-    .tp_new = lock_new,
-    .tp_dealloc = (destructor)lock_dealloc,
-    .tp_methods = lock_methods,
-};
-
 static PyObject *acquire_name = NULL, *release_name = NULL; /* "acquire", "release" */
 
-/* lock.acquire() or lock.release() (``method``): 0, or -1 with an exception; a Lock's without
- * a Python call. */
+/* lock.acquire() or lock.release() (``method``): 0, or -1 with an exception. */
 static int call_lock(PyObject *lock, PyObject *method) {
-    if (Py_IS_TYPE(lock, &lock_type)) {
-        if (method == release_name) return lock_give((Lock *)lock);
-        lock_take((Lock *)lock, -1);
-        return 0;
-    }
     PyObject *result = PyObject_CallMethodNoArgs(lock, method);
     Py_XDECREF(result);
     return result == NULL ? -1 : 0;
@@ -816,7 +696,9 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->opened = PyList_New(0);
     self->stream = Py_NewRef(Py_None);
     self->monitor = Py_NewRef(Py_None);
-    self->lock = PyObject_CallNoArgs((PyObject *)&lock_type);
+    PyObject *threads = PyImport_ImportModule("_thread");
+    self->lock = threads ? PyObject_CallMethod(threads, "allocate_lock", NULL) : NULL;
+    Py_XDECREF(threads);
     self->pending = PyDict_New();
     self->blocking = PyDict_New();
     self->free = PyList_New(0);
@@ -930,7 +812,7 @@ static PyTypeObject order_type = {
     .tp_getset = order_getset,
 };
 
-/* Adds the Order and Lock types to the extension module. */
+/* Adds the Order type to the extension module. */
 int add_order_type(PyObject *module) {
     acquire_name = PyUnicode_InternFromString("acquire");
     release_name = PyUnicode_InternFromString("release");
@@ -955,13 +837,6 @@ int add_order_type(PyObject *module) {
         stream_is_capturing = (stream_is_capturing_t)dlsym(driver, "cuStreamIsCapturing");
         dlclose(driver); /* (the reference NOLOAD took: the driver stays loaded) */
     }
-    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0 ||
-        PyType_Ready(&lock_type) < 0) {
-        return -1;
-    }
-    if (PyModule_AddObjectRef(module, "Order", (PyObject *)&order_type) < 0 ||
-        PyModule_AddObjectRef(module, "Lock", (PyObject *)&lock_type) < 0) {
-        return -1;
-    }
-    return 0;
+    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) return -1;
+    return PyModule_AddObjectRef(module, "Order", (PyObject *)&order_type);
 }

@@ -155,35 +155,11 @@ def test_quick_use_gives_the_lock_back_and_passes_on_what_the_events_raise(order
     with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
         order.quick_use(2, ("x",), lock)
     assert lock.taken == ["acquire", "release"]
-    lock = new_order().lock  # the monitor's: the C extension's order takes it without Python calls
+    lock = new_order().lock  # the monitor's
     order.use(3, [], quick=True)
     with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
         order.quick_use(3, ("x",), lock)
     assert not lock.locked()
-
-
-def test_the_monitors_lock_is_taken_and_given_back_as_a_threading_lock():
-    lock = new_order().lock
-    assert type(lock).__name__ == "Lock"  # the C extension's
-    assert lock.acquire() and lock.locked()
-    assert not lock.acquire(False) and not lock.acquire(timeout=0.01)
-    taken = []
-    waiter = threading.Thread(target=lambda: taken.append(lock.acquire(timeout=30)))
-    waiter.start()  # blocks, letting other threads run, until the lock is given back
-    lock.release()
-    waiter.join()
-    assert taken == [True] and lock.locked()
-    lock.release()
-    with pytest.raises(RuntimeError, match="release unlocked lock"):
-        lock.release()
-    with lock:
-        assert lock.locked()
-    assert not lock.locked()
-    ready = threading.Condition(lock)  # as the monitor's keeper waits on it
-    with ready:
-        assert not ready.wait(timeout=0.01)
-    with pytest.raises(ValueError, match="non-blocking"):
-        lock.acquire(False, 1.0)
 
 
 @given(

@@ -19,20 +19,20 @@ uncaptured launches still wait for the work that runs. Only a launch that needs 
 whether a stream is being captured (``cuStreamIsCapturing``).
 
 A launch whose buffers were all last used in its stream's open epoch changes nothing: on the
-streams it may (the order's ``quick``), the generated launch code asks the order's
-``quick_use``, which checks that without a lock and calls ``use`` only when the check fails.
+streams it may (the order's ``quick``), the order's ``quick_use`` (which the generated launch
+code's ``before`` makes) checks that without a lock and calls ``use`` only when the check fails.
 
 :func:`new_order` makes the C extension's ``Order`` (``numbatune/_order.c``): a record per
 stream, the ``last_use`` and ``quick`` dicts, the driver's event functions called directly where
-its events are the C extension's, and the lock it and its monitor are guarded by (``lock``, taken
-without calling Python methods). Its methods: ``use(stream, buffers, quick=False)`` queues the
-waits a launch needs and notes the use; ``quick_use(stream, buffers, lock)`` checks without the
-lock that a quick stream's buffers stay in its open epoch; ``launched(stream)`` ends a stream's
-epoch right after a launch; ``barrier()`` forgets every buffer; ``retire(stream, record)``
-records the event of a stream the program let go of, and ``forget(retired)``, once the device
-passed those events, drops every trace of the streams no use noted since, so that the state
-stays bounded however many streams come and go. ``tests/order_reference.py`` writes the same
-steps (retiring streams aside) in Python, as the tests' oracle.
+its events are the C extension's, and the lock it and its monitor are guarded by (``lock``). Its
+methods: ``use(stream, buffers, quick=False)`` queues the waits a launch needs and notes the
+use; ``quick_use(stream, buffers, lock)`` checks without the lock that a quick stream's buffers
+stay in its open epoch; ``launched(stream)`` ends a stream's epoch right after a launch;
+``barrier()`` forgets every buffer; ``retire(stream, record)`` records the event of a stream the
+program let go of, and ``forget(retired)``, once the device passed those events, drops every
+trace of the streams no use noted since, so that the state stays bounded however many streams
+come and go. ``tests/order_reference.py`` writes the same steps (retiring streams aside) in
+Python, as the tests' oracle.
 
 It is also the one object the generated launch code orders with (:mod:`numbatune.streams.
 monitor` keeps the rest, and sets ``stream``, ``ordering`` and ``monitor``): ``stream``, the one
