@@ -450,7 +450,6 @@ typedef struct {
     reader_array_t *arrays;
     Py_ssize_t *run_fields; /* how many kernel parameters each run has */
     PyObject **fields;      /* each run's parameters as last read (bytes), or NULL */
-    PyObject *key;          /* the key parts of the last read (a tuple), or NULL */
     int64_t *extents;       /* the arrays' extents of the last read, one block */
 } Reader;
 
@@ -473,7 +472,7 @@ static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
 }
 
 /* The read's key: the tuple of the parts of the arrays in the key (their extents read into
- * ``extents``), the last read's tuple where every part is the same. NULL with an exception. */
+ * ``extents``; each the last read's part where they are the same). NULL with an exception. */
 static PyObject *key_of(Reader *self, const int64_t *extents) {
     PyObject *key = PyTuple_New(self->keyed);
     if (key == NULL) return NULL;
@@ -497,16 +496,6 @@ static PyObject *key_of(Reader *self, const int64_t *extents) {
         }
         PyTuple_SET_ITEM(key, k++, part);
     }
-    PyObject *last = self->key;
-    int same = last != NULL;
-    for (Py_ssize_t j = 0; same && j < self->keyed; j++) {
-        same = PyTuple_GET_ITEM(last, j) == PyTuple_GET_ITEM(key, j);
-    }
-    if (same) {
-        Py_DECREF(key);
-        return Py_NewRef(last);
-    }
-    Py_XSETREF(self->key, Py_NewRef(key));
     return key;
 }
 
@@ -1005,7 +994,7 @@ static int reader_source(Reader *self, PyObject *source) {
  * current stream, through DLPack on the first array's device, the tuple of the arrays' key
  * parts, the parameters of each run as bytes, and, where ``allocations`` is true, the starts of
  * the arrays' allocations, a tuple of ints, else None), or None where an array is not as
- * expected or its library cannot describe it. Parts, key and bytes equal to the last read's are
+ * expected or its library cannot describe it. Parts and bytes equal to the last read's are
  * those objects again. An allocation starts, for arrays read through DLPack, at the data
  * pointer less the elements given by their method named ``offset`` (None: not read, the
  * allocations are None); for arrays read by attribute, at the pointer of the object their
@@ -1059,7 +1048,6 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_VISIT(self->fields[r]);
     }
-    Py_VISIT(self->key);
     Py_VISIT(self->current_stream);
     Py_VISIT(self->make_memo);
     for (int g = 0; g < GETTERS_COUNT; g++) Py_VISIT(self->getters[g].type);
@@ -1078,7 +1066,6 @@ static int reader_clear(Reader *self) {
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_CLEAR(self->fields[r]);
     }
-    Py_CLEAR(self->key);
     Py_CLEAR(self->current_stream);
     Py_CLEAR(self->offset);
     Py_CLEAR(self->memo);

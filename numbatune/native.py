@@ -79,7 +79,7 @@ class DLPack(NamedTuple):
     ``allocations`` is true, the tuple of where each array's allocation starts (what
     :func:`numbatune.arrays.buffer_of` gives; None where the reader cannot read one: no
     ``offset``, or a read failed), else None; or None where an array is not as expected. A read
-    hands out the last read's key parts, key and bytes again where they are equal.
+    hands out the last read's key parts and bytes again where they are equal.
     """
 
     api: Callable[[type], int]
