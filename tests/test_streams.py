@@ -1388,3 +1388,19 @@ def test_a_stream_used_after_it_retired_is_not_forgotten():
     _, epoch = order.retire(1, True)
     assert order.quick_use(1, ("y",), threading.Lock()) is not None  # a use without the lock
     assert order.forget({1: epoch}) == {} and 1 in order.streams
+
+
+def test_cupys_current_stream_a_launch_took_is_held(monkeypatch):
+    """A launch given no stream takes its arrays' library's current one. CuPy destroys a stream
+    with its object, and the order may record an event on a stream it saw later: numbatune holds
+    CuPy's current stream object as it holds a stream given (and lets go of it once the program
+    has). Before, it held nothing, and a stream the program dropped could be recorded on."""
+    current = SimpleNamespace(ptr=4321)
+    cupy = SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: current))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monitor = Monitor(CountingEvents())
+    x = cuda.device_array(4, np.float32)
+    monitor.watch(7, (x,), "k", given=cuda.stream())
+    monitor.watch(4321, (x,), "k")  # CuPy's current stream
+    monitor.watch(99, (x,), "k")  # another library's current stream (torch's never close)
+    assert monitor._streams[4321] is current and monitor._streams[99] is None

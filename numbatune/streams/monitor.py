@@ -104,8 +104,8 @@ class Monitor:
         # Events the keeper is done with, for the next launches that keep arrays.
         self._spare_events: list[Any] = []
         self._keeper: threading.Thread | None = None
-        # Each stream seen, with the object that owns it (None for raw handles and the
-        # libraries' current streams, which their libraries keep).
+        # Each stream seen, with the object that owns it (None for raw handles and torch's
+        # current streams, which torch never destroys).
         self._streams: dict[int, Any] = {}
         # Streams numbatune cannot keep alive (raw handles, numba's external streams, cuda.core
         # streams, which may be closed), with the context each belongs to: their event is
@@ -190,6 +190,8 @@ class Monitor:
     def _see(self, stream: int, given: Any) -> None:
         """A stream met for the first time: checked, and kept (or recorded eagerly)."""
         context = self.events.context(stream)
+        if given is None and stream not in DEFAULT_STREAMS:  # the arrays' library's current one
+            given = _current_cupy_stream(stream)
         self._streams[stream] = None if isinstance(given, int) else given
         if stream not in DEFAULT_STREAMS and _may_close(given):
             self._eager[stream] = context
@@ -429,6 +431,15 @@ def _may_close(given: Any) -> bool:
 
 #: The array libraries whose stream objects keep their streams alive (but their ExternalStream).
 _ARRAY_LIBRARIES = ("torch", "cupy")
+
+
+def _current_cupy_stream(stream: int) -> Any:
+    """CuPy's current stream object where its handle is ``stream``, else None: CuPy destroys a
+    stream with its object, so numbatune holds the object of a current stream it launches on as
+    it holds those given (torch's current streams come from a pool it never destroys)."""
+    cupy = sys.modules.get("cupy")
+    current = None if cupy is None else cupy.cuda.get_current_stream()
+    return current if current is not None and current.ptr == stream else None
 
 
 _NUMBA_STREAM = None if SIMULATOR else cuda.cudadrv.driver.Stream
