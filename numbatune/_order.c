@@ -558,13 +558,14 @@ static PyObject *retire(Order *self, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
-    int record = found == NULL ? 0 : PyObject_IsTrue(args[1]);
+    if (found == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Stream *stream = (Stream *)Py_NewRef(found); /* (capturing() may run Python code) */
+    int record = PyObject_IsTrue(args[1]);
     int skipped = record > 0 ? captured(self, args[0]) : 0;
-    if (found == NULL || record < 0 || skipped) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
+    if (record < 0 || skipped) {
+        Py_DECREF(stream);
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     }
-    Stream *stream = (Stream *)Py_NewRef(found);
     int failed = record && stream->entry != NULL && end_epoch(self, stream) < 0;
     PyObject *event = stream->event ? stream->event : Py_None;
     PyObject *result = failed ? NULL : Py_BuildValue("(OL)", event, stream->epoch);

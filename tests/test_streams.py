@@ -1404,3 +1404,13 @@ def test_cupys_current_stream_a_launch_took_is_held(monkeypatch):
     monitor.watch(4321, (x,), "k")  # CuPy's current stream
     monitor.watch(99, (x,), "k")  # another library's current stream (torch's never close)
     assert monitor._streams[4321] is current and monitor._streams[99] is None
+
+
+def test_a_stream_being_captured_is_retired_later():
+    """An event recorded on a stream being captured into a graph would be the graph's."""
+    order, _ = _order(_order_type("c"))
+    order.use(1, ["x"])
+    order.events.captured.add(1)
+    assert order.retire(1, True) is None and order.events.records == []
+    order.events.captured.clear()
+    assert order.retire(1, True) is not None and order.events.records == [1]
