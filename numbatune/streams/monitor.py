@@ -72,14 +72,10 @@ _ONLY_THE_MONITORS = 3
 class Monitor:
     """What every tuned launch reports to, when more than one stream or a profile is in use.
 
-    The generated launch code names only :attr:`order` (the C extension's ``Order``): it
-    compares its raw stream handle with the order's ``stream``, and only where they differ
-    calls the order's ``before`` and ``after``, which check in C, without a lock, whether the
-    order needs to hear of the launch and leave the rest to :meth:`before` and :meth:`after`;
-    the order's ``hold`` puts arrays to keep alive into :attr:`pending`'s list for the stream,
-    else :meth:`hold`, and its ``apart`` tells whether the driver orders a stream after an
-    array library's, else :meth:`wait` makes it wait. ``order`` is the tests' Python oracle,
-    else the C extension's.
+    The generated launch code names only :attr:`order` (:mod:`numbatune.streams.order`), whose
+    C methods check what they can without a lock and leave the rest to :meth:`before`,
+    :meth:`after`, :meth:`hold` and :meth:`wait`. ``order`` is the tests' Python oracle, else
+    the C extension's.
     """
 
     def __init__(self, events: Any = None, order: Any = None) -> None:
