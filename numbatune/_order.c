@@ -6,8 +6,12 @@
  * Where the Python class keeps a dict per kind of state (each stream's open entry, event, the
  * epochs it waited for, the last barrier), this keeps one record per stream (a Stream, found by
  * one lookup), so that a launch that waits for another stream costs a few dict operations.
- * Callers hold the monitor's lock, as they do for the Python class. Entries, (stream, epoch)
- * tuples, are compared by identity, as the generated launch code compares them.
+ * Callers of use(), launched(), barrier(), retire() and forget() hold the monitor's lock, as
+ * they do for the Python class; the generated launch code calls before(), after(), hold() and
+ * apart() without it, and they take it (or leave the rest to the monitor, which does) where
+ * the order must change. Entries, (stream, epoch) tuples, are compared by identity. Streams
+ * the program let go of are retired and forgotten (retire, forget), which the Python class
+ * does not do.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
