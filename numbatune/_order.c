@@ -518,7 +518,7 @@ static PyObject *hold(Order *self, PyObject *const *args, Py_ssize_t nargs) {
 /* apart(stream, producer, given, wait) -> whether a launch on ``stream`` is apart from
  * ``producer``, the current stream of its arrays' library (the caller found the two differ),
  * with nothing the driver does ordering one after the other: not the legacy default stream and
- * a blocking stream, as far as ``blocking`` knows (streams.monitor.ordered_by_driver). Where
+ * a blocking stream (each waits for the other's work), as far as ``blocking`` knows. Where
  * ``wait``, ``stream`` then waits for ``producer`` on the device (the monitor's wait()). */
 static PyObject *apart(Order *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {

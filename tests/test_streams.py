@@ -567,8 +567,7 @@ def test_library_arrays_on_a_blocking_stream_are_not_kept_while_their_library_us
 ):
     """The legacy default stream's later work waits for a blocking stream's launches: arrays
     whose library's current stream is the legacy one need no keeping past a launch on a
-    blocking stream, by the generated code or the general path (:func:`keep`)."""
-    from numbatune.streams.monitor import keep
+    blocking stream, by the generated code or the general path (:meth:`Monitor.keep`)."""
 
     class Array:
         pass
@@ -587,7 +586,7 @@ def test_library_arrays_on_a_blocking_stream_are_not_kept_while_their_library_us
 
     legacy_current = SimpleNamespace(stream=SimpleNamespace(of=lambda array: 0))
     monkeypatch.setattr(monitor_module, "kind_of", lambda cls: legacy_current)
-    assert len(keep(7, (Array(),), monitor.blocking)) == kept // 3
+    assert len(monitor.keep(7, (Array(),))) == kept // 3
 
 
 @pytest.mark.parametrize("path", ["quick stream", "first launch", "right after the bookkeeping"])

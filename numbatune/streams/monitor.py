@@ -151,11 +151,24 @@ class Monitor:
             if launch is not None:  # a stream that may be closed: its event recorded now
                 self.after(launch)
             return None
-        kept = keep(stream, arrays, self.blocking)
+        kept = self.keep(stream, arrays)
         if kept or self.order.ordering:
             launch = launch or _Launch(stream, name, buffers)
             launch.kept = kept
         return launch
+
+    def keep(self, stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``:
+        those launched apart from their library's current stream, which its caching allocator
+        would hand their memory out on again once they are freed, with nothing the driver does
+        ordering one after the other (the order's ``apart``)."""
+        kept = []
+        for array in arrays:
+            kind = kind_of(type(array))
+            producer = None if kind is None or kind.stream is None else kind.stream.of(array)
+            if producer not in (None, stream) and self.order.apart(stream, producer, None, False):
+                kept.append(array)
+        return tuple(kept)
 
     def before(
         self, stream: int, buffers: tuple[Hashable, ...], name: str | None, given: Any = None
@@ -283,7 +296,7 @@ class Monitor:
                 return  # a graph's order is its capture's (see numbatune.streams.order)
             if producer in LEGACY and self._held(waiting) and waiting not in self.blocking:
                 self.blocking[waiting] = self.events.blocking(waiting)
-            if not ordered_by_driver(producer, waiting, self.blocking):
+            if self.order.apart(waiting, producer, None, False):
                 self.events.wait(waiting, producer)
 
     def _start_ordering(self) -> None:
@@ -439,34 +452,6 @@ def _current_cupy_stream(stream: int) -> Any:
 
 
 _NUMBA_STREAM = None if SIMULATOR else cuda.cudadrv.driver.Stream
-
-
-def keep(stream: int, arrays: tuple[Any, ...], blocking: dict[int, bool]) -> tuple[Any, ...]:
-    """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``;
-    ``blocking`` says which streams are blocking ones, as far as known
-    (:attr:`Monitor.blocking`)."""
-    return tuple(a for a in arrays if _needs_keeping(a, stream, blocking))
-
-
-def _needs_keeping(array: Any, stream: int, blocking: dict[int, bool]) -> bool:
-    """True for a torch or CuPy array launched on a stream apart from its library's current
-    one, which its caching allocator would hand its memory out on again once it is freed: not
-    where that is the legacy default stream and ``stream`` a blocking one, whose work the
-    legacy stream's later work waits for."""
-    kind = kind_of(type(array))
-    if kind is None or kind.stream is None:
-        return False
-    producer = kind.stream.of(array)
-    return producer != stream and not ordered_by_driver(producer, stream, blocking)
-
-
-def ordered_by_driver(producer: int, stream: int, blocking: dict[int, bool]) -> bool:
-    """Whether the driver orders the work queued on ``stream`` and on ``producer``, one after
-    the other, with no event: where ``producer`` is the legacy default stream and ``stream`` a
-    blocking one (as far as ``blocking`` knows: :attr:`Monitor.blocking`), the legacy stream's
-    work waits for the blocking stream's, and its for the legacy stream's. The generated launch
-    code asks the order's ``apart``, which makes the same test in C."""
-    return producer in LEGACY and bool(blocking.get(stream))
 
 
 monitor = Monitor()
