@@ -395,8 +395,7 @@ typedef struct {
     dl_expected_t expected;
     PyObject *dtype;    /* attribute reads: its dtype object */
     Py_ssize_t fields;  /* how many kernel parameters it has */
-    PyObject *parts;    /* the default-key parts by shape (a dict), or NULL: no part of the key */
-    PyObject *make;     /* makes (and keeps in ``parts``) the part of a shape not in it */
+    PyObject *parts;    /* the default-key parts by shape (a keys.KeyParts), or NULL: none */
     PyObject *part;     /* the part of the last read, or NULL */
     int64_t *extents;   /* those of the last read (ndim of them) */
     PyObject *token;      /* memo reads: the token its memo must carry */
@@ -451,12 +450,11 @@ typedef struct {
     reader_array_t *arrays;
     Py_ssize_t *run_fields; /* how many kernel parameters each run has */
     PyObject **fields;      /* each run's parameters as last read (bytes), or NULL */
-    PyObject *key;          /* the key parts of the last read (a tuple), or NULL */
     int64_t *extents;       /* the arrays' extents of the last read, one block */
 } Reader;
 
-/* The part of the default key of an array of ``extents`` (a new reference): the one its
- * ``parts`` keeps for the shape, else the one ``make`` makes. NULL with an exception. */
+/* The part of the default key of an array of ``extents`` (a new reference): its ``parts``'
+ * for the shape (which makes one it lacks). NULL with an exception. */
 static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
     PyObject *shape = PyTuple_New(array->expected.ndim);
     if (shape == NULL) return NULL;
@@ -468,18 +466,13 @@ static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
         }
         PyTuple_SET_ITEM(shape, d, extent);
     }
-    PyObject *part = PyDict_GetItemWithError(array->parts, shape);
-    if (part != NULL) {
-        Py_INCREF(part);
-    } else if (!PyErr_Occurred()) {
-        part = PyObject_CallOneArg(array->make, shape);
-    }
+    PyObject *part = PyObject_GetItem(array->parts, shape);
     Py_DECREF(shape);
     return part;
 }
 
 /* The read's key: the tuple of the parts of the arrays in the key (their extents read into
- * ``extents``), the last read's tuple where every part is the same. NULL with an exception. */
+ * ``extents``; each the last read's part where they are the same). NULL with an exception. */
 static PyObject *key_of(Reader *self, const int64_t *extents) {
     PyObject *key = PyTuple_New(self->keyed);
     if (key == NULL) return NULL;
@@ -503,16 +496,6 @@ static PyObject *key_of(Reader *self, const int64_t *extents) {
         }
         PyTuple_SET_ITEM(key, k++, part);
     }
-    PyObject *last = self->key;
-    int same = last != NULL;
-    for (Py_ssize_t j = 0; same && j < self->keyed; j++) {
-        same = PyTuple_GET_ITEM(last, j) == PyTuple_GET_ITEM(key, j);
-    }
-    if (same) {
-        Py_DECREF(key);
-        return Py_NewRef(last);
-    }
-    Py_XSETREF(self->key, Py_NewRef(key));
     return key;
 }
 
@@ -903,13 +886,11 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
             return -1;
         }
         if (source != Py_None) {
-            if (!PyTuple_Check(source) || PyTuple_GET_SIZE(source) != 2 ||
-                !PyDict_Check(PyTuple_GET_ITEM(source, 0))) {
-                PyErr_SetString(PyExc_TypeError, "Reader: a key part's source is (dict, make)");
+            if (!PyDict_Check(source)) {
+                PyErr_SetString(PyExc_TypeError, "Reader: a key part's source is a KeyParts");
                 return -1;
             }
-            array->parts = Py_NewRef(PyTuple_GET_ITEM(source, 0));
-            array->make = Py_NewRef(PyTuple_GET_ITEM(source, 1));
+            array->parts = Py_NewRef(source);
             self->keyed++;
         }
         array->fields = head_of(expected[i].structure) + 2 * expected[i].ndim;
@@ -1007,13 +988,13 @@ static int reader_source(Reader *self, PyObject *source) {
  * ``read(arrays[, allocations])``.
  *
  * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the
- * source of its part of the default key: (the parts kept by shape, a dict; a function that
+ * source of its part of the default key: a keys.KeyParts, the parts by shape (a dict that
  * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
  * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
  * current stream, through DLPack on the first array's device, the tuple of the arrays' key
  * parts, the parameters of each run as bytes, and, where ``allocations`` is true, the starts of
  * the arrays' allocations, a tuple of ints, else None), or None where an array is not as
- * expected or its library cannot describe it. Parts, key and bytes equal to the last read's are
+ * expected or its library cannot describe it. Parts and bytes equal to the last read's are
  * those objects again. An allocation starts, for arrays read through DLPack, at the data
  * pointer less the elements given by their method named ``offset`` (None: not read, the
  * allocations are None); for arrays read by attribute, at the pointer of the object their
@@ -1058,7 +1039,6 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
         Py_VISIT(self->arrays[i].parts);
-        Py_VISIT(self->arrays[i].make);
         Py_VISIT(self->arrays[i].part);
         Py_VISIT(self->arrays[i].dtype);
         Py_VISIT(self->arrays[i].token);
@@ -1068,7 +1048,6 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_VISIT(self->fields[r]);
     }
-    Py_VISIT(self->key);
     Py_VISIT(self->current_stream);
     Py_VISIT(self->make_memo);
     for (int g = 0; g < GETTERS_COUNT; g++) Py_VISIT(self->getters[g].type);
@@ -1078,7 +1057,6 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
 static int reader_clear(Reader *self) {
     for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
         Py_CLEAR(self->arrays[i].parts);
-        Py_CLEAR(self->arrays[i].make);
         Py_CLEAR(self->arrays[i].part);
         Py_CLEAR(self->arrays[i].dtype);
         Py_CLEAR(self->arrays[i].token);
@@ -1088,7 +1066,6 @@ static int reader_clear(Reader *self) {
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_CLEAR(self->fields[r]);
     }
-    Py_CLEAR(self->key);
     Py_CLEAR(self->current_stream);
     Py_CLEAR(self->offset);
     Py_CLEAR(self->memo);

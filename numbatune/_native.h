@@ -13,7 +13,7 @@ typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
 extern event_record_t event_record;
 extern stream_wait_event_t stream_wait_event;
 
-/* Adds the Order and Lock types to the extension module: 0, or -1 with an exception. */
+/* Adds the Order type to the extension module: 0, or -1 with an exception. */
 int add_order_type(PyObject *module);
 
 #endif

@@ -6,8 +6,12 @@
  * Where the Python class keeps a dict per kind of state (each stream's open entry, event, the
  * epochs it waited for, the last barrier), this keeps one record per stream (a Stream, found by
  * one lookup), so that a launch that waits for another stream costs a few dict operations.
- * Callers hold the monitor's lock, as they do for the Python class. Entries, (stream, epoch)
- * tuples, are compared by identity, as the generated launch code compares them.
+ * Callers of use(), launched(), barrier(), retire() and forget() hold the monitor's lock, as
+ * they do for the Python class; the generated launch code calls before(), after(), hold() and
+ * apart() without it, and they take it (or leave the rest to the monitor, which does) where
+ * the order must change. Entries, (stream, epoch) tuples, are compared by identity. Streams
+ * the program let go of are retired and forgotten (retire, forget), which the Python class
+ * does not do.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -82,10 +86,19 @@ typedef struct {
     PyObject *quick;      /* stream -> its open entry, for streams whose launches may skip use */
     PyObject *streams;    /* stream -> its Stream */
     PyObject *opened;     /* the Streams with an open entry, in the order they got one */
-    Py_ssize_t count;     /* how many Streams were made (the next one's index) */
+    Py_ssize_t count;     /* how many indexes Streams were given */
+    PyObject *free;       /* the indexes of forgotten Streams, for the next ones made */
     Py_ssize_t barrier_streams; /* how many of ``opened`` the last barrier holds */
     unsigned long barriers;     /* how many barriers so far */
     Py_ssize_t limit;
+    /* What the generated launch code reads of the monitor, and the monitor, whose methods
+     * before(), after(), hold() and wait() take what this leaves to Python. */
+    PyObject *stream;   /* the one stream launched on so far; None before it and once ordering */
+    char ordering;      /* whether every launch is ordered (a second stream, or a profile) */
+    PyObject *lock;     /* the lock the monitor guards itself and its order with */
+    PyObject *pending;  /* stream -> (event, arrays kept not yet behind it), for the keeper */
+    PyObject *blocking; /* stream -> whether it is a blocking one, as far as asked */
+    PyObject *monitor;  /* None until set */
 } Order;
 
 /* The Stream of ``key``, made on first use; a borrowed reference. */
@@ -97,7 +110,8 @@ static Stream *stream_of(Order *self, PyObject *key) {
     made->stream = Py_NewRef(key);
     made->entry = made->event = NULL;
     made->epoch = made->barrier_epoch = 0;
-    made->index = self->count;
+    Py_ssize_t reused = PyList_GET_SIZE(self->free);
+    made->index = reused ? PyLong_AsSsize_t(PyList_GET_ITEM(self->free, reused - 1)) : self->count;
     made->waited = NULL;
     made->waited_size = 0;
     made->used = 0;
@@ -105,8 +119,10 @@ static Stream *stream_of(Order *self, PyObject *key) {
     PyObject_GC_Track(made);
     int failed = PyDict_SetItem(self->streams, key, (PyObject *)made);
     Py_DECREF(made);
-    if (failed) return NULL;
-    self->count++;
+    if (failed || (reused && PyList_SetSlice(self->free, reused - 1, reused, NULL) < 0)) {
+        return NULL;
+    }
+    self->count += !reused;
     return made;
 }
 
@@ -369,133 +385,45 @@ static PyObject *use(Order *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     Py_RETURN_NONE;
 }
 
-/* A lock as threading.Lock is one, which quick_use takes and gives back without calling Python
- * methods (the monitor guards its order with one). */
-typedef struct {
-    PyObject_HEAD
-    PyThread_type_lock lock;
-    int locked;
-} Lock;
-
-/* Take the lock, waiting at most ``microseconds`` (-1: as long as it takes) with the GIL
- * released while it waits: 1 once taken, 0 where not. */
-static int lock_take(Lock *self, PY_TIMEOUT_T microseconds) {
-    PyLockStatus status = PyThread_acquire_lock_timed(self->lock, 0, 0);
-    if (status != PY_LOCK_ACQUIRED && microseconds != 0) {
-        Py_BEGIN_ALLOW_THREADS
-        status = PyThread_acquire_lock_timed(self->lock, microseconds, 0);
-        Py_END_ALLOW_THREADS
-    }
-    self->locked = status == PY_LOCK_ACQUIRED || self->locked;
-    return status == PY_LOCK_ACQUIRED;
-}
-
-/* Give the lock back: 0, or -1 with RuntimeError where it is not held. */
-static int lock_give(Lock *self) {
-    if (!self->locked) {
-        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
-        return -1;
-    }
-    self->locked = 0;
-    PyThread_release_lock(self->lock);
-    return 0;
-}
-
-/* acquire(blocking=True, timeout=-1) -> bool, as threading.Lock's. */
-static PyObject *lock_acquire(Lock *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"blocking", "timeout", NULL};
-    int blocking = 1;
-    double timeout = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pd:acquire", names, &blocking, &timeout)) {
-        return NULL;
-    }
-    if (!blocking && timeout != -1) {
-        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
-        return NULL;
-    }
-    if (timeout < 0 && timeout != -1) {
-        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
-        return NULL;
-    }
-    if (timeout * 1e6 > (double)PY_TIMEOUT_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
-        return NULL;
-    }
-    PY_TIMEOUT_T microseconds = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
-    return PyBool_FromLong(lock_take(self, microseconds));
-}
-
-static PyObject *lock_enter(Lock *self, PyObject *unused) {
-    lock_take(self, -1);
-    Py_RETURN_TRUE;
-}
-
-static PyObject *lock_release(Lock *self, PyObject *unused) {
-    if (lock_give(self) < 0) return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *lock_exit(Lock *self, PyObject *args) { return lock_release(self, NULL); }
-
-static PyObject *lock_locked(Lock *self, PyObject *unused) { return PyBool_FromLong(self->locked); }
-
-static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
-        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
-        return NULL;
-    }
-    Lock *self = (Lock *)type->tp_alloc(type, 0);
-    if (self == NULL) return NULL;
-    self->lock = PyThread_allocate_lock();
-    if (self->lock == NULL) {
-        Py_DECREF(self);
-        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-static void lock_dealloc(Lock *self) {
-    if (self->lock != NULL) {
-        if (self->locked) PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
-    }
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMethodDef lock_methods[] = {
-    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
-     "acquire(blocking=True, timeout=-1) -> whether it was taken"},
-    {"release", (PyCFunction)lock_release, METH_NOARGS, "release(): give it back"},
-    {"locked", (PyCFunction)lock_locked, METH_NOARGS, "locked() -> whether it is held"},
-    {"__enter__", (PyCFunction)lock_enter, METH_NOARGS, "take it"},
-    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, "give it back"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject lock_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "numbatune._native.Lock",
-    .tp_basicsize = sizeof(Lock),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A lock as threading.Lock, which an Order's quick_use takes from C.",
-    .tp_new = lock_new,
-    .tp_dealloc = (destructor)lock_dealloc,
-    .tp_methods = lock_methods,
-};
-
 static PyObject *acquire_name = NULL, *release_name = NULL; /* "acquire", "release" */
 
-/* lock.acquire() or lock.release() (``method``): 0, or -1 with an exception; a Lock's without
- * a Python call. */
+/* lock.acquire() or lock.release() (``method``): 0, or -1 with an exception. */
 static int call_lock(PyObject *lock, PyObject *method) {
-    if (Py_IS_TYPE(lock, &lock_type)) {
-        if (method == release_name) return lock_give((Lock *)lock);
-        lock_take((Lock *)lock, -1);
-        return 0;
-    }
     PyObject *result = PyObject_CallMethodNoArgs(lock, method);
     Py_XDECREF(result);
     return result == NULL ? -1 : 0;
+}
+
+/* use(stream, buffers) under ``lock``: 0, or -1 with an exception (use's, if it raised). */
+static int use_locked(Order *self, PyObject *key, PyObject *buffers, PyObject *lock) {
+    if (call_lock(lock, acquire_name) < 0) return -1;
+    Py_INCREF(buffers); /* (while use reads them) */
+    int failed = use_buffers(self, key, &PyTuple_GET_ITEM(buffers, 0), PyTuple_GET_SIZE(buffers), 0);
+    Py_DECREF(buffers);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* use's error, if any, is the one raised */
+    int released = call_lock(lock, release_name);
+    if (type != NULL) PyErr_Restore(type, value, traceback);
+    return failed || released < 0 ? -1 : 0;
+}
+
+/* StreamOrder.quick_use for the tuple ``buffers``: the stream's open entry, or None (new
+ * references), or NULL with an exception. */
+static PyObject *quick_entry(Order *self, PyObject *key, PyObject *buffers, PyObject *lock) {
+    PyObject *entry = PyDict_GetItemWithError(self->quick, key);
+    if (entry == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(entry);
+    int moved = PyDict_GET_SIZE(self->last_use) >= self->limit;
+    for (Py_ssize_t i = 0; !moved && i < PyTuple_GET_SIZE(buffers); i++) {
+        PyObject *last = PyDict_SetDefault(self->last_use, PyTuple_GET_ITEM(buffers, i), entry);
+        if (last == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        moved = last != entry;
+    }
+    if (moved && use_locked(self, key, buffers, lock) < 0) Py_CLEAR(entry);
+    return entry;
 }
 
 /* quick_use(stream, buffers, lock) -> the stream's open entry, or None (StreamOrder.quick_use):
@@ -506,40 +434,110 @@ static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "quick_use(stream, buffers: tuple, lock)");
         return NULL;
     }
+    return quick_entry(self, args[0], args[1], args[2]);
+}
+
+static PyObject *before_name = NULL, *after_name = NULL, *hold_name = NULL, *wait_name = NULL;
+
+/* monitor.<name>(*args): a new reference, or NULL with an exception. */
+static PyObject *ask_monitor(Order *self, PyObject *name, PyObject *const *args, size_t nargs) {
+    PyObject *call[5] = {self->monitor};
+    for (size_t i = 0; i < nargs && i < 4; i++) call[i + 1] = args[i];
+    if (self->monitor == NULL || self->monitor == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "Order: its monitor was never set");
+        return NULL;
+    }
+    return PyObject_VectorcallMethod(name, call, nargs + 1, NULL);
+}
+
+/* before(stream, buffers, name, given) -> what after() takes, or None where it needs nothing:
+ * the generated launch code's ordering of a launch of ``name`` on ``stream`` (a stream other
+ * than the one in use, if any), which uses ``buffers``, after their last uses. On a quick
+ * stream, quick_use under the monitor's lock: the stream's open entry. Else the monitor's
+ * before(): what it returns (it needs its after()), or, where that is None, the stream's quick
+ * entry, or () where a buffer's last use is already another (another thread ended the epoch
+ * the monitor noted it in: after() notes it again). */
+static PyObject *before(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "before(stream, buffers: tuple, name, given)");
+        return NULL;
+    }
+    PyObject *entry = quick_entry(self, args[0], args[1], self->lock);
+    if (entry != Py_None) return entry;
+    Py_DECREF(entry);
+    PyObject *watched = ask_monitor(self, before_name, args, 4);
+    if (watched != Py_None) return watched;
+    Py_DECREF(watched);
+    entry = PyDict_GetItemWithError(self->quick, args[0]);
+    if (entry == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[1]); i++) {
+        PyObject *last = PyDict_GetItemWithError(self->last_use, PyTuple_GET_ITEM(args[1], i));
+        if (last != entry) return PyErr_Occurred() ? NULL : PyTuple_New(0);
+    }
+    return Py_NewRef(entry);
+}
+
+/* after(stream, buffers, ticket): once the launch before() returned ``ticket`` for is queued.
+ * An entry: where it is no longer the stream's quick one (another thread ended the epoch), the
+ * buffers are noted again under the lock (the event that ended it cannot cover the launch).
+ * Else the monitor's after(ticket). */
+static PyObject *after(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "after(stream, buffers: tuple, ticket)");
+        return NULL;
+    }
+    if (!PyTuple_Check(args[2])) return ask_monitor(self, after_name, &args[2], 1);
     PyObject *entry = PyDict_GetItemWithError(self->quick, args[0]);
-    if (entry == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_INCREF(entry);
-    PyObject *const *buffers = &PyTuple_GET_ITEM(args[1], 0);
-    Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
-    int moved = PyDict_GET_SIZE(self->last_use) >= self->limit;
-    for (Py_ssize_t i = 0; !moved && i < count; i++) {
-        PyObject *last = PyDict_SetDefault(self->last_use, buffers[i], entry);
-        if (last == NULL) {
-            Py_DECREF(entry);
-            return NULL;
-        }
-        moved = last != entry;
-    }
-    if (!moved) return entry;
-    if (call_lock(args[2], acquire_name) < 0) {
-        Py_DECREF(entry);
+    if (entry == NULL && PyErr_Occurred()) return NULL;
+    if (entry != args[2] && use_locked(self, args[0], args[1], self->lock) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* hold(stream, arrays): keep ``arrays`` alive past a launch queued on ``stream``: into the
+ * stream's pending list where it has one (the keeper records its event), else the monitor's
+ * hold(). */
+static PyObject *hold(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "hold(stream, arrays)");
         return NULL;
     }
-    Py_INCREF(args[1]); /* (the buffers, while use reads them) */
-    int failed = use_buffers(self, args[0], buffers, count, 0);
-    Py_DECREF(args[1]);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback); /* use's error, if any, is the one raised */
-    int released = call_lock(args[2], release_name);
-    if (type != NULL) PyErr_Restore(type, value, traceback);
-    if (failed || released < 0) {
-        Py_DECREF(entry);
+    PyObject *pending = PyDict_GetItemWithError(self->pending, args[0]);
+    if (pending == NULL) return PyErr_Occurred() ? NULL : ask_monitor(self, hold_name, args, 2);
+    PyObject *kept = PyTuple_Check(pending) && PyTuple_GET_SIZE(pending) == 2
+                         ? PyTuple_GET_ITEM(pending, 1)
+                         : NULL;
+    if (kept == NULL || !PyList_Check(kept)) {
+        PyErr_SetString(PyExc_TypeError, "Order: a pending entry is (event, list)");
         return NULL;
     }
-    return entry;
+    Py_ssize_t end = PyList_GET_SIZE(kept);
+    if (PyList_SetSlice(kept, end, end, args[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* apart(stream, producer, given, wait) -> whether a launch on ``stream`` is apart from
+ * ``producer``, the current stream of its arrays' library (the caller found the two differ),
+ * with nothing the driver does ordering one after the other: not the legacy default stream and
+ * a blocking stream (each waits for the other's work), as far as ``blocking`` knows. Where
+ * ``wait``, ``stream`` then waits for ``producer`` on the device (the monitor's wait()). */
+static PyObject *apart(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "apart(stream, producer, given, wait)");
+        return NULL;
+    }
+    int failed = 0;
+    void *producer = handle_of(args[1], &failed);
+    if (!failed && (uintptr_t)producer <= 1) { /* the legacy default stream */
+        PyObject *blocking = PyDict_GetItemWithError(self->blocking, args[0]);
+        int ordered = blocking == NULL ? (PyErr_Occurred() ? -1 : 0) : PyObject_IsTrue(blocking);
+        if (ordered < 0) return NULL;
+        if (ordered) Py_RETURN_FALSE;
+    }
+    int wait = PyObject_IsTrue(args[3]);
+    PyObject *waited = wait > 0 ? ask_monitor(self, wait_name, args, 3) : NULL;
+    if (wait < 0 || (wait && waited == NULL)) return NULL;
+    Py_XDECREF(waited);
+    Py_RETURN_TRUE;
 }
 
 /* launched(stream): a launch on ``stream`` is queued: record its event now, ending its epoch
@@ -550,6 +548,111 @@ static PyObject *launched(Order *self, PyObject *key) {
     int skipped = captured(self, key);
     if (skipped < 0 || (!skipped && end_epoch(self, stream) < 0)) return NULL;
     Py_RETURN_NONE;
+}
+
+/* retire(stream, record) -> (event, epoch), or None: the first half of forgetting a stream the
+ * program let go of. Where ``record`` (a stream numbatune holds, alive), its event is recorded
+ * now, ending its epoch (None, nothing done, while it is being captured into a graph: an event
+ * recorded now would be the graph's); a stream that may close is not touched (its event was
+ * recorded right after its last launch). Once the device passed the event, forget() drops the
+ * stream, unless a use noted it meanwhile. None also where the order has no record of it. */
+static PyObject *retire(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "retire(stream, record)");
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
+    if (found == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Stream *stream = (Stream *)Py_NewRef(found); /* (capturing() may run Python code) */
+    int record = PyObject_IsTrue(args[1]);
+    int skipped = record > 0 ? captured(self, args[0]) : 0;
+    if (record < 0 || skipped) {
+        Py_DECREF(stream);
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    }
+    int failed = record && stream->entry != NULL && end_epoch(self, stream) < 0;
+    PyObject *event = stream->event ? stream->event : Py_None;
+    PyObject *result = failed ? NULL : Py_BuildValue("(OL)", event, stream->epoch);
+    Py_DECREF(stream);
+    return result;
+}
+
+/* Drops every trace of ``stream``: its buffers' last uses (``gone``, a list), its quick entry,
+ * its place among the opened streams and in the last barrier, the waits others made for it, its
+ * record (its index kept for the next stream made). */
+static int drop_stream(Order *self, Stream *stream, PyObject *gone) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(self->last_use, PyList_GET_ITEM(gone, i)) < 0) PyErr_Clear();
+    }
+    if (PyDict_DelItem(self->quick, stream->stream) < 0) PyErr_Clear(); /* (not quick) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(self->opened); i++) {
+        if (PyList_GET_ITEM(self->opened, i) != (PyObject *)stream) continue;
+        if (PyList_SetSlice(self->opened, i, i + 1, NULL) < 0) return -1;
+        self->barrier_streams -= i < self->barrier_streams;
+        break;
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(self->streams, &position, &key, &value)) {
+        Stream *other = (Stream *)value;
+        if (stream->index < other->waited_size) other->waited[stream->index] = 0;
+    }
+    PyObject *index = PyLong_FromSsize_t(stream->index);
+    int failed = index == NULL || PyList_Append(self->free, index) < 0;
+    Py_XDECREF(index);
+    return failed ? -1 : PyDict_DelItem(self->streams, stream->stream);
+}
+
+/* forget(retired) -> {stream: event}: ``retired`` maps streams retire() gave (event, epoch) for,
+ * whose events the device passed, to that epoch. Each whose epoch is still that and whose open
+ * epoch no use noted (under the lock, or a quick one without it) is known to the order by no
+ * more than the work before that event: every trace of it goes (drop_stream), and its event
+ * (None: none made) comes back for the caller to destroy, with the streams the order had no
+ * record of. One pass over the buffers' last uses for all of them. */
+static PyObject *forget(Order *self, PyObject *retired) {
+    if (!PyDict_Check(retired)) {
+        PyErr_SetString(PyExc_TypeError, "forget(retired: dict)");
+        return NULL;
+    }
+    PyObject *gone = PyDict_New(), *result = PyDict_New(); /* stream -> its buffers; -> event */
+    Py_ssize_t position = 0;
+    PyObject *key, *value, *buffer, *last;
+    int failed = gone == NULL || result == NULL;
+    while (!failed && PyDict_Next(retired, &position, &key, &value)) {
+        Stream *stream = (Stream *)PyDict_GetItemWithError(self->streams, key);
+        long long epoch = PyLong_AsLongLong(value);
+        if (stream == NULL || (epoch == -1 && PyErr_Occurred())) {
+            failed = PyErr_Occurred() || PyDict_SetItem(result, key, Py_None) < 0;
+        } else if (stream->epoch == epoch && !stream->used) {
+            PyObject *buffers = PyList_New(0);
+            failed = buffers == NULL || PyDict_SetItem(gone, key, buffers) < 0;
+            Py_XDECREF(buffers);
+        }
+    }
+    position = 0;
+    while (!failed && PyDict_GET_SIZE(gone) && PyDict_Next(self->last_use, &position, &buffer, &last)) {
+        key = PyTuple_GET_ITEM(last, 0);
+        PyObject *buffers = PyDict_GetItemWithError(gone, key);
+        Stream *stream = buffers ? (Stream *)PyDict_GetItemWithError(self->streams, key) : NULL;
+        if (stream == NULL) {
+            failed = PyErr_Occurred() != NULL;
+        } else if (last == stream->entry) { /* (a quick use without the lock, since retire) */
+            failed = PyDict_DelItem(gone, key) < 0;
+        } else {
+            failed = PyList_Append(buffers, buffer) < 0;
+        }
+    }
+    position = 0;
+    while (!failed && PyDict_Next(gone, &position, &key, &value)) {
+        Stream *stream = (Stream *)Py_NewRef(PyDict_GetItem(self->streams, key));
+        PyObject *event = Py_NewRef(stream->event ? stream->event : Py_None);
+        failed = drop_stream(self, stream, value) < 0 || PyDict_SetItem(result, key, event) < 0;
+        Py_DECREF(event);
+        Py_DECREF(stream);
+    }
+    Py_XDECREF(gone);
+    if (failed) Py_CLEAR(result);
+    return result;
 }
 
 static PyObject *get_events(Order *self, void *unused) { return Py_NewRef(self->events); }
@@ -596,8 +699,16 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->quick = PyDict_New();
     self->streams = PyDict_New();
     self->opened = PyList_New(0);
-    if (!self->last_use || !self->quick || !self->streams || !self->opened ||
-        set_events(self, events, NULL) < 0) {
+    self->stream = Py_NewRef(Py_None);
+    self->monitor = Py_NewRef(Py_None);
+    PyObject *threads = PyImport_ImportModule("_thread");
+    self->lock = threads ? PyObject_CallMethod(threads, "allocate_lock", NULL) : NULL;
+    Py_XDECREF(threads);
+    self->pending = PyDict_New();
+    self->blocking = PyDict_New();
+    self->free = PyList_New(0);
+    if (!self->last_use || !self->quick || !self->streams || !self->opened || !self->lock ||
+        !self->pending || !self->blocking || !self->free || set_events(self, events, NULL) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -613,6 +724,12 @@ static int order_traverse(Order *self, visitproc visit, void *arg) {
     Py_VISIT(self->quick);
     Py_VISIT(self->streams);
     Py_VISIT(self->opened);
+    Py_VISIT(self->stream);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->blocking);
+    Py_VISIT(self->monitor);
+    Py_VISIT(self->free);
     return 0;
 }
 
@@ -625,6 +742,12 @@ static int order_clear(Order *self) {
     Py_CLEAR(self->quick);
     Py_CLEAR(self->streams);
     Py_CLEAR(self->opened);
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->blocking);
+    Py_CLEAR(self->monitor);
+    Py_CLEAR(self->free);
     return 0;
 }
 
@@ -641,6 +764,18 @@ static PyMethodDef order_methods[] = {
      "quick_use(stream, buffers, lock) -> the stream's open entry, or None where not quick"},
     {"launched", (PyCFunction)launched, METH_O, "launched(stream): end the stream's epoch"},
     {"barrier", (PyCFunction)barrier, METH_NOARGS, "barrier(): forget every buffer"},
+    {"before", (PyCFunction)(void (*)(void))before, METH_FASTCALL,
+     "before(stream, buffers, name, given) -> what after() takes, or None: a launch ordered"},
+    {"after", (PyCFunction)(void (*)(void))after, METH_FASTCALL,
+     "after(stream, buffers, ticket): what before() gave, once the launch is queued"},
+    {"hold", (PyCFunction)(void (*)(void))hold, METH_FASTCALL,
+     "hold(stream, arrays): arrays kept alive past a launch on the stream"},
+    {"apart", (PyCFunction)(void (*)(void))apart, METH_FASTCALL,
+     "apart(stream, producer, given, wait) -> whether nothing orders the two streams"},
+    {"retire", (PyCFunction)(void (*)(void))retire, METH_FASTCALL,
+     "retire(stream, record) -> (event, epoch), or None: a stream to forget, its event recorded"},
+    {"forget", (PyCFunction)forget, METH_O,
+     "forget(retired) -> {stream: event}: drop the retired streams no use noted since"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -654,6 +789,17 @@ static PyMemberDef order_members[] = {
     {"last_use", T_OBJECT, offsetof(Order, last_use), READONLY, "each buffer's last use"},
     {"quick", T_OBJECT, offsetof(Order, quick), READONLY,
      "the open entries of the streams whose launches may skip use()"},
+    {"stream", T_OBJECT, offsetof(Order, stream), 0,
+     "the one stream launched on so far; None before it and once ordering"},
+    {"ordering", T_BOOL, offsetof(Order, ordering), 0, "whether every launch is ordered"},
+    {"lock", T_OBJECT, offsetof(Order, lock), READONLY, "the lock guarding it and its monitor"},
+    {"pending", T_OBJECT, offsetof(Order, pending), READONLY,
+     "each held stream's event and the arrays kept not yet behind it"},
+    {"blocking", T_OBJECT, offsetof(Order, blocking), READONLY,
+     "whether each stream is a blocking one, as far as asked"},
+    {"monitor", T_OBJECT, offsetof(Order, monitor), 0,
+     "what before(), after(), hold() and apart() leave the rest to"},
+    {"streams", T_OBJECT, offsetof(Order, streams), READONLY, "each stream's record"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -671,11 +817,17 @@ static PyTypeObject order_type = {
     .tp_getset = order_getset,
 };
 
-/* Adds the Order and Lock types to the extension module. */
+/* Adds the Order type to the extension module. */
 int add_order_type(PyObject *module) {
     acquire_name = PyUnicode_InternFromString("acquire");
     release_name = PyUnicode_InternFromString("release");
-    if (acquire_name == NULL || release_name == NULL) return -1;
+    before_name = PyUnicode_InternFromString("before");
+    after_name = PyUnicode_InternFromString("after");
+    hold_name = PyUnicode_InternFromString("hold");
+    wait_name = PyUnicode_InternFromString("wait");
+    if (!acquire_name || !release_name || !before_name || !after_name || !hold_name || !wait_name) {
+        return -1;
+    }
     PyObject *record = PyObject_GetAttrString(module, "record");
     PyObject *wait = record ? PyObject_GetAttrString(module, "wait") : NULL;
     if (wait != NULL && PyCFunction_Check(record) && PyCFunction_Check(wait)) {
@@ -690,13 +842,6 @@ int add_order_type(PyObject *module) {
         stream_is_capturing = (stream_is_capturing_t)dlsym(driver, "cuStreamIsCapturing");
         dlclose(driver); /* (the reference NOLOAD took: the driver stays loaded) */
     }
-    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0 ||
-        PyType_Ready(&lock_type) < 0) {
-        return -1;
-    }
-    if (PyModule_AddObjectRef(module, "Order", (PyObject *)&order_type) < 0 ||
-        PyModule_AddObjectRef(module, "Lock", (PyObject *)&lock_type) < 0) {
-        return -1;
-    }
-    return 0;
+    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) return -1;
+    return PyModule_AddObjectRef(module, "Order", (PyObject *)&order_type);
 }

@@ -102,26 +102,32 @@ def default_key_part(
     return _PARTS.setdefault(part, part)
 
 
-class KeyParts:
-    """The default-key parts of arrays of one dtype and layout, kept by shape: generated code
-    looks an array's part up (``parts.get(shape) or make(shape)``), which costs less than
-    anchoring the shape and building the part on every call. At most :attr:`LIMIT` are kept.
+class KeyParts(dict):
+    """The default-key parts of arrays of one dtype and layout, by shape: a fast path looks an
+    array's part up by its shape, ``parts[shape]``, in its generated code and in C alike, which
+    costs less than anchoring the shape and building the part on every call; the part of a
+    shape not seen yet is made here (:func:`default_key_part`). At most :attr:`LIMIT` are kept.
     """
 
     LIMIT = 1024
 
     def __init__(self, dtype: str, layout: str) -> None:
-        self.parts: dict[tuple[int, ...], tuple[tuple[int, ...], str, str]] = {}
+        super().__init__()
         self._dtype = dtype
         self._layout = layout
 
-    def make(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], str, str]:
-        """The part of an array of ``shape``, kept."""
-        if len(self.parts) >= self.LIMIT:
-            self.parts.clear()
+    def __missing__(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], str, str]:
+        if len(self) >= self.LIMIT:
+            self.clear()
         shape = tuple(shape)  # not torch's Size: keep no object of the array's library
-        part = self.parts[shape] = default_key_part((shape, self._dtype, self._layout))
+        part = self[shape] = default_key_part((shape, self._dtype, self._layout))
         return part
+
+
+def is_flag(value: Any) -> bool:
+    """Whether an argument is a mode flag, whose value is part of the default key (a boolean:
+    it selects a code path)."""
+    return isinstance(value, bool | np.bool_)
 
 
 def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
@@ -152,7 +158,7 @@ def _default_key(args: tuple[Any, ...], reads: Iterable[Read | None]) -> Hashabl
     for value, found in zip(args, reads, strict=True):
         if found is not None:
             key.append(default_key_part(found))
-        elif isinstance(value, bool | np.bool_):
+        elif is_flag(value):
             key.append(bool(value))
     return tuple(key)
 

@@ -69,7 +69,7 @@ class DLPack(NamedTuple):
     token each array's memo must carry; one packed :data:`EXPECTED` per array
     (device type and id, ndim, type code, bits, numba's layout letter, structure, whether a
     read by attribute reads the device), per array None or the source of its part of the
-    default key (a :class:`numbatune.keys.KeyParts`' ``parts`` and ``make``), and the arrays
+    default key (a :class:`numbatune.keys.KeyParts`), and the arrays
     split in order into runs of consecutive kernel parameters (the count of arrays in each);
     for arrays read through DLPack, ``offset`` names their method that gives their offset into their
     allocation, in elements (torch's ``storage_offset``), or None. Its ``read(arrays[,
@@ -79,7 +79,7 @@ class DLPack(NamedTuple):
     ``allocations`` is true, the tuple of where each array's allocation starts (what
     :func:`numbatune.arrays.buffer_of` gives; None where the reader cannot read one: no
     ``offset``, or a read failed), else None; or None where an array is not as expected. A read
-    hands out the last read's key parts, key and bytes again where they are equal.
+    hands out the last read's key parts and bytes again where they are equal.
     """
 
     api: Callable[[type], int]
@@ -142,12 +142,6 @@ def dlpack() -> DLPack:
 def order_type() -> type:
     """The C extension's stream order (:mod:`numbatune.streams.order`, ``_order.c``)."""
     return _native.Order
-
-
-def lock_type() -> type:
-    """The C extension's lock, which behaves as :class:`threading.Lock` and which its stream
-    order's ``quick_use`` takes without calling Python methods."""
-    return _native.Lock
 
 
 def launcher() -> Launcher:

@@ -4,6 +4,7 @@ same calls to its events, in the same order."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -40,6 +41,9 @@ class StreamOrder:
         self._past_barrier: set[int] = set()
         #: The streams whose open epoch a use noted (quick streams' are taken as noted).
         self._used: set[int] = set()
+        # What the C order keeps for its monitor (streams.monitor), which sets ``monitor``.
+        self.stream, self.ordering, self.monitor = None, False, None
+        self.lock, self.pending, self.blocking = threading.Lock(), {}, {}
 
     def use(self, stream: int, buffers: Iterable[Hashable], quick: bool = False) -> None:
         """Queue the waits a launch on ``stream`` that uses ``buffers`` needs, and note the use.

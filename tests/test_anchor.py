@@ -51,9 +51,9 @@ def test_describe_reads_array_parts_of_keys_shortly():
 
 def test_the_fast_paths_kept_key_parts_are_the_default_keys_parts_and_stay_bounded():
     known = KeyParts("float32", "C")
-    part = known.make((1000, 3))
+    part = known[1000, 3]
     assert part == default_key_part(((1000, 3), "float32", "C")) == ((1024, 4), "float32", "C")
-    assert known.parts.get((1000, 3)) is part
+    assert known.get((1000, 3)) is part
     for size in range(KeyParts.LIMIT + 10):
-        known.make((size,))
-    assert 0 < len(known.parts) <= KeyParts.LIMIT
+        known[(size,)]
+    assert 0 < len(known) <= KeyParts.LIMIT

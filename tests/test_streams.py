@@ -24,9 +24,8 @@ import numbatune as nt
 from numbatune import native
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
-from numbatune.streams.handles import LEGACY
 from numbatune.streams.monitor import Monitor
-from numbatune.streams.order import LIMIT, new_lock, new_order
+from numbatune.streams.order import LIMIT, new_order
 from tests.kernels import non_blocking_stream, open_gate, wait_for_gate
 from tests.order_reference import StreamOrder
 
@@ -156,35 +155,11 @@ def test_quick_use_gives_the_lock_back_and_passes_on_what_the_events_raise(order
     with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
         order.quick_use(2, ("x",), lock)
     assert lock.taken == ["acquire", "release"]
-    lock = new_lock()  # the monitor's: the C extension's order takes it without Python calls
+    lock = new_order().lock  # the monitor's
     order.use(3, [], quick=True)
     with pytest.raises(RuntimeError, match="cuStreamWaitEvent"):
         order.quick_use(3, ("x",), lock)
     assert not lock.locked()
-
-
-def test_the_monitors_lock_is_taken_and_given_back_as_a_threading_lock():
-    lock = new_lock()
-    assert type(lock) is native.lock_type()  # built wherever the tests are installed
-    assert lock.acquire() and lock.locked()
-    assert not lock.acquire(False) and not lock.acquire(timeout=0.01)
-    taken = []
-    waiter = threading.Thread(target=lambda: taken.append(lock.acquire(timeout=30)))
-    waiter.start()  # blocks, letting other threads run, until the lock is given back
-    lock.release()
-    waiter.join()
-    assert taken == [True] and lock.locked()
-    lock.release()
-    with pytest.raises(RuntimeError, match="release unlocked lock"):
-        lock.release()
-    with lock:
-        assert lock.locked()
-    assert not lock.locked()
-    ready = threading.Condition(lock)  # as the monitor's keeper waits on it
-    with ready:
-        assert not ready.wait(timeout=0.01)
-    with pytest.raises(ValueError, match="non-blocking"):
-        lock.acquire(False, 1.0)
 
 
 @given(
@@ -317,6 +292,9 @@ class RecordingEvents:
     def relax_capture(self):
         pass
 
+    def blocking(self, stream):
+        return False
+
     def context(self, stream):
         return 100 + stream
 
@@ -391,9 +369,7 @@ def test_a_stream_that_may_be_closed_is_never_touched_after_its_last_use(order, 
     Before, tuning's notice of a miss left its epoch open, and a barrier waited for the empty
     epoch after its last launch: both recorded on it later."""
     events = TouchingEvents()
-    monitor = Monitor(events)
-    if order == "Python":
-        monitor._order = StreamOrder(events)
+    monitor = Monitor(events, StreamOrder(events) if order == "Python" else None)
     x, y = cuda.device_array(4, np.float32), cuda.device_array(4, np.float32)
     held = cuda.stream()
     _numba_path_launch(monitor, 7, y, given=held)
@@ -418,9 +394,7 @@ def test_a_first_stream_that_may_be_closed_is_never_touched_once_ordering_starts
     host then waits once for the work of its context instead. Before, the second stream's
     first launch recorded an event on the closed stream."""
     events = TouchingEvents()
-    monitor = Monitor(events)
-    if order == "Python":
-        monitor._order = StreamOrder(events)
+    monitor = Monitor(events, StreamOrder(events) if order == "Python" else None)
     x = cuda.device_array(4, np.float32)
     for _ in range(2):
         _numba_path_launch(monitor, 9, x, given=9)
@@ -440,9 +414,7 @@ def test_a_profile_started_between_a_quick_use_and_a_barrier_keeps_that_use_orde
     noted. Before, it waited only for their epoch before, and a later launch that reads the
     array on another stream was not ordered after the write."""
     events = CountingEvents()
-    monitor = Monitor(events)
-    if order == "Python":
-        monitor._order = StreamOrder(events)
+    monitor = Monitor(events, StreamOrder(events) if order == "Python" else None)
     order_ = monitor.order
     order_.use(1, ["x"], quick=True)
     order_.use(2, ["x"])  # 2 waits for 1's epoch so far
@@ -538,6 +510,7 @@ class _Interrupted:
 
     def __init__(self, monitor):
         self.monitor, self.then = monitor, None
+        monitor.order.monitor = self  # (what the order leaves to its monitor comes here)
 
     def __getattr__(self, name):
         return getattr(self.monitor, name)
@@ -559,15 +532,13 @@ def _ordered_launch(monitor, library_array=False):
 
     arrays = {CUPY: ["x"]} if library_array else {}
     plan = SimpleNamespace(buffers=["x"], library_arrays=arrays)
-    before, after = codegen._ordering(plan, list(arrays))
-    current = ["    producer_cupy = 0", codegen.unordered(CUPY)]
+    before, after = codegen._ordering(plan)
+    current = [
+        "    producer_cupy = 0",  # (the launch's stream waits for it, where nothing orders the two)
+        "    unordered_cupy = stream != producer_cupy and _order.apart(stream, 0, given, True)",
+    ] if library_array else []  # fmt: skip
     body = "\n".join([*current, *before, "    launch(stream)", *after])
-    namespace = {
-        "_monitor": monitor, "_quick": monitor.order.quick, "_last_use": monitor.order.last_use,
-        "_use": monitor.order.use, "_quick_use": monitor.order.quick_use, "_lock": monitor.lock,
-        "_name": "k", "_STALE": codegen.STALE, "_pending": monitor.pending, "_LEGACY": LEGACY,
-        "_blocking": monitor.blocking,
-    }  # fmt: skip
+    namespace = {"_order": monitor.order, "_name": "k"}
     exec(f"def ordered(stream, x, given, launch):\n{body}", namespace)
     return namespace["ordered"]
 
@@ -596,8 +567,7 @@ def test_library_arrays_on_a_blocking_stream_are_not_kept_while_their_library_us
 ):
     """The legacy default stream's later work waits for a blocking stream's launches: arrays
     whose library's current stream is the legacy one need no keeping past a launch on a
-    blocking stream, by the generated code or the general path (:func:`keep`)."""
-    from numbatune.streams.monitor import keep
+    blocking stream, by the generated code or the general path (:meth:`Monitor.keep`)."""
 
     class Array:
         pass
@@ -616,7 +586,7 @@ def test_library_arrays_on_a_blocking_stream_are_not_kept_while_their_library_us
 
     legacy_current = SimpleNamespace(stream=SimpleNamespace(of=lambda array: 0))
     monkeypatch.setattr(monitor_module, "kind_of", lambda cls: legacy_current)
-    assert len(keep(7, (Array(),), monitor.blocking)) == kept // 3
+    assert len(monitor.keep(7, (Array(),))) == kept // 3
 
 
 @pytest.mark.parametrize("path", ["quick stream", "first launch", "right after the bookkeeping"])
@@ -1323,3 +1293,123 @@ def test_a_launch_inside_a_capture_is_left_out_of_an_open_profile():
     if launch:
         monitor.after(launch)
     assert events.records == [] and monitor.end_profile(token).launches == 0
+
+
+# -- streams the program let go of -------------------------------------------------------------
+
+
+class _Owner:
+    """A stream object numbatune holds (not one that may close)."""
+
+
+def test_streams_the_program_let_go_of_are_forgotten_so_the_state_stays_bounded():
+    """Short-lived streams, each ordered against one long-lived stream: before, the monitor held
+    every stream object (so their libraries never destroyed them) and the order kept a record,
+    an event and wait slots for each."""
+    events = CountingEvents()
+    events.released.set()  # the device passed every event
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    held = _Owner()
+    most = 0
+    for number in range(3000):
+        _numba_path_launch(monitor, 7, x, given=held)
+        _numba_path_launch(monitor, 1000 + number, x, given=_Owner())
+        if number % 100 == 0:
+            with monitor.lock:
+                monitor._look()  # what the keeper does every millisecond
+            most = max(most, len(monitor._streams), len(monitor.order.streams))
+    assert most < 300 and len(monitor.order.last_use) == 1
+    assert len(monitor.order.quick) < 300 and monitor.order.streams.keys() >= {7}
+    assert events.waits[-1] == (1000 + number, 7)  # the last one is still ordered
+
+
+def test_a_stream_that_may_close_is_not_touched_when_it_is_forgotten():
+    """A stream numbatune cannot keep alive (here torch's ExternalStream) whose object the
+    program dropped may be destroyed already: retiring and forgetting it asks nothing of it
+    (its event was recorded right after its last launch)."""
+
+    class Asking(TouchingEvents):
+        def capturing(self, stream):
+            self.made_for.append(stream)
+            return False
+
+    events = Asking()
+    events.released.set()
+    monitor = Monitor(events)
+    x = cuda.device_array(4, np.float32)
+    _numba_path_launch(monitor, 7, x, given=_Owner())
+    _numba_path_launch(
+        monitor, 4321, x, given=_stream_object("torch.cuda.streams", "ExternalStream")
+    )
+    recorded, asked = len(events.records), len(events.made_for)
+    owners = [_Owner() for _ in range(80)]
+    for number, owner in enumerate(owners):  # (a sweep for streams let go of, then a look)
+        _numba_path_launch(monitor, 10 + number, cuda.device_array(4, np.float32), given=owner)
+    with monitor.lock:
+        monitor._look()
+    assert 4321 not in monitor.order.streams and 4321 not in monitor._streams
+    assert 4321 not in events.records[recorded:] and 4321 not in events.made_for[asked:]
+
+
+def test_a_retiring_stream_used_again_is_kept():
+    events = CountingEvents()
+    monitor = Monitor(events)  # (the device has passed nothing yet)
+    x = cuda.device_array(4, np.float32)
+    _numba_path_launch(monitor, 7, x, given=_Owner())
+    _numba_path_launch(monitor, 9, x, given=_Owner())
+    with monitor.lock:
+        monitor._retire_unheld()
+    assert set(monitor._retiring) == {7, 9}
+    _numba_path_launch(monitor, 9, cuda.device_array(4, np.float32), given=9)  # 9 used again
+    events.released.set()
+    with monitor.lock:
+        monitor._look()
+    assert 7 not in monitor._streams and 7 not in monitor.order.streams
+    assert 9 in monitor._streams and 9 in monitor.order.streams
+
+
+def test_a_forgotten_streams_place_goes_to_a_new_stream_with_no_waits_of_its_own():
+    order, waits = _order(_order_type("c"))
+    order.use(1, ["x"])
+    order.use(2, ["x"])  # 2 waits for 1
+    event, epoch = order.retire(1, True)
+    assert order.forget({1: epoch}) == {1: event}
+    assert 1 not in order.streams and set(order.last_use) == {"x"}
+    order.use(3, ["y"])  # 3 takes 1's place among the streams
+    order.use(2, ["y"])
+    assert waits == [(2, 1), (2, 3)]
+
+
+def test_a_stream_used_after_it_retired_is_not_forgotten():
+    order, _ = _order(_order_type("c"))
+    order.use(1, ["x"], quick=True)
+    _, epoch = order.retire(1, True)
+    assert order.quick_use(1, ("y",), threading.Lock()) is not None  # a use without the lock
+    assert order.forget({1: epoch}) == {} and 1 in order.streams
+
+
+def test_cupys_current_stream_a_launch_took_is_held(monkeypatch):
+    """A launch given no stream takes its arrays' library's current one. CuPy destroys a stream
+    with its object, and the order may record an event on a stream it saw later: numbatune holds
+    CuPy's current stream object as it holds a stream given (and lets go of it once the program
+    has). Before, it held nothing, and a stream the program dropped could be recorded on."""
+    current = SimpleNamespace(ptr=4321)
+    cupy = SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: current))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monitor = Monitor(CountingEvents())
+    x = cuda.device_array(4, np.float32)
+    monitor.watch(7, (x,), "k", given=cuda.stream())
+    monitor.watch(4321, (x,), "k")  # CuPy's current stream
+    monitor.watch(99, (x,), "k")  # another library's current stream (torch's never close)
+    assert monitor._streams[4321] is current and monitor._streams[99] is None
+
+
+def test_a_stream_being_captured_is_retired_later():
+    """An event recorded on a stream being captured into a graph would be the graph's."""
+    order, _ = _order(_order_type("c"))
+    order.use(1, ["x"])
+    order.events.captured.add(1)
+    assert order.retire(1, True) is None and order.events.records == []
+    order.events.captured.clear()
+    assert order.retire(1, True) is not None and order.events.records == [1]

@@ -41,118 +41,66 @@ def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
     return fmt
 
 
-#: Never a stream's open epoch: the generated code's ``entry`` when its buffers must be noted
-#: again after the launch.
-STALE = object()
-
-
-def unordered(kind: ArrayKind) -> str:
-    """Code that sets ``unordered_L`` for kind ``L``: whether the launch's ``stream`` is apart
-    from ``producer_L``, the current stream of the arguments' library, with nothing the driver
-    does ordering one after the other: they differ, and :func:`numbatune.streams.monitor.
-    ordered_by_driver` (written out here) is false for them, as far as :meth:`numbatune.
-    streams.monitor.Monitor.wait` found out which streams are blocking ones (``_blocking``)."""
-    producer = f"producer_{kind.name}"
-    return (
-        f"    unordered_{kind.name} = stream != {producer} and not "
-        f"({producer} in _LEGACY and _blocking.get(stream))"
-    )
-
-
 def stream_lines(
-    args: tuple[Any, ...], sync: bool, currents: dict[ArrayKind, str]
+    args: tuple[Any, ...], sync: bool, plan: ArgumentPlan
 ) -> tuple[list[str], list[ArrayKind]]:
     """Code that turns ``stream`` into a raw handle, ordered after the current streams of the
     arguments' libraries, as their kinds read them (:attr:`numbatune.arraykinds.ArrayKind.
-    stream`), or the expressions in ``currents`` where the arguments' reads gave them; the
-    current stream of kind ``L`` is left in ``producer_L``, and whether the driver orders the
-    two in ``unordered_L`` (:func:`unordered`)), and the kinds whose streams it reads."""
+    stream`), or the expressions in the plan's ``current_streams`` where the arrays' reads gave
+    them; the current stream of kind ``L`` is left in ``producer_L``, and whether nothing the
+    driver does orders the two in ``unordered_L`` (the order's ``apart``, which makes the
+    stream wait where ``sync``: the ``__cuda_array_interface__``'s rule); and the kinds whose
+    streams it reads. A call with no stream launches on the current stream of the first
+    top-level array's library."""
     handle = (
         "stream if type(stream) is int else "
         f"getattr(stream, '{HANDLE_MEMO}', None) or _stream_handle(stream)"
     )
+    arrays = [(kind_of(type(value)), f"a{index}") for index, value in enumerate(args)]
+    arrays += [(kind, listed[0]) for kind, listed in plan.library_arrays.items()]
     producers: dict[ArrayKind, str] = {}
-    for index, value in enumerate(args):
-        kind = kind_of(type(value))
-        if kind is not None and kind.stream is not None:
-            read = kind.stream.code.format(get=f"_{kind.name}_stream", a=f"a{index}")
-            producers.setdefault(kind, currents.get(kind, read))
-    if not producers:
-        return [f"    stream = 0 if stream is None else {handle}"], []
-    lines = []
-    for number, (kind, current) in enumerate(producers.items()):
-        producer = f"producer_{kind.name}"
-        lines.append(f"    {producer} = {current}")
-        if number == 0:
-            lines.append(f"    stream = {producer} if stream is None else {handle}")
-        lines.append(unordered(kind))
-        if sync:  # (no call where the driver orders the two: see Monitor.wait)
-            lines += [f"    if unordered_{kind.name}:", f"        _wait(stream, {producer}, given)"]
+    for kind, array in arrays:
+        if kind is not None and kind.stream is not None and kind not in producers:
+            read = kind.stream.code.format(get=f"_{kind.name}_stream", a=array)
+            producers[kind] = plan.current_streams.get(kind, read)
+    lines = [f"    producer_{kind.name} = {current}" for kind, current in producers.items()]
+    top = next((kind for kind, _ in arrays[: len(args)] if kind in producers), None)
+    default = "0" if top is None else f"producer_{top.name}"
+    lines.append(f"    stream = {default} if stream is None else {handle}")
+    lines += [
+        f"    unordered_{kind.name} = stream != producer_{kind.name} and "
+        f"_order.apart(stream, producer_{kind.name}, given, {sync})"
+        for kind in producers
+    ]
     return lines, list(producers)
 
 
-def _kept(plan: ArgumentPlan, libraries: list[ArrayKind]) -> str:
-    """An expression for the torch and CuPy arrays to keep alive past a launch on ``stream``:
-    those launched on a stream apart from their library's current one, which nothing orders
-    after the launch (``unordered_L`` where the stream code set it, else asked of
-    :func:`numbatune.streams.monitor.keep`)."""
-    parts = []
-    for library, arrays in plan.library_arrays.items():
-        listed = f"({''.join(f'{a}, ' for a in arrays)})"
-        parts.append(
-            f"({listed} if unordered_{library.name} else ())"
-            if library in libraries
-            else f"_keep(stream, {listed}, _blocking)"
-        )
-    return parts[0] if len(parts) == 1 else f"({''.join(f'*{part}, ' for part in parts)})"
-
-
-def _ordering(plan: ArgumentPlan, libraries: list[ArrayKind]) -> tuple[list[str], list[str]]:
+def _ordering(plan: ArgumentPlan) -> tuple[list[str], list[str]]:
     """Code before and after the launch that orders it after other streams' uses of its
     buffers, once a second stream (or a profile) is in use, and keeps torch and CuPy arrays
-    alive past it where they need it; with one stream so far it compares two handles and goes
-    on. On a stream the monitor made quick, one call of the order's ``quick_use`` checks, in C,
-    that the buffers stay in the stream's open epoch, and orders the launch under the monitor's
-    lock where they moved; on others it goes through
-    :meth:`Monitor.before`. ``entry`` is the open epoch its buffers were noted in: if another
-    thread ended it before the launch was queued (the event that ended it does not cover the
-    launch), they are noted again after it. The arrays to keep go, once the launch is queued,
-    into the stream's list for the keeper (without the lock), or to :meth:`Monitor.hold`."""
+    alive past it where they need it: those launched apart from their library's current
+    stream (``unordered_L``). With one stream so far it compares two handles and goes on;
+    else the order's ``before`` and ``after`` (:mod:`numbatune.streams.order`) take the
+    launch, and its ``hold`` the arrays to keep."""
     if len(plan.buffers) == 1 and plan.buffers[0].startswith("*"):
         buffers = plan.buffers[0][1:]  # one read in C's tuple: not copied into another
     else:
         buffers = f"({''.join(f'{buffer}, ' for buffer in plan.buffers)})"
     before = [
-        "    if stream == _monitor.stream:",
-        "        watched = entry = None",
+        "    if stream == _order.stream:",
+        "        ticket = None",
         "    else:",
         f"        buffers = {buffers}",
-        "        if (entry := _quick_use(stream, buffers, _lock)) is None:",
-        "            watched = _monitor.before(stream, buffers, _name, given)",
-        "            entry = _quick.get(stream)",
-        "            if entry is not None and not all(",
-        "                _last_use.get(buffer) is entry for buffer in buffers",
-        "            ):",
-        "                entry = _STALE",
-        "        else:",
-        "            watched = None",
+        "        ticket = _order.before(stream, buffers, _name, given)",
     ]
-    after = [
-        "    if entry is not None and _quick.get(stream) is not entry:",
-        "        with _lock:",
-        "            _use(stream, buffers)",
-        "    if watched:",
-        "        _monitor.after(watched)",
+    after = ["    if ticket is not None:", "        _order.after(stream, buffers, ticket)"]
+    kept = [
+        f"(({''.join(f'{a}, ' for a in arrays)}) if unordered_{library.name} else ())"
+        for library, arrays in plan.library_arrays.items()
     ]
-    if plan.library_arrays:
-        after += [
-            f"    if kept := {_kept(plan, libraries)}:",
-            "        pending = _pending.get(stream)",
-            "        if pending is None:",
-            "            _monitor.hold(stream, kept)",
-            "        else:",
-            "            pending[1].extend(kept)",
-        ]
+    if kept:
+        kept_expression = kept[0] if len(kept) == 1 else f"({''.join(f'*{k}, ' for k in kept)})"
+        after += [f"    if kept := {kept_expression}:", "        _order.hold(stream, kept)"]
     return before, after
 
 
@@ -208,7 +156,7 @@ def _configure(depends: str | None) -> list[str]:
 
 def _tail(
     plan: ArgumentPlan,
-    stream: tuple[list[str], list[str]],
+    stream: list[str],
     unavailable: str,
     in_call: bool,
     depends: str | None,
@@ -219,8 +167,7 @@ def _tail(
     ``_failed`` take over (and return True) when the packing or the launch fails; ``in_call``
     tells ``_failed`` whether the general path may be asked again."""
     values = ", ".join(plan.values)
-    stream_code, libraries = stream
-    ordering, finishing = _ordering(plan, libraries)
+    ordering, finishing = _ordering(plan)
     return [
         "    try:",
         "        function = _functions[winner.index]",
@@ -228,7 +175,7 @@ def _tail(
         f"        {unavailable}",
         *_configure(depends),
         "    given = stream",
-        *stream_code,
+        *stream,
         "    try:",
         f"        parameters = _pack({values})",
         "    except (struct.error, OverflowError):  # a value numba types otherwise (an int over",
@@ -252,10 +199,10 @@ def source(
     arity: int,
     custom_key: bool,
     checks_valid: bool,
-    stream: tuple[list[str], list[str]],
+    stream: list[str],
     depends: str | None = None,
 ) -> str:
-    """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is what
+    """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is the code
     :func:`stream_lines` made for it; ``depends``: what a :class:`~numbatune.launch.config.
     ByShape` launch function's result depends on (:func:`depends_on`), None for another. With
     ``checks_valid``, ``call`` asks the kernel's ``valid`` function whether the winner may run

@@ -30,8 +30,8 @@ from numbatune.launch import codegen
 from numbatune.launch.config import ByShape, checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import ArgumentPlan, half_bits
 from numbatune.rawstreams import stream_handle
-from numbatune.streams.handles import LEGACY, check_stream, stream_getter
-from numbatune.streams.monitor import EVERY_STREAM, keep, monitor
+from numbatune.streams.handles import check_stream, stream_getter
+from numbatune.streams.monitor import monitor
 
 logger = logging.getLogger("numbatune")
 
@@ -179,7 +179,7 @@ def _generate(
     from numba.cuda.core import config as numba_config
 
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
-    stream = codegen.stream_lines(args, sync, plan.current_streams)
+    stream, libraries = codegen.stream_lines(args, sync, plan)
     memo = isinstance(hooks.config, ByShape)
     code = codegen.source(
         plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
@@ -210,37 +210,18 @@ def _generate(
         "_stream_handle": stream_handle,
         **{
             f"_{kind.name}_stream": stream_getter(kind)
-            for kind in stream[1]
+            for kind in libraries
             if kind not in plan.current_streams
         },
         "_half_bits": half_bits,
         "_launch": native.launcher(),
         "_context": int(cuda.current_context().handle),
         "_cooperative": cooperative,
-        **_ordering_names(),
+        "_order": monitor.order,
         "_name": hooks.name,
     }
     call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
     return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
-
-
-def _ordering_names() -> dict[str, Any]:
-    """The names of the stream monitor and its order that the generated code orders with."""
-    return {
-        "_wait": monitor.wait,
-        "_blocking": monitor.blocking,
-        "_LEGACY": LEGACY,
-        "_monitor": monitor,
-        "_EVERY_STREAM": EVERY_STREAM,
-        "_quick": monitor.order.quick,
-        "_last_use": monitor.order.last_use,
-        "_use": monitor.order.use,
-        "_quick_use": monitor.order.quick_use,
-        "_lock": monitor.lock,
-        "_STALE": codegen.STALE,
-        "_pending": monitor.pending,
-        "_keep": keep,
-    }
 
 
 def _numba_launcher(hooks: Hooks) -> Callable[..., bool]:

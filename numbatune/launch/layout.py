@@ -42,7 +42,7 @@ from numbatune.compilers.base import (
     ScalarParameters,
     TupleParameters,
 )
-from numbatune.keys import KeyParts, default_key_part
+from numbatune.keys import KeyParts, default_key_part, is_flag
 
 #: The code that gives a scalar parameter field from the argument's expression, by conversion.
 _CONVERTED = {
@@ -111,7 +111,7 @@ class ArgumentPlan:
             reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
                                   tuple(reads.runs), kind.offset_method)  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
-            read = f"{self.constant(reader.read)}(({arrays}), _monitor.stream is _EVERY_STREAM)"
+            read = f"{self.constant(reader.read)}(({arrays}), _order.ordering)"
             self.steps += [
                 ("read", f"{result} = {read}"),
                 ("check", f"{result} is not None"),
@@ -155,7 +155,7 @@ class ArgumentPlan:
             )
         if parameters is None:
             return False
-        if top and isinstance(value, bool | np.bool_):  # a mode flag: in the default key
+        if top and is_flag(value):  # a mode flag: in the default key
             self.key_parts.append(argument)  # (its class is checked: the same test as there)
         self._add_scalar(argument, parameters)
         return True
@@ -211,10 +211,8 @@ class ArgumentPlan:
         key in ``_L_key`` where it is a top-level argument."""
         reads.arguments.append(argument)
         reads.expected.append(expected)
-        reads.parts.append(None)
+        reads.parts.append(_key_parts(value) if top else None)
         if top:
-            known = _key_parts(value)
-            reads.parts[-1] = (known.parts, known.make)
             self.key_parts.append(f"_{kind.name}_key[{reads.keyed}]")
             reads.keyed += 1
 
@@ -273,9 +271,7 @@ class ArgumentPlan:
 
     def _add_key_part(self, name: str, value: Any) -> None:
         """A top-level array's part of the default key, from its shape ``{name}s``."""
-        known = _key_parts(value)
-        parts, make = self.constant(known.parts), self.constant(known.make)
-        self.key_parts.append(f"({parts}.get({name}s) or {make}({name}s))")
+        self.key_parts.append(f"{self.constant(_key_parts(value))}[{name}s]")
 
     def _add_c_array(
         self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Hashable, Iterator, Sequence
@@ -37,7 +38,7 @@ from numbatune.errors import ProfileError
 from numbatune.forking import renew_in_child
 from numbatune.streams import events as _events
 from numbatune.streams.handles import DEFAULT_STREAMS, LEGACY, numba_stream, raw_stream
-from numbatune.streams.order import new_lock, new_order
+from numbatune.streams.order import new_order
 from numbatune.streams.profiles import Profile, ProfileToken
 
 
@@ -55,51 +56,52 @@ class _Launch:
     profiles: list[list[_Launch]] | tuple[()] = ()
 
 
-#: :attr:`Monitor.stream` once several streams or a profile are in use: never equal to a stream,
-#: so every launch is watched.
-EVERY_STREAM = object()
-
 #: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
 #: the device, so the launching thread keeps the interpreter to itself meanwhile.
 KEEPER_PERIOD_S = 0.001
+
+#: How many streams the monitor knows before it first looks for those the program let go of
+#: (then again at twice as many as it kept).
+SWEEP_STREAMS = 64
+
+#: ``sys.getrefcount`` of a stream object that only the monitor holds, as :meth:`Monitor.
+#: _retire_unheld` reads it: the monitor's dict, the loop's variable, the call's argument.
+_ONLY_THE_MONITORS = 3
 
 
 class Monitor:
     """What every tuned launch reports to, when more than one stream or a profile is in use.
 
-    A launch compares its raw stream handle with :attr:`stream`; only when they differ does it
-    look further. On a stream :meth:`before` made quick (in :attr:`order`'s ``quick``), the
-    generated launch code asks the order's ``quick_use``, which checks without a lock whether
-    the order needs to hear of it, and if so calls the order's ``use`` under :attr:`lock`; on
-    other streams it calls :meth:`before` and, with what that returns, :meth:`after` once it is
-    queued. Arrays to keep alive past a launch go to :meth:`hold`, or straight into the list
-    :attr:`pending` has for the stream.
+    The generated launch code names only :attr:`order` (:mod:`numbatune.streams.order`), whose
+    C methods check what they can without a lock and leave the rest to :meth:`before`,
+    :meth:`after`, :meth:`hold` and :meth:`wait`. ``order`` is the tests' Python oracle, else
+    the C extension's.
     """
 
-    def __init__(self, events: Any = None) -> None:
+    def __init__(self, events: Any = None, order: Any = None) -> None:
         self._events = events
-        self._order: Any = None
-        #: The one stream launched on so far; :data:`EVERY_STREAM` once there are several or a
-        #: profile.
-        self.stream: Any = None
+        #: Which streams a launch must wait for (:mod:`numbatune.streams.order`); the state the
+        #: generated launch code reads is its.
+        self.order = new_order(events) if order is None else order
+        self.order.monitor = self
         self._profiles: dict[ProfileToken, list[_Launch]] = {}
         self._numbers = itertools.count(1)
         #: Held while the monitor or its order changes.
-        self.lock = new_lock()
+        self.lock = self.order.lock
         # Kept arrays behind their events. A pending list stays a list: a launch that found it
         # before the keeper took it may still add to it (its event covers that launch).
         self._kept: list[tuple[Any, Sequence[Any]]] = []
         #: Arrays kept by launches on a stream numbatune holds, not yet behind an event, and
         #: the event the keeper will record for them (made here: the keeper's thread has no
         #: CUDA context to make one in). A launch may add to a stream's list without the lock.
-        self.pending: dict[int, tuple[Any, list[Any]]] = {}
+        self.pending: dict[int, tuple[Any, list[Any]]] = self.order.pending
         self._kept_ready = threading.Condition(self.lock)
         self._keeper_waiting = False
         # Events the keeper is done with, for the next launches that keep arrays.
         self._spare_events: list[Any] = []
         self._keeper: threading.Thread | None = None
-        # Each stream seen, with the object that owns it (None for raw handles and the
-        # libraries' current streams, which their libraries keep).
+        # Each stream seen, with the object that owns it (None for raw handles and torch's
+        # current streams, which torch never destroys).
         self._streams: dict[int, Any] = {}
         # Streams numbatune cannot keep alive (raw handles, numba's external streams, cuda.core
         # streams, which may be closed), with the context each belongs to: their event is
@@ -109,7 +111,11 @@ class Monitor:
         self._eager: dict[int, int] = {}
         #: Whether each held stream is a blocking one (ordered after the legacy default stream
         #: by the driver), as far as asked; read by the generated code.
-        self.blocking: dict[int, bool] = {}
+        self.blocking: dict[int, bool] = self.order.blocking
+        # Streams the program let go of, being forgotten: the epoch each had when the order
+        # recorded its event (Order.retire), and that event (None: nothing to wait for).
+        self._retiring: dict[int, tuple[int, Any]] = {}
+        self._sweep_at = SWEEP_STREAMS
 
     def after_fork_in_child(self) -> None:
         """A forked child's monitor starts afresh: its parent's streams and events are not
@@ -117,12 +123,9 @@ class Monitor:
         self.__init__()  # type: ignore[misc]
 
     @property
-    def order(self) -> Any:
-        """Which streams a launch must wait for (:mod:`numbatune.streams.order`), made on first
-        use (it may build the C extension)."""
-        if self._order is None:
-            self._order = new_order(self._events)
-        return self._order
+    def stream(self) -> Any:
+        """The one stream launched on so far; None before it and once ordering is on."""
+        return self.order.stream
 
     @property
     def events(self) -> Any:
@@ -148,11 +151,24 @@ class Monitor:
             if launch is not None:  # a stream that may be closed: its event recorded now
                 self.after(launch)
             return None
-        kept = keep(stream, arrays, self.blocking)
-        if kept or self.stream is EVERY_STREAM:
+        kept = self.keep(stream, arrays)
+        if kept or self.order.ordering:
             launch = launch or _Launch(stream, name, buffers)
             launch.kept = kept
         return launch
+
+    def keep(self, stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``:
+        those launched apart from their library's current stream, which its caching allocator
+        would hand their memory out on again once they are freed, with nothing the driver does
+        ordering one after the other (the order's ``apart``)."""
+        kept = []
+        for array in arrays:
+            kind = kind_of(type(array))
+            producer = None if kind is None or kind.stream is None else kind.stream.of(array)
+            if producer not in (None, stream) and self.order.apart(stream, producer, None, False):
+                kept.append(array)
+        return tuple(kept)
 
     def before(
         self, stream: int, buffers: tuple[Hashable, ...], name: str | None, given: Any = None
@@ -164,10 +180,10 @@ class Monitor:
         with self.lock:
             if stream not in self._streams:
                 self._see(stream, given)
-            if self.stream is None:
-                self.stream = stream
+            if self.order.stream is None and not self.order.ordering:
+                self.order.stream = stream
                 return None
-            if self.stream is not EVERY_STREAM:
+            if not self.order.ordering:
                 if self.events.capturing(stream):  # recorded into a graph: nothing runs now
                     return None
                 self._start_ordering()
@@ -183,16 +199,42 @@ class Monitor:
     def _see(self, stream: int, given: Any) -> None:
         """A stream met for the first time: checked, and kept (or recorded eagerly)."""
         context = self.events.context(stream)
+        if given is None and stream not in DEFAULT_STREAMS:  # the arrays' library's current one
+            given = _current_cupy_stream(stream)
         self._streams[stream] = None if isinstance(given, int) else given
         if stream not in DEFAULT_STREAMS and _may_close(given):
             self._eager[stream] = context
+        if len(self._streams) > self._sweep_at:
+            self._retire_unheld()
+
+    def _retire_unheld(self) -> None:
+        """The streams whose objects only the monitor holds (the program let go of them) start
+        being forgotten, so that the state stays bounded however many streams come and go: the
+        order records each one's event where numbatune holds the stream (one that may close is
+        never touched: its event was recorded after its last launch), and the keeper drops the
+        stream once the device has passed it (:meth:`_forget_retired`), the monitor's hold on
+        its object last, so that its library destroys it only once nothing here names it. Raw
+        handles, whose owners numbatune cannot see, are kept."""
+        unheld, owner = [], None
+        for stream in list(self._streams):
+            owner = self._streams[stream]
+            if owner is not None and sys.getrefcount(owner) <= _ONLY_THE_MONITORS:
+                unheld.append(stream)
+        del owner
+        for stream in unheld:
+            if stream not in self._retiring and stream != self.order.stream:
+                retired = self.order.retire(stream, stream not in self._eager)
+                if retired is not None:  # (None: being captured, it may retire later)
+                    self._retiring[stream] = retired[1], retired[0]
+        self._sweep_at = max(SWEEP_STREAMS, 2 * (len(self._streams) - len(self._retiring)))
+        self._wake_keeper()
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted
         again (another thread may have ended its stream's epoch between :meth:`before` and the
         launch, and the event that ended it does not cover the launch)."""
         with self.lock:
-            if self.stream is EVERY_STREAM:
+            if self.order.ordering:
                 self.order.use(launch.stream, launch.buffers)
                 if launch.stream in self._eager:
                     self.order.launched(launch.stream)
@@ -220,10 +262,14 @@ class Monitor:
             else:
                 self.events.record(event := self._spare_event(stream), stream)
                 self._kept.append((event, arrays))
-            if self._keeper is None:
-                self._start_keeper()
-            elif self._keeper_waiting:
-                self._kept_ready.notify()
+            self._wake_keeper()
+
+    def _wake_keeper(self) -> None:
+        """Start the keeper, or wake it where it waits for work (under the lock)."""
+        if self._keeper is None:
+            self._start_keeper()
+        elif self._keeper_waiting:
+            self._kept_ready.notify()
 
     def _held(self, stream: int) -> bool:
         """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
@@ -250,7 +296,7 @@ class Monitor:
                 return  # a graph's order is its capture's (see numbatune.streams.order)
             if producer in LEGACY and self._held(waiting) and waiting not in self.blocking:
                 self.blocking[waiting] = self.events.blocking(waiting)
-            if not ordered_by_driver(producer, waiting, self.blocking):
+            if self.order.apart(waiting, producer, None, False):
                 self.events.wait(waiting, producer)
 
     def _start_ordering(self) -> None:
@@ -259,8 +305,7 @@ class Monitor:
         first launch. Where the first stream is one that may be closed (its launches recorded
         no event while it was the only one), the host waits once for its context's work
         instead: the stream itself may be gone."""
-        first = self.stream
-        self.stream = EVERY_STREAM
+        first, self.order.stream, self.order.ordering = self.order.stream, None, True
         if first in self._eager:
             self.events.synchronize_context(self._eager[first])
         elif first is not None:
@@ -282,7 +327,7 @@ class Monitor:
         self.events.relax_capture()
         while True:
             with self.lock:
-                while not self._kept and not self.pending:
+                while not self._kept and not self.pending and not self._retiring:
                     self._keeper_waiting = True
                     self._kept_ready.wait()
                 self._keeper_waiting = False
@@ -307,7 +352,27 @@ class Monitor:
             else:
                 still.append((event, arrays))
         self._kept = still
+        if self._retiring:
+            released.append(self._forget_retired())
         return released
+
+    def _forget_retired(self) -> list[Any]:
+        """Drop the retiring streams whose events the device has passed and that no launch
+        used since (one used again stays, and may retire later); returns their objects, for the
+        keeper to let go of outside the lock."""
+        passed = {}
+        for stream, (epoch, event) in list(self._retiring.items()):
+            if stream not in self.pending and (event is None or self.events.passed(event)):
+                passed[stream] = epoch  # (pending arrays: their event is recorded first)
+                del self._retiring[stream]
+        owners = []
+        for stream, event in self.order.forget(passed).items():
+            owners.append(self._streams.pop(stream, None))
+            self._eager.pop(stream, None)
+            self.blocking.pop(stream, None)
+            if event is not None:
+                self.events.destroy(event)
+        return owners
 
     def kept_arrays(self) -> int:
         """How many arrays are kept alive for launches the device has maybe not passed."""
@@ -321,7 +386,7 @@ class Monitor:
         with self.lock:
             token = ProfileToken(next(self._numbers))
             self._profiles[token] = []
-            if self.stream is not EVERY_STREAM:
+            if not self.order.ordering:
                 self._start_ordering()
             # Every launch is watched while a profile is open. What the quick streams noted
             # without the lock is marked as their streams' use first, so that a barrier
@@ -377,35 +442,16 @@ def _may_close(given: Any) -> bool:
 _ARRAY_LIBRARIES = ("torch", "cupy")
 
 
+def _current_cupy_stream(stream: int) -> Any:
+    """CuPy's current stream object where its handle is ``stream``, else None: CuPy destroys a
+    stream with its object, so numbatune holds the object of a current stream it launches on as
+    it holds those given (torch's current streams come from a pool it never destroys)."""
+    cupy = sys.modules.get("cupy")
+    current = None if cupy is None else cupy.cuda.get_current_stream()
+    return current if current is not None and current.ptr == stream else None
+
+
 _NUMBA_STREAM = None if SIMULATOR else cuda.cudadrv.driver.Stream
-
-
-def keep(stream: int, arrays: tuple[Any, ...], blocking: dict[int, bool]) -> tuple[Any, ...]:
-    """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``;
-    ``blocking`` says which streams are blocking ones, as far as known
-    (:attr:`Monitor.blocking`)."""
-    return tuple(a for a in arrays if _needs_keeping(a, stream, blocking))
-
-
-def _needs_keeping(array: Any, stream: int, blocking: dict[int, bool]) -> bool:
-    """True for a torch or CuPy array launched on a stream apart from its library's current
-    one, which its caching allocator would hand its memory out on again once it is freed: not
-    where that is the legacy default stream and ``stream`` a blocking one, whose work the
-    legacy stream's later work waits for."""
-    kind = kind_of(type(array))
-    if kind is None or kind.stream is None:
-        return False
-    producer = kind.stream.of(array)
-    return producer != stream and not ordered_by_driver(producer, stream, blocking)
-
-
-def ordered_by_driver(producer: int, stream: int, blocking: dict[int, bool]) -> bool:
-    """Whether the driver orders the work queued on ``stream`` and on ``producer``, one after
-    the other, with no event: where ``producer`` is the legacy default stream and ``stream`` a
-    blocking one (as far as ``blocking`` knows: :attr:`Monitor.blocking`), the legacy stream's
-    work waits for the blocking stream's, and its for the legacy stream's. The generated launch
-    code makes the same test inline (:func:`numbatune.launch.codegen.unordered`)."""
-    return producer in LEGACY and bool(blocking.get(stream))
 
 
 monitor = Monitor()
