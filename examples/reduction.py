@@ -35,7 +35,7 @@ def grid(m, *, BLOCK, ITEMS, WAVES):
     """A block per row, or more when there are fewer rows than WAVES waves of blocks hold."""
     blocks_per_row = nt.cdiv(WAVES * resident_blocks(BLOCK), max(1, m.shape[0]))
     steps = nt.cdiv(m.shape[1], BLOCK * ITEMS)  # more blocks than steps would idle
-    return max(1, m.shape[0]), max(1, min(MAX_GRID_Y, steps, blocks_per_row))
+    return m.shape[0], max(1, min(MAX_GRID_Y, steps, blocks_per_row))
 
 
 @cuda.jit(device=True)
