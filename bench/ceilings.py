@@ -7,7 +7,13 @@ the module's globals, if the space has it) are timed carefully. A module that de
 device-to-device copy bandwidth; one that defines ``work(*args) -> {"flops": n}`` against cuBLAS
 float32 with TF32 off (through torch); others get their times only. A module that defines
 ``baseline(*args) -> (name, call)`` also gets the time of ``call()``, a library doing the same
-work (torch.softmax, say), measured the same way.
+work (torch.softmax, say), measured the same way, and the library's rate against the same
+ceiling. Every variant's careful time is kept (``times_s``), and a line per example is printed
+as it is done (its winner, the library, and its five fastest variants).
+
+The copy ceiling counts bytes read and written, and a copy turns the memory bus around between
+reads and writes; a kernel that only reads (a sum) can pass it, so for the sums the library
+doing the same reads (``torch.sum``) is the comparison that says how close to the limit they are.
 """
 
 from __future__ import annotations
@@ -103,6 +109,9 @@ def _example(example: demo.Example, smoke: bool, ceilings: dict[str, Any]) -> di
         "default": None if default is None else variants[default].label,
         "default_s": None if default is None else true[default],
     }
+    row["times_s"] = {
+        variant.label: seconds for variant, seconds in zip(variants, true, strict=True)
+    }
     if hasattr(module, "baseline"):  # the same work done by a library, timed alike
         row["baseline"], call = module.baseline(*args)
         row["baseline_s"] = measuring.time_callables({"baseline": call})["baseline"]
@@ -112,16 +121,32 @@ def _example(example: demo.Example, smoke: bool, ceilings: dict[str, Any]) -> di
     amount = module.work(*args)
     row["shape"] = [list(getattr(a, "shape", ())) for a in args]
     if "bytes" in amount:
-        row["rate"] = amount["bytes"] / row["winner_s"]
-        row["ceiling"] = "copy"
-        row["percent_of_ceiling"] = 100 * row["rate"] / ceilings["copy"]["bytes_per_s"]
+        row["ceiling"], unit, ceiling = "copy", "bytes", ceilings["copy"]["bytes_per_s"]
     elif "flops" in amount and "matmul" in ceilings:
-        row["rate"] = amount["flops"] / row["winner_s"]
-        row["ceiling"] = "cuBLAS float32"
-        row["percent_of_ceiling"] = 100 * row["rate"] / ceilings["matmul"]["flop_per_s"]
+        row["ceiling"], unit = "cuBLAS float32", "flops"
+        ceiling = ceilings["matmul"]["flop_per_s"]
     else:
         row["ceiling"] = f"none: work() gave {sorted(amount)} and no such ceiling was measured"
+        return row
+    row["rate"] = amount[unit] / row["winner_s"]
+    row["percent_of_ceiling"] = 100 * row["rate"] / ceiling
+    if "baseline_s" in row:
+        row["baseline_rate"] = amount[unit] / row["baseline_s"]
+        row["baseline_percent_of_ceiling"] = 100 * row["baseline_rate"] / ceiling
     return row
+
+
+def _progress(row: dict[str, Any]) -> str:
+    """One line on an example just measured: its winner, the library's time, its fastest."""
+    fastest = sorted((t, label) for label, t in row["times_s"].items() if t is not None)[:5]
+    share = f" {row['percent_of_ceiling']:.1f}% of {row['ceiling']}" if "rate" in row else ""
+    library = ""
+    if "baseline_s" in row:
+        library = f"; {row['baseline']} {_us(row['baseline_s'])} us"
+        if "baseline_percent_of_ceiling" in row:
+            library += f" ({row['baseline_percent_of_ceiling']:.1f}%)"
+    top = "; ".join(f"{_us(t)} {label}" for t, label in fastest)
+    return f"ceilings: {row['kernel']} {_us(row['winner_s'])} us{share}{library} | {top}"
 
 
 def run(smoke: bool, examples_dir: Path | None = None) -> dict[str, Any]:
@@ -136,19 +161,26 @@ def run(smoke: bool, examples_dir: Path | None = None) -> dict[str, Any]:
         found = demo.load_examples(examples_dir or demo.find_examples_dir())
     except FileNotFoundError as error:
         return {"ceilings": ceilings, "examples": [], "missing": str(error)}
-    rows = [
-        {
-            "module": example.__module__,
-            "example": example.__name__,
-            **_example(example, smoke, ceilings),
-        }
-        for example in found
-    ]
+    rows = []
+    for example in found:
+        row = {"module": example.__module__, "example": example.__name__}
+        rows.append(row | _example(example, smoke, ceilings))
+        print(_progress(rows[-1]), flush=True)
     return {"ceilings": ceilings, "examples": rows}
 
 
 def _us(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def _library(row: dict[str, Any]) -> str:
+    """The library's time, and its share of the ceiling where there is one."""
+    if "baseline" not in row:
+        return "-"
+    share = row.get("baseline_percent_of_ceiling")
+    return f"{row['baseline']}: {_us(row['baseline_s'])}" + (
+        "" if share is None else f" ({share:.1f}%)"
+    )
 
 
 def table(result: dict[str, Any]) -> str:
@@ -170,9 +202,9 @@ def table(result: dict[str, Any]) -> str:
             else e["ceiling"],
             e["default"] or "-",
             _us(e["default_s"]),
-            f"{e['baseline']}: {_us(e['baseline_s'])}" if "baseline" in e else "-",
+            _library(e),
         ]
         for e in result["examples"]
     ]
-    header = ["example", "winner", "time (us)", "vs ceiling", "default", "default (us)", "baseline"]
+    header = ["example", "winner", "time (us)", "vs ceiling", "default", "default (us)", "library"]
     return "\n".join([*lines, format_table(header, rows)])

@@ -1,9 +1,12 @@
 """Sums: of a large array, and of every row of a matrix, by one tuned kernel.
 
 ``row_sums(m, out)`` adds the sum of row r of m to out[r]; the sum of a vector x is
-``row_sums(x.reshape(1, n), total)``. Each block sums STEPS * BLOCK * ITEMS of one row's columns
-(more if the row needs over 65535 blocks) in registers, combines its threads' sums with warp
-shuffles or a shared-memory tree, and adds the block's sum to out[r] atomically.
+``row_sums(x.reshape(1, n), total)``. The grid is sized from the device: about WAVES times the
+blocks its multiprocessors hold at once, spread over the rows (a row gets several blocks only
+when the rows are fewer than that). Each block walks its row's columns in steps of
+BLOCK * ITEMS, issuing a step's ITEMS loads a thread before adding any of them, sums in
+registers, combines its threads' sums with warp shuffles or a shared-memory tree, and adds the
+block's sum to out[r] atomically.
 Run it: python examples/reduction.py
 """
 
@@ -14,10 +17,25 @@ from numba import config, cuda, float32
 
 BLOCK = 256  # threads per block
 ITEMS = 4  # loads per thread per step, BLOCK apart so that accesses coalesce
-STEPS = 4  # steps of BLOCK * ITEMS columns a block sums (the grid has a block per STEPS steps)
-MAX_GRID_Y = 65535  # CUDA's limit on a grid's second dimension: past it, blocks take more steps
+WAVES = 1  # the grid holds about WAVES times the blocks the device runs at once
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second dimension
 SHUFFLE = False  # combine a block's sums with warp shuffles (else a shared-memory tree)
 FULL_MASK = 0xFFFFFFFF
+
+
+def resident_blocks(threads: int) -> int:
+    """How many blocks of ``threads`` threads the current device runs at once, if registers
+    and shared memory do not limit them (numba's simulator: 1)."""
+    device = cuda.get_current_device()
+    per_multiprocessor = getattr(device, "MAX_THREADS_PER_MULTI_PROCESSOR", threads) // threads
+    return getattr(device, "MULTIPROCESSOR_COUNT", 1) * max(1, per_multiprocessor)
+
+
+def grid(m, *, BLOCK, ITEMS, WAVES):
+    """A block per row, or more when there are fewer rows than WAVES waves of blocks hold."""
+    blocks_per_row = nt.cdiv(WAVES * resident_blocks(BLOCK), max(1, m.shape[0]))
+    steps = nt.cdiv(m.shape[1], BLOCK * ITEMS)  # more blocks than steps would idle
+    return m.shape[0], max(1, min(MAX_GRID_Y, steps, blocks_per_row))
 
 
 @cuda.jit(device=True)
@@ -31,13 +49,13 @@ def warp_sum(value):
 @nt.autotune(
     variants=nt.product(
         BLOCK=[128, 256, 512, 1024],
-        ITEMS=[1, 4, 16],
-        STEPS=[1, 4, 16, 64],
+        ITEMS=[4, 8, 16],
+        WAVES=[1, 4],
         # numba's simulator has no warp shuffles: those variants run on a GPU only.
         SHUFFLE=[False] if config.ENABLE_CUDASIM else [False, True],
     ),
-    launch=lambda m, out, *, BLOCK, ITEMS, STEPS: (
-        (m.shape[0], max(1, min(MAX_GRID_Y, nt.cdiv(m.shape[1], BLOCK * ITEMS * STEPS)))),
+    launch=lambda m, out, *, BLOCK, ITEMS, WAVES: (
+        grid(m, BLOCK=BLOCK, ITEMS=ITEMS, WAVES=WAVES),
         BLOCK,
     ),
 )
@@ -45,13 +63,18 @@ def warp_sum(value):
 def row_sums(m, out):
     """out[r] += m[r, :].sum() for every row r."""
     partial = cuda.shared.array(BLOCK, float32)
-    row, t = cuda.blockIdx.x, cuda.threadIdx.x
+    kept = cuda.local.array(ITEMS, float32)  # registers: indexed by constants only
+    row, t = nt.nonnegative(cuda.blockIdx.x), nt.nonnegative(cuda.threadIdx.x)
+    cols = m.shape[1]
     total = float32(0)
-    step = cuda.gridDim.y * BLOCK * ITEMS
-    for start in range(cuda.blockIdx.y * BLOCK * ITEMS + t, m.shape[1], step):
-        for k in range(ITEMS):
-            if start + k * BLOCK < m.shape[1]:
-                total += m[row, start + k * BLOCK]
+    step = nt.nonnegative(cuda.gridDim.y) * BLOCK * ITEMS
+    for start in range(nt.nonnegative(cuda.blockIdx.y) * BLOCK * ITEMS, cols, step):
+        first = nt.nonnegative(start) + t
+        for k in nt.static_range(ITEMS):  # the step's loads, all issued before any is added
+            c = first + k * BLOCK
+            kept[k] = m[row, c] if c < cols else float32(0)
+        for k in nt.static_range(ITEMS):
+            total += kept[k]
     if SHUFFLE:
         total = warp_sum(total)
         if t % 32 == 0:
@@ -96,6 +119,19 @@ def reference(m, out):
 def work(m, out):
     """Bytes moved: m read, out written, each once."""
     return {"bytes": m.nbytes + out.nbytes}
+
+
+def baseline(m, out):
+    """torch.sum of the same array (a vector: one row), or of its rows (torch.sum(dim=1)), for
+    comparison (bench/ceilings.py)."""
+    import torch
+
+    rows = torch.as_tensor(m, device="cuda")
+    if rows.shape[0] == 1:
+        vector = rows.reshape(-1)
+        return "torch.sum", lambda: torch.sum(vector)
+    sums = torch.empty(rows.shape[0], device="cuda")
+    return "torch.sum(dim=1)", lambda: torch.sum(rows, dim=1, out=sums)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,20 @@
 """Float32 matrix product C = A @ B with register tiling, tuned over the block tile (BM x BN,
-stepping BK along k), the thread tile (TM x TN), how a thread's tile lies in the block's, and
-the registers a thread may use.
+stepping BK along k), the thread tile (TM x TN) and the registers a thread may use.
 
 Each block stages BK-deep slices of A (transposed) and of B in shared memory; each thread keeps
 a TM x TN tile of C in registers and updates it with outer products of TM values of A and TN of
 B. While a thread multiplies one slice, its loads of the next are in flight (into registers,
 then into the other of two shared-memory buffers: one barrier a step). A thread's rows and
-columns are adjacent (SPREAD=False) or in groups of four spaced across the block tile
-(SPREAD=True: a quarter-warp reads 32 different banks, four words a thread at a time).
-Two knobs that this example's space leaves at their defaults, and the widened space of
-bench/search.py sets: PAD=4 pads each row of A's shared tile, so that the transposed stores
-of a warp meet 32 banks instead of 4; ALIGN=16 aligns the shared tiles to 16 bytes, so that
-NVVM reads a thread's four adjacent words with one instruction (ld.shared.v4.f32) instead of
-four. (numba's simulator takes no alignment.)
-The k loop is written out when a variant is compiled (nt.static_range): numba leaves it rolled.
-A block whose tile lies within C loads each slice that lies within A and B with no bounds
-guards (on the H100 the best variant ran 7.7% faster than with a guard on every load).
+columns lie in groups of four spaced across the block tile (SPREAD=True: a quarter-warp reads
+32 different banks, four words a thread at a time; SPREAD=False: adjacent, which the widened
+space of bench/search.py also tries). Each row of A's shared tile is padded by PAD=4 words
+where that fits, so that the transposed stores of a warp meet 32 banks instead of 4, and the
+shared tiles are aligned to ALIGN=16 bytes, so that NVVM reads a thread's four adjacent words
+with one instruction (ld.shared.v4.f32) instead of four (numba's simulator takes no
+alignment). The k loop is written out when a variant is compiled (nt.static_range): numba
+leaves it rolled. A block whose tile lies within C loads each slice that lies within A and B
+with no bounds guards (on the H100 the best variant ran 7.7% faster than with a guard on every
+load).
 Run it: python examples/sgemm.py
 """
 
@@ -24,31 +23,45 @@ import numbatune as nt  # first: on a machine with no GPU it turns numba's simul
 import itertools
 
 import numpy as np
-from numba import cuda, float32
+from numba import config, cuda, float32
 
 BM, BN, BK = 64, 64, 8  # the block's tile of C, and the depth of a step along k
 TM, TN = 4, 4  # the thread's tile of C
-SPREAD = False  # a thread's rows and columns in groups of four across the tile (else adjacent)
-PAD = 0  # words after each row of A's shared tile: 4 spreads its transposed stores over 32 banks
-ALIGN = None  # the shared tiles' alignment in bytes: 16 lets NVVM read four floats at once
+SPREAD = True  # a thread's rows and columns in groups of four across the tile (else adjacent)
+PAD = 4  # words after each row of A's shared tile: 4 spreads its transposed stores over 32 banks
+ALIGN = None if config.ENABLE_CUDASIM else 16  # the shared tiles' alignment in bytes: 16 lets
+# NVVM read four floats at once (numba's simulator takes no alignment)
+SHARED_BYTES = 48 * 1024  # the most shared memory a block can declare statically
 THREADS = (BM // TM) * (BN // TN)  # threads per block
 LOADS_A, LOADS_B = BM * BK // THREADS, BK * BN // THREADS  # a thread's loads per step
 
 
+def tiles_fit(bm: int, bn: int, bk: int, pad: int) -> bool:
+    """Whether the two buffers of A's shared tile (padded by ``pad`` words a row) and of B's
+    fit in the shared memory a block declares."""
+    return 2 * bk * (bm + pad + bn) * 4 <= SHARED_BYTES
+
+
 def variants():
-    """The tuning space. A 256-thread block of 8 x 8 thread tiles is also tried capped at 128
-    registers a thread, which lets two such blocks share a multiprocessor."""
-    for (bm, bn), bk, (tm, tn), spread in itertools.product(
-        [(64, 64), (64, 128), (128, 64), (128, 128)],
+    """The tuning space: block tiles of 64 to 256, steps of 8 or 16 along k, thread tiles of
+    16 to 128 values, the spread layout, A's tile padded where that fits and both aligned.
+    A 256-thread block of 8 x 8 thread tiles is also tried capped at 128 registers a thread,
+    which lets two such blocks share a multiprocessor."""
+    for (bm, bn), bk, (tm, tn) in itertools.product(
+        [(64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)],
         [8, 16],
-        [(4, 4), (8, 8)],
-        [False, True],
+        [(4, 4), (8, 8), (8, 16), (16, 8)],
     ):
         threads = (bm // tm) * (bn // tn)
-        if not 64 <= threads <= 512 or threads % bn:  # (a thread's loads from B in one column)
+        # 64 to 256 threads (512 of 8 x 8 tiles need more registers than a block has), a
+        # thread's loads from B in one column
+        if not 64 <= threads <= 256 or threads % bn:
             continue
-        params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "SPREAD": spread}
+        if (bm * bk) % threads or not tiles_fit(bm, bn, bk, 0):
+            continue
+        params = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn}
         params |= dict(THREADS=threads, LOADS_A=bm * bk // threads, LOADS_B=bk * bn // threads)
+        params |= {"PAD": 4 if tiles_fit(bm, bn, bk, 4) else 0}
         yield nt.Variant(params)
         if threads == 256 and tm * tn == 64:
             yield nt.Variant(params, max_registers=128)

@@ -1,53 +1,84 @@
-"""Transpose of a float32 matrix through shared-memory tiles, tuned over the tile size, the
-tile's row stride in shared memory (padded against bank conflicts or not), rows per thread and
-the order in which blocks take their tiles.
+"""Transpose of a float32 matrix through shared-memory tiles, tuned over the tile's width and
+height, the tile's row stride in shared memory (padded against bank conflicts or not), rows
+per thread and the order in which blocks take their tiles.
 
-Run it: python examples/transpose.py
+A block reads a HEIGHT x TILE tile of a, row by row (runs of TILE adjacent elements), and
+writes it as a TILE x HEIGHT tile of out (runs of HEIGHT): the longer the runs, the fewer
+places of memory a block's reads and writes touch. Each thread issues all of its loads before
+it stores any of them (into the shared tile, then into out). Run it: python examples/transpose.py
 """
 
 import numbatune as nt  # first: on a machine with no GPU it turns numba's simulator on
 
+import itertools
+
 import numpy as np
 from numba import cuda, float32
 
-TILE = 32  # a block moves a TILE x TILE tile
-ROWS = 8  # a block has TILE x ROWS threads: each moves TILE / ROWS elements of the tile
+TILE = 32  # a block moves a HEIGHT x TILE tile of a: TILE columns wide
+HEIGHT = 32  # the tile's rows
+ROWS = 8  # a block has TILE x ROWS threads: each reads HEIGHT / ROWS elements of the tile
+OUT_ROWS = 8  # rows of out's tile the block's threads write at once: TILE * ROWS / HEIGHT
 STRIDE = 33  # the tile's row stride in shared memory: TILE, or TILE + 1 against bank conflicts
 DIAGONAL = False  # blocks of a row of the grid take tiles along a diagonal (spreads the writes)
+SHARED_BYTES = 48 * 1024  # the most shared memory a block can declare statically
+
+
+def variants():
+    """Square tiles of 16 to 64, padded or not; tiles of 128 x 32, 128 x 64 and 64 x 128,
+    padded; each with 2 to 16 rows of threads and both orders of tiles."""
+    shapes = [(t, t, pad) for t in (16, 32, 64) for pad in (0, 1)]
+    shapes += [(128, 32, 1), (128, 64, 1), (64, 128, 1)]
+    for (tile, height, pad), rows, diagonal in itertools.product(
+        shapes, [2, 4, 8, 16], [False, True]
+    ):
+        threads = tile * rows
+        if rows > height or not 64 <= threads <= 1024 or threads % height:
+            continue
+        if height * (tile + pad) * 4 > SHARED_BYTES:
+            continue
+        yield {
+            "TILE": tile,
+            "HEIGHT": height,
+            "ROWS": rows,
+            "OUT_ROWS": threads // height,
+            "STRIDE": tile + pad,
+            "DIAGONAL": diagonal,
+        }
 
 
 @nt.autotune(
-    variants=[
-        {"TILE": tile, "ROWS": rows, "STRIDE": tile + pad, "DIAGONAL": diagonal}
-        for tile in (16, 32, 64)
-        for rows in (2, 4, 8, 16)
-        for pad in (0, 1)
-        for diagonal in (False, True)
-        if rows <= tile and 64 <= tile * rows <= 1024
-    ],
-    launch=lambda a, out, *, TILE, ROWS: (
-        (max(1, nt.cdiv(a.shape[1], TILE)), max(1, nt.cdiv(a.shape[0], TILE))),
+    variants=list(variants()),
+    launch=lambda a, out, *, TILE, HEIGHT, ROWS: (
+        (max(1, nt.cdiv(a.shape[1], TILE)), max(1, nt.cdiv(a.shape[0], HEIGHT))),
         (TILE, ROWS),
     ),
 )
 @cuda.jit
 def transpose(a, out):
     """out = a.T"""
-    tile = cuda.shared.array((TILE, STRIDE), float32)
+    tile = cuda.shared.array((HEIGHT, STRIDE), float32)
     tx, ty = nt.nonnegative(cuda.threadIdx.x), nt.nonnegative(cuda.threadIdx.y)
     x, y = nt.nonnegative(cuda.blockIdx.x), nt.nonnegative(cuda.blockIdx.y)
     if DIAGONAL:  # each row of the grid still takes each of its tiles once
         x = (x + y) % nt.nonnegative(cuda.gridDim.x)
-    first_row, first_col = y * TILE, x * TILE
-    for k in range(0, TILE, ROWS):  # read rows of a's tile: consecutive threads, adjacent columns
+    first_row, first_col = y * HEIGHT, x * TILE
+    read = cuda.local.array(HEIGHT, float32)  # registers: a thread's elements of a's tile
+    for k in nt.static_range(0, HEIGHT, ROWS):  # rows of a's tile, every load issued first
         row, col = first_row + ty + k, first_col + tx
-        if row < a.shape[0] and col < a.shape[1]:
-            tile[ty + k, tx] = a[row, col]
+        read[k] = a[row, col] if row < a.shape[0] and col < a.shape[1] else float32(0)
+    for k in nt.static_range(0, HEIGHT, ROWS):
+        tile[ty + k, tx] = read[k]
     cuda.syncthreads()
-    for k in range(0, TILE, ROWS):  # write rows of out's tile: the columns of a's
-        row, col = first_col + ty + k, first_row + tx
+    t = ty * TILE + tx  # the threads again, HEIGHT wide: consecutive ones write adjacent columns
+    wx, wy = t % HEIGHT, t // HEIGHT
+    written = cuda.local.array(TILE, float32)  # a thread's elements of out's tile
+    for k in nt.static_range(0, TILE, OUT_ROWS):  # rows of out's tile: the columns of a's
+        written[k] = tile[wx, wy + k]
+    for k in nt.static_range(0, TILE, OUT_ROWS):
+        row, col = first_col + wy + k, first_row + wx
         if row < out.shape[0] and col < out.shape[1]:
-            out[row, col] = tile[tx, ty + k]
+            out[row, col] = written[k]
 
 
 def example(small: bool = False):

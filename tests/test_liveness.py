@@ -66,7 +66,7 @@ def _environment():
 @pytest.mark.parametrize(
     ("example", "params"),
     [
-        ("sgemm", dict(BM=128, BN=128, BK=16, TM=8, TN=8, SPREAD=True)),  # loops written out
+        ("sgemm", dict(BM=128, BN=128, BK=16, TM=8, TN=8)),  # loops written out
         ("softmax", dict(WARPS=4, ROWS=1, ITEMS=8)),  # device functions
     ],
 )

@@ -106,10 +106,11 @@ def test_covering_variants_count_jit_options_as_parameters():
 
 
 def test_with_variants_tunes_only_the_given_variants_and_leaves_the_original_alone():
+    every = list(saxpy.variants)
     chosen = testing.covering_variants(saxpy)
     small = saxpy.with_variants(chosen)
     benchmarks_before = saxpy.stats["benchmarks"]
-    assert small.variants == chosen and len(saxpy.variants) == 48
+    assert small.variants == chosen and len(chosen) < len(every)
     x = cuda.to_device(np.arange(70, dtype=np.float32))
     y = cuda.to_device(np.ones(70, dtype=np.float32))
     out = cuda.device_array(70, np.float32)
@@ -118,7 +119,7 @@ def test_with_variants_tunes_only_the_given_variants_and_leaves_the_original_alo
     assert report.winner in chosen
     small(np.float32(2.0), x, y, out)
     np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(70) + 1)
-    assert saxpy.stats["benchmarks"] == benchmarks_before
+    assert saxpy.stats["benchmarks"] == benchmarks_before and saxpy.variants == every
     assert small.stats["benchmarks"] == 1
 
 
