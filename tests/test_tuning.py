@@ -314,9 +314,8 @@ def test_a_tuning_keeps_the_settings_it_began_with(monkeypatch):
 
 
 def cost(variant):
-    """A fake time (us) of a variant of `searched`: least at REPS=7, the others 20% apart (none
-    close enough to the best to be timed again as a tie)."""
-    return 10 + 2 * abs(variant.params["REPS"] - 7)
+    """A fake time (us) of a variant of `searched`: least at REPS=7."""
+    return 10 + abs(variant.params["REPS"] - 7)
 
 
 @pytest.fixture
@@ -536,20 +535,20 @@ def test_ties_without_the_kernel_as_written_go_to_the_first_variant_and_are_time
 
 
 def test_a_variant_clearly_slower_than_the_best_is_no_tie(monkeypatch):
-    measured = faked_times(monkeypatch, lambda _: {2: 1.0, 4: 1.2, 8: 1.3, 16: 3.0})
+    measured = faked_times(monkeypatch, lambda _: {2: 1.0, 4: 1.1, 8: 1.2, 16: 3.0})
     report = four_blocks().tune(*device_pair(8))
     assert measured == [[2, 4, 8, 16]] and report.best == {"BLOCK": 2} and report.tied == ()
 
 
 @pytest.mark.parametrize(
     "first",
-    [{2: 1.09, 8: 1.0},  # BLOCK=2 9% slower at first: beyond the tie limit, within the band
+    [{2: 1.035, 8: 1.0},  # BLOCK=2 3.5% slower at first: beyond the tie limit, within the band
      {2: 0.99, 8: 1.012},  # BLOCK=2 fastest at first
      {2: 1.0, 8: 1.045}],  # BLOCK=8 4.5% slower at first
 )  # fmt: skip
 def test_fresh_processes_agree_on_the_winner_whatever_their_first_measurement(monkeypatch, first):
     """BLOCK=2 and 8 lie 1.2% apart in truth (BLOCK=16 4.5% behind), and each process's first
-    measurement puts them anywhere within the band (10%): every process times the same variants
+    measurement puts them anywhere within the band (5%): every process times the same variants
     again, and BLOCK=2, the first of the ties, wins in each."""
     again = {2: 1.012, 4: 2.0, 8: 1.0, 16: 1.045}
     measured = faked_times(monkeypatch, lambda n: {4: 2.0, 16: 1.03, **first} if n == 0 else again)
@@ -573,8 +572,8 @@ def test_ties_are_within_a_fixed_limit_whatever_the_spreads(monkeypatch, spread)
     ("share", "other", "within"),
     [(0.016, 1.016, True),
      (0.016, 1.017, False),
-     (0.1, 1.099, True),
-     (0.1, 1.11, False)],
+     (0.05, 1.049, True),
+     (0.05, 1.06, False)],
 )  # fmt: skip
 def test_within_is_a_fixed_share_of_the_faster_median_whatever_the_spreads(share, other, within):
     from numbatune.tuning import bench

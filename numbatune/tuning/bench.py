@@ -114,10 +114,10 @@ def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
 #: 0.4%, room for another careful measurement of the same variants to see them differently.
 TIE_LIMIT = 0.016
 #: Variants of a tuning's measurement within this share of the best's median are timed again to
-#: settle ties: far wider than :data:`TIE_LIMIT`, so that a variant within it in truth is timed
-#: again whatever that measurement's noise made of it (on an H200, one fresh process's first
-#: measurement put two 13 us kernels 8.6% apart, which seven others timed again within 0.8%).
-RETIME_BAND = 0.1
+#: settle ties: wider than :data:`TIE_LIMIT`, so that a variant within it in truth is timed
+#: again whatever that measurement's noise made of it (the set timed again is the same in every
+#: process).
+RETIME_BAND = 0.05
 
 
 def within(leader: Timed, other: Timed, share: float) -> bool:
