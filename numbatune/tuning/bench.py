@@ -38,9 +38,9 @@ How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says w
    say) fails, with why: it could not run inside a graph.
 
 Each variant's result is the median of its runs and their interquartile range. Variants whose
-medians lie within :data:`RETIME_BAND` of the best one's are timed again, together; of those,
-the ones within :data:`TIE_LIMIT` of the fastest are ties, and a stable rule chooses among them
-(:mod:`numbatune.tuning.tuner`), so that fresh processes agree on the winner. Under the
+medians lie within noise of the best one's are ties (:func:`within_noise`): the tuner times them
+again, together, and a stable rule chooses among those still tied (:mod:`numbatune.tuning.
+tuner`), so that fresh processes agree on the winner. Under the
 simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or flush,
 timed by the wall clock: those times say nothing about speed. The simulator has no graphs:
 asked for graph timing there, the stopwatch is the wall clock as well, the log says so once,
@@ -108,22 +108,24 @@ def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
     return Timed(statistics.median(samples), spread, len(samples), stopped_early)
 
 
-#: Variants whose medians, timed again together, exceed the fastest's by at most this share of
-#: it are ties: a fixed limit, the same in every process whatever its spreads. It is the most a
-#: winner chosen among ties is slower than the fastest, as this measurement sees them: 2% less
-#: 0.4%, room for another careful measurement of the same variants to see them differently.
-TIE_LIMIT = 0.016
-#: Variants of a tuning's measurement within this share of the best's median are timed again to
-#: settle ties: wider than :data:`TIE_LIMIT`, so that a variant within it in truth is timed
-#: again whatever that measurement's noise made of it (the set timed again is the same in every
-#: process).
-RETIME_BAND = 0.05
+#: Two medians closer than this share of the faster one are always a tie, and further than
+#: :data:`TIE_CEILING` never: between the two, the variants' own spreads decide (a winner chosen
+#: among ties is so at most 2% slower than the fastest, timed together).
+TIE_FLOOR = 0.01
+TIE_CEILING = 0.02
 
 
-def within(leader: Timed, other: Timed, share: float) -> bool:
-    """Whether ``other``'s median exceeds ``leader``'s (the faster) by at most ``share`` of it.
-    A variant stopped early is clearly slower, and never within."""
-    return not other.stopped_early and other.median_s <= (1 + share) * leader.median_s
+def within_noise(leader: Timed, other: Timed) -> bool:
+    """Whether ``other``'s time is within the measurement's noise of ``leader``'s (the faster):
+    its median exceeds the leader's by less than the half interquartile ranges of both
+    together (their middle halves overlap), taken as at least :data:`TIE_FLOOR` and at most
+    :data:`TIE_CEILING` of the leader's median. A variant stopped early is clearly slower, and
+    never a tie."""
+    if other.stopped_early:
+        return False
+    noise = (leader.spread_s + other.spread_s) / 2
+    limit = min(max(noise, TIE_FLOOR * leader.median_s), TIE_CEILING * leader.median_s)
+    return other.median_s - leader.median_s <= limit
 
 
 def early_stopped(

@@ -275,23 +275,19 @@ def _settled(
     """The winner, and the variants it was chosen among (none where no other was tied).
 
     Of the variants of the ``launchers``, the last batch, measured with ``best`` (the medians
-    of other batches are not comparable with its), those within
-    :data:`~numbatune.tuning.bench.RETIME_BAND` of ``best``'s median are timed again, together
-    and interleaved (their ``outcomes`` replaced). Those then within
-    :data:`~numbatune.tuning.bench.TIE_LIMIT` of the fastest are ties, and a stable rule
-    chooses: the kernel as written, else the first in the kernel's order. The band is wider
-    than the limit, so that which variants are timed again does not hang on the first
-    measurement's noise, and the limit is fixed, so that which are tied does not hang on a
-    process's spreads: fresh processes agree unless a variant lies at the limit itself."""
+    of other batches are not comparable with its), those timed within noise of ``best``
+    (:func:`numbatune.tuning.bench.within_noise`) are ties: they are timed again, together
+    and interleaved (their ``outcomes`` replaced), and among those still within noise of the
+    fastest, a stable rule chooses: the kernel as written, else the first in the kernel's
+    order. Fresh processes, whose timings of such variants fall either way, so agree on one."""
     timed = {v: o for v, o in outcomes.items() if isinstance(o, Timed) and v in launchers}
     if best not in timed:
         return best, ()
-    band = [v for v in job.variants
-            if v in timed and bench.within(timed[best], timed[v], bench.RETIME_BAND)]  # fmt: skip
-    if len(band) < 2:
+    tied = [v for v in job.variants if v in timed and bench.within_noise(timed[best], timed[v])]
+    if len(tied) < 2:
         return best, ()
     started = time.perf_counter()
-    runs = {v: bound(launchers[v], clones, job.stream) for v in band}
+    runs = {v: bound(launchers[v], clones, job.stream) for v in tied}
     with bench.device_lock:
         again = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     clock.benchmark_s += time.perf_counter() - started
@@ -301,22 +297,18 @@ def _settled(
         times = {v: _median(outcome) for v, outcome in outcomes.items()}
         return _fastest(job, (), times, None), ()
     fastest = min(retimed, key=lambda v: (retimed[v].median_s, job.variants.index(v)))
-    ties = tuple(v for v in band if v in retimed
-                 and bench.within(retimed[fastest], retimed[v], bench.TIE_LIMIT))  # fmt: skip
-    if len(ties) < 2:
-        return fastest, ()
+    ties = tuple(v for v in tied if v in retimed and bench.within_noise(retimed[fastest],
+                                                                        retimed[v]))  # fmt: skip
     winner = job.reference if job.reference in ties else ties[0]
     logger.info(
-        "numbatune: %s: for key %r, %s are within %g%% of the fastest, %s, timed again: %s wins "
-        "(the kernel as written first, then the variants' order)",
+        "numbatune: %s: for key %r, %s are within noise of each other: %s wins (the kernel as "
+        "written first, then the variants' order)",
         job.kernel_name,
         job.key,
         ", ".join(v.label for v in ties),
-        bench.TIE_LIMIT * 100,
-        fastest.label,
         winner.label,
     )
-    return winner, ties
+    return winner, ties if len(ties) > 1 else ()
 
 
 #: The fewest variants a search proposes at a time (one for each compile worker, where more
