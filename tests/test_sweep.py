@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import unittest.mock
 from types import SimpleNamespace
 
 import numpy as np
@@ -78,8 +79,18 @@ sys.stdin.read()
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ray_without_tokens():
+    """This module's Ray clusters and jobs, without token authentication: a job connecting by
+    address uses none unless its process started a cluster before (which turns it on for the
+    process), and a cluster started meanwhile may write a new token over the one another's
+    jobs read (~/.ray/auth_token)."""
+    with unittest.mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "disabled"}):
+        yield
+
+
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(ray_without_tokens):
     """The address of a Ray cluster this module's Ray tests share: each connects a job of its
     own (with the environment variables its actors read) and leaves the cluster up, which
     costs far less than starting one."""
