@@ -178,7 +178,14 @@ def _environment_line(environment: dict[str, Any]) -> str:
     versions = environment["versions"]
     names = ("numba-cuda", "torch", "triton")
     said = ", ".join(f"{name} {versions[name]}" for name in names if name in versions)
-    return f"{environment['device']['name']}, driver {environment['driver']}, {said}"
+    if "device" not in environment:  # a smoke run's
+        return f"{_device(environment)}, {said}"
+    return f"{_device(environment)}, driver {environment['driver']}, {said}"
+
+
+def _device(environment: dict[str, Any]) -> str:
+    """The device a results file was measured on (a smoke run's: the simulator)."""
+    return environment.get("device", {}).get("name", "numba's CUDA simulator")
 
 
 def _results(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -223,9 +230,7 @@ def section_table(name: str, path: Path) -> str:
     section, write = TABLES[name]
     environment, results = _results(path)
     written = write(results[section])
-    source = (
-        f"From `{Path(path).name}`: {environment['device']['name']}, {environment['date'][:10]}."
-    )
+    source = f"From `{Path(path).name}`: {_device(environment)}, {environment['date'][:10]}."
     between = "\n\n" if written.endswith("|") else " "  # after the table's own note, if any
     return f"{written}{between}{source}"
 
@@ -258,7 +263,7 @@ def page_blocks(page: Path) -> list[tuple[str, str, list[Path]]]:
 def _files_for(name: str, files: Sequence[Path]) -> list[Path]:
     """The files among ``files`` the block ``name`` is written from (none: it is kept)."""
     if name == SUMMARY:
-        return list(files)
+        return [path for path in files if set(ROWS) & set(_results(path)[1])]
     section = TABLES[name][0]
     holding = [path for path in files if section in _results(path)[1]]
     return holding[-1:]

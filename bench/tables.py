@@ -207,7 +207,7 @@ def levels(result: dict[str, Any]) -> str:
     header = ["level", "variants tried", "tuning (s)", "x full's winners, geometric mean",
               "x full's, worst"]  # fmt: skip
     examples = ", ".join(f"`{example['kernel']}`" for example in result["examples"])
-    return f"{markdown(header, rows)}\n\nOver {len(result['examples'])} kernels: {examples}."
+    return f"{markdown(header, rows)}\n\nThe examples' kernels: {examples}."
 
 
 def _rate(row: dict[str, Any]) -> str:
@@ -269,7 +269,7 @@ def real_kernels(result: dict[str, Any]) -> str:
                 f"{wall['original']:.1f}",
                 f"{wall['tuned']:.1f}",
                 f"{row['ratio']:.3f}x",
-                f"{_number(device['original'], 1)} / {_number(device['tuned'], 1)}",
+                " / ".join(_number(device[side], 1) or "-" for side in ("original", "tuned")),
                 row["winner"],
                 f"{row['tuning']['seconds']:.2f} s",
                 "yes" if row["correct"] else "**no**",
