@@ -28,8 +28,9 @@ from bench import floor
 from numbatune.arrays import SIMULATOR
 from numbatune.rawstreams import stream_handle
 
-SIZE = 1024
-BLOCK = 256
+#: The arrays' length, numba's launch's block and the tuned kernels' blocks: 1 Ki float32 on a
+#: GPU; a few threads under the simulator, where each is a Python thread (the smoke run).
+SIZE, BLOCK, BLOCKS = (32, 16, [8, 16]) if SIMULATOR else (1024, 256, [128, 256])
 
 
 _SCALE_SOURCE = """
@@ -49,7 +50,7 @@ def tuned_scale(kind: str, kernel: Any = scale) -> nt.TunedKernel:
     sizes; one tuned kernel per array kind and compiler, as a program that uses one array
     library has."""
     return nt.autotune(
-        variants=nt.product(BLOCK=[128, 256]),
+        variants=nt.product(BLOCK=BLOCKS),
         launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
         name=f"bench_dispatch_{'' if kernel is scale else 'mlir_'}scale_{kind}",
     )(kernel)
@@ -185,7 +186,7 @@ wide_kernel = cuda.jit(_namespace["wide"])
 
 def tuned_wide(kind: str) -> nt.TunedKernel:
     return nt.autotune(
-        variants=nt.product(BLOCK=[128, 256]),
+        variants=nt.product(BLOCK=BLOCKS),
         launch=lambda *args, BLOCK: (nt.cdiv(args[WIDE_ARRAYS - 1].shape[0], BLOCK), BLOCK),
         name=f"bench_dispatch_wide_{kind}",
     )(wide_kernel)
@@ -204,7 +205,7 @@ DECLARED = "void(i8, f8[:], f8[:], b1)"
 
 def tuned_declared(kind: str) -> nt.TunedKernel:
     return nt.autotune(
-        variants=nt.product(BLOCK=[128, 256]),
+        variants=nt.product(BLOCK=BLOCKS),
         launch=lambda n, x, out, negate, *, BLOCK: (nt.cdiv(n, BLOCK), BLOCK),
         name=f"bench_dispatch_declared_{kind}",
     )(cuda.jit(DECLARED)(scale_declared))

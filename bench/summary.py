@@ -1,11 +1,13 @@
 """The performance tables of README.md and docs/benchmarks.md, written from results files.
 
-``python -m bench.summary FILE...`` reads results files that ``bench/run.py`` wrote (those with
-the sections of :data:`ROWS`; where two files hold a section, the
-later one's is taken) and rewrites the table between the ``<!-- summary:begin ... -->`` and
-``<!-- summary:end -->`` lines of both pages, the begin line naming the files. A figure is then
-written once, in bench/results, and the pages cannot disagree (``tests/test_bench.py`` checks
-that each page's table is what its files give).
+``python -m bench.summary FILE...`` reads results files that ``bench/run.py`` wrote and rewrites
+each block of both pages, the lines between ``<!-- NAME:begin FILES -->`` and
+``<!-- NAME:end -->``, the begin line naming the files it was written from. The ``summary``
+block (both pages) takes the sections of :data:`ROWS` from all the files, the later one's where
+two hold a section; each other block is a table of :data:`bench.tables.TABLES`, written from
+the last file that holds its section. A block that no file given holds is left as it is (and
+named on the way). A figure is then written once, in bench/results, and the pages cannot
+disagree (``tests/test_bench.py`` checks that each block is what its files give).
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.tables import TABLES
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")
-BEGIN, END = "<!-- summary:begin", "<!-- summary:end -->"
-#: The begin line, the files' paths (relative to the repository) after it, the table, the end.
+SUMMARY = "summary"
+#: The begin line, its block's name, the files' paths (relative to the repository) after it, the
+#: table, the end line.
 _BLOCK = re.compile(
-    rf"^{re.escape(BEGIN)} (?P<files>[^\n]*) -->\n.*?^{re.escape(END)}$", re.M | re.S
+    r"^<!-- (?P<name>[a-z_]+):begin(?P<files>[^\n]*?) -->\n.*?^<!-- (?P=name):end -->$",
+    re.M | re.S,
 )
 _KINDS = ("numba", "cupy", "torch")
 
@@ -172,7 +178,27 @@ def _environment_line(environment: dict[str, Any]) -> str:
     versions = environment["versions"]
     names = ("numba-cuda", "torch", "triton")
     said = ", ".join(f"{name} {versions[name]}" for name in names if name in versions)
-    return f"{environment['device']['name']}, driver {environment['driver']}, {said}"
+    if "device" not in environment:  # a smoke run's
+        return f"{_device(environment)}, {said}"
+    return f"{_device(environment)}, driver {environment['driver']}, {said}"
+
+
+def _device(environment: dict[str, Any]) -> str:
+    """The device a results file was measured on (a smoke run's: the simulator)."""
+    return environment.get("device", {}).get("name", "numba's CUDA simulator")
+
+
+def _results(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The file's environment, and the results of its sections that ran without an error."""
+    document = json.loads(Path(path).read_text())
+    sections = {
+        section: found["result"]
+        for section, found in document["sections"].items()
+        if isinstance(found, dict)
+        and isinstance(found.get("result"), dict)
+        and "error" not in found["result"]
+    }
+    return document["environment"], sections
 
 
 def table(files: Sequence[Path], headlines: bool = False) -> str:
@@ -181,14 +207,11 @@ def table(files: Sequence[Path], headlines: bool = False) -> str:
     sections: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
     notes = []
     for path in files:
-        document = json.loads(Path(path).read_text())
+        environment, results = _results(path)
         name = Path(path).name
-        environment = document["environment"]
         notes.append(f"`{name}`: {_environment_line(environment)}, {environment['date'][:10]}.")
-        for section, found in document["sections"].items():
-            result = found.get("result") if isinstance(found, dict) else None
-            if section in ROWS and isinstance(result, dict) and "error" not in result:
-                sections[section] = (name, result, environment)
+        sections |= {section: (name, results[section], environment)
+                     for section in ROWS if section in results}  # fmt: skip
     lines = ["| what | numbatune | peer, same run | date, file |", "| --- | --- | --- | --- |"]
     for section, rows in ROWS.items():
         if section in sections:
@@ -201,31 +224,66 @@ def table(files: Sequence[Path], headlines: bool = False) -> str:
     return "\n".join([*lines, "", *notes])
 
 
+def section_table(name: str, path: Path) -> str:
+    """The table ``name`` of :data:`bench.tables.TABLES` from the file ``path``, the file, its
+    device and its date said after it."""
+    section, write = TABLES[name]
+    environment, results = _results(path)
+    written = write(results[section])
+    source = f"From `{Path(path).name}`: {_device(environment)}, {environment['date'][:10]}."
+    between = "\n\n" if written.endswith("|") else " "  # after the table's own note, if any
+    return f"{written}{between}{source}"
+
+
 def _relative(path: Path) -> str:
     return Path(path).resolve().relative_to(ROOT).as_posix()
 
 
-def block(files: Sequence[Path], page: Path) -> str:
-    """The whole block ``page`` holds: the begin line naming ``files``, the table (README's:
-    its headlines), the end line."""
-    shown = table(files, headlines=page == PAGES[0])
-    return f"{BEGIN} {' '.join(_relative(path) for path in files)} -->\n{shown}\n{END}"
+def block(name: str, files: Sequence[Path], page: Path) -> str:
+    """The whole block ``name`` of ``page``: the begin line naming ``files``, the table written
+    from them (README's summary: its headlines), the end line."""
+    if name == SUMMARY:
+        shown = table(files, headlines=page == PAGES[0])
+    else:
+        (path,) = files
+        shown = section_table(name, path)
+    named = "".join(" " + _relative(path) for path in files)
+    return f"<!-- {name}:begin{named} -->\n{shown}\n<!-- {name}:end -->"
 
 
-def page_block(page: Path) -> tuple[str, list[Path]]:
-    """The block ``page`` holds now, and the files its begin line names."""
-    found = _BLOCK.search(page.read_text())
-    if found is None:
-        raise ValueError(f"{page}: no {BEGIN} ... {END} block")
-    return found.group(0), [ROOT / name for name in found.group("files").split()]
+def page_blocks(page: Path) -> list[tuple[str, str, list[Path]]]:
+    """The blocks ``page`` holds now: each one's text, name, and the files its begin line
+    names."""
+    return [
+        (found.group(0), found.group("name"), [ROOT / f for f in found.group("files").split()])
+        for found in _BLOCK.finditer(page.read_text())
+    ]
+
+
+def _files_for(name: str, files: Sequence[Path]) -> list[Path]:
+    """The files among ``files`` the block ``name`` is written from (none: it is kept)."""
+    if name == SUMMARY:
+        return [path for path in files if set(ROWS) & set(_results(path)[1])]
+    section = TABLES[name][0]
+    holding = [path for path in files if section in _results(path)[1]]
+    return holding[-1:]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite both pages' tables from the results files given (by default, those they name)."""
+    """Rewrite both pages' blocks from the results files given (by default, those each names)."""
     files = [Path(name) for name in (sys.argv[1:] if argv is None else argv)]
     for page in PAGES:
-        old, named = page_block(page)
-        page.write_text(page.read_text().replace(old, block(files or named, page)))
+        text = page.read_text()
+        for old, name, named in page_blocks(page):
+            chosen = _files_for(name, files) if files else named
+            if chosen:
+                text = text.replace(old, block(name, chosen, page))
+            else:
+                print(
+                    f"bench.summary: {page.name}'s {name} table kept: "
+                    + ("no file given holds its section" if files else "it names no file")
+                )
+        page.write_text(text)
     return 0
 
 

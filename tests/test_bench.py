@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import numbatune as nt
-from bench import kernels, real_kernels
+from bench import kernels, real_kernels, tables
 from bench import run as bench_run
 from numbatune.arrays import SIMULATOR
 from numbatune.compilers.numba_cuda_mlir import NO_SIMULATOR
+from numbatune.config import LEVELS
 from numbatune.tuning import bench
 from numbatune.tuning.results import Timed
 from tests import kernels as test_kernels
@@ -257,6 +258,8 @@ def _check_real_kernels(real, printed):
         assert row["correct"], row["mismatch"]
         assert row["ratio"] > 0 and row["winner"] and row["tuning"]["not_timed"] == {}
     assert "STUMPY_THREADS_PER_BLOCK=" in printed  # the real kernels' table, with the winners
+    written = tables.real_kernels(real)  # docs/benchmarks.md's table, a skipped kernel said
+    assert "| `stumpy` |" in written and "| `reduce` |" + "  |" * 6 + " not measured: " in written
 
 
 def _check_search(searched, printed):
@@ -278,6 +281,19 @@ def _check_warm_start(warm, printed):
 def _check_ceilings(ceilings, printed):
     (tiny,) = ceilings["examples"]
     assert tiny["kernel"] == "double" and tiny["ceiling"] == "copy"
+    assert "| `double` | 8 | 2 |" in tables.ceilings(ceilings)  # docs/benchmarks.md's table
+
+
+def _check_levels(levels, printed):
+    # Each level tuned the kernel (loaded afresh) itself, not served by the memory cache of
+    # the tunings before it: minimal launched the defaults unmeasured, the others measured.
+    (tiny,) = levels["examples"]
+    sources = [(row["level"], row["source"]) for row in tiny["levels"]]
+    assert sources == [(LEVELS[0], "single"), *((level, "benchmark") for level in LEVELS[1:])]
+    written = tables.levels(levels)  # docs/benchmarks.md's table: a row per level
+    assert [line.split(" | ")[0] for line in written.splitlines()[2:6]] == [
+        f"| `{level}`" for level in LEVELS
+    ]
 
 
 def _check_accuracy(accuracy, printed):
@@ -312,15 +328,16 @@ SMOKE_CHECKS = {
     "real_kernels": _check_real_kernels,
     "warm_start": _check_warm_start,
     "ceilings": _check_ceilings,
+    "levels": _check_levels,
     "accuracy": _check_accuracy,
     "compilers": _check_compilers,
 }
 
 #: The smoke run in parts of about the same length, which the test workers run side by side.
 SMOKE_PARTS = [
-    ("search", "reproducibility", "graphs"),
-    ("dispatch", "real_kernels", "space_cost", "compilers"),
-    ("first_tune", "tuning_time", "accuracy", "stability", "warm_start", "ceilings", "levels"),
+    ("search", "space_cost", "compilers"),
+    ("reproducibility", "graphs", "dispatch", "real_kernels", "stability"),
+    ("first_tune", "tuning_time", "accuracy", "warm_start", "ceilings", "levels"),
 ]
 
 
@@ -476,15 +493,19 @@ def test_an_example_that_cannot_be_made_is_recorded_with_the_stage_it_failed_in(
 
 
 def test_the_performance_tables_of_readme_and_benchmarks_are_their_results_files():
-    # Each page's table is what bench.summary writes from the results files its begin line
-    # names, and both pages name the same files: one figure, one source.
+    # Each block of each page is what bench.summary writes from the results files its begin line
+    # names, and both pages' summaries name the same files: one figure, one source.
     from bench import summary
 
-    blocks = [summary.page_block(page) for page in summary.PAGES]
-    (readme, readme_files), (benchmarks, benchmarks_files) = blocks
-    assert readme_files == benchmarks_files and all(path.is_file() for path in readme_files)
-    assert readme == summary.block(readme_files, summary.PAGES[0])
-    assert benchmarks == summary.block(benchmarks_files, summary.PAGES[1])
+    readme, benchmarks = ({name: (text, files) for text, name, files in summary.page_blocks(page)}
+                          for page in summary.PAGES)  # fmt: skip
+    assert set(readme) == {"summary"} and readme["summary"][1] == benchmarks["summary"][1]
+    for page, blocks in zip(summary.PAGES, (readme, benchmarks), strict=True):
+        for name, (text, files) in blocks.items():
+            assert all(path.is_file() for path in files), name
+            if files:  # (a block naming no file is not written from one yet)
+                assert text == summary.block(name, files, page), name
+    assert set(benchmarks) >= {"summary", "hits", "streams", "tuning_time", "graphs"}
     # README shows the headlines of the same table: each of its rows is one of benchmarks.md's.
-    assert set(readme.splitlines()[3:]) <= set(benchmarks.splitlines())
-    assert "| a cache hit, 1 Ki float32" in readme
+    assert set(readme["summary"][0].splitlines()[3:]) <= set(benchmarks["summary"][0].splitlines())
+    assert "| a cache hit, 1 Ki float32" in readme["summary"][0]

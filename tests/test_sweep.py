@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import unittest.mock
 from types import SimpleNamespace
 
 import numpy as np
@@ -66,6 +67,53 @@ def program(tmp_path):
     (tmp_path / "sweep_kernels.py").write_text(textwrap.dedent(KERNELS))
     (tmp_path / "program.py").write_text(textwrap.dedent(PROGRAM))
     return tmp_path
+
+
+#: A Ray cluster on this machine that says it has one GPU (under the simulator no actor uses
+#: it), its address printed, kept up until this program's input closes.
+CLUSTER = """
+import sys, ray
+ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_without_tokens():
+    """This module's Ray clusters and jobs, without token authentication: a job connecting by
+    address uses none unless its process started a cluster before (which turns it on for the
+    process), and a cluster started meanwhile may write a new token over the one another's
+    jobs read (~/.ray/auth_token)."""
+    with unittest.mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "disabled"}):
+        yield
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_without_tokens):
+    """The address of a Ray cluster this module's Ray tests share: each connects a job of its
+    own (with the environment variables its actors read) and leaves the cluster up, which
+    costs far less than starting one."""
+    pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+    head = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        yield head.stdout.readline().strip()
+    finally:
+        head.stdin.close()
+        head.wait(timeout=120)
+
+
+@contextlib.contextmanager
+def ray_job(address, **environment):
+    """A job of this process on the cluster at ``address``, its actors given ``environment``."""
+    import ray
+
+    ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": environment})
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def run_program(folder, cache, *arguments, **environment):
@@ -151,18 +199,14 @@ def test_sweep_without_a_record_says_where_it_looked(tmp_path, monkeypatch, caps
     assert f"no record at {tmp_path / 'record.jsonl'}" in capsys.readouterr().err
 
 
-def test_a_ray_sweep_starts_no_more_actors_than_the_cluster_has_gpus(program, capsys):
-    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+def test_a_ray_sweep_starts_no_more_actors_than_the_cluster_has_gpus(ray_cluster, program, capsys):
     path = recorded(program)
     export = program / "export.json"
-    # A cluster that says it has one GPU (under the simulator, no actor uses it): a second
-    # actor asking for a GPU would wait for ever.
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+    # The cluster says it has one GPU and two CPUs: a second actor asking for a GPU would wait
+    # for ever.
+    with ray_job(ray_cluster):
         status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program),
                            "--ray", "--workers", "2"])  # fmt: skip
-    finally:
-        ray.shutdown()
     assert status == 0, capsys.readouterr().err
     assert "3 tuned, 0 stored, 0 failed, 0 skipped, over 1 workers" in capsys.readouterr().err
 
@@ -207,8 +251,9 @@ def test_a_sweep_of_records_without_keys_whose_worker_dies_says_what_it_tuned(
 
 
 @pytest.mark.parametrize("actor", ["on this machine", "on another machine"])
-def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(actor, program, capsys, monkeypatch):
-    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(
+    actor, ray_cluster, program, capsys, monkeypatch
+):
     path = recorded(program)
     export = program / "export.json"
     if actor == "on another machine":
@@ -218,12 +263,8 @@ def test_a_ray_sweep_whose_actor_dies_keeps_what_it_tuned(actor, program, capsys
             yield str(program / "not-on-the-actors-machine" / f"{prefix}folder")
 
         monkeypatch.setattr(tempfile, "TemporaryDirectory", elsewhere)
-    dies = {"env_vars": {"SWEEP_DIES_AT": "40"}}  # the last of the one actor's three keys
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=dies)
-    try:
+    with ray_job(ray_cluster, SWEEP_DIES_AT="40"):  # the last of the one actor's three keys
         status = cli.main(["sweep", str(path), "-o", str(export), "--path", str(program), "--ray"])
-    finally:
-        ray.shutdown()
     said = capsys.readouterr().err.splitlines()  # (and Ray's lines)
     [summary] = [line for line in said if line.startswith("numbatune sweep:")]
     assert status == 1 and "2 tuned, 0 stored, 1 failed" in summary, summary
@@ -336,8 +377,9 @@ def scale(x, out, a):
 """
 
 
-def test_a_ray_sweep_exports_a_key_tuned_again_over_the_earlier_exports_entry(program, capsys):
-    ray = pytest.importorskip("ray", reason="Ray is the optional extra numbatune[ray]")
+def test_a_ray_sweep_exports_a_key_tuned_again_over_the_earlier_exports_entry(
+    ray_cluster, program, capsys
+):
     (program / "levels_kernels.py").write_text(LEVELS)
     x = record.describe(cuda.to_device(np.ones(8, np.float32)))
     line = _line([x, x, record.describe(np.float32(2))], function="levels_kernels.scale")
@@ -346,12 +388,8 @@ def test_a_ray_sweep_exports_a_key_tuned_again_over_the_earlier_exports_entry(pr
     command = ["sweep", str(program / "keys.jsonl"), "-o", str(export), "--path", str(program),
                "--ray"]  # fmt: skip
     for level in ("minimal", "full"):  # full measures the variant minimal left out: tuned again
-        environment = {"env_vars": {"SWEEP_LEVEL": level}}
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=environment)
-        try:
+        with ray_job(ray_cluster, SWEEP_LEVEL=level):
             assert cli.main(command) == 0, capsys.readouterr().err
-        finally:
-            ray.shutdown()
     [entry] = json.loads(export.read_text())["entries"]
     assert len(entry["entry"]["results"]) == 3  # not the earlier export's two
 
