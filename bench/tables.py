@@ -9,6 +9,7 @@ table, and a field a run did not measure leaves its cell empty.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -217,9 +218,15 @@ def _rate(row: dict[str, Any]) -> str:
 
 
 def _shape(row: dict[str, Any]) -> str:
-    shapes = row.get("shape") or [[]]
-    first = shapes[0]
-    if len(first) == 2 and first[0] == first[1]:
+    """The largest array's shape (a matrix product's as M^3 where all three are one square)."""
+    shapes = [shape for shape in row.get("shape") or [] if shape]
+    if not shapes:
+        return ""
+    first = max(shapes, key=lambda shape: math.prod(shape))
+    square = len(first) == 2 and first[0] == first[1]
+    if square and row.get("ceiling", "").startswith("cuBLAS") and len(set(map(tuple, shapes))) == 1:
+        return f"{size(first[0])}^3"
+    if square:
         return f"{size(first[0])}^2"
     return " x ".join(size(n) for n in first)
 
@@ -238,7 +245,14 @@ def ceilings(result: dict[str, Any]) -> str:
             if "percent_of_ceiling" in row
             else "",
             f"{row['default_s'] / row['winner_s']:.2f}x" if row.get("default_s") else "",
-            f"{row['baseline']} {1e6 * row['baseline_s']:.1f} us" if "baseline" in row else "",
+            f"{row['baseline']} {1e6 * row['baseline_s']:.1f} us"
+            + (
+                f" ({row['baseline_percent_of_ceiling']:.1f}%)"
+                if "baseline_percent_of_ceiling" in row
+                else ""
+            )
+            if "baseline" in row
+            else "",
         ]
         for row in result["examples"]
     ]
