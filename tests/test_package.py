@@ -8,6 +8,7 @@ PEP 517 hooks run in it, each build in a fresh copy (setuptools would reuse an e
 
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -193,9 +194,12 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_version_the_demo_and_the_q
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    dependencies = sysconfig.get_paths()["purelib"]
+    # Where this interpreter finds the dependencies (those PYTHONPATH brings first, as here:
+    # a GPU machine's own numpy may be one numba cannot use), never the repository itself.
+    found = [importlib.import_module(name).__file__ for name in ("numpy", "diskcache", "numba")]
+    places = [str(Path(path).parents[1]) for path in found] + [sysconfig.get_paths()["purelib"]]
     Path(site_dir, "dependencies.pth").write_text(
-        f"import site; site.addsitedir({dependencies!r})\n"
+        "".join(f"import site; site.addsitedir({place!r})\n" for place in dict.fromkeys(places))
     )
     environment = {
         **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_ENABLE_CUDASIM")},

@@ -14,6 +14,7 @@ from numbatune import arrays as nt_arrays
 from numbatune import record
 from numbatune.tuning import bench
 from numbatune.tuning.results import Timed
+from tests import workers
 from tests.kernels import forget_shared_state
 
 BLOCK = 8  # the kernel as written
@@ -282,24 +283,20 @@ def test_a_line_cut_short_is_not_counted_as_written_nor_swallows_the_next(
     assert [u.line for u in found.unreadable] == [2]
 
 
-def _append_records(path, writer, count):
-    for number in range(count):
-        arguments = (writer, number, *range(100))  # long lines: many straddle pages
-        record.write(path, "app.k", "app", "k", f"({writer}, {number})", arguments)
-
-
 def test_processes_appending_to_one_record_at_once_leave_no_empty_line(tmp_path):
     import multiprocessing
 
     path, writers, count = tmp_path / "record.jsonl", 8, 60
-    start = multiprocessing.get_context("fork")
+    # Spawned, not forked: a fork of a test process that holds a CUDA context (on a GPU) dies.
+    start = multiprocessing.get_context("spawn")
     processes = [
-        start.Process(target=_append_records, args=(path, w, count)) for w in range(writers)
+        start.Process(target=workers.append_records, args=(path, w, count)) for w in range(writers)
     ]
     for process in processes:
         process.start()
     for process in processes:
         process.join()
+    assert [process.exitcode for process in processes] == [0] * writers
     lines = path.read_text().splitlines()
     assert [line for line in lines if not line.strip()] == []
     found = record.read(path)

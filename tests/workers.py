@@ -208,3 +208,12 @@ def compiler_library_not_found(path):
     with open(path, "a") as file:
         file.write("compiled\n")
     raise DynamicLibNotFoundError('Failure finding "libnvrtc.so.13": No such file: libnvrtc.so.13')
+
+
+def append_records(path, writer, count):
+    """Append ``count`` records of calls to ``path``, as the process ``writer`` would."""
+    from numbatune import record
+
+    for number in range(count):
+        arguments = (writer, number, *range(100))  # long lines: many straddle pages
+        record.write(path, "app.k", "app", "k", f"({writer}, {number})", arguments)
