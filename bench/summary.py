@@ -153,6 +153,29 @@ def _graphs(result: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def _ceilings(result: dict[str, Any]) -> list[list[str]]:
+    examples = [row for row in result["examples"] if row.get("default_s")]
+    gains = [row["default_s"] / row["winner_s"] for row in examples]
+    copy = [row["percent_of_ceiling"] for row in examples if row.get("ceiling") == "copy"]
+    rows = [
+        [
+            f"the examples' tuned winners over their hand-picked defaults, {len(gains)} kernels "
+            "and sizes",
+            f"{min(gains):.2f}x to {max(gains):.2f}x faster",
+            "",
+        ]
+    ]
+    if copy:
+        rows.append(
+            [
+                f"the memory-bound examples' winners, {len(copy)} kernels and sizes",
+                f"{min(copy):.1f}% to {max(copy):.1f}% of the copy bandwidth",
+                f"copy {result['ceilings']['copy']['bytes_per_s'] / 1e12:.2f} TB/s",
+            ]
+        )
+    return rows
+
+
 #: The sections the table reads, in its order, and the rows each gives.
 ROWS: dict[str, Callable[[dict[str, Any]], list[list[str]]]] = {
     "dispatch": _hits,
@@ -160,6 +183,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[list[str]]]] = {
     "accuracy": _accuracy,
     "reproducibility": _reproducibility,
     "graphs": _graphs,
+    "ceilings": _ceilings,
 }
 
 
@@ -171,6 +195,7 @@ HEADLINES = (
     "tuning a new key",
     "the same winner in",
     "a tuned kernel's launch replayed",
+    "the examples' tuned winners",
 )
 
 
@@ -221,7 +246,7 @@ def table(files: Sequence[Path], headlines: bool = False) -> str:
                 for row in rows(result)
                 if not headlines or row[0].startswith(HEADLINES)
             ]
-    return "\n".join([*lines, "", *notes])
+    return "\n".join([*lines, "", "\n\n".join(notes)])
 
 
 def section_table(name: str, path: Path) -> str:
