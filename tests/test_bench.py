@@ -126,32 +126,6 @@ def test_rounds_interleave_the_variants_in_an_order_that_rotates():
     assert all(timing.runs == 3 and not timing.stopped_early for timing in timings.values())
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="counts rounds; on a GPU warm-up and budget add some")
-def test_rounds_take_the_placements_in_turn_each_restored_before_its_runs():
-    calls = []
-
-    def placement(tag):
-        runs = {name: (lambda name=name: calls.append(f"{name}{tag}")) for name in "ab"}
-        return bench.Placement(runs, lambda: calls.append(f"restore{tag}"))
-
-    first, *elsewhere = (placement(tag) for tag in "123")
-    nt.configure(simulator_runs=4)
-    try:
-        timings = bench.measure(first.runs, restore=first.restore, elsewhere=elsewhere)
-    finally:
-        nt.configure(simulator_runs=2)
-    rounds = ["a1", "b1", "b2", "a2", "a3", "b3", "b1", "a1"]  # each run after its restore
-    assert calls == [call for run in rounds for call in (f"restore{run[1]}", run)]
-    assert all(timing.runs == 4 for timing in timings.values())
-
-
-def test_a_median_is_the_mean_of_each_placements_median_and_the_spread_of_all_runs():
-    timed = bench.summary([[1.0, 1.0, 1.1], [3.0, 2.9, 3.0, 3.0], []])
-    assert timed.median_s == pytest.approx(2.0) and timed.runs == 7
-    assert timed.spread_s == pytest.approx(2.0)  # (quartiles 1.0 and 3.0, of all seven)
-    assert bench.summary([[2.0, 1.0, 3.0]]) == Timed(2.0, 2.0, 3)
-
-
 def test_a_run_that_raises_is_recorded_and_not_run_again():
     calls = []
 

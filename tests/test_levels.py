@@ -159,7 +159,7 @@ def searched_in_new_processes(monkeypatch, numbatune_cache):
     new process sharing the disk cache. The times are test_search's fake ones, 100 us more for
     D of 16 or 32: every variant of D of 64 or 128 is faster than all of them."""
 
-    def measure(runs, stream=0, inputs=(), restore=None, rounds=None, taken=None, elsewhere=()):
+    def measure(runs, stream=0, inputs=(), restore=lambda: None, rounds=None, taken=None):
         return {v: Timed((cost(v) + 100 * (v.params["D"] <= 32)) * 1e-6, 0.0, 10) for v in runs}
 
     monkeypatch.setattr(bench, "measure", measure)

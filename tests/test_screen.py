@@ -31,7 +31,7 @@ def fake_times(monkeypatch):
     rounds; the variants of each call, and its rounds (None: the tuning's measurement)."""
     calls = []
 
-    def measure(runs, stream=0, inputs=(), restore=None, rounds=None, taken=None, elsewhere=()):
+    def measure(runs, stream=0, inputs=(), restore=lambda: None, rounds=None, taken=None):
         calls.append((sorted(v.params["BLOCK"] for v in runs), rounds))
         count = rounds or settings.min_runs
         broken = {v for v in runs if TIMES[v.params["BLOCK"]] is None}  # its launch raises

@@ -51,7 +51,7 @@ def fake_times(monkeypatch):
     a GPU, screening them while they compile is test_screen's)."""
     batches = []
 
-    def measure(runs, stream=0, inputs=(), restore=None, rounds=None, taken=None, elsewhere=()):
+    def measure(runs, stream=0, inputs=(), restore=lambda: None, rounds=None, taken=None):
         batches.append(list(runs))
         return {variant: Timed(cost(variant) * 1e-6, 0.0, 10) for variant in runs}
 

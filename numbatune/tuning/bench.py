@@ -37,27 +37,18 @@ How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says w
    another in a graph do. A variant whose launch cannot be captured (it waits for the device,
    say) fails, with why: it could not run inside a graph.
 
-8. **Placements**: the runs can work on several copies of the arguments, allocated together, so
-   at different places in device memory (:class:`Placement`; the tuner's are
-   :mod:`numbatune.tuning.placements`). The rounds take them in turn, every variant of a round
-   on the same copy; a variant's median is the mean, over the copies, of its median on each.
-   Where a kernel's speed depends on where its arrays lie (strided accesses meet the memory's
-   channels differently), one copy's time is one draw of that; the mean over several is about
-   the same in every process.
-
-Each variant's result is that median and the interquartile range of its runs. Variants whose
-medians lie within :data:`RETIME_BAND` of the best one's are timed again, together; of those,
-the ones then within :data:`TIE_LIMIT` of the fastest are ties, and a stable rule chooses
-among them (:mod:`numbatune.tuning.tuner`), so that fresh processes agree on the winner. Under
-the simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or
-flush, timed by the wall clock: those times say nothing about speed. The simulator has no
-graphs: asked for graph timing there, the stopwatch is the wall clock as well, the log says so
-once, and the report's ``timing`` is ``wall clock`` (:func:`timing`).
+Each variant's result is the median of its runs and their interquartile range. Variants whose
+medians lie within noise of the best one's are ties (:func:`within_noise`): the tuner times them
+again, together, and a stable rule chooses among those still tied (:mod:`numbatune.tuning.
+tuner`), so that fresh processes agree on the winner. Under the
+simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or flush,
+timed by the wall clock: those times say nothing about speed. The simulator has no graphs:
+asked for graph timing there, the stopwatch is the wall clock as well, the log says so once,
+and the report's ``timing`` is ``wall clock`` (:func:`timing`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import statistics
 import threading
@@ -107,34 +98,34 @@ def timing(taken: Snapshot) -> Timing:
     return Timing.WALL_CLOCK
 
 
-def summary(placed: Sequence[Sequence[float]], stopped_early: bool = False) -> Timed:
-    """A variant's result from its timed runs on each placement (rule 8): the mean over the
-    placements it ran on of its median on each, the interquartile range and the count of all
-    its runs."""
-    samples = [sample for runs in placed for sample in runs]
+def summary(samples: Sequence[float], stopped_early: bool = False) -> Timed:
+    """Median, interquartile range and count of a variant's timed runs."""
     if len(samples) >= 4:
         quartiles = statistics.quantiles(samples, n=4)
         spread = quartiles[2] - quartiles[0]
     else:
         spread = max(samples) - min(samples)
-    median = statistics.fmean(statistics.median(runs) for runs in placed if runs)
-    return Timed(median, spread, len(samples), stopped_early)
+    return Timed(statistics.median(samples), spread, len(samples), stopped_early)
 
 
-#: Variants whose medians, timed again together, exceed the fastest's by at most this share of
-#: it are ties: a fixed limit, the same in every process whatever the spreads of its runs, and
-#: the most a winner chosen among ties is slower than the fastest, as the tuning measures them.
-TIE_LIMIT = 0.02
-#: Variants of a tuning's last measurement within this share of the best's median are timed
-#: again to settle ties: wider than :data:`TIE_LIMIT`, so that a variant within the limit is
-#: timed again whatever the first measurement made of it.
-RETIME_BAND = 0.04
+#: Two medians closer than this share of the faster one are always a tie, and further than
+#: :data:`TIE_CEILING` never: between the two, the variants' own spreads decide (a winner chosen
+#: among ties is so at most 2% slower than the fastest, timed together).
+TIE_FLOOR = 0.01
+TIE_CEILING = 0.02
 
 
-def within(leader: Timed, other: Timed, share: float) -> bool:
-    """Whether ``other``'s median exceeds ``leader``'s (the faster) by at most ``share`` of it.
-    A variant stopped early is clearly slower, and never within."""
-    return not other.stopped_early and other.median_s <= (1 + share) * leader.median_s
+def within_noise(leader: Timed, other: Timed) -> bool:
+    """Whether ``other``'s time is within the measurement's noise of ``leader``'s (the faster):
+    its median exceeds the leader's by less than the half interquartile ranges of both
+    together (their middle halves overlap), taken as at least :data:`TIE_FLOOR` and at most
+    :data:`TIE_CEILING` of the leader's median. A variant stopped early is clearly slower, and
+    never a tie."""
+    if other.stopped_early:
+        return False
+    noise = (leader.spread_s + other.spread_s) / 2
+    limit = min(max(noise, TIE_FLOOR * leader.median_s), TIE_CEILING * leader.median_s)
+    return other.median_s - leader.median_s <= limit
 
 
 def early_stopped(
@@ -165,30 +156,16 @@ def flush_bytes(working_set: int, l2_bytes: int, taken: Snapshot | None = None) 
     return 2 * l2_bytes if flush_l2 and working_set < 2 * l2_bytes else 0
 
 
-def _nothing() -> None:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """One copy of the arguments the runs of :func:`measure` work on (rule 8): each variant's
-    run on it, by the names of ``measure``'s ``runs``, and what puts the copy back as it was
-    before a run."""
-
-    runs: Mapping[Hashable, Run]
-    restore: Run = _nothing
-
-
 class _WallClock:
     """Under the simulator: the wall clock around each run, one after another."""
 
-    def round(
-        self, order: Sequence[tuple[Hashable, Run]], restore: Run, where: int
-    ) -> dict[Hashable, float | Exception]:
-        """Time the runs of ``order``, each after ``restore`` (of placement ``where``)."""
+    def __init__(self, restore: Run) -> None:
+        self._restore = restore
+
+    def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
         outcome: dict[Hashable, float | Exception] = {}
         for name, run in order:
-            restore()
+            self._restore()
             started = time.perf_counter()
             try:
                 run()
@@ -270,9 +247,10 @@ class _Events:
     #: Launches one timed run makes (a graph's replay: :data:`GRAPH_LAUNCHES`).
     launches = 1
 
-    def __init__(self, stream: Any, flush_size: int) -> None:
+    def __init__(self, stream: Any, flush_size: int, restore: Run) -> None:
         from numba.cuda.cudadrv import driver
 
+        self._restore = restore
         self._stream = stream
         self._raw_stream = stream_handle(stream)
         self._memset = driver.driver.cuMemsetD8Async
@@ -286,31 +264,25 @@ class _Events:
         assert flush is not None
         self._memset(flush.device_ctypes_pointer.value, 0, flush.size, self._raw_stream)
 
-    def _prepared(
-        self, order: Sequence[tuple[Hashable, Run]], restore: Run, where: int
-    ) -> dict[Hashable, Exception]:
-        """What the runs of ``order`` on placement ``where`` need before a round; the errors of
-        those that failed."""
+    def _prepared(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, Exception]:
+        """What the runs of ``order`` need before a round; the errors of those that failed."""
         return {}
 
-    def _launch(self, name: Hashable, run: Run, where: int) -> None:
+    def _launch(self, name: Hashable, run: Run) -> None:
         run()
 
     def close(self) -> None:
         """Let go of what the stopwatch holds (its events go with it)."""
 
-    def round(
-        self, order: Sequence[tuple[Hashable, Run]], restore: Run, where: int
-    ) -> dict[Hashable, float | Exception]:
-        """Time the runs of ``order`` on placement ``where``, each after ``restore``."""
-        outcome: dict[Hashable, float | Exception] = {**self._prepared(order, restore, where)}
+    def round(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, float | Exception]:
+        outcome: dict[Hashable, float | Exception] = {**self._prepared(order)}
         order = [(name, run) for name, run in order if name not in outcome]
         recorded, waited = [], False
         _hold_device(self._stream, self._hold_s)
         self._held.record(self._stream)
         queueing_started = time.perf_counter()
         for name, run in order:
-            restore()  # queued before the flush and the start event: not timed
+            self._restore()  # queued before the flush and the start event: not timed
             if self._flush is not None:
                 self._flush_l2()
             start, end = self._events.get(name) or self._events.setdefault(
@@ -318,7 +290,7 @@ class _Events:
             )
             start.record(self._stream)
             try:
-                self._launch(name, run, where)
+                self._launch(name, run)
             except Exception as error:
                 outcome[name] = error
                 continue
@@ -344,36 +316,34 @@ class _Graphs(_Events):
 
     launches = GRAPH_LAUNCHES
 
-    def __init__(self, stream: Any, flush_size: int) -> None:
+    def __init__(self, stream: Any, flush_size: int, restore: Run) -> None:
         from cuda.bindings import driver
 
-        super().__init__(stream, flush_size)
+        super().__init__(stream, flush_size, restore)
         self._driver = driver
-        self._graphs: dict[tuple[Hashable, int], Any] = {}  # by name and placement
+        self._graphs: dict[Hashable, Any] = {}
         self._on_stream = driver.CUstream(self._raw_stream)
         # Non-blocking: another thread's use of the legacy stream cannot invalidate a capture.
         flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
         self._capturing = checked(driver.cuStreamCreate(flags))
         self._capture_stream = cuda.external_stream(int(self._capturing))
 
-    def _prepared(
-        self, order: Sequence[tuple[Hashable, Run]], restore: Run, where: int
-    ) -> dict[Hashable, Exception]:
+    def _prepared(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, Exception]:
         failed: dict[Hashable, Exception] = {}
         for name, run in order:
-            if (name, where) not in self._graphs:
+            if name not in self._graphs:
                 try:
-                    self._graphs[name, where] = self._captured(run, restore)
+                    self._graphs[name] = self._captured(run)
                 except Exception as error:
                     failed[name] = error
         return failed
 
-    def _captured(self, run: Run, restore: Run) -> Any:
-        """``run`` launched once (after ``restore``), then its graph of :data:`GRAPH_LAUNCHES`
-        launches, made ready to replay; what raises where the launch or the capture fails."""
+    def _captured(self, run: Run) -> Any:
+        """``run`` launched once, then its graph of :data:`GRAPH_LAUNCHES` launches, made
+        ready to replay; what raises where the launch or the capture fails."""
         if not isinstance(run, Bound):
             raise TypeError(f"graph timing captures bound launches, got {run!r}")
-        restore()
+        self._restore()
         run()  # (on the tuning's stream: the code loaded, launch errors raised here)
         driver, captured = self._driver, run.on(self._capture_stream)
         relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
@@ -396,8 +366,8 @@ class _Graphs(_Events):
             if graph is not None and int(graph):
                 driver.cuGraphDestroy(graph)
 
-    def _launch(self, name: Hashable, run: Run, where: int) -> None:
-        checked(self._driver.cuGraphLaunch(self._graphs[name, where], self._on_stream))
+    def _launch(self, name: Hashable, run: Run) -> None:
+        checked(self._driver.cuGraphLaunch(self._graphs[name], self._on_stream))
 
     def close(self) -> None:
         """Destroy the graphs and the capture stream (the device may still be replaying the
@@ -412,6 +382,10 @@ def _l2_bytes() -> int:
     return int(cuda.get_current_device().L2_CACHE_SIZE)
 
 
+def _nothing() -> None:
+    pass
+
+
 def measure(
     runs: Mapping[Hashable, Run],
     stream: Any = 0,
@@ -419,7 +393,6 @@ def measure(
     restore: Run = _nothing,
     rounds: int | None = None,
     taken: Snapshot | None = None,
-    elsewhere: Sequence[Placement] = (),
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``; under graph timing, a
     :class:`~numbatune.tuning.job.Bound` launch), as the module says.
@@ -429,42 +402,37 @@ def measure(
     outside the timed region. A run that raises is recorded with its exception and not run
     again; the others go on. ``rounds``: exactly this many timed rounds (on a GPU), not the
     settings' budget. ``taken``: the settings of the tuning (None: the settings now), whose
-    ``timing`` chooses the stopwatch (:func:`timing`). ``elsewhere``: the same runs on other
-    copies of the arguments, of the same sizes (rule 8), which the rounds take in turn after
-    ``runs``.
+    ``timing`` chooses the stopwatch (:func:`timing`).
     """
     taken = taken or settings.snapshot()
     timed_by = timing(taken)
     if timed_by is Timing.WALL_CLOCK:
-        stopwatch: _WallClock | _Events = _WallClock()
+        stopwatch: _WallClock | _Events = _WallClock(restore)
         warmup_s, budget_s = None, 0.0
         fewest = most = taken.simulator_runs
     else:
         flush = flush_bytes(working_set_bytes(inputs), _l2_bytes(), taken)
-        stopwatch = (_Graphs if timed_by is Timing.GRAPH else _Events)(stream, flush)
+        stopwatch = (_Graphs if timed_by is Timing.GRAPH else _Events)(stream, flush, restore)
         warmup_s, budget_s = taken.warmup_s, taken.budget_s
         fewest, most = (taken.min_runs, taken.max_runs) if rounds is None else (rounds,) * 2
-    placements = [Placement(runs, restore), *elsewhere]
     try:
-        return _rounds(stopwatch, placements, warmup_s, budget_s, (fewest, most), taken)
+        return _rounds(stopwatch, runs, warmup_s, budget_s, (fewest, most), taken)
     finally:
         stopwatch.close()
 
 
 def _rounds(
     stopwatch: _WallClock | _Events,
-    placements: Sequence[Placement],
+    runs: Mapping[Hashable, Run],
     warmup_s: float | None,
     budget_s: float,
     bounds: tuple[int, int],
     taken: Snapshot,
 ) -> dict[Hashable, Timed | Exception]:
     """The rounds of :func:`measure` on ``stopwatch``: warm-up (none for ``warmup_s`` None),
-    then timed rounds for ``budget_s``, between ``bounds`` rounds (fewest, most), each on the
-    next of the ``placements``."""
+    then timed rounds for ``budget_s``, between ``bounds`` rounds (fewest, most)."""
     fewest, most = bounds
-    runs = placements[0].runs
-    samples: dict[Hashable, list[list[float]]] = {name: [[] for _ in placements] for name in runs}
+    samples: dict[Hashable, list[float]] = {name: [] for name in runs}
     failed: dict[Hashable, Exception] = {}
     stopped: set[Hashable] = set()
 
@@ -473,14 +441,13 @@ def _rounds(
 
     def one_round(number: int, timed: bool) -> None:
         names = live()
-        shift, where = number % len(names), number % len(placements)
-        placement = placements[where]
-        order = [(name, placement.runs[name]) for name in names[shift:] + names[:shift]]
-        for name, outcome in stopwatch.round(order, placement.restore, where).items():
+        shift = number % len(names)
+        order = [(name, runs[name]) for name in names[shift:] + names[:shift]]
+        for name, outcome in stopwatch.round(order).items():
             if isinstance(outcome, Exception):
                 failed[name] = outcome
             elif timed:
-                samples[name][where].append(outcome)
+                samples[name].append(outcome)
 
     if warmup_s is not None:
         started, rounds = time.perf_counter(), 0
@@ -495,8 +462,7 @@ def _rounds(
     while live() and more():
         one_round(rounds, timed=True)
         rounds += 1
-        pooled = {name: [run for on in samples[name] for run in on] for name in live()}
-        stopped |= early_stopped(pooled, rounds, taken)
+        stopped |= early_stopped({name: samples[name] for name in live()}, rounds, taken)
     return {
         name: failed[name] if name in failed else summary(samples[name], name in stopped)
         for name in runs

@@ -311,10 +311,10 @@ class TuneReport:
     space : int
         The number of variants it chose from.
     tied : tuple[int, ...]
-        Indices in ``results`` of the variants tied, the winner's among them: timed again
-        together, their medians were within 2% of the fastest's (``tuning.bench.TIE_LIMIT``),
-        and the winner is the kernel as written where it is one of them, else the first (empty
-        where no variant was tied with the winner).
+        Indices in ``results`` of the variants whose times were within the measurement's noise
+        of each other, the winner's among them, when timed again together: the winner is the
+        kernel as written where it is one of them, else the first (empty where no variant was
+        tied with the winner).
     timing : Timing
         How the variants were timed: launches between CUDA events, replays of a CUDA graph
         (the ``timing`` setting or option), or the wall clock under the simulator. Results

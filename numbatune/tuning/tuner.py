@@ -2,11 +2,9 @@
 
 The plan's variant sets are tried in turn (:meth:`numbatune.tuning.levels.Plan.tries`) until one
 has a working variant. In a set, the caller's arrays are never written: every variant runs on
-clones, made once before timing (several sets of them, at different places in device memory,
-which the timed rounds take in turn: :mod:`numbatune.tuning.placements`). A variant that fails
-to compile or launch is recorded with its error and left out; only when every variant fails
-does tuning raise, with one message that names them all. A set of one variant is not
-measured.
+clones, made once before timing. A variant that fails to compile or launch is recorded with its
+error and left out; only when every variant fails does tuning raise, with one message that names
+them all. A set of one variant is not measured.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from numbatune.config import Snapshot
 from numbatune.errors import TuningError, as_raised
 from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
-from numbatune.tuning import bench, checks, placements, search
+from numbatune.tuning import bench, checks, search
 from numbatune.tuning.job import Launcher, TuneJob, alone, bound
 from numbatune.tuning.progress import Progress
 from numbatune.tuning.results import (
@@ -220,11 +218,7 @@ def _search(
         limit = min(limit, budget.variants)
     bench.prepare()
     clones = job.arguments.clone(job.stream)
-    originals = _originals(job)
-    restore = arrays.restorer(clones, originals, job.stream)
-    copies = placements.copies(
-        job.arguments, placements.Copy(clones, restore), originals, job.stream
-    )
+    restore = arrays.restorer(clones, _originals(job), job.stream)
     progress = Progress(job.kernel_name, limit)
     proposals = search.proposer(
         strategy,
@@ -252,7 +246,9 @@ def _search(
             break
         proposal = proposal[: limit - len(outcomes)]
         measured = [*proposal, best] if best is not None else proposal
-        found = _measure(job, measured, copies, clock, progress, outcomes, expected, launchers)
+        found = _measure(
+            job, measured, clones, restore, clock, progress, outcomes, expected, launchers
+        )
         outcomes.update(found)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
@@ -262,7 +258,7 @@ def _search(
         if count > 0:  # another batch follows: a tuning cut short in it goes on from here
             job.journal.record(outcomes)
     last = {v: launchers[v] for v in measured if v in launchers}  # (timed with the best)
-    best, tied = _settled(job, outcomes, best, last, copies, clock)
+    best, tied = _settled(job, outcomes, best, last, clones, restore, clock)
     progress.close()
     return outcomes, best, tied
 
@@ -272,28 +268,28 @@ def _settled(
     outcomes: dict[Variant, Outcome],
     best: Variant | None,
     launchers: Mapping[Variant, Launcher],
-    copies: Sequence[placements.Copy],
+    clones: tuple[Any, ...],
+    restore: bench.Run,
     clock: Clock,
 ) -> tuple[Variant | None, tuple[Variant, ...]]:
     """The winner, and the variants it was chosen among (none where no other was tied).
 
     Of the variants of the ``launchers``, the last batch, measured with ``best`` (the medians
-    of other batches are not comparable with its), those within
-    :data:`~numbatune.tuning.bench.RETIME_BAND` of ``best``'s median are timed again, together
-    and interleaved, on the same ``copies`` of the arguments (their ``outcomes`` replaced).
-    Those then within :data:`~numbatune.tuning.bench.TIE_LIMIT` of the fastest are ties, and
-    a stable rule chooses: the kernel as written, else the first in the kernel's order. The
-    limit is fixed, so that which variants are tied does not hang on a process's spreads, and
-    the times are means over the copies, so that it does not hang on where one copy lies."""
+    of other batches are not comparable with its), those timed within noise of ``best``
+    (:func:`numbatune.tuning.bench.within_noise`) are ties: they are timed again, together
+    and interleaved (their ``outcomes`` replaced), and among those still within noise of the
+    fastest, a stable rule chooses: the kernel as written, else the first in the kernel's
+    order. Fresh processes, whose timings of such variants fall either way, so agree on one."""
     timed = {v: o for v, o in outcomes.items() if isinstance(o, Timed) and v in launchers}
     if best not in timed:
         return best, ()
-    band = [v for v in job.variants
-            if v in timed and bench.within(timed[best], timed[v], bench.RETIME_BAND)]  # fmt: skip
-    if len(band) < 2:
+    tied = [v for v in job.variants if v in timed and bench.within_noise(timed[best], timed[v])]
+    if len(tied) < 2:
         return best, ()
     started = time.perf_counter()
-    again = _timed(job, {v: launchers[v] for v in band}, copies)
+    runs = {v: bound(launchers[v], clones, job.stream) for v in tied}
+    with bench.device_lock:
+        again = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     clock.benchmark_s += time.perf_counter() - started
     outcomes.update({variant: _outcome(timing) for variant, timing in again.items()})
     retimed = {v: timing for v, timing in again.items() if isinstance(timing, Timed)}
@@ -301,37 +297,18 @@ def _settled(
         times = {v: _median(outcome) for v, outcome in outcomes.items()}
         return _fastest(job, (), times, None), ()
     fastest = min(retimed, key=lambda v: (retimed[v].median_s, job.variants.index(v)))
-    ties = tuple(v for v in band if v in retimed
-                 and bench.within(retimed[fastest], retimed[v], bench.TIE_LIMIT))  # fmt: skip
-    if len(ties) < 2:
-        return fastest, ()
+    ties = tuple(v for v in tied if v in retimed and bench.within_noise(retimed[fastest],
+                                                                        retimed[v]))  # fmt: skip
     winner = job.reference if job.reference in ties else ties[0]
     logger.info(
-        "numbatune: %s: for key %r, %s are within %g%% of the fastest, %s, timed again: %s wins "
-        "(the kernel as written first, then the variants' order)",
+        "numbatune: %s: for key %r, %s are within noise of each other: %s wins (the kernel as "
+        "written first, then the variants' order)",
         job.kernel_name,
         job.key,
         ", ".join(v.label for v in ties),
-        bench.TIE_LIMIT * 100,
-        fastest.label,
         winner.label,
     )
-    return winner, ties
-
-
-def _timed(
-    job: TuneJob, launchers: Mapping[Variant, Launcher], copies: Sequence[placements.Copy]
-) -> dict[Variant, Timed | Exception]:
-    """Time the ``launchers`` together, each on every one of the ``copies`` of the arguments
-    in turn (:func:`numbatune.tuning.bench.measure`), holding the device."""
-    first, *elsewhere = (
-        bench.Placement({v: bound(launcher, copy.args, job.stream)
-                         for v, launcher in launchers.items()}, copy.restore)
-        for copy in copies
-    )  # fmt: skip
-    with bench.device_lock:  # other tunings' trial runs and screening wait
-        return bench.measure(first.runs, job.stream, copies[0].args, first.restore,
-                             taken=job.settings, elsewhere=elsewhere)  # fmt: skip
+    return winner, ties if len(ties) > 1 else ()
 
 
 #: The fewest variants a search proposes at a time (one for each compile worker, where more
@@ -425,7 +402,8 @@ def _median(outcome: Outcome) -> float | None:
 def _measure(
     job: TuneJob,
     variants: Sequence[Variant],
-    copies: Sequence[placements.Copy],
+    clones: tuple[Any, ...],
+    restore: bench.Run,
     clock: Clock,
     progress: Progress,
     earlier: Mapping[Variant, Outcome],
@@ -434,16 +412,14 @@ def _measure(
 ) -> dict[Variant, Outcome]:
     """Compile ``variants`` (trial runs included; on a GPU, screening them as they arrive),
     check those not checked ``earlier`` against the ``expected`` outputs in check mode
-    (:func:`_checked`), and time the others together, on the ``copies`` of the arguments in
-    turn (compiled and screened on the first); each one's outcome. The launchers of those that
-    compiled go in ``kept``.
+    (:func:`_checked`), and time the others together; each one's outcome. The launchers of
+    those that compiled go in ``kept``.
 
     The progress line counts the variants measured in this tuning, each once: those measured
     ``earlier`` (the best so far, measured again) count as done already."""
     done = len(earlier)
     again = sum(variant in earlier for variant in variants)
     started = time.perf_counter()
-    clones, restore = copies[0].args, copies[0].restore
     screen = Screen(clones, job.stream, restore, job.settings) if _screening(variants) else None
     try:
         compiled = job.compile(
@@ -473,9 +449,14 @@ def _measure(
     for variant, timing in dropped.items():  # check mode's verdict stands
         outcome = outcomes.setdefault(variant, _outcome(timing))
         clock.screened_out += isinstance(outcome, Timed)  # not those whose run raised
-    to_time = {v: launcher for v, launcher in launchers.items() if v not in outcomes}
-    progress.step(done + len(variants) - again, f"compiled; measuring {len(to_time)}")
-    timings = _timed(job, to_time, copies)
+    runs = {
+        variant: bound(launcher, clones, job.stream)
+        for variant, launcher in launchers.items()
+        if variant not in outcomes
+    }
+    progress.step(done + len(variants) - again, f"compiled; measuring {len(runs)}")
+    with bench.device_lock:  # other tunings' trial runs and screening wait
+        timings = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     outcomes.update({variant: _outcome(timing) for variant, timing in timings.items()})
     clock.benchmark_s += time.perf_counter() - started
     return outcomes
