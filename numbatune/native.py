@@ -57,25 +57,27 @@ class DLPack(NamedTuple):
     """Array reads in C: through the DLPack C exchange API, or by attribute.
 
     ``api(cls)``: the address of the API of an array class (0 where it has none this extension
-    reads). ``describe(api, array)``: ``(device type, device id, ndim, type code, bits, lanes)``,
-    or None where the library cannot describe the array. ``reader(source, expected, parts,
-    runs, offset=None)``: the reads of one fast path's arrays of one library: ``source`` is the
-    address of its API, or, for arrays read by attribute, ``(names, current stream function,
-    dtypes)``: the names of :class:`numbatune.arraykinds.Attributes`, in its order, the
-    function that returns the library's current stream object, and the dtype object expected
-    of each array (one compared equal is taken too), or, for numba's arrays, ``(name, make,
-    tokens)``: the attribute each keeps its memo in (``(token, key part, kernel parameters as
-    bytes, allocation)``), the function that makes and keeps one where it is missing, and the
-    token each array's memo must carry; one packed :data:`EXPECTED` per array
-    (device type and id, ndim, type code, bits, numba's layout letter, structure, whether a
-    read by attribute reads the device), per array None or the source of its part of the
-    default key (a :class:`numbatune.keys.KeyParts`), and the arrays
-    split in order into runs of consecutive kernel parameters (the count of arrays in each);
-    for arrays read through DLPack, ``offset`` names their method that gives their offset into their
-    allocation, in elements (torch's ``storage_offset``), or None. Its ``read(arrays[,
-    allocations])`` takes a tuple of such arrays and returns ``(current stream, key, run, run,
-    ..., allocations)``: the tuple of the key parts, each run's kernel parameters as bytes (8
-    for each parameter, in the host's order, in the structure asked for), and, where
+    reads). ``describe(api, array)``: ``(device type, device id, ndim, type code, bits,
+    lanes)``, or None where the library cannot describe the array. ``reader(source, expected,
+    parts, runs, offset=None, key=None)``: the reads of one fast path's arrays of one library:
+    ``source`` is the address of its API, or, for arrays read by attribute, ``(names, current
+    stream function, dtypes)``: the names of :class:`numbatune.arraykinds.Attributes`, in its
+    order, the function that returns the library's current stream object, and the dtype object
+    expected of each array (one compared equal is taken too), or, for numba's arrays, ``(name,
+    make, tokens)``: the attribute each keeps its memo in (``(token, key part, kernel parameters
+    as bytes, allocation)``), the function that makes and keeps one where it is missing, and the
+    token each array's memo must carry; one packed :data:`EXPECTED` per array (device type and
+    id, ndim, type code, bits, numba's layout letter, structure, whether a read by attribute
+    reads the device), per array None or the source of its part of the default key (a
+    :class:`numbatune.keys.KeyParts`), and the arrays split in order into runs of consecutive
+    kernel parameters (the count of arrays in each); for arrays read through DLPack, ``offset``
+    names their method that gives their offset into their allocation, in elements (torch's
+    ``storage_offset``), or None; ``key``, where given, lists the default key's elements: an
+    array's index (its part), or an index past the arrays' of an item that follows them in the
+    tuple read (taken as it is). Its ``read(arrays[, allocations])`` takes a tuple of such
+    arrays (and those items) and returns ``(current stream, key, run, run, ..., allocations)``:
+    the key (without ``key``, the tuple of the arrays' parts), each run's kernel parameters as
+    bytes (8 for each parameter, in the host's order, in the structure asked for), and, where
     ``allocations`` is true, the tuple of where each array's allocation starts (what
     :func:`numbatune.arrays.buffer_of` gives; None where the reader cannot read one: no
     ``offset``, or a read failed), else None; or None where an array is not as expected. A read

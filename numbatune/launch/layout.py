@@ -59,9 +59,10 @@ class ArgumentPlan:
     ``steps`` are ("read", statement) and ("check", condition) in order; with the classes of
     the kernel's arguments (which the generated code checks first), the checks hold for the
     arguments numba types as this signature (classes, and for arrays dtype, rank and layout).
-    ``key_parts`` are the default key's parts of the top-level arrays (anchored shape, dtype
-    name and layout) and booleans (their value), as :func:`numbatune.keys.default_key` makes
-    them.
+    ``key_parts`` are the elements of the default key, as :func:`numbatune.keys.default_key`
+    makes it: the parts of the top-level arrays (anchored shape, dtype name and layout) and
+    booleans (their value); each the expression that gives it, and for an array read in C its
+    kind and index in that read, where the last read in C composes the whole key.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
     that give them (one bytes value for the fields listed in ``packed``),
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
@@ -75,7 +76,7 @@ class ArgumentPlan:
         self._parameters = parameters
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
-        self.key_parts: list[str] = []
+        self.key_parts: list[tuple[str, ArrayKind | None, int]] = []
         self.fields: list[str] = []
         self.values: list[str] = []
         self.buffers: list[str] = []
@@ -99,17 +100,28 @@ class ArgumentPlan:
 
     def close(self) -> None:
         """Add the reads that come after every argument's checks: those in C, one call for all
-        the arrays of a library."""
+        the arrays of a library; the last composes the whole default key (its other elements
+        given after its arrays)."""
+        composer = next(reversed(self._c_reads), None)
         for kind, reads in self._c_reads.items():
             result, prefix = f"_{kind.name}_read", f"_{kind.name}"
-            arrays = "".join(f"{argument}, " for argument in reads.arguments)
+            items, key = list(reads.arguments), None
+            if kind is composer:
+                key = []
+                for part, of, index in self.key_parts:
+                    if of is not kind:
+                        index = len(items)
+                        items.append(part)
+                    key.append(index)
+            arrays = "".join(f"{item}, " for item in items)
             if reads.memo is not None:
                 source: Any = (*reads.memo, tuple(reads.tokens))
             else:
                 source = reads.api or (kind.attributes.names(), kind.stream.getter(),
                                        tuple(reads.dtypes))  # fmt: skip
             reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
-                                  tuple(reads.runs), kind.offset_method)  # fmt: skip
+                                  tuple(reads.runs), kind.offset_method,
+                                  None if key is None else tuple(key))  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
             read = f"{self.constant(reader.read)}(({arrays}), _order.ordering)"
             self.steps += [
@@ -123,13 +135,11 @@ class ArgumentPlan:
             self.buffers.append(f"*({prefix}_allocations or ({listed}))")
 
     def key(self) -> str:
-        """The expression of the default key: the tuple of :attr:`key_parts`, or the key a
-        read in C gives where its arrays' parts are the whole key."""
-        for kind, reads in self._c_reads.items():
-            whole = [f"_{kind.name}_key[{index}]" for index in range(reads.keyed)]
-            if whole and self.key_parts == whole:
-                return f"_{kind.name}_key"
-        return f"({''.join(f'{part}, ' for part in self.key_parts)})"
+        """The expression of the default key: the key the last read in C composes (:meth:`close`),
+        or, where no array is read in C, the tuple of :attr:`key_parts`."""
+        for kind in reversed(self._c_reads):
+            return f"_{kind.name}_key"
+        return f"({''.join(f'{part}, ' for part, _, _ in self.key_parts)})"
 
     def _field(self, letter: str, value: str) -> None:
         self.fields.append(letter)
@@ -156,7 +166,7 @@ class ArgumentPlan:
         if parameters is None:
             return False
         if top and is_flag(value):  # a mode flag: in the default key
-            self.key_parts.append(argument)  # (its class is checked: the same test as there)
+            self.key_parts.append((argument, None, -1))  # (its class is checked: as there)
         self._add_scalar(argument, parameters)
         return True
 
@@ -213,7 +223,8 @@ class ArgumentPlan:
         reads.expected.append(expected)
         reads.parts.append(_key_parts(value) if top else None)
         if top:
-            self.key_parts.append(f"_{kind.name}_key[{reads.keyed}]")
+            part = f"_{kind.name}_key[{reads.keyed}]"
+            self.key_parts.append((part, kind, len(reads.arguments) - 1))
             reads.keyed += 1
 
     def _add_library_array(
@@ -271,7 +282,7 @@ class ArgumentPlan:
 
     def _add_key_part(self, name: str, value: Any) -> None:
         """A top-level array's part of the default key, from its shape ``{name}s``."""
-        self.key_parts.append(f"{self.constant(_key_parts(value))}[{name}s]")
+        self.key_parts.append((f"{self.constant(_key_parts(value))}[{name}s]", None, -1))
 
     def _add_c_array(
         self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
