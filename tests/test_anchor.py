@@ -90,7 +90,7 @@ def test_the_c_default_key_is_the_python_oracles_with_equal_parts_one_object():
 def test_a_reader_composes_the_whole_key_with_the_items_after_its_arrays():
     """Given ``key``, a C read's key holds its arrays' parts and the items after them (flags,
     other reads' parts) in the order ``key`` lists, as the default key holds them."""
-    from numbatune import native
+    from numbatune import _native, native
 
     def make(array):
         fields = struct.pack("<QQqqQqq", 0, 0, array.n, 4, 64, array.n, 4)
@@ -103,7 +103,7 @@ def test_a_reader_composes_the_whole_key_with_the_items_after_its_arrays():
 
     expected = native.EXPECTED.pack(0, 0, 1, 0, 0, 0, 0, False)
     parts = KeyParts("float32", "C")
-    reader = native.dlpack().reader(
+    reader = _native.Reader(
         ("_memo", make, ("token", "token")), expected * 2, (parts, parts), (2,), None, (1, 2, 0, 3)
     )
     x, y = Array(8), Array(3)
@@ -112,4 +112,4 @@ def test_a_reader_composes_the_whole_key_with_the_items_after_its_arrays():
     with pytest.raises(TypeError, match="2 arrays and 2 other items"):
         reader.read((x, y))
     with pytest.raises(ValueError, match="a key's element"):
-        native.dlpack().reader(("_memo", make, ("token",)), expected, (None,), (1,), None, (0,))
+        _native.Reader(("_memo", make, ("token",)), expected, (None,), (1,), None, (0,))

@@ -214,7 +214,7 @@ def _generate(
             if kind not in plan.current_streams
         },
         "_half_bits": half_bits,
-        "_launch": native.launcher(),
+        "_launch": _native.launch,
         "_context": int(cuda.current_context().handle),
         "_cooperative": cooperative,
         "_order": monitor.order,

@@ -9,7 +9,7 @@ the memo each keeps), the arrays of a library that publishes the DLPack C exchan
 and those whose kind names the attributes C reads (CuPy:
 :attr:`numbatune.arraykinds.ArrayKind.attributes`) are read, checked and packed, and their parts
 of the default key found, in one call of the C extension for all the arrays of a kind
-(:func:`numbatune.native.dlpack`), which gives the parameters of arrays that follow each other
+(``_native.Reader``), which gives the parameters of arrays that follow each other
 as one bytes value; the others through their library's Python API.
 
 Which parameters an argument of a type becomes is the kernel compiler's to say
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, devices, native
+from numbatune import _native, arrays, devices, native
 from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, dtype_name, kind_of
 from numbatune.arrays import buffer_of
 from numbatune.compilers.base import (
@@ -119,9 +119,9 @@ class ArgumentPlan:
             else:
                 source = reads.api or (kind.attributes.names(), kind.stream.getter(),
                                        tuple(reads.dtypes))  # fmt: skip
-            reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
-                                  tuple(reads.runs), kind.offset_method,
-                                  None if key is None else tuple(key))  # fmt: skip
+            reader = _native.Reader(source, b"".join(reads.expected), tuple(reads.parts),
+                                    tuple(reads.runs), kind.offset_method,
+                                    None if key is None else tuple(key))  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
             read = f"{self.constant(reader.read)}(({arrays}), _order.ordering)"
             self.steps += [
@@ -202,9 +202,7 @@ class ArgumentPlan:
         :meth:`_add_c_array`'s."""
         memo, attribute = _MEMOS[structure]
         kind = kind_of(type(value))
-        reads = self._c_reads.setdefault(
-            kind, _CReads(native.dlpack().reader, 0, memo=(attribute, memo))
-        )
+        reads = self._c_reads.setdefault(kind, _CReads(0, memo=(attribute, memo)))
         ndim = len(value.shape)
         expected = native.EXPECTED.pack(
             0, 0, ndim, 0, 0, 0, native.STRUCTURES.index(structure.value), False
@@ -292,12 +290,11 @@ class ArgumentPlan:
         key in ``_L_key`` and its kernel parameters in ``_L_fN`` with those of the arrays read
         before it whose parameters lead up to its, for library ``L`` (:meth:`close` adds the
         read). False where it cannot be."""
-        reader = native.dlpack()
-        api = reader.api(type(value))
-        expected = _expected_in_c(reader, api, value, kind, parameters)
+        api = _native.dlpack_api(type(value))
+        expected = _expected_in_c(api, value, kind, parameters)
         if expected is None:
             return False
-        reads = self._c_reads.setdefault(kind, _CReads(reader.reader, api))
+        reads = self._c_reads.setdefault(kind, _CReads(api))
         self._add_read(reads, kind, argument, value, expected, top)
         reads.dtypes.append(value.dtype)
         self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * parameters.ndim)
@@ -325,7 +322,6 @@ class ArgumentPlan:
 
 
 def _expected_in_c(
-    reader: native.DLPack,
     api: int,
     value: Any,
     kind: ArrayKind,
@@ -335,7 +331,7 @@ def _expected_in_c(
     EXPECTED`), or None where it cannot read them; ``api`` is the address of their class's
     DLPack C exchange API (0: none)."""
     if api:
-        described = reader.describe(api, value)
+        described = _native.describe(api, value)
         if described is None or described[5] != 1:  # (vector types: lanes)
             return None
         device_type, device_id, ndim, code, bits, _ = described
@@ -415,7 +411,6 @@ class _CReads:
     not in the key); ``runs`` the count of arrays of each bytes value the read gives, of
     consecutive parameters, the last starting at field ``start`` and ending before ``end``."""
 
-    reader: Any
     api: int
     #: Memo reads (numba's arrays): the attribute their memos are kept in and the function
     #: that makes one; None for the others.

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from numbatune import native
+from numbatune import _native
 
 #: How many buffers an order remembers before it forgets them all (a barrier).
 LIMIT = 1 << 16
@@ -56,4 +56,4 @@ LIMIT = 1 << 16
 
 def new_order(events: Any = None, limit: int = LIMIT) -> Any:
     """The C extension's ``Order`` over ``events``, forgetting its buffers past ``limit``."""
-    return native.order_type()(events, limit)
+    return _native.Order(events, limit)
