@@ -1,24 +1,16 @@
-"""A kernel's parameters, planned once per argument signature.
+"""A kernel's parameters, planned once per argument signature (the classes of the arguments,
+and for arrays their dtype, rank and layout): the reads that fetch an array's fields, the checks
+that hold for arguments of the signature, the default key's elements and a ``struct`` field per
+parameter, which :mod:`numbatune.launch.codegen` turns into code. numba's arrays (from the memo
+each keeps), torch's (the DLPack C exchange API) and CuPy's (the attributes its kind names) are
+read, checked and packed, and the key composed, in one C call per kind (``_native.Reader``);
+other arrays through their library's Python API.
 
-numba's own launch types and wraps every argument again on every call. A plan reads, once per
-argument signature (the classes of the arguments, and for arrays their dtype, rank and layout),
-how each argument becomes kernel parameters: the reads that fetch an array's fields, the checks
-that hold for arguments of this signature, the parts of the default key, and a ``struct`` field
-per parameter. :mod:`numbatune.launch.codegen` turns a plan into code. numba's arrays (from
-the memo each keeps), the arrays of a library that publishes the DLPack C exchange API (torch)
-and those whose kind names the attributes C reads (CuPy:
-:attr:`numbatune.arraykinds.ArrayKind.attributes`) are read, checked and packed, and their parts
-of the default key found, in one call of the C extension for all the arrays of a kind
-(``_native.Reader``), which gives the parameters of arrays that follow each other
-as one bytes value; the others through their library's Python API.
-
-Which parameters an argument of a type becomes is the kernel compiler's to say
+Which parameters an argument becomes is the kernel compiler's to say
 (:attr:`numbatune.compilers.base.LaunchTarget.parameters`); numba-cuda's layout is not public
-API, so it is checked twice: numba-cuda must be a version it was written against, and the
-layout planned must match, parameter for parameter, the sizes the driver reports for the
-compiled function. Whatever is not planned (unknown versions, records, datetimes, arrays of
-other libraries, debug kernels) is left to the compiler's launch; cooperative kernels are
-planned as the others, and launched with cuLaunchCooperativeKernel.
+API, so numba-cuda must be a version it was written against, and the layout planned must match
+the sizes the driver reports for the compiled function. What is not planned is left to the
+compiler's launch.
 """
 
 from __future__ import annotations
