@@ -853,7 +853,7 @@ static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
 }
 
 /* Array ``value`` of a memo read: its memo (kept in its dict under the memo name, else made
- * by the memo function: a tuple of its token, its part of the key, its kernel parameters as
+ * by the memo function: a tuple of its token, its kernel parameters as
  * bytes and its allocation) carries the token expected; its parameters into ``out``, its
  * extents into ``extents``, and where ``start`` is not NULL its allocation into it (a new
  * reference). -1 where it is not as expected. */
@@ -871,16 +871,16 @@ static int read_memo(Reader *self, reader_array_t *array, PyObject *value, int64
         if (memo == NULL) return -1;
     }
     size_t size = (size_t)array->fields * sizeof(int64_t);
-    PyObject *fields = PyTuple_Check(memo) && PyTuple_GET_SIZE(memo) == 4 &&
+    PyObject *fields = PyTuple_Check(memo) && PyTuple_GET_SIZE(memo) == 3 &&
                                PyTuple_GET_ITEM(memo, 0) == array->token
-                           ? PyTuple_GET_ITEM(memo, 2)
+                           ? PyTuple_GET_ITEM(memo, 1)
                            : NULL;
     int ok = fields != NULL && PyBytes_Check(fields) && (size_t)PyBytes_GET_SIZE(fields) == size;
     if (ok) {
         memcpy(out, PyBytes_AS_STRING(fields), size);
         memcpy(extents, out + head_of(array->expected.structure),
                (size_t)array->expected.ndim * sizeof(int64_t));
-        if (start != NULL) *start = Py_NewRef(PyTuple_GET_ITEM(memo, 3));
+        if (start != NULL) *start = Py_NewRef(PyTuple_GET_ITEM(memo, 2));
     }
     Py_DECREF(memo);
     return ok ? 0 : -1;

@@ -94,7 +94,7 @@ def test_a_reader_composes_the_whole_key_with_the_items_after_its_arrays():
 
     def make(array):
         fields = struct.pack("<QQqqQqq", 0, 0, array.n, 4, 64, array.n, 4)
-        memo = array.__dict__["_memo"] = ("token", None, fields, 0)
+        memo = array.__dict__["_memo"] = ("token", fields, 0)
         return memo
 
     class Array:

@@ -692,7 +692,7 @@ def test_memo_reads_give_each_arrays_kept_parameters_key_part_and_allocation():
     def make(array):
         made.append(array)
         fields = struct.pack("<QQqqQqq", 0, 0, array.n, 4, array.pointer, array.n, 4)
-        memo = array.__dict__["_memo"] = ("token", None, fields, array.pointer - 64)
+        memo = array.__dict__["_memo"] = ("token", fields, array.pointer - 64)
         return memo
 
     parts = KeyParts("float32", "C")
@@ -704,7 +704,7 @@ def test_memo_reads_give_each_arrays_kept_parameters_key_part_and_allocation():
     _, key, fields, allocations = read((x, y), True)
     assert made == [x, y]
     assert key == (default_key_part(((8,), "float32", "C")),)
-    assert fields == x._memo[2] + y._memo[2]
+    assert fields == x._memo[1] + y._memo[1]
     assert allocations == (4096 - 64, 8192 - 64)
     _, again, same_fields, none = read((x, y))
     assert made == [x, y] and again[0] is key[0] and same_fields is fields and none is None

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from numbatune import _native, arrays, devices, native
-from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, dtype_name, kind_of
+from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, kind_of
 from numbatune.arrays import buffer_of
 from numbatune.compilers.base import (
     ArrayParameters,
@@ -34,7 +34,7 @@ from numbatune.compilers.base import (
     ScalarParameters,
     TupleParameters,
 )
-from numbatune.keys import KeyParts, default_key_part, is_flag
+from numbatune.keys import KeyParts, is_flag
 
 #: The code that gives a scalar parameter field from the argument's expression, by conversion.
 _CONVERTED = {
@@ -202,7 +202,7 @@ class ArgumentPlan:
         self._add_read(reads, kind, argument, value, expected, top)
         reads.tokens.append(memo(value)[0])
         self._add_to_run(reads, f"_{kind.name}_f", structure.head + 2 * ndim)
-        reads.buffers.append(f"{self.constant(memo)}({argument})[3]")
+        reads.buffers.append(f"{self.constant(memo)}({argument})[2]")
 
     def _add_read(
         self, reads: _CReads, kind: ArrayKind, argument: str, value: Any, expected: bytes, top: bool
@@ -346,12 +346,11 @@ def _key_parts(value: Any) -> KeyParts:
     return KeyParts(dtype_name, layout_letter)
 
 
-def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
+def numba_array_memo(array: Any) -> tuple[str, bytes, int]:
     """What a launch needs of a numba-cuda (or numba-cuda-mlir: the same class, copied) device
-    array, kept on it: a token of how numba types it (dtype, layout, rank) and, where the
-    process sees several GPUs, of the GPU it is on, its part of the default key, its kernel
-    parameters packed (8 bytes each, as the DLPack reads pack them), and the allocation its
-    data lies in."""
+    array, kept on it: a token of how numba types it (dtype, layout, rank, and where the process
+    sees several GPUs, its GPU), its kernel parameters packed (8 bytes each, as the DLPack reads
+    pack them) and the allocation its data lies in."""
     memo = array.__dict__.get("_numbatune")
     if memo is None:
         shim = array._strided_memory_view_shim
@@ -360,25 +359,24 @@ def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
         dtype = array.dtype
         device = devices.array_device(array) if devices.several() else None
         token = sys.intern(f"{dtype!r}|{letter}|{len(shim.shape)}|{device}")
-        key_part = default_key_part((shim.shape, dtype_name(dtype), letter))
         ndim = len(shim.shape)
         fields = struct.pack(f"<QQqqQ{2 * ndim}q", 0, 0, shim.size, dtype.itemsize,
                              shim.ptr or 0, *shim.shape, *layout.strides_in_bytes)  # fmt: skip
-        memo = array.__dict__["_numbatune"] = (token, key_part, fields, buffer_of(array))
+        memo = array.__dict__["_numbatune"] = (token, fields, buffer_of(array))
     return memo
 
 
-def memref_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
+def memref_array_memo(array: Any) -> tuple[str, bytes, int]:
     """:func:`numba_array_memo`, the parameters of the array a memref descriptor."""
     memo = array.__dict__.get("_numbatune_memref")
     if memo is None:
-        token, key_part, fields, buffer = numba_array_memo(array)
+        token, fields, buffer = numba_array_memo(array)
         values = struct.unpack(f"<{len(fields) // 8}q", fields)
         ndim, itemsize, pointer = (len(values) - 5) // 2, values[3], values[4]
         strides = (stride // itemsize for stride in values[5 + ndim :])
         memref = struct.pack(f"<3q{2 * ndim}q", pointer, pointer, 0, *values[5 : 5 + ndim],
                              *strides)  # fmt: skip
-        memo = array.__dict__["_numbatune_memref"] = (token, key_part, memref, buffer)
+        memo = array.__dict__["_numbatune_memref"] = (token, memref, buffer)
     return memo
 
 
