@@ -655,6 +655,23 @@ def test_attribute_reads_follow_new_arrays_and_shapes_set_in_place(attribute_arr
         path.call((grown, *example[1:]), None)  # another key
 
 
+def test_the_last_read_in_c_composes_the_default_key_of_arrays_of_two_libraries(
+    attribute_arrays, monkeypatch
+):
+    """With arrays of two libraries read in C, and a flag, the last read composes the whole
+    key, the other read's parts and the flag among its own, as :func:`default_key` orders
+    them: a key tuned on the general path is a hit, another shape is a new key."""
+    example = (torch.zeros(5), AttributeArray(np.zeros(3, np.float32)), True, torch.zeros(2, 3))
+    winners = WinnerTable()
+    path, launched = _attribute_path(example, monkeypatch, winners=winners)
+    assert "    key = _attribute_arrays_key\n" in path.code  # (the torch parts its items)
+    winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+    path.call(example, 7)
+    assert len(launched) == 1
+    with pytest.raises(AssertionError, match="general path"):
+        path.call((example[0], AttributeArray(np.zeros(5, np.float32)), *example[2:]), 7)
+
+
 def test_a_read_by_attribute_asked_for_allocations_gives_where_each_arrays_allocation_starts(
     attribute_arrays,
 ):
