@@ -410,9 +410,11 @@ static PyObject *key_part(PyObject *module, PyObject *read) {
     Py_ssize_t ndim = PySequence_Fast_GET_SIZE(extents);
     PyObject *anchored = PyTuple_New(ndim); /* (a new tuple: the shape given is not changed) */
     for (Py_ssize_t d = 0; anchored != NULL && d < ndim; d++) {
-        long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(extents, d)), power = 1;
-        while (power < extent) power <<= 1;
-        PyObject *item = extent == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(power);
+        long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(extents, d));
+        unsigned long long power = 1; /* (up to 2**63: unsigned) */
+        while (extent > 0 && power < (unsigned long long)extent) power <<= 1;
+        PyObject *item =
+            extent == -1 && PyErr_Occurred() ? NULL : PyLong_FromUnsignedLongLong(power);
         if (item == NULL) Py_CLEAR(anchored);
         else PyTuple_SET_ITEM(anchored, d, item);
     }
