@@ -85,6 +85,9 @@ def test_the_c_default_key_is_the_python_oracles_with_equal_parts_one_object():
     assert default_key((a,))[0] is default_key((cuda.device_array((1024, 4)),))[0]
     shape = (1000, 3)
     assert default_key_part((shape, "float32", "C"))[0] == (1024, 4) and shape == (1000, 3)
+    for extents in [(0, 1, 2, 3), (2**62 + 1, 2**63 - 1)]:
+        read = (extents, "int8", "A")
+        assert default_key_part(read) == key_reference.key_part(read)
 
 
 def test_a_reader_composes_the_whole_key_with_the_items_after_its_arrays():
