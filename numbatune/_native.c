@@ -389,6 +389,82 @@ static Py_ssize_t write_fields(const dl_tensor_t *t, const dl_expected_t *e, int
     return head + 2 * (Py_ssize_t)t->ndim;
 }
 
+/* The default key (numbatune.keys): each array argument's part, its shape's extents anchored
+ * to powers of two, its dtype name and layout letter, and each flag's value, in order. Each
+ * part made so far is kept as itself, so that equal parts are one object (a key lookup
+ * compares them by identity); emptied at PARTS_LIMIT parts. */
+#define PARTS_LIMIT 4096
+static PyObject *parts_made;
+
+/* key_part((shape, dtype, layout)) -> the part of the default key of an array so read (a new
+ * reference; NULL with an exception). */
+static PyObject *key_part(PyObject *module, PyObject *read) {
+    PyObject *shape, *dtype, *layout;
+    if (!PyTuple_Check(read) || !PyArg_ParseTuple(read, "OUU", &shape, &dtype, &layout)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "key_part((shape, dtype name, layout letter))");
+        return NULL;
+    }
+    PyObject *extents = PySequence_Fast(shape, "key_part: a shape is a sequence of integers");
+    if (extents == NULL) return NULL;
+    Py_ssize_t ndim = PySequence_Fast_GET_SIZE(extents);
+    PyObject *anchored = PyTuple_New(ndim); /* (a new tuple: the shape given is not changed) */
+    for (Py_ssize_t d = 0; anchored != NULL && d < ndim; d++) {
+        long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(extents, d));
+        unsigned long long power = 1; /* (up to 2**63: unsigned) */
+        while (extent > 0 && power < (unsigned long long)extent) power <<= 1;
+        PyObject *item =
+            extent == -1 && PyErr_Occurred() ? NULL : PyLong_FromUnsignedLongLong(power);
+        if (item == NULL) Py_CLEAR(anchored);
+        else PyTuple_SET_ITEM(anchored, d, item);
+    }
+    Py_DECREF(extents);
+    if (anchored == NULL) return NULL;
+    PyObject *part = Py_BuildValue("(NOO)", anchored, dtype, layout);
+    if (part == NULL) return NULL;
+    if (PyDict_GET_SIZE(parts_made) >= PARTS_LIMIT) PyDict_Clear(parts_made);
+    PyObject *kept = PyDict_SetDefault(parts_made, part, part);
+    Py_XINCREF(kept);
+    Py_DECREF(part);
+    return kept;
+}
+
+/* default_key(values, reads, flags) -> the default key of arguments ``values`` (a tuple),
+ * each one's read ``reads[i]`` given ((shape, dtype name, layout letter), or None: not an
+ * array); ``flags`` are the classes of the values that are mode flags (their truth is in the
+ * key). */
+static PyObject *default_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) ||
+        PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "default_key(values, reads, flags): two tuples of one "
+                                         "length and the flags' classes");
+        return NULL;
+    }
+    PyObject *key = PyList_New(0);
+    if (key == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); i++) {
+        PyObject *value = PyTuple_GET_ITEM(args[0], i), *read = PyTuple_GET_ITEM(args[1], i);
+        PyObject *part = NULL;
+        int flag = read == Py_None ? PyObject_IsInstance(value, args[2]) : 0;
+        if (flag == 1) {
+            int truth = PyObject_IsTrue(value);
+            part = truth < 0 ? NULL : PyBool_FromLong(truth);
+        } else if (flag == 0 && read != Py_None) {
+            part = key_part(module, read);
+        } else if (flag == 0) {
+            continue;
+        }
+        if (part == NULL || PyList_Append(key, part) < 0) {
+            Py_XDECREF(part);
+            Py_DECREF(key);
+            return NULL;
+        }
+        Py_DECREF(part);
+    }
+    Py_SETREF(key, PyList_AsTuple(key));
+    return key;
+}
+
 /* What a reader keeps of one of its arrays: what is expected of it, where its part of the
  * default key comes from, and its extents and part as last read. */
 typedef struct {
@@ -446,7 +522,8 @@ typedef struct {
     PyObject *memo;              /* memo reads: the name the arrays keep their memo under */
     PyObject *make_memo;         /* memo reads: makes (and keeps) an array's memo */
     getters_t getters[GETTERS_COUNT];
-    Py_ssize_t count, keyed, runs;
+    Py_ssize_t count, items, keyed, runs;
+    Py_ssize_t *key_items;  /* the key's elements: an array's part, or an item as it is */
     reader_array_t *arrays;
     Py_ssize_t *run_fields; /* how many kernel parameters each run has */
     PyObject **fields;      /* each run's parameters as last read (bytes), or NULL */
@@ -471,17 +548,21 @@ static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
     return part;
 }
 
-/* The read's key: the tuple of the parts of the arrays in the key (their extents read into
- * ``extents``; each the last read's part where they are the same). NULL with an exception. */
-static PyObject *key_of(Reader *self, const int64_t *extents) {
+/* The read's key: for each of ``key_items``, the part of the array it names (its extents read
+ * into ``extents``; the last read's part where they are the same), or the item of ``items``
+ * it names, as it is. NULL with an exception. */
+static PyObject *key_of(Reader *self, PyObject *items, const int64_t *extents) {
     PyObject *key = PyTuple_New(self->keyed);
     if (key == NULL) return NULL;
-    Py_ssize_t k = 0;
-    for (Py_ssize_t i = 0; i < self->count; i++) {
+    for (Py_ssize_t k = 0; k < self->keyed; k++) {
+        Py_ssize_t i = self->key_items[k];
+        if (i >= self->count) {
+            PyTuple_SET_ITEM(key, k, Py_NewRef(PyTuple_GET_ITEM(items, i)));
+            continue;
+        }
         reader_array_t *array = &self->arrays[i];
         size_t size = (size_t)array->expected.ndim * sizeof(int64_t);
         const int64_t *read = extents + (array->extents - self->extents);
-        if (array->parts == NULL) continue;
         PyObject *part;
         if (array->part != NULL && memcmp(array->extents, read, size) == 0) {
             part = Py_NewRef(array->part);
@@ -494,7 +575,7 @@ static PyObject *key_of(Reader *self, const int64_t *extents) {
             memcpy(array->extents, read, size);
             Py_XSETREF(array->part, Py_NewRef(part));
         }
-        PyTuple_SET_ITEM(key, k++, part);
+        PyTuple_SET_ITEM(key, k, part);
     }
     return key;
 }
@@ -514,7 +595,7 @@ static PyObject *run_bytes(Reader *self, Py_ssize_t run, const int64_t *values) 
 /* The result of a read whose arrays' parameters lie in ``values``, their extents in
  * ``extents`` and the starts of their allocations in ``allocations`` (a reference it takes;
  * NULL: not read): (current stream, key, run, run, ..., allocations or None). */
-static PyObject *read_result(Reader *self, void *stream, const int64_t *values,
+static PyObject *read_result(Reader *self, PyObject *items, void *stream, const int64_t *values,
                              const int64_t *extents, PyObject *allocations) {
     PyObject *result = PyTuple_New(3 + self->runs);
     if (result == NULL) {
@@ -529,7 +610,7 @@ static PyObject *read_result(Reader *self, void *stream, const int64_t *values,
         return NULL;
     }
     PyTuple_SET_ITEM(result, 0, current);
-    PyObject *key = key_of(self, extents);
+    PyObject *key = key_of(self, items, extents);
     if (key == NULL) {
         Py_DECREF(result);
         return NULL;
@@ -774,7 +855,7 @@ static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
 }
 
 /* Array ``value`` of a memo read: its memo (kept in its dict under the memo name, else made
- * by the memo function: a tuple of its token, its part of the key, its kernel parameters as
+ * by the memo function: a tuple of its token, its kernel parameters as
  * bytes and its allocation) carries the token expected; its parameters into ``out``, its
  * extents into ``extents``, and where ``start`` is not NULL its allocation into it (a new
  * reference). -1 where it is not as expected. */
@@ -792,16 +873,16 @@ static int read_memo(Reader *self, reader_array_t *array, PyObject *value, int64
         if (memo == NULL) return -1;
     }
     size_t size = (size_t)array->fields * sizeof(int64_t);
-    PyObject *fields = PyTuple_Check(memo) && PyTuple_GET_SIZE(memo) == 4 &&
+    PyObject *fields = PyTuple_Check(memo) && PyTuple_GET_SIZE(memo) == 3 &&
                                PyTuple_GET_ITEM(memo, 0) == array->token
-                           ? PyTuple_GET_ITEM(memo, 2)
+                           ? PyTuple_GET_ITEM(memo, 1)
                            : NULL;
     int ok = fields != NULL && PyBytes_Check(fields) && (size_t)PyBytes_GET_SIZE(fields) == size;
     if (ok) {
         memcpy(out, PyBytes_AS_STRING(fields), size);
         memcpy(extents, out + head_of(array->expected.structure),
                (size_t)array->expected.ndim * sizeof(int64_t));
-        if (start != NULL) *start = Py_NewRef(PyTuple_GET_ITEM(memo, 3));
+        if (start != NULL) *start = Py_NewRef(PyTuple_GET_ITEM(memo, 2));
     }
     Py_DECREF(memo);
     return ok ? 0 : -1;
@@ -833,9 +914,9 @@ static int read_array(Reader *self, reader_array_t *array, PyObject *value, void
 static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *arrays = nargs >= 1 ? args[0] : NULL;
     if (nargs > 2 || arrays == NULL || !PyTuple_Check(arrays) ||
-        PyTuple_GET_SIZE(arrays) != self->count) {
-        PyErr_Format(PyExc_TypeError, "read(arrays[, allocations]): a tuple of %zd arrays",
-                     self->count);
+        PyTuple_GET_SIZE(arrays) != self->items) {
+        PyErr_Format(PyExc_TypeError, "read(arrays[, allocations]): a tuple of %zd arrays "
+                     "and %zd other items of the key", self->count, self->items - self->count);
         return NULL;
     }
     int wanted = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
@@ -867,7 +948,7 @@ static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nar
         if (allocations != NULL) PyTuple_SET_ITEM(allocations, i, start);
         written += array->fields;
     }
-    return read_result(self, stream, values, extents, allocations);
+    return read_result(self, arrays, stream, values, extents, allocations);
 }
 
 /* The arrays' state, from what is expected of each and where their key parts come from. */
@@ -891,7 +972,6 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
                 return -1;
             }
             array->parts = Py_NewRef(source);
-            self->keyed++;
         }
         array->fields = head_of(expected[i].structure) + 2 * expected[i].ndim;
         total_fields += array->fields;
@@ -905,6 +985,33 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
     if (self->extents == NULL) return -1;
     for (Py_ssize_t i = 0, at = 0; i < self->count; at += self->arrays[i++].expected.ndim) {
         self->arrays[i].extents = self->extents + at;
+    }
+    return 0;
+}
+
+/* The key's elements (key_of): those ``key`` lists (array indices, and indices past the arrays'
+ * of the other items of a read), or, where it is None, each array's with a key part's source,
+ * in order. */
+static int reader_key(Reader *self, PyObject *key) {
+    Py_ssize_t listed = key == Py_None ? self->count : PyTuple_GET_SIZE(key);
+    self->key_items = PyMem_Calloc((size_t)listed + 1, sizeof(Py_ssize_t));
+    if (self->key_items == NULL) return -1;
+    self->items = self->count;
+    for (Py_ssize_t k = 0; k < listed; k++) {
+        Py_ssize_t i = k;
+        if (key != Py_None) {
+            i = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, k));
+            if (i == -1 && PyErr_Occurred()) return -1;
+        } else if (self->arrays[k].parts == NULL) {
+            continue;
+        }
+        if (i < 0 || (i < self->count && self->arrays[i].parts == NULL)) {
+            PyErr_SetString(PyExc_ValueError, "Reader: a key's element is an array with a key "
+                                              "part's source or an item past the arrays");
+            return -1;
+        }
+        self->items = i >= self->items ? i + 1 : self->items;
+        self->key_items[self->keyed++] = i;
     }
     return 0;
 }
@@ -983,16 +1090,16 @@ static int reader_source(Reader *self, PyObject *source) {
     return 0;
 }
 
-/* Reader(source, expected, parts, runs, offset=None): reads the tuples of arrays of one fast
- * path, of one library, read as ``source`` says (reader_source), in one call:
- * ``read(arrays[, allocations])``.
+/* Reader(source, expected, parts, runs, offset=None, key=None): reads the tuples of arrays of
+ * one fast path, of one library, read as ``source`` says (reader_source), in one call:
+ * ``read(arrays[, allocations])``; with ``key`` (reader_key), the tuple holds after the arrays
+ * the other items of the key, which it composes whole.
  *
  * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the
  * source of its part of the default key: a keys.KeyParts, the parts by shape (a dict that
  * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
  * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
- * current stream, through DLPack on the first array's device, the tuple of the arrays' key
- * parts, the parameters of each run as bytes, and, where ``allocations`` is true, the starts of
+ * current stream, through DLPack on the first array's device, the key, the parameters of each run as bytes, and, where ``allocations`` is true, the starts of
  * the arrays' allocations, a tuple of ints, else None), or None where an array is not as
  * expected or its library cannot describe it. Parts and bytes equal to the last read's are
  * those objects again. An allocation starts, for arrays read through DLPack, at the data
@@ -1000,10 +1107,15 @@ static int reader_source(Reader *self, PyObject *source) {
  * allocations are None); for arrays read by attribute, at the pointer of the object their
  * memory object's allocation attribute holds. Where one cannot be read, they are all None. */
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"source", "expected", "parts", "runs", "offset", NULL};
-    PyObject *source, *expected, *parts, *runs, *offset = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OSO!O!|O:Reader", names, &source, &expected,
-                                     &PyTuple_Type, &parts, &PyTuple_Type, &runs, &offset)) {
+    static char *names[] = {"source", "expected", "parts", "runs", "offset", "key", NULL};
+    PyObject *source, *expected, *parts, *runs, *offset = Py_None, *key = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OSO!O!|OO:Reader", names, &source, &expected,
+                                     &PyTuple_Type, &parts, &PyTuple_Type, &runs, &offset,
+                                     &key)) {
+        return NULL;
+    }
+    if (key != Py_None && !PyTuple_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "Reader: key is a tuple of indices or None");
         return NULL;
     }
     if (offset != Py_None && !PyUnicode_CheckExact(offset)) {
@@ -1028,6 +1140,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->fields = PyMem_Calloc((size_t)self->runs + 1, sizeof(PyObject *));
     if (self->arrays == NULL || self->run_fields == NULL || self->fields == NULL ||
         reader_arrays(self, (const dl_expected_t *)PyBytes_AS_STRING(expected), parts) < 0 ||
+        reader_key(self, key) < 0 ||
         reader_source(self, source) < 0 || reader_runs(self, runs) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         Py_DECREF(self);
@@ -1080,6 +1193,7 @@ static void reader_dealloc(Reader *self) {
     reader_clear(self);
     PyMem_Free(self->arrays);
     PyMem_Free(self->run_fields);
+    PyMem_Free(self->key_items);
     PyMem_Free(self->fields);
     PyMem_Free(self->extents);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1282,6 +1396,9 @@ static PyObject *describe(PyObject *self, PyObject *const *args, Py_ssize_t narg
 }
 
 static PyMethodDef methods[] = {
+    {"key_part", key_part, METH_O, "key_part((shape, dtype, layout)) -> the default key's part"},
+    {"default_key", (PyCFunction)(void (*)(void))default_key, METH_FASTCALL,
+     "default_key(values, reads, flags) -> the default key of the arguments so read"},
     {"dlpack_api", dlpack_api, METH_O, "dlpack_api(cls) -> address of its DLPack C API, or 0"},
     {"describe", (PyCFunction)(void (*)(void))describe, METH_FASTCALL,
      "describe(api, array) -> (device type, device id, ndim, code, bits, lanes) or None"},
@@ -1329,7 +1446,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(result);
         return NULL;
     }
-    if (add_order_type(result) < 0 || PyType_Ready(&reader_type) < 0 ||
+    if ((parts_made = PyDict_New()) == NULL || add_order_type(result) < 0 ||
+        PyType_Ready(&reader_type) < 0 ||
         PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0 ||
         PyType_Ready(&packer_type) < 0 ||
         PyModule_AddObjectRef(result, "Packer", (PyObject *)&packer_type) < 0 ||

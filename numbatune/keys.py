@@ -10,12 +10,12 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
-from numbatune import arrays
+from numbatune import _native, arrays
 from numbatune.arraykinds import Read
 from numbatune.errors import TuningKeyError
 from numbatune.values import is_integer, next_power_of_two
@@ -84,22 +84,14 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     return power
 
 
-#: Each default-key part made so far, as itself: equal parts are one object, so that a key
-#: lookup compares them by identity. Emptied at :data:`_PARTS_LIMIT` parts.
-_PARTS: dict[tuple[tuple[int, ...], str, str], tuple[tuple[int, ...], str, str]] = {}
-_PARTS_LIMIT = 4096
+#: An array's part of the default key, from what :func:`numbatune.arrays.read` gives: its
+#: shape anchored to powers of two, its dtype and layout; equal parts are one object, so that a
+#: key lookup compares them by identity (the C extension's, as the whole default key is).
+default_key_part: Callable[[Read], tuple[tuple[int, ...], str, str]] = _native.key_part
 
-
-def default_key_part(
-    found: tuple[tuple[int, ...], str, str],
-) -> tuple[tuple[int, ...], str, str]:
-    """An array's part of the default key: its shape anchored to powers of two, its dtype and
-    layout (``found`` is what :func:`numbatune.arrays.read` gives)."""
-    shape, dtype, layout = found
-    part = tuple([next_power_of_two(n) for n in shape]), dtype, layout
-    if len(_PARTS) >= _PARTS_LIMIT:
-        _PARTS.clear()
-    return _PARTS.setdefault(part, part)
+#: The classes of the arguments that are mode flags, whose value is part of the default key (a
+#: boolean: it selects a code path).
+_FLAGS = (bool, np.bool_)
 
 
 class KeyParts(dict):
@@ -125,9 +117,8 @@ class KeyParts(dict):
 
 
 def is_flag(value: Any) -> bool:
-    """Whether an argument is a mode flag, whose value is part of the default key (a boolean:
-    it selects a code path)."""
-    return isinstance(value, bool | np.bool_)
+    """Whether an argument is a mode flag, whose value is part of the default key."""
+    return isinstance(value, _FLAGS)
 
 
 def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
@@ -142,25 +133,15 @@ def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
 
 def default_key(args: tuple[Any, ...]) -> Hashable:
     """The key of ``key=None``: each array argument's anchored shape, dtype name and layout,
-    and each boolean argument's value (a mode flag: it selects a code path), in order."""
-    return _default_key(args, map(arrays.read, args))
+    and each boolean argument's value (a mode flag: it selects a code path), in order; composed
+    in C (``_native.default_key``), as a fast path's hit composes it (``_native.Reader``)."""
+    return _native.default_key(args, tuple(map(arrays.read, args)), _FLAGS)
 
 
 def default_key_of(arguments: arrays.Arguments) -> Hashable:
     """:func:`default_key` of a call's arguments as read once (their views)."""
-    reads = (None if v is None else (v.shape, v.dtype, v.layout) for v in arguments.views)
-    return _default_key(arguments.values, reads)
-
-
-def _default_key(args: tuple[Any, ...], reads: Iterable[Read | None]) -> Hashable:
-    """:func:`default_key`, each argument's read (None: not an array) given."""
-    key: list[Any] = []
-    for value, found in zip(args, reads, strict=True):
-        if found is not None:
-            key.append(default_key_part(found))
-        elif is_flag(value):
-            key.append(bool(value))
-    return tuple(key)
+    reads = tuple(None if v is None else (v.shape, v.dtype, v.layout) for v in arguments.views)
+    return _native.default_key(arguments.values, reads, _FLAGS)
 
 
 def build_key(

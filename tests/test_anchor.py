@@ -1,3 +1,6 @@
+import struct
+
+import numpy as np
 import pytest
 
 from numbatune import anchor
@@ -57,3 +60,59 @@ def test_the_fast_paths_kept_key_parts_are_the_default_keys_parts_and_stay_bound
     for size in range(KeyParts.LIMIT + 10):
         known[(size,)]
     assert 0 < len(known) <= KeyParts.LIMIT
+
+
+def test_the_c_default_key_is_the_python_oracles_with_equal_parts_one_object():
+    """The C extension composes the default key (``_native.default_key``) as the oracle in
+    tests/key_reference.py does: arrays' anchored parts and flags' values, in order, other
+    arguments left out; equal parts are one object (a fast path compares them by identity)."""
+    from numba import cuda
+
+    from numbatune.keys import default_key
+    from tests import key_reference
+
+    a, b = cuda.device_array((1000, 3)), cuda.device_array(0, dtype=np.int8)
+    cases = [
+        (a, True, 2.5, b, np.bool_(False), 7, "text", (True, a)),
+        (cuda.device_array(()), cuda.device_array((5, 1, 17), order="F")),
+        (a[:, 1], None),
+        (),
+    ]
+    for args in cases:
+        key = default_key(args)
+        assert key == key_reference.default_key(args)
+        assert all(type(part) in (tuple, bool) for part in key)
+    assert default_key((a,))[0] is default_key((cuda.device_array((1024, 4)),))[0]
+    shape = (1000, 3)
+    assert default_key_part((shape, "float32", "C"))[0] == (1024, 4) and shape == (1000, 3)
+    for extents in [(0, 1, 2, 3), (2**62 + 1, 2**63 - 1)]:
+        read = (extents, "int8", "A")
+        assert default_key_part(read) == key_reference.key_part(read)
+
+
+def test_a_reader_composes_the_whole_key_with_the_items_after_its_arrays():
+    """Given ``key``, a C read's key holds its arrays' parts and the items after them (flags,
+    other reads' parts) in the order ``key`` lists, as the default key holds them."""
+    from numbatune import _native, native
+
+    def make(array):
+        fields = struct.pack("<QQqqQqq", 0, 0, array.n, 4, 64, array.n, 4)
+        memo = array.__dict__["_memo"] = ("token", fields, 0)
+        return memo
+
+    class Array:
+        def __init__(self, n):
+            self.n = n
+
+    expected = native.EXPECTED.pack(0, 0, 1, 0, 0, 0, 0, False)
+    parts = KeyParts("float32", "C")
+    reader = _native.Reader(
+        ("_memo", make, ("token", "token")), expected * 2, (parts, parts), (2,), None, (1, 2, 0, 3)
+    )
+    x, y = Array(8), Array(3)
+    _, key, _, _ = reader.read((x, y, True, "other"))
+    assert key == (((4,), "float32", "C"), True, ((8,), "float32", "C"), "other")
+    with pytest.raises(TypeError, match="2 arrays and 2 other items"):
+        reader.read((x, y))
+    with pytest.raises(ValueError, match="a key's element"):
+        _native.Reader(("_memo", make, ("token",)), expected, (None,), (1,), None, (0,))

@@ -17,7 +17,7 @@ from numba.core import types as numba_types
 from numba.np import numpy_support
 
 import numbatune as nt
-from numbatune import arraykinds, arrays, devices, native
+from numbatune import _native, arraykinds, arrays, devices, native
 from numbatune.arrays import buffer_of
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import numba_parameters
@@ -97,7 +97,7 @@ def _without_a_driver(monkeypatch):
     returned list) instead of calling the driver, the stream order's events standing in for
     the driver's."""
     launched = []
-    monkeypatch.setattr(native, "launcher", lambda: lambda *call: launched.append(call[3]) or 0)
+    monkeypatch.setattr(_native, "launch", lambda *call: launched.append(call[3]) or 0)
     events = RecordingEvents()  # (the fake streams' handles never reach a driver)
     events.released.set()  # the device passes each event at once
     monkeypatch.setattr(fastpath, "monitor", Monitor(events))
@@ -143,9 +143,9 @@ def _parameters(path, launched, args):
 
 
 def test_the_c_extension_reads_torch_tensors_through_dlpack():
-    reader = native.dlpack()  # (it loads where no CUDA driver does, as in CI)
-    assert reader.api(torch.Tensor) != 0
-    assert reader.api(int) == 0  # a class with no C exchange API
+    reader = _native  # (it loads where no CUDA driver does, as in CI)
+    assert reader.dlpack_api(torch.Tensor) != 0
+    assert reader.dlpack_api(int) == 0  # a class with no C exchange API
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -274,10 +274,10 @@ def test_arrays_of_another_signature_are_refused(other, monkeypatch):
 def _reader(tensor, layout="C", parts=None, offset=None):
     """The C extension's reader of one tensor like ``tensor``, with ``parts`` (a KeyParts) the
     source of its part of the key, or none, and ``offset`` its method giving its offset."""
-    reader = native.dlpack()
-    api = reader.api(torch.Tensor)
+    reader = _native
+    api = reader.dlpack_api(torch.Tensor)
     expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord(layout), NUMBA, True)
-    return reader.reader(api, expected, (parts,), (1,), offset)
+    return reader.Reader(api, expected, (parts,), (1,), offset)
 
 
 def test_a_read_asked_for_allocations_gives_where_each_tensors_allocation_starts():
@@ -323,7 +323,7 @@ def test_a_read_reads_an_arrays_allocation_again_only_for_another_array_or_data_
     first, second = np.zeros(8, np.float32), np.zeros(8, np.float32)
     expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
     source = (arraykinds.CUPY.attributes.names(), lambda: CURRENT, (np.dtype("float32"),))
-    read = native.dlpack().reader(source, expected, (None,), (1,)).read
+    read = _native.Reader(source, expected, (None,), (1,)).read
     array = Counted(first)
     for _ in range(3):
         assert read((array,), True)[-1] == (first.ctypes.data,)
@@ -359,17 +359,17 @@ def test_launches_over_views_of_one_tensor_on_two_streams_wait_for_each_other(mo
 
 
 def test_arrays_on_another_device_are_refused():
-    reader = native.dlpack()
-    api, tensor = reader.api(torch.Tensor), torch.zeros(4)
+    reader = _native
+    api, tensor = reader.dlpack_api(torch.Tensor), torch.zeros(4)
     device_type, device_id, ndim, code, bits, _ = reader.describe(api, tensor)
     assert (device_type, ndim, code, bits) == (1, 1, 2, 32)  # CPU, float32
     here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"), NUMBA, True)
     on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"), NUMBA, True)
-    current, key, fields, _ = reader.reader(api, here, (None,), (1,)).read((tensor,))
+    current, key, fields, _ = reader.Reader(api, here, (None,), (1,)).read((tensor,))
     assert current == 0  # (torch has no stream for the CPU)
     assert key == ()  # (no part of the key asked for)
     assert struct.unpack("=7q", fields)[2:] == (4, 4, tensor.data_ptr(), 4, 4)
-    assert reader.reader(api, on_a_gpu, (None,), (1,)).read((tensor,)) is None
+    assert reader.Reader(api, on_a_gpu, (None,), (1,)).read((tensor,)) is None
 
 
 @pytest.mark.parametrize("dlpack", [True, False], ids=["dlpack", "python"])
@@ -422,11 +422,11 @@ def test_a_read_gives_each_tensors_key_part_and_fields_as_they_are_now():
     ids=["runs past the arrays", "an empty run", "two key parts", "a part's source"],
 )
 def test_a_reader_of_inconsistent_arguments_is_refused(parts, runs, error):
-    reader = native.dlpack()
-    api, tensor = reader.api(torch.Tensor), torch.zeros(4)
+    reader = _native
+    api, tensor = reader.dlpack_api(torch.Tensor), torch.zeros(4)
     expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA, True)
     with pytest.raises((TypeError, ValueError), match=error):
-        reader.reader(api, expected, parts, runs)
+        reader.Reader(api, expected, parts, runs)
 
 
 def test_arrays_between_other_parameters_are_packed_in_runs_and_keyed_as_the_general_path(
@@ -655,6 +655,23 @@ def test_attribute_reads_follow_new_arrays_and_shapes_set_in_place(attribute_arr
         path.call((grown, *example[1:]), None)  # another key
 
 
+def test_the_last_read_in_c_composes_the_default_key_of_arrays_of_two_libraries(
+    attribute_arrays, monkeypatch
+):
+    """With arrays of two libraries read in C, and a flag, the last read composes the whole
+    key, the other read's parts and the flag among its own, as :func:`default_key` orders
+    them: a key tuned on the general path is a hit, another shape is a new key."""
+    example = (torch.zeros(5), AttributeArray(np.zeros(3, np.float32)), True, torch.zeros(2, 3))
+    winners = WinnerTable()
+    path, launched = _attribute_path(example, monkeypatch, winners=winners)
+    assert "    key = _attribute_arrays_key\n" in path.code  # (the torch parts its items)
+    winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+    path.call(example, 7)
+    assert len(launched) == 1
+    with pytest.raises(AssertionError, match="general path"):
+        path.call((example[0], AttributeArray(np.zeros(5, np.float32)), *example[2:]), 7)
+
+
 def test_a_read_by_attribute_asked_for_allocations_gives_where_each_arrays_allocation_starts(
     attribute_arrays,
 ):
@@ -664,7 +681,7 @@ def test_a_read_by_attribute_asked_for_allocations_gives_where_each_arrays_alloc
     views = (AttributeArray(base)[4:8], AttributeArray(np.zeros(4, np.float32)))
     expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
     source = (arraykinds.CUPY.attributes.names(), lambda: CURRENT, (np.dtype("float32"),) * 2)
-    read = native.dlpack().reader(source, expected * 2, (None, None), (2,)).read
+    read = _native.Reader(source, expected * 2, (None, None), (2,)).read
     starts = read(views, True)[-1]
     assert starts == (base.ctypes.data, views[1].data.ptr) == tuple(map(buffer_of, views))
     assert read(views)[-1] is None
@@ -692,19 +709,19 @@ def test_memo_reads_give_each_arrays_kept_parameters_key_part_and_allocation():
     def make(array):
         made.append(array)
         fields = struct.pack("<QQqqQqq", 0, 0, array.n, 4, array.pointer, array.n, 4)
-        memo = array.__dict__["_memo"] = ("token", None, fields, array.pointer - 64)
+        memo = array.__dict__["_memo"] = ("token", fields, array.pointer - 64)
         return memo
 
     parts = KeyParts("float32", "C")
     expected = native.EXPECTED.pack(0, 0, 1, 0, 0, 0, NUMBA, False)
     source = ("_memo", make, ("token", "token"))
     keyed = (parts, None)
-    read = native.dlpack().reader(source, expected * 2, keyed, (2,)).read
+    read = _native.Reader(source, expected * 2, keyed, (2,)).read
     x, y = Array(8, 4096), Array(3, 8192)
     _, key, fields, allocations = read((x, y), True)
     assert made == [x, y]
     assert key == (default_key_part(((8,), "float32", "C")),)
-    assert fields == x._memo[2] + y._memo[2]
+    assert fields == x._memo[1] + y._memo[1]
     assert allocations == (4096 - 64, 8192 - 64)
     _, again, same_fields, none = read((x, y))
     assert made == [x, y] and again[0] is key[0] and same_fields is fields and none is None
@@ -716,13 +733,13 @@ def test_memo_reads_give_each_arrays_kept_parameters_key_part_and_allocation():
 
 
 def test_a_reader_by_attribute_of_inconsistent_sources_is_refused():
-    reader = native.dlpack()
+    reader = _native
     expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
     names = arraykinds.CUPY.attributes.names()
     for source in [(names[:-1], lambda: CURRENT, (np.dtype("float32"),)),
                    (names, lambda: CURRENT, ()), "not a source"]:  # fmt: skip
         with pytest.raises(TypeError, match="a source is"):
-            reader.reader(source, expected, (None,), (1,))
+            reader.Reader(source, expected, (None,), (1,))
 
 
 def test_reads_by_attribute_call_getset_descriptors_and_follow_their_class():
@@ -736,12 +753,12 @@ def test_reads_by_attribute_call_getset_descriptors_and_follow_their_class():
 
     names = ("shape", "strides", "_c_contiguous", "dtype", "memory", "ptr", "device", "ptr",
              "ndim", "size", "allocation")  # fmt: skip
-    reader = native.dlpack()
+    reader = _native
 
     def read_of(ndim):
         expected = native.EXPECTED.pack(2, 0, ndim, 0, 32, ord("C"), NUMBA, True)
         source = (names, lambda: CURRENT, (np.dtype("float32"),))
-        read = reader.reader(source, expected, (None,), (1,)).read
+        read = reader.Reader(source, expected, (None,), (1,)).read
         return lambda array: (
             read((array,)) and struct.unpack(f"={5 + 2 * ndim}q", read((array,))[2])
         )

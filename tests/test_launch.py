@@ -314,9 +314,9 @@ def test_by_shape_refuses_what_is_not_a_function():
 def test_the_c_extensions_event_calls_pass_and_raise_the_drivers_failures():
     from numba.cuda.cudadrv.driver import CudaAPIError
 
-    from numbatune import native
+    from numbatune import _native
 
-    calls = native.native()
+    calls = _native
     event = cuda.event(timing=False)
     event.record()
     event.synchronize()
@@ -352,16 +352,16 @@ def test_torch_work_queued_before_a_tuned_call_is_seen_by_it(explicit):
 
 @pytest.mark.gpu
 def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
-    from numbatune import native
+    from numbatune import _native, native
 
     torch = pytest.importorskip("torch")
-    reader = native.dlpack()
-    api = reader.api(torch.Tensor)
+    reader = _native
+    api = reader.dlpack_api(torch.Tensor)
     assert api, f"torch {torch.__version__} publishes no DLPack C exchange API"
     x = torch.zeros(1 << 10, device="cuda")
     numba_structure = native.STRUCTURES.index("numba")
     expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"), numba_structure, True)
-    read = reader.reader(api, expected, (None,), (1,)).read
+    read = reader.Reader(api, expected, (None,), (1,)).read
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         assert read((x,))[0] == stream.cuda_stream
@@ -375,7 +375,7 @@ def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
 
 @pytest.mark.gpu
 def test_cupy_arrays_are_read_in_c_with_cupys_current_stream_and_shape():
-    from numbatune import native
+    from numbatune import _native, native
     from numbatune.arraykinds import CUPY
 
     cupy = pytest.importorskip("cupy")
@@ -383,7 +383,7 @@ def test_cupy_arrays_are_read_in_c_with_cupys_current_stream_and_shape():
     numba_structure = native.STRUCTURES.index("numba")
     expected = native.EXPECTED.pack(2, x.device.id, 1, 0, 32, ord("C"), numba_structure, True)
     source = (CUPY.attributes.names(), CUPY.stream.getter(), (x.dtype,))
-    read = native.dlpack().reader(source, expected, (None,), (1,)).read
+    read = _native.Reader(source, expected, (None,), (1,)).read
     stream = cupy.cuda.Stream()
     with stream:
         assert read((x,))[0] == stream.ptr

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import numbatune as nt
-from numbatune import native
+from numbatune import _native
 from numbatune.arrays import SIMULATOR
 from numbatune.config import Isolate
 from numbatune.streams.monitor import Monitor
@@ -34,7 +34,7 @@ def _order_type(implementation):
     """The Python reference or the C extension's order (built wherever the tests are installed)."""
     if implementation == "python":
         return StreamOrder
-    return native.order_type()
+    return _native.Order
 
 
 @pytest.fixture(params=["python", "c"])

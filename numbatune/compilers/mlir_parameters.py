@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import native
+from numbatune import _native, native
 from numbatune.arraykinds import kind_of
 from numbatune.compilers import numba_parameters
 from numbatune.compilers.base import (
@@ -238,7 +238,7 @@ def launch(
 
     context = int(cuda.current_context().handle)  # (numba-cuda's: the device's primary one)
     data, offsets = pack(fields(packings, args), parameter_layout(function))
-    error = native.launcher()(
+    error = _native.launch(
         function, config, stream_handle(stream or 0), data, offsets, context, cooperative
     )
     if error and error != native.EMPTY_LAUNCH:

@@ -1,17 +1,8 @@
-"""The generated code of a fast path: one function per argument signature.
-
-Generated per signature as Triton generates its launchers, the code reads each argument's
-fields once, checks that the arguments have the signature it was made for, computes the key
-from what it read, finds the key's winner in the tuned kernel's winner table and that
-variant's compiled function for this signature, calls the launch function, packs the
-parameters with one ``struct.pack`` and calls ``cuLaunchKernel`` from C
-(:mod:`numbatune.native`).
-
-Two functions are made: ``call(args, stream)``, which looks the winner up and hands calls it
-cannot take to ``_by_classes`` (the tuned kernel's lookup by argument classes, for arguments of
-other classes), ``_next`` (another signature of the same argument classes) or ``_general`` (the
-tuned kernel's general path, for a new key); and ``launch_winner(args, winner, stream)``, which
-the general path calls with a winner it found, and which returns False when it cannot launch it.
+"""The generated code of a fast path, per argument signature (as Triton generates its
+launchers): ``call(args, stream)`` finds the key's winner and launches it, handing calls it
+cannot take to ``_by_classes`` (other argument classes), ``_next`` (another signature of the
+same classes) or ``_general`` (a new key); ``launch_winner(args, winner, stream)`` launches a
+winner the general path found, False where it cannot. docs/architecture.md draws its steps.
 """
 
 from __future__ import annotations
@@ -44,14 +35,10 @@ def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
 def stream_lines(
     args: tuple[Any, ...], sync: bool, plan: ArgumentPlan
 ) -> tuple[list[str], list[ArrayKind]]:
-    """Code that turns ``stream`` into a raw handle, ordered after the current streams of the
-    arguments' libraries, as their kinds read them (:attr:`numbatune.arraykinds.ArrayKind.
-    stream`), or the expressions in the plan's ``current_streams`` where the arrays' reads gave
-    them; the current stream of kind ``L`` is left in ``producer_L``, and whether nothing the
-    driver does orders the two in ``unordered_L`` (the order's ``apart``, which makes the
-    stream wait where ``sync``: the ``__cuda_array_interface__``'s rule); and the kinds whose
-    streams it reads. A call with no stream launches on the current stream of the first
-    top-level array's library."""
+    """Code that turns ``stream`` into a raw handle (None: the first top-level array's library's
+    current stream), each library ``L``'s current stream in ``producer_L`` and whether the
+    driver leaves the two unordered in ``unordered_L`` (the order's ``apart``, which makes the
+    stream wait where ``sync``); and the kinds whose streams it reads."""
     handle = (
         "stream if type(stream) is int else "
         f"getattr(stream, '{HANDLE_MEMO}', None) or _stream_handle(stream)"
@@ -76,12 +63,9 @@ def stream_lines(
 
 
 def _ordering(plan: ArgumentPlan) -> tuple[list[str], list[str]]:
-    """Code before and after the launch that orders it after other streams' uses of its
-    buffers, once a second stream (or a profile) is in use, and keeps torch and CuPy arrays
-    alive past it where they need it: those launched apart from their library's current
-    stream (``unordered_L``). With one stream so far it compares two handles and goes on;
-    else the order's ``before`` and ``after`` (:mod:`numbatune.streams.order`) take the
-    launch, and its ``hold`` the arrays to keep."""
+    """Code before and after the launch: with one stream so far, a comparison of two handles;
+    else the order's ``before`` and ``after`` (:mod:`numbatune.streams.order`), and its
+    ``hold`` for the arrays launched apart from their library's current stream."""
     if len(plan.buffers) == 1 and plan.buffers[0].startswith("*"):
         buffers = plan.buffers[0][1:]  # one read in C's tuple: not copied into another
     else:
@@ -105,10 +89,8 @@ def _ordering(plan: ArgumentPlan) -> tuple[list[str], list[str]]:
 
 
 def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> list[str]:
-    """Code that checks the number and classes of the arguments in one call,
-    ``_same_classes(args, _classes)``, running ``reject_classes`` for others, unpacks ``args``
-    into ``a0, a1, ...`` and runs the plan's checks and reads, running ``reject`` for arguments
-    of the same classes but another signature."""
+    """Code that checks the arguments' classes (else ``reject_classes``), unpacks them into
+    ``a0, a1, ...`` and runs the plan's checks and reads (``reject`` for another signature)."""
     names = "".join(f"a{i}, " for i in range(arity))
     lines = ["    if not _same_classes(args, _classes):", f"        {reject_classes}"]
     lines += [f"    {names}= args"] if arity else []
@@ -134,9 +116,8 @@ def depends_on(args: tuple[Any, ...]) -> str:
 
 
 def _configure(depends: str | None) -> list[str]:
-    """Code that sets ``config``, the launch function's for ``winner``: with ``depends`` (see
-    :func:`depends_on`), the one kept in ``_configs`` under it, the launch function called
-    only for a value not seen yet (:meth:`~numbatune.launch.config.ByShape.remember`)."""
+    """Code that sets ``config`` for ``winner``: with ``depends``, the one kept in ``_configs``
+    (the launch function called for a value not seen yet: ``ByShape.remember``)."""
     said = [
         "    except Exception as error:  # the launch function's: say so",
         "        raise _launch_error(error, winner.params, _name) from error",
@@ -161,11 +142,9 @@ def _tail(
     in_call: bool,
     depends: str | None,
 ) -> list[str]:
-    """Code that launches ``winner`` once the front has run; ``unavailable`` for a winner
-    with no compiled function for this signature yet; ``depends``: what the launch function's
-    result depends on, where it is kept by that (:func:`_configure`). ``_numba`` and
-    ``_failed`` take over (and return True) when the packing or the launch fails; ``in_call``
-    tells ``_failed`` whether the general path may be asked again."""
+    """Code that launches ``winner`` once the front has run (``unavailable``: no compiled
+    function for this signature yet); ``_numba`` and ``_failed`` take over where the packing
+    or the launch fails, ``in_call`` telling ``_failed`` whether the general path may be asked."""
     values = ", ".join(plan.values)
     ordering, finishing = _ordering(plan)
     return [
@@ -202,11 +181,10 @@ def source(
     stream: list[str],
     depends: str | None = None,
 ) -> str:
-    """The source of ``call`` and ``launch_winner`` for one signature; ``stream`` is the code
-    :func:`stream_lines` made for it; ``depends``: what a :class:`~numbatune.launch.config.
-    ByShape` launch function's result depends on (:func:`depends_on`), None for another. With
-    ``checks_valid``, ``call`` asks the kernel's ``valid`` function whether the winner may run
-    on the arguments, and hands calls it may not to the general path."""
+    """The source of ``call`` and ``launch_winner`` for one signature (``stream``:
+    :func:`stream_lines`'; ``depends``: :func:`depends_on`'s, for a ``ByShape`` launch
+    function); with ``checks_valid``, ``call`` asks ``valid`` and hands a refusal to the general
+    path."""
     key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [
@@ -262,19 +240,16 @@ def _find_kept_winner(key: str, general: str) -> list[str]:
 def compile_functions(
     code: str, namespace: dict[str, Any], name: str
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """Execute the generated ``code`` in ``namespace``; its ``call`` and ``launch_winner``
-    (which torch.compile runs as written: :mod:`numbatune.eager`)."""
+    """``call`` and ``launch_winner`` of ``code`` run in ``namespace`` (torch.compile runs them
+    as written: :mod:`numbatune.eager`)."""
     exec(compile(code, f"<numbatune fast path of {name}>", "exec"), namespace)
     run_as_written(namespace["call"], namespace["launch_winner"])
     return namespace["call"], namespace["launch_winner"]
 
 
 def packer(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> dict[str, Any]:
-    """The names the generated code packs with: ``_pack``, the ``struct`` format's packing
-    through the C extension's ``Packer``, which gives the last call's bytes again where each
-    value is the same object as in that call (a hit's values mostly are: the C reads' bytes,
-    which are the last read's where equal, and scalars such as constants), and the
-    parameters' ``_offsets``."""
+    """The names the generated code packs with: ``_pack`` (the C extension's ``Packer`` over
+    the plan's ``struct`` format) and the parameters' ``_offsets``."""
     return {
         "struct": struct,
         "_pack": _native.Packer(struct.Struct(struct_format(plan, layout)).pack),

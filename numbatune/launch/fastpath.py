@@ -1,16 +1,11 @@
 """Fast paths: a tuned kernel's winners launched with their parameters packed by hand.
 
-numba's own launch types and wraps every argument again on every call, which costs 22-65 us on
-an H100. A fast path does that work once per argument signature and device: its code
-(:mod:`numbatune.launch.codegen`) reads the arguments, computes the key, finds the winner in the
-tuned kernel's one winner table and launches the winner's compiled function for the signature.
-A tuned kernel finds the fast path of a call by the classes of its arguments (one dictionary
-lookup, or none while one set of classes has a fast path: it then calls that path, which checks
-the classes itself); signatures that share classes (another dtype, say) are tried in turn.
-
-Streams. When torch or CuPy arrays are launched on another stream than their library's current
-one, that stream first waits, on the device, for their current stream: the ordering the
-``__cuda_array_interface__`` asks for, which numba's own launch gets by synchronising the host.
+numba's own launch types and wraps every argument again on every call (22-65 us on an H100). A
+fast path does that work once per argument signature and device, and its generated code
+(:mod:`numbatune.launch.codegen`) launches the key's winner. Torch and CuPy arrays launched on
+another stream than their library's current one first make that stream wait, on the device,
+for the current one: the ``__cuda_array_interface__``'s rule, which numba's launch keeps by
+synchronising the host.
 """
 
 from __future__ import annotations
@@ -214,7 +209,7 @@ def _generate(
             if kind not in plan.current_streams
         },
         "_half_bits": half_bits,
-        "_launch": native.launcher(),
+        "_launch": _native.launch,
         "_context": int(cuda.current_context().handle),
         "_cooperative": cooperative,
         "_order": monitor.order,

@@ -1,24 +1,16 @@
-"""A kernel's parameters, planned once per argument signature.
+"""A kernel's parameters, planned once per argument signature (the classes of the arguments,
+and for arrays their dtype, rank and layout): the reads that fetch an array's fields, the checks
+that hold for arguments of the signature, the default key's elements and a ``struct`` field per
+parameter, which :mod:`numbatune.launch.codegen` turns into code. numba's arrays (from the memo
+each keeps), torch's (the DLPack C exchange API) and CuPy's (the attributes its kind names) are
+read, checked and packed, and the key composed, in one C call per kind (``_native.Reader``);
+other arrays through their library's Python API.
 
-numba's own launch types and wraps every argument again on every call. A plan reads, once per
-argument signature (the classes of the arguments, and for arrays their dtype, rank and layout),
-how each argument becomes kernel parameters: the reads that fetch an array's fields, the checks
-that hold for arguments of this signature, the parts of the default key, and a ``struct`` field
-per parameter. :mod:`numbatune.launch.codegen` turns a plan into code. numba's arrays (from
-the memo each keeps), the arrays of a library that publishes the DLPack C exchange API (torch)
-and those whose kind names the attributes C reads (CuPy:
-:attr:`numbatune.arraykinds.ArrayKind.attributes`) are read, checked and packed, and their parts
-of the default key found, in one call of the C extension for all the arrays of a kind
-(:func:`numbatune.native.dlpack`), which gives the parameters of arrays that follow each other
-as one bytes value; the others through their library's Python API.
-
-Which parameters an argument of a type becomes is the kernel compiler's to say
+Which parameters an argument becomes is the kernel compiler's to say
 (:attr:`numbatune.compilers.base.LaunchTarget.parameters`); numba-cuda's layout is not public
-API, so it is checked twice: numba-cuda must be a version it was written against, and the
-layout planned must match, parameter for parameter, the sizes the driver reports for the
-compiled function. Whatever is not planned (unknown versions, records, datetimes, arrays of
-other libraries, debug kernels) is left to the compiler's launch; cooperative kernels are
-planned as the others, and launched with cuLaunchCooperativeKernel.
+API, so numba-cuda must be a version it was written against, and the layout planned must match
+the sizes the driver reports for the compiled function. What is not planned is left to the
+compiler's launch.
 """
 
 from __future__ import annotations
@@ -31,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from numbatune import arrays, devices, native
-from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, dtype_name, kind_of
+from numbatune import _native, arrays, devices, native
+from numbatune.arraykinds import DLPACK_CUDA, ArrayKind, FastRead, kind_of
 from numbatune.arrays import buffer_of
 from numbatune.compilers.base import (
     ArrayParameters,
@@ -42,7 +34,7 @@ from numbatune.compilers.base import (
     ScalarParameters,
     TupleParameters,
 )
-from numbatune.keys import KeyParts, default_key_part, is_flag
+from numbatune.keys import KeyParts, is_flag
 
 #: The code that gives a scalar parameter field from the argument's expression, by conversion.
 _CONVERTED = {
@@ -59,9 +51,10 @@ class ArgumentPlan:
     ``steps`` are ("read", statement) and ("check", condition) in order; with the classes of
     the kernel's arguments (which the generated code checks first), the checks hold for the
     arguments numba types as this signature (classes, and for arrays dtype, rank and layout).
-    ``key_parts`` are the default key's parts of the top-level arrays (anchored shape, dtype
-    name and layout) and booleans (their value), as :func:`numbatune.keys.default_key` makes
-    them.
+    ``key_parts`` are the elements of the default key, as :func:`numbatune.keys.default_key`
+    makes it: the parts of the top-level arrays (anchored shape, dtype name and layout) and
+    booleans (their value); each the expression that gives it, and for an array read in C its
+    kind and index in that read, where the last read in C composes the whole key.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
     that give them (one bytes value for the fields listed in ``packed``),
     ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
@@ -75,7 +68,7 @@ class ArgumentPlan:
         self._parameters = parameters
         self.steps: list[tuple[str, str]] = []
         self.arrays = 0
-        self.key_parts: list[str] = []
+        self.key_parts: list[tuple[str, ArrayKind | None, int]] = []
         self.fields: list[str] = []
         self.values: list[str] = []
         self.buffers: list[str] = []
@@ -99,17 +92,28 @@ class ArgumentPlan:
 
     def close(self) -> None:
         """Add the reads that come after every argument's checks: those in C, one call for all
-        the arrays of a library."""
+        the arrays of a library; the last composes the whole default key (its other elements
+        given after its arrays)."""
+        composer = next(reversed(self._c_reads), None)
         for kind, reads in self._c_reads.items():
             result, prefix = f"_{kind.name}_read", f"_{kind.name}"
-            arrays = "".join(f"{argument}, " for argument in reads.arguments)
+            items, key = list(reads.arguments), None
+            if kind is composer:
+                key = []
+                for part, of, index in self.key_parts:
+                    if of is not kind:
+                        index = len(items)
+                        items.append(part)
+                    key.append(index)
+            arrays = "".join(f"{item}, " for item in items)
             if reads.memo is not None:
                 source: Any = (*reads.memo, tuple(reads.tokens))
             else:
                 source = reads.api or (kind.attributes.names(), kind.stream.getter(),
                                        tuple(reads.dtypes))  # fmt: skip
-            reader = reads.reader(source, b"".join(reads.expected), tuple(reads.parts),
-                                  tuple(reads.runs), kind.offset_method)  # fmt: skip
+            reader = _native.Reader(source, b"".join(reads.expected), tuple(reads.parts),
+                                    tuple(reads.runs), kind.offset_method,
+                                    None if key is None else tuple(key))  # fmt: skip
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
             read = f"{self.constant(reader.read)}(({arrays}), _order.ordering)"
             self.steps += [
@@ -123,13 +127,11 @@ class ArgumentPlan:
             self.buffers.append(f"*({prefix}_allocations or ({listed}))")
 
     def key(self) -> str:
-        """The expression of the default key: the tuple of :attr:`key_parts`, or the key a
-        read in C gives where its arrays' parts are the whole key."""
-        for kind, reads in self._c_reads.items():
-            whole = [f"_{kind.name}_key[{index}]" for index in range(reads.keyed)]
-            if whole and self.key_parts == whole:
-                return f"_{kind.name}_key"
-        return f"({''.join(f'{part}, ' for part in self.key_parts)})"
+        """The expression of the default key: the key the last read in C composes (:meth:`close`),
+        or, where no array is read in C, the tuple of :attr:`key_parts`."""
+        for kind in reversed(self._c_reads):
+            return f"_{kind.name}_key"
+        return f"({''.join(f'{part}, ' for part, _, _ in self.key_parts)})"
 
     def _field(self, letter: str, value: str) -> None:
         self.fields.append(letter)
@@ -156,7 +158,7 @@ class ArgumentPlan:
         if parameters is None:
             return False
         if top and is_flag(value):  # a mode flag: in the default key
-            self.key_parts.append(argument)  # (its class is checked: the same test as there)
+            self.key_parts.append((argument, None, -1))  # (its class is checked: as there)
         self._add_scalar(argument, parameters)
         return True
 
@@ -192,9 +194,7 @@ class ArgumentPlan:
         :meth:`_add_c_array`'s."""
         memo, attribute = _MEMOS[structure]
         kind = kind_of(type(value))
-        reads = self._c_reads.setdefault(
-            kind, _CReads(native.dlpack().reader, 0, memo=(attribute, memo))
-        )
+        reads = self._c_reads.setdefault(kind, _CReads(0, memo=(attribute, memo)))
         ndim = len(value.shape)
         expected = native.EXPECTED.pack(
             0, 0, ndim, 0, 0, 0, native.STRUCTURES.index(structure.value), False
@@ -202,7 +202,7 @@ class ArgumentPlan:
         self._add_read(reads, kind, argument, value, expected, top)
         reads.tokens.append(memo(value)[0])
         self._add_to_run(reads, f"_{kind.name}_f", structure.head + 2 * ndim)
-        reads.buffers.append(f"{self.constant(memo)}({argument})[3]")
+        reads.buffers.append(f"{self.constant(memo)}({argument})[2]")
 
     def _add_read(
         self, reads: _CReads, kind: ArrayKind, argument: str, value: Any, expected: bytes, top: bool
@@ -213,7 +213,8 @@ class ArgumentPlan:
         reads.expected.append(expected)
         reads.parts.append(_key_parts(value) if top else None)
         if top:
-            self.key_parts.append(f"_{kind.name}_key[{reads.keyed}]")
+            part = f"_{kind.name}_key[{reads.keyed}]"
+            self.key_parts.append((part, kind, len(reads.arguments) - 1))
             reads.keyed += 1
 
     def _add_library_array(
@@ -271,7 +272,7 @@ class ArgumentPlan:
 
     def _add_key_part(self, name: str, value: Any) -> None:
         """A top-level array's part of the default key, from its shape ``{name}s``."""
-        self.key_parts.append(f"{self.constant(_key_parts(value))}[{name}s]")
+        self.key_parts.append((f"{self.constant(_key_parts(value))}[{name}s]", None, -1))
 
     def _add_c_array(
         self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
@@ -281,12 +282,11 @@ class ArgumentPlan:
         key in ``_L_key`` and its kernel parameters in ``_L_fN`` with those of the arrays read
         before it whose parameters lead up to its, for library ``L`` (:meth:`close` adds the
         read). False where it cannot be."""
-        reader = native.dlpack()
-        api = reader.api(type(value))
-        expected = _expected_in_c(reader, api, value, kind, parameters)
+        api = _native.dlpack_api(type(value))
+        expected = _expected_in_c(api, value, kind, parameters)
         if expected is None:
             return False
-        reads = self._c_reads.setdefault(kind, _CReads(reader.reader, api))
+        reads = self._c_reads.setdefault(kind, _CReads(api))
         self._add_read(reads, kind, argument, value, expected, top)
         reads.dtypes.append(value.dtype)
         self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * parameters.ndim)
@@ -314,7 +314,6 @@ class ArgumentPlan:
 
 
 def _expected_in_c(
-    reader: native.DLPack,
     api: int,
     value: Any,
     kind: ArrayKind,
@@ -324,7 +323,7 @@ def _expected_in_c(
     EXPECTED`), or None where it cannot read them; ``api`` is the address of their class's
     DLPack C exchange API (0: none)."""
     if api:
-        described = reader.describe(api, value)
+        described = _native.describe(api, value)
         if described is None or described[5] != 1:  # (vector types: lanes)
             return None
         device_type, device_id, ndim, code, bits, _ = described
@@ -347,12 +346,11 @@ def _key_parts(value: Any) -> KeyParts:
     return KeyParts(dtype_name, layout_letter)
 
 
-def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
+def numba_array_memo(array: Any) -> tuple[str, bytes, int]:
     """What a launch needs of a numba-cuda (or numba-cuda-mlir: the same class, copied) device
-    array, kept on it: a token of how numba types it (dtype, layout, rank) and, where the
-    process sees several GPUs, of the GPU it is on, its part of the default key, its kernel
-    parameters packed (8 bytes each, as the DLPack reads pack them), and the allocation its
-    data lies in."""
+    array, kept on it: a token of how numba types it (dtype, layout, rank, and where the process
+    sees several GPUs, its GPU), its kernel parameters packed (8 bytes each, as the DLPack reads
+    pack them) and the allocation its data lies in."""
     memo = array.__dict__.get("_numbatune")
     if memo is None:
         shim = array._strided_memory_view_shim
@@ -361,25 +359,24 @@ def numba_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
         dtype = array.dtype
         device = devices.array_device(array) if devices.several() else None
         token = sys.intern(f"{dtype!r}|{letter}|{len(shim.shape)}|{device}")
-        key_part = default_key_part((shim.shape, dtype_name(dtype), letter))
         ndim = len(shim.shape)
         fields = struct.pack(f"<QQqqQ{2 * ndim}q", 0, 0, shim.size, dtype.itemsize,
                              shim.ptr or 0, *shim.shape, *layout.strides_in_bytes)  # fmt: skip
-        memo = array.__dict__["_numbatune"] = (token, key_part, fields, buffer_of(array))
+        memo = array.__dict__["_numbatune"] = (token, fields, buffer_of(array))
     return memo
 
 
-def memref_array_memo(array: Any) -> tuple[str, Any, bytes, int]:
+def memref_array_memo(array: Any) -> tuple[str, bytes, int]:
     """:func:`numba_array_memo`, the parameters of the array a memref descriptor."""
     memo = array.__dict__.get("_numbatune_memref")
     if memo is None:
-        token, key_part, fields, buffer = numba_array_memo(array)
+        token, fields, buffer = numba_array_memo(array)
         values = struct.unpack(f"<{len(fields) // 8}q", fields)
         ndim, itemsize, pointer = (len(values) - 5) // 2, values[3], values[4]
         strides = (stride // itemsize for stride in values[5 + ndim :])
         memref = struct.pack(f"<3q{2 * ndim}q", pointer, pointer, 0, *values[5 : 5 + ndim],
                              *strides)  # fmt: skip
-        memo = array.__dict__["_numbatune_memref"] = (token, key_part, memref, buffer)
+        memo = array.__dict__["_numbatune_memref"] = (token, memref, buffer)
     return memo
 
 
@@ -404,7 +401,6 @@ class _CReads:
     not in the key); ``runs`` the count of arrays of each bytes value the read gives, of
     consecutive parameters, the last starting at field ``start`` and ending before ``end``."""
 
-    reader: Any
     api: int
     #: Memo reads (numba's arrays): the attribute their memos are kept in and the function
     #: that makes one; None for the others.

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from numbatune.native import native
+from numbatune import _native
 from numbatune.streams.handles import DEFAULT_STREAMS, check_stream
 
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY
@@ -31,12 +31,11 @@ class _DriverEvents:
         from cuda.bindings import driver
 
         self._driver = driver
-        self._native = native()
         #: ``record(event, stream)``: record ``event`` on ``stream``; ``wait_event(waiting,
         #: event)``: ``waiting`` waits for the work before ``event``'s latest record. Both
-        #: the C extension's where it builds (no Python frame), raising numba's CudaAPIError.
-        self.record = self._native.record
-        self.wait_event = self._native.wait
+        #: the C extension's (no Python frame), raising numba's CudaAPIError.
+        self.record = _native.record
+        self.wait_event = _native.wait
         self._wait_event = self.create(timing=False)
 
     _checked = staticmethod(checked)
@@ -107,7 +106,7 @@ class _DriverEvents:
     def passed(self, event: int) -> bool:
         """Whether the device passed ``event``'s latest record, without waiting. An error (the
         context destroyed, a device fault) counts as passed: nothing queued will run."""
-        return self._native.query(event) != _NOT_READY
+        return _native.query(event) != _NOT_READY
 
     def blocking(self, stream: int) -> bool:
         """Whether ``stream`` waits for the legacy default stream (created without

@@ -22,33 +22,18 @@ A launch whose buffers were all last used in its stream's open epoch changes not
 streams it may (the order's ``quick``), the order's ``quick_use`` (which the generated launch
 code's ``before`` makes) checks that without a lock and calls ``use`` only when the check fails.
 
-:func:`new_order` makes the C extension's ``Order`` (``numbatune/_order.c``): a record per
-stream, the ``last_use`` and ``quick`` dicts, the driver's event functions called directly where
-its events are the C extension's, and the lock it and its monitor are guarded by (``lock``). Its
-methods: ``use(stream, buffers, quick=False)`` queues the waits a launch needs and notes the
-use; ``quick_use(stream, buffers, lock)`` checks without the lock that a quick stream's buffers
-stay in its open epoch; ``launched(stream)`` ends a stream's epoch right after a launch;
-``barrier()`` forgets every buffer; ``retire(stream, record)`` records the event of a stream the
-program let go of, and ``forget(retired)``, once the device passed those events, drops every
-trace of the streams no use noted since, so that the state stays bounded however many streams
-come and go. ``tests/order_reference.py`` writes the same steps (retiring streams aside) in
-Python, as the tests' oracle.
-
-It is also the one object the generated launch code orders with (:mod:`numbatune.streams.
-monitor` keeps the rest, and sets ``stream``, ``ordering`` and ``monitor``): ``stream``, the one
-stream in use, which a launch compares its own with; ``before(stream, buffers, name, given)``
-and ``after(stream, buffers, ticket)`` around a launch on another (``quick_use`` on a quick
-stream, else the monitor's ``before`` and ``after``); ``hold(stream, arrays)``, arrays kept alive
-past a launch; ``apart(stream, producer, given, wait)``, whether nothing the driver does orders
-a stream after an array library's current one (where ``wait``, the monitor's ``wait`` makes it
-wait); ``ordering``, whether every launch is ordered (the array reads then give allocations).
+:func:`new_order` makes the C extension's ``Order`` (``numbatune/_order.c``, which documents
+each of its methods: ``use``, ``quick_use``, ``launched``, ``barrier``, ``retire`` and ``forget``
+for the monitor; ``before``, ``after``, ``hold``, ``apart``, ``stream`` and ``ordering``, the one
+object the generated launch code orders with); ``tests/order_reference.py`` writes the same
+steps in Python, as the tests' oracle. :mod:`numbatune.streams.monitor` keeps the rest.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from numbatune import native
+from numbatune import _native
 
 #: How many buffers an order remembers before it forgets them all (a barrier).
 LIMIT = 1 << 16
@@ -56,4 +41,4 @@ LIMIT = 1 << 16
 
 def new_order(events: Any = None, limit: int = LIMIT) -> Any:
     """The C extension's ``Order`` over ``events``, forgetting its buffers past ``limit``."""
-    return native.order_type()(events, limit)
+    return _native.Order(events, limit)
