@@ -180,6 +180,8 @@ def test_the_python_blocks_of_each_page_run_in_order_as_written(page, tmp_path, 
     blocks = [block for block in _blocks(page) if block.language == "python"]
     code = "\n".join(block.code for block in blocks)
     assert _imports_numbatune_before_numba(code), f"{page.name} imports numba before numbatune"
+    if "numba_cuda_mlir" in code:  # (the mlir extra; a GPU machine may not have it)
+        pytest.importorskip("numba_cuda_mlir", reason=f"{page.name} needs numba-cuda-mlir")
     monkeypatch.chdir(tmp_path)
     settings = numbatune.settings.snapshot()  # a page may configure numbatune: undone after
     namespace: dict[str, Any] = {"__name__": "__main__"}
