@@ -1099,8 +1099,9 @@ static int reader_source(Reader *self, PyObject *source) {
  * source of its part of the default key: a keys.KeyParts, the parts by shape (a dict that
  * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
  * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
- * current stream, through DLPack on the first array's device, the key, the parameters of each run as bytes, and, where ``allocations`` is true, the starts of
- * the arrays' allocations, a tuple of ints, else None), or None where an array is not as
+ * current stream, through DLPack on the first array's device, the key, the parameters of
+ * each run as bytes, and, where ``allocations`` is true, the starts of the arrays'
+ * allocations, a tuple of ints, else None), or None where an array is not as
  * expected or its library cannot describe it. Parts and bytes equal to the last read's are
  * those objects again. An allocation starts, for arrays read through DLPack, at the data
  * pointer less the elements given by their method named ``offset`` (None: not read, the

@@ -94,7 +94,7 @@ class ArgumentPlan:
         """Add the reads that come after every argument's checks: those in C, one call for all
         the arrays of a library; the last composes the whole default key (its other elements
         given after its arrays)."""
-        composer = next(reversed(self._c_reads), None)
+        composer = self._composer()
         for kind, reads in self._c_reads.items():
             result, prefix = f"_{kind.name}_read", f"_{kind.name}"
             items, key = list(reads.arguments), None
@@ -129,9 +129,15 @@ class ArgumentPlan:
     def key(self) -> str:
         """The expression of the default key: the key the last read in C composes (:meth:`close`),
         or, where no array is read in C, the tuple of :attr:`key_parts`."""
-        for kind in reversed(self._c_reads):
-            return f"_{kind.name}_key"
+        composer = self._composer()
+        if composer is not None:
+            return f"_{composer.name}_key"
         return f"({''.join(f'{part}, ' for part, _, _ in self.key_parts)})"
+
+    def _composer(self) -> ArrayKind | None:
+        """The kind whose read in C composes the whole default key: the last read (None: no
+        array is read in C)."""
+        return next(reversed(self._c_reads), None)
 
     def _field(self, letter: str, value: str) -> None:
         self.fields.append(letter)
