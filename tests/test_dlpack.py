@@ -143,9 +143,9 @@ def _parameters(path, launched, args):
 
 
 def test_the_c_extension_reads_torch_tensors_through_dlpack():
-    reader = _native  # (it loads where no CUDA driver does, as in CI)
-    assert reader.dlpack_api(torch.Tensor) != 0
-    assert reader.dlpack_api(int) == 0  # a class with no C exchange API
+    # (the C extension loads where no CUDA driver does, as in CI)
+    assert _native.dlpack_api(torch.Tensor) != 0
+    assert _native.dlpack_api(int) == 0  # a class with no C exchange API
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -274,10 +274,9 @@ def test_arrays_of_another_signature_are_refused(other, monkeypatch):
 def _reader(tensor, layout="C", parts=None, offset=None):
     """The C extension's reader of one tensor like ``tensor``, with ``parts`` (a KeyParts) the
     source of its part of the key, or none, and ``offset`` its method giving its offset."""
-    reader = _native
-    api = reader.dlpack_api(torch.Tensor)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord(layout), NUMBA, True)
-    return reader.Reader(api, expected, (parts,), (1,), offset)
+    api = _native.dlpack_api(torch.Tensor)
+    expected = native.EXPECTED.pack(*_native.describe(api, tensor)[:5], ord(layout), NUMBA, True)
+    return _native.Reader(api, expected, (parts,), (1,), offset)
 
 
 def test_a_read_asked_for_allocations_gives_where_each_tensors_allocation_starts():
@@ -359,17 +358,16 @@ def test_launches_over_views_of_one_tensor_on_two_streams_wait_for_each_other(mo
 
 
 def test_arrays_on_another_device_are_refused():
-    reader = _native
-    api, tensor = reader.dlpack_api(torch.Tensor), torch.zeros(4)
-    device_type, device_id, ndim, code, bits, _ = reader.describe(api, tensor)
+    api, tensor = _native.dlpack_api(torch.Tensor), torch.zeros(4)
+    device_type, device_id, ndim, code, bits, _ = _native.describe(api, tensor)
     assert (device_type, ndim, code, bits) == (1, 1, 2, 32)  # CPU, float32
     here = native.EXPECTED.pack(device_type, device_id, ndim, code, bits, ord("C"), NUMBA, True)
     on_a_gpu = native.EXPECTED.pack(2, device_id, ndim, code, bits, ord("C"), NUMBA, True)
-    current, key, fields, _ = reader.Reader(api, here, (None,), (1,)).read((tensor,))
+    current, key, fields, _ = _native.Reader(api, here, (None,), (1,)).read((tensor,))
     assert current == 0  # (torch has no stream for the CPU)
     assert key == ()  # (no part of the key asked for)
     assert struct.unpack("=7q", fields)[2:] == (4, 4, tensor.data_ptr(), 4, 4)
-    assert reader.Reader(api, on_a_gpu, (None,), (1,)).read((tensor,)) is None
+    assert _native.Reader(api, on_a_gpu, (None,), (1,)).read((tensor,)) is None
 
 
 @pytest.mark.parametrize("dlpack", [True, False], ids=["dlpack", "python"])
@@ -422,11 +420,10 @@ def test_a_read_gives_each_tensors_key_part_and_fields_as_they_are_now():
     ids=["runs past the arrays", "an empty run", "two key parts", "a part's source"],
 )
 def test_a_reader_of_inconsistent_arguments_is_refused(parts, runs, error):
-    reader = _native
-    api, tensor = reader.dlpack_api(torch.Tensor), torch.zeros(4)
-    expected = native.EXPECTED.pack(*reader.describe(api, tensor)[:5], ord("C"), NUMBA, True)
+    api, tensor = _native.dlpack_api(torch.Tensor), torch.zeros(4)
+    expected = native.EXPECTED.pack(*_native.describe(api, tensor)[:5], ord("C"), NUMBA, True)
     with pytest.raises((TypeError, ValueError), match=error):
-        reader.Reader(api, expected, parts, runs)
+        _native.Reader(api, expected, parts, runs)
 
 
 def test_arrays_between_other_parameters_are_packed_in_runs_and_keyed_as_the_general_path(
@@ -733,13 +730,12 @@ def test_memo_reads_give_each_arrays_kept_parameters_key_part_and_allocation():
 
 
 def test_a_reader_by_attribute_of_inconsistent_sources_is_refused():
-    reader = _native
     expected = native.EXPECTED.pack(2, 0, 1, 0, 32, ord("C"), NUMBA, False)
     names = arraykinds.CUPY.attributes.names()
     for source in [(names[:-1], lambda: CURRENT, (np.dtype("float32"),)),
                    (names, lambda: CURRENT, ()), "not a source"]:  # fmt: skip
         with pytest.raises(TypeError, match="a source is"):
-            reader.Reader(source, expected, (None,), (1,))
+            _native.Reader(source, expected, (None,), (1,))
 
 
 def test_reads_by_attribute_call_getset_descriptors_and_follow_their_class():
@@ -753,12 +749,11 @@ def test_reads_by_attribute_call_getset_descriptors_and_follow_their_class():
 
     names = ("shape", "strides", "_c_contiguous", "dtype", "memory", "ptr", "device", "ptr",
              "ndim", "size", "allocation")  # fmt: skip
-    reader = _native
 
     def read_of(ndim):
         expected = native.EXPECTED.pack(2, 0, ndim, 0, 32, ord("C"), NUMBA, True)
         source = (names, lambda: CURRENT, (np.dtype("float32"),))
-        read = reader.Reader(source, expected, (None,), (1,)).read
+        read = _native.Reader(source, expected, (None,), (1,)).read
         return lambda array: (
             read((array,)) and struct.unpack(f"={5 + 2 * ndim}q", read((array,))[2])
         )

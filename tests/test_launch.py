@@ -316,17 +316,16 @@ def test_the_c_extensions_event_calls_pass_and_raise_the_drivers_failures():
 
     from numbatune import _native
 
-    calls = _native
     event = cuda.event(timing=False)
     event.record()
     event.synchronize()
-    assert calls.query(int(event.handle)) == 0  # passed
-    assert calls.record(int(event.handle), 0) is None
-    assert calls.wait(0, int(event.handle)) is None
+    assert _native.query(int(event.handle)) == 0  # passed
+    assert _native.record(int(event.handle), 0) is None
+    assert _native.wait(0, int(event.handle)) is None
     with pytest.raises(CudaAPIError, match="cuEventRecord"):
-        calls.record(0, 0)  # no event
+        _native.record(0, 0)  # no event
     with pytest.raises(CudaAPIError, match="cuStreamWaitEvent"):
-        calls.wait(0, 0)
+        _native.wait(0, 0)
 
 
 @pytest.mark.gpu
@@ -355,13 +354,12 @@ def test_torch_tensors_are_read_through_dlpack_with_torchs_current_stream():
     from numbatune import _native, native
 
     torch = pytest.importorskip("torch")
-    reader = _native
-    api = reader.dlpack_api(torch.Tensor)
+    api = _native.dlpack_api(torch.Tensor)
     assert api, f"torch {torch.__version__} publishes no DLPack C exchange API"
     x = torch.zeros(1 << 10, device="cuda")
     numba_structure = native.STRUCTURES.index("numba")
-    expected = native.EXPECTED.pack(*reader.describe(api, x)[:5], ord("C"), numba_structure, True)
-    read = reader.Reader(api, expected, (None,), (1,)).read
+    expected = native.EXPECTED.pack(*_native.describe(api, x)[:5], ord("C"), numba_structure, True)
+    read = _native.Reader(api, expected, (None,), (1,)).read
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         assert read((x,))[0] == stream.cuda_stream
