@@ -1,6 +1,6 @@
 """Arrays read in C, through the DLPack C exchange API or by attribute (CuPy's), give the
-kernel exactly the parameters that reading them through their library's Python API gives, and
-arrays of another signature are refused.
+kernel exactly the parameters that reading them through their library's Python API gives (the
+oracles :func:`_numba_view` and :func:`_memref`), and arrays of another signature are refused.
 
 These run with no GPU: torch's CPU tensors publish the same exchange API as its CUDA tensors,
 arrays with CuPy's attributes are made over NumPy's memory (:class:`AttributeArray`), and the
@@ -101,7 +101,6 @@ def _without_a_driver(monkeypatch):
     events = RecordingEvents()  # (the fake streams' handles never reach a driver)
     events.released.set()  # the device passes each event at once
     monkeypatch.setattr(fastpath, "monitor", Monitor(events))
-    monkeypatch.setattr(fastpath, "stream_getter", lambda library: lambda *args: 0)  # (no CUDA)
     monkeypatch.setattr(fastpath, "cuda", types.SimpleNamespace(
         current_context=lambda: types.SimpleNamespace(handle=0)))  # fmt: skip
     return launched
@@ -110,7 +109,6 @@ def _without_a_driver(monkeypatch):
 def _fast_path(
     example,
     monkeypatch,
-    dlpack=True,
     winners=None,
     parameters=numba_parameters.parameters,
     launch=lambda *a: (1, 1),
@@ -120,13 +118,10 @@ def _fast_path(
     packed parameters (into the returned list) instead of calling the driver, and the stream
     order's events standing in for the driver's; ``parameters`` says how arguments become
     parameters."""
-    with monkeypatch.context() as patch:
-        if not dlpack:  # (the reads C can make, through the library's Python API)
-            patch.setattr("numbatune.launch.layout._expected_in_c", lambda *arguments: None)
-        plan = ArgumentPlan(parameters)
-        for index, value in enumerate(example):
-            assert plan.add(f"a{index}", _numba_type(value), value)
-        plan.close()
+    plan = ArgumentPlan(parameters)
+    for index, value in enumerate(example):
+        assert plan.add(f"a{index}", _numba_type(value), value)
+    plan.close()
     launched = _without_a_driver(monkeypatch)
     hooks = fastpath.Hooks("copy", launch, None, _general_path, None, None)
     layout = _natural_layout(plan.fields)
@@ -148,16 +143,49 @@ def test_the_c_extension_reads_torch_tensors_through_dlpack():
     assert _native.dlpack_api(int) == 0  # a class with no C exchange API
 
 
+def _numba_view(array):
+    """numba's kernel parameters of a tensor or :class:`AttributeArray`, from torch's or
+    NumPy's Python API (the oracle of the C reads): meminfo and parent 0, size, itemsize, data
+    pointer, shape and strides in bytes (those of a C-contiguous array from its shape, as numba
+    computes them: a dimension of size 1 may have any stride)."""
+    if isinstance(array, torch.Tensor):
+        itemsize, shape, pointer = array.element_size(), tuple(array.shape), array.data_ptr()
+        strides = tuple(stride * itemsize for stride in array.stride())
+        size, contiguous = array.numel(), array.is_contiguous()
+    else:
+        host = array._host
+        itemsize, shape, pointer = host.itemsize, host.shape, host.ctypes.data
+        strides, size, contiguous = host.strides, host.size, host.flags.c_contiguous
+    if contiguous:
+        strides = tuple(itemsize * int(np.prod(shape[d + 1 :])) for d in range(len(shape)))
+    return (0, 0, size, itemsize, pointer, *shape, *strides)
+
+
+def _unpacked(packed, example):
+    """The parameters packed for ``example``'s tensors (their int64 fields) and floats."""
+    letters = "".join(
+        "d" if isinstance(value, float) else f"{len(_numba_view(value))}q" for value in example
+    )
+    return struct.unpack(f"={letters}", packed)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dlpack_reads_pack_the_parameters_of_the_python_reads(dtype, monkeypatch):
     for view_name, view in _views(dtype).items():
         example = (view, torch.zeros(3, dtype=torch.float32), 2.5)
         through_dlpack, launched = _fast_path(example, monkeypatch)
         assert "_torch_read" in through_dlpack.code
-        through_python, python_launched = _fast_path(example, monkeypatch, dlpack=False)
-        assert "_torch_read" not in through_python.code
         packed = _parameters(through_dlpack, launched, example)
-        assert packed == _parameters(through_python, python_launched, example), view_name
+        expected = (*_numba_view(view), *_numba_view(example[1]), 2.5)
+        assert _unpacked(packed, example) == expected, view_name
+
+
+def test_tensors_of_a_torch_with_no_dlpack_exchange_api_are_left_to_numbas_launch(monkeypatch):
+    """A torch older than 2.10 publishes no DLPack C exchange API: its tensors get no fast
+    path (the caller then launches through numba, and says so)."""
+    monkeypatch.setattr(_native, "dlpack_api", lambda cls: 0)
+    tensor = torch.zeros(4)
+    assert not ArgumentPlan(numba_parameters.parameters).add("a0", _numba_type(tensor), tensor)
 
 
 def _memref(tensor):
@@ -228,16 +256,12 @@ def test_a_by_shape_launch_function_runs_once_per_shape_value_and_variant_on_hit
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_memref_reads_pack_pointers_shape_and_strides_in_elements(dtype, monkeypatch):
     """A kernel that takes memref descriptors (numba-cuda-mlir's) gets them from the DLPack
-    reads and the Python reads alike: data pointer twice, offset 0, shape, element strides."""
+    reads: data pointer twice, offset 0, shape, element strides."""
     for view_name, view in _views(dtype).items():
         example = (view, torch.zeros(3, dtype=torch.float32), 2.5)
         through_dlpack, launched = _fast_path(example, monkeypatch, parameters=memref_parameters)
         assert "_torch_read" in through_dlpack.code
-        through_python, python_launched = _fast_path(
-            example, monkeypatch, False, None, memref_parameters
-        )
         packed = _parameters(through_dlpack, launched, example)
-        assert packed == _parameters(through_python, python_launched, example), view_name
         fields = 3 + 2 * view.dim()
         expected = _memref(view) + _memref(example[1]) + (2.5,)
         assert struct.unpack(f"={fields}q5qd", packed) == expected, view_name
@@ -247,9 +271,9 @@ def test_arrays_in_tuples_are_read_after_their_classes_are_checked(monkeypatch):
     pair = (torch.zeros(4), torch.ones(2, 3))
     example = (pair, torch.zeros(5), 1.0)
     through_dlpack, launched = _fast_path(example, monkeypatch)
-    through_python, python_launched = _fast_path(example, monkeypatch, dlpack=False)
     packed = _parameters(through_dlpack, launched, example)
-    assert packed == _parameters(through_python, python_launched, example)
+    expected = (*_numba_view(pair[0]), *_numba_view(pair[1]), *_numba_view(example[1]), 1.0)
+    assert _unpacked(packed, (*pair, *example[1:])) == expected
     not_a_tensor = ((np.zeros(4), pair[1]), torch.zeros(5), 1.0)
     assert _parameters(through_dlpack, launched, not_a_tensor) is None
 
@@ -370,15 +394,14 @@ def test_arrays_on_another_device_are_refused():
     assert _native.Reader(api, on_a_gpu, (None,), (1,)).read((tensor,)) is None
 
 
-@pytest.mark.parametrize("dlpack", [True, False], ids=["dlpack", "python"])
-def test_the_fast_paths_default_key_is_the_general_paths_with_mode_flags(dlpack, monkeypatch):
+def test_the_fast_paths_default_key_is_the_general_paths_with_mode_flags(monkeypatch):
     """The key the generated code computes from its reads equals :func:`default_key`: arrays'
     parts and booleans' values (mode flags), in order; a key tuned on the general path is a
     hit of the fast path, and the other mode is a new key."""
     for flag in (True, np.bool_(False)):
         example = (torch.zeros(5), flag, 2.5, torch.zeros(2, 3), (True, 1.0))
         winners = WinnerTable()
-        path, launched = _fast_path(example, monkeypatch, dlpack, winners)
+        path, launched = _fast_path(example, monkeypatch, winners)
         winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
         path.call(example, None)
         assert len(launched) == 1
@@ -439,9 +462,10 @@ def test_arrays_between_other_parameters_are_packed_in_runs_and_keyed_as_the_gen
     # (0, 1), then (3, 4's two, 5): after 1.5
     runs = "_torch_f0, _torch_f1, _torch_allocations = _torch_read"
     assert runs in through_dlpack.code
-    through_python, python_launched = _fast_path(example, monkeypatch, dlpack=False)
     packed = _parameters(through_dlpack, launched, example)
-    assert packed == _parameters(through_python, python_launched, example)
+    tensors = (example[0], example[1], 1.5, example[3], *pair, example[5])
+    expected = [_numba_view(t) if isinstance(t, torch.Tensor) else (t,) for t in tensors]
+    assert _unpacked(packed, tensors) == sum(expected, ())
     winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
     other_pair = (example[0], example[1], 1.5, example[3], (torch.zeros(9), pair[1]), example[5])
     through_dlpack.call(other_pair, None)  # the same key: a hit
@@ -563,12 +587,10 @@ def attribute_arrays(monkeypatch):
     return kind
 
 
-def _attribute_path(example, monkeypatch, read_in_c=True, winners=None):
-    """:func:`_fast_path` of arguments with attribute arrays, their library's current stream
-    :data:`CURRENT` when read in Python too."""
-    path, launched = _fast_path(example, monkeypatch, read_in_c, winners)
-    path.call.__globals__["_attribute_arrays_stream"] = lambda: CURRENT
-    return path, launched
+def _attribute_path(example, monkeypatch, winners=None):
+    """:func:`_fast_path` of arguments with attribute arrays (their library's current stream
+    :data:`CURRENT`)."""
+    return _fast_path(example, monkeypatch, winners)
 
 
 def _attribute_views(dtype):
@@ -596,11 +618,9 @@ def test_reads_by_attribute_pack_the_parameters_of_the_python_reads(
         example = (view, AttributeArray(np.zeros(3, np.float32)), 2.5)
         in_c, launched = _attribute_path(example, monkeypatch)
         assert "_attribute_arrays_read" in in_c.code
-        in_python, python_launched = _attribute_path(example, monkeypatch, read_in_c=False)
-        assert "_attribute_arrays_read" not in in_python.code
         packed = _parameters(in_c, launched, example)
-        assert packed is not None, view_name
-        assert packed == _parameters(in_python, python_launched, example), view_name
+        expected = (*_numba_view(view), *_numba_view(example[1]), 2.5)
+        assert _unpacked(packed, example) == expected, view_name
 
 
 @pytest.mark.parametrize(

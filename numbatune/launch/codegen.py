@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from numbatune import _native
-from numbatune.arraykinds import ArrayKind, kind_of
+from numbatune.arraykinds import kind_of
 from numbatune.eager import run_as_written
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.rawstreams import HANDLE_MEMO
@@ -32,26 +32,18 @@ def struct_format(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> str:
     return fmt
 
 
-def stream_lines(
-    args: tuple[Any, ...], sync: bool, plan: ArgumentPlan
-) -> tuple[list[str], list[ArrayKind]]:
+def stream_lines(args: tuple[Any, ...], sync: bool, plan: ArgumentPlan) -> list[str]:
     """Code that turns ``stream`` into a raw handle (None: the first top-level array's library's
-    current stream), each library ``L``'s current stream in ``producer_L`` and whether the
-    driver leaves the two unordered in ``unordered_L`` (the order's ``apart``, which makes the
-    stream wait where ``sync``); and the kinds whose streams it reads."""
+    current stream), with each library ``L``'s current stream in ``producer_L`` (read with its
+    arrays, in C) and whether the driver leaves the two unordered in ``unordered_L`` (the
+    order's ``apart``, which makes the stream wait where ``sync``)."""
     handle = (
         "stream if type(stream) is int else "
         f"getattr(stream, '{HANDLE_MEMO}', None) or _stream_handle(stream)"
     )
-    arrays = [(kind_of(type(value)), f"a{index}") for index, value in enumerate(args)]
-    arrays += [(kind, listed[0]) for kind, listed in plan.library_arrays.items()]
-    producers: dict[ArrayKind, str] = {}
-    for kind, array in arrays:
-        if kind is not None and kind.stream is not None and kind not in producers:
-            read = kind.stream.code.format(get=f"_{kind.name}_stream", a=array)
-            producers[kind] = plan.current_streams.get(kind, read)
+    producers = plan.current_streams
     lines = [f"    producer_{kind.name} = {current}" for kind, current in producers.items()]
-    top = next((kind for kind, _ in arrays[: len(args)] if kind in producers), None)
+    top = next((kind for kind in map(kind_of, map(type, args)) if kind in producers), None)
     default = "0" if top is None else f"producer_{top.name}"
     lines.append(f"    stream = {default} if stream is None else {handle}")
     lines += [
@@ -59,7 +51,7 @@ def stream_lines(
         f"_order.apart(stream, producer_{kind.name}, given, {sync})"
         for kind in producers
     ]
-    return lines, list(producers)
+    return lines
 
 
 def _ordering(plan: ArgumentPlan) -> tuple[list[str], list[str]]:

@@ -25,7 +25,7 @@ from numbatune.launch import codegen
 from numbatune.launch.config import ByShape, checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import ArgumentPlan, half_bits
 from numbatune.rawstreams import stream_handle
-from numbatune.streams.handles import check_stream, stream_getter
+from numbatune.streams.handles import check_stream
 from numbatune.streams.monitor import monitor
 
 logger = logging.getLogger("numbatune")
@@ -174,7 +174,7 @@ def _generate(
     from numba.cuda.core import config as numba_config
 
     sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
-    stream, libraries = codegen.stream_lines(args, sync, plan)
+    stream = codegen.stream_lines(args, sync, plan)
     memo = isinstance(hooks.config, ByShape)
     code = codegen.source(
         plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
@@ -201,13 +201,7 @@ def _generate(
         "_numba": _numba_launcher(hooks),
         "_failed": _failure_handler(hooks),
         "_checked_config": checked_launch_config,
-        "_layout_of": _layout_of,
         "_stream_handle": stream_handle,
-        **{
-            f"_{kind.name}_stream": stream_getter(kind)
-            for kind in libraries
-            if kind not in plan.current_streams
-        },
         "_half_bits": half_bits,
         "_launch": _native.launch,
         "_context": int(cuda.current_context().handle),
@@ -253,10 +247,3 @@ def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
         raise CudaAPIError(error, f"{hooks.name}: launching with (grid, block[, shared]) {config}")
 
     return failed
-
-
-def _layout_of(array: Any) -> str:
-    """numba's layout letter for an array (torch's own test is cheaper for C-contiguous)."""
-    from numbatune.arrays import read
-
-    return read(array)[2]

@@ -4,7 +4,7 @@ that hold for arguments of the signature, the default key's elements and a ``str
 parameter, which :mod:`numbatune.launch.codegen` turns into code. numba's arrays (from the memo
 each keeps), torch's (the DLPack C exchange API) and CuPy's (the attributes its kind names) are
 read, checked and packed, and the key composed, in one C call per kind (``_native.Reader``);
-other arrays through their library's Python API.
+others (a torch with no DLPack C exchange API, before 2.10) are left to numba's launch.
 
 Which parameters an argument becomes is the kernel compiler's to say
 (:attr:`numbatune.compilers.base.LaunchTarget.parameters`); numba-cuda's layout is not public
@@ -67,7 +67,6 @@ class ArgumentPlan:
     def __init__(self, parameters: Callable[[Any, Any], Parameters | None]) -> None:
         self._parameters = parameters
         self.steps: list[tuple[str, str]] = []
-        self.arrays = 0
         self.key_parts: list[tuple[str, ArrayKind | None, int]] = []
         self.fields: list[str] = []
         self.values: list[str] = []
@@ -184,10 +183,8 @@ class ArgumentPlan:
         self.fields += _HEADS[parameters.structure] + ["q"] * (2 * parameters.ndim)
         if kind.fast is FastRead.MEMO:
             self._add_numba_array(argument, value, top, parameters.structure)
-        else:
-            self._add_library_array(argument, f"_{self.arrays}", parameters, value, kind, top)
-        self.arrays += 1
-        return True
+            return True
+        return self._add_library_array(argument, parameters, value, kind, top)
 
     def _add_numba_array(
         self, argument: str, value: Any, top: bool, structure: ArrayStructure
@@ -224,61 +221,17 @@ class ArgumentPlan:
             reads.keyed += 1
 
     def _add_library_array(
-        self,
-        argument: str,
-        name: str,
-        parameters: ArrayParameters,
-        value: Any,
-        kind: ArrayKind,
-        top: bool,
-    ) -> None:
-        ndim, layout, itemsize = parameters.ndim, parameters.layout, parameters.itemsize
-        structure = parameters.structure
+        self, argument: str, parameters: ArrayParameters, value: Any, kind: ArrayKind, top: bool
+    ) -> bool:
+        """A torch tensor's or CuPy array's parameters, read in C (:meth:`_add_c_array`);
+        False where they cannot be (an older torch, with no DLPack C exchange API)."""
+        if not self._add_c_array(argument, value, kind, parameters, top):
+            return False
         if kind.stream is not None:
             self.library_arrays.setdefault(kind, []).append(argument)
-        if self._add_c_array(argument, value, kind, parameters, top):
-            form = kind.fields
-            memory = form["memory"].format(a=argument)
-            pointer = form["pointer"].format(m=memory)
-            buffer = form["buffer"].format(m=memory, itemsize=itemsize, p=pointer)
-            self._c_reads[kind].buffers.append(buffer)  # (where the read gives none)
-            return
-        fields = _read_library(self, argument, name, kind, ndim, itemsize)
-        shape = [f"{name}s[{d}]" for d in range(ndim)]
-        # numba's strides are in bytes, a memref's in elements.
-        numba = structure is ArrayStructure.NUMBA
-        unit = itemsize if numba else 1
-        strides = fields.strides if numba else [f"({s}) // {itemsize}" for s in fields.strides]
-        if layout == "C":
-            # A C-contiguous array exports no strides, and numba computes them from the shape.
-            # (For dimensions of size 1 numba's may differ; no element's address depends on
-            # them.)
-            strides = [" * ".join([str(unit), *shape[d + 1 :]]) for d in range(ndim)]
-            self.steps.append(("check", fields.c_contiguous))
-        else:
-            layout_check = fields.f_contiguous if layout == "F" else fields.a_layout
-            self.steps.append(("check", f"not {fields.c_contiguous} and {layout_check}"))
-        expected = self.constant(value.dtype)  # torch's or numpy's dtype object
-        self.steps += [
-            ("check", f"len({name}s) == {ndim}"),
-            ("check", f"({fields.dtype} is {expected} or {fields.dtype} == {expected})"),
-        ]
-        if kind.checks_device or devices.several():  # (arrays on another device are refused)
-            device = kind.device(value)  # (None: a torch tensor in host memory, device -1)
-            self.steps.append(("check", f"{fields.device} == {-1 if device is None else device}"))
-        if top:
-            self._add_key_part(name, value)
-        pointer = fields.pointer
-        heads = {
-            ArrayStructure.NUMBA: ["0", "0", fields.size, str(itemsize), pointer],
-            ArrayStructure.MEMREF: [pointer, pointer, "0"],
-        }
-        self.values += [*heads[structure], *shape, *strides]
-        self.buffers.append(fields.buffer)
-
-    def _add_key_part(self, name: str, value: Any) -> None:
-        """A top-level array's part of the default key, from its shape ``{name}s``."""
-        self.key_parts.append((f"{self.constant(_key_parts(value))}[{name}s]", None, -1))
+        # (where the read gives no allocation: ordering across streams had not begun)
+        self._c_reads[kind].buffers.append(f"{self.constant(kind.buffer)}({argument})")
+        return True
 
     def _add_c_array(
         self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
@@ -423,40 +376,6 @@ class _CReads:
     runs: list[int] = field(default_factory=list)
     start: int = 0
     end: int = 0
-
-
-class _ArrayRead:
-    """Expressions for an array's fields, as its library exposes them."""
-
-    def __init__(self, dtype: str, c_contiguous: str, f_contiguous: str, a_layout: str,
-                 size: str, pointer: str, strides: list[str], buffer: str,
-                 device: str) -> None:  # fmt: skip
-        self.dtype, self.c_contiguous, self.f_contiguous = dtype, c_contiguous, f_contiguous
-        self.a_layout, self.size, self.pointer, self.strides = a_layout, size, pointer, strides
-        self.buffer, self.device = buffer, device
-
-
-def _read_library(
-    plan: ArgumentPlan, argument: str, name: str, kind: ArrayKind, ndim: int, itemsize: int
-) -> _ArrayRead:
-    form = kind.fields
-    pointer, memory = f"{name}p", form["memory"].format(a=argument)
-    plan.steps.append(("read", f"{name}s = {argument}.shape"))
-    if memory != argument:
-        plan.steps.append(("read", f"{name}m = {memory}"))
-        memory = f"{name}m"
-    plan.steps.append(("read", f"{pointer} = {form['pointer'].format(m=memory)}"))
-    return _ArrayRead(
-        dtype=f"{argument}.dtype",
-        c_contiguous=form["c_contiguous"].format(a=argument),
-        f_contiguous=form["f_contiguous"].format(a=argument),
-        a_layout=form["a_layout"].format(a=argument),
-        size=" * ".join(f"{name}s[{d}]" for d in range(ndim)) or "1",
-        pointer=pointer,
-        strides=[form["stride"].format(a=argument, d=d, itemsize=itemsize) for d in range(ndim)],
-        buffer=form["buffer"].format(m=memory, itemsize=itemsize, p=pointer),
-        device=form["device"].format(m=memory),
-    )
 
 
 def half_bits(value: Any) -> int:
