@@ -28,6 +28,9 @@ from bench import floor
 from numbatune.arrays import SIMULATOR
 from numbatune.rawstreams import stream_handle
 
+#: How the hits whose launch function is wrapped in ``nt.by_shape`` are named.
+BY_SHAPE = "launch by_shape"
+
 #: The arrays' length, numba's launch's block and the tuned kernels' blocks: 1 Ki float32 on a
 #: GPU; a few threads under the simulator, where each is a Python thread (the smoke run).
 SIZE, BLOCK, BLOCKS = (32, 16, [8, 16]) if SIMULATOR else (1024, 256, [128, 256])
@@ -45,14 +48,21 @@ exec(_SCALE_SOURCE, _scale_namespace)
 scale = cuda.jit(_scale_namespace["scale"])
 
 
-def tuned_scale(kind: str, kernel: Any = scale) -> nt.TunedKernel:
+def _maybe_by_shape(launch: Callable[..., Any], by_shape: bool) -> Callable[..., Any]:
+    return nt.by_shape(launch) if by_shape else launch
+
+
+def tuned_scale(kind: str, kernel: Any = scale, by_shape: bool = False) -> nt.TunedKernel:
     """``kernel`` (``scale`` by default, or its numba-cuda-mlir build) tuned over two block
     sizes; one tuned kernel per array kind and compiler, as a program that uses one array
-    library has."""
+    library has (``by_shape``: its launch function wrapped in ``nt.by_shape``)."""
     return nt.autotune(
         variants=nt.product(BLOCK=BLOCKS),
-        launch=lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK),
-        name=f"bench_dispatch_{'' if kernel is scale else 'mlir_'}scale_{kind}",
+        launch=_maybe_by_shape(
+            lambda x, out, a, *, BLOCK: (nt.cdiv(x.shape[0], BLOCK), BLOCK), by_shape
+        ),
+        name=f"bench_dispatch_{'' if kernel is scale else 'mlir_'}scale_{kind}"
+        + "_by_shape" * by_shape,
     )(kernel)
 
 
@@ -184,11 +194,13 @@ exec(_WIDE_SOURCE, _namespace)
 wide_kernel = cuda.jit(_namespace["wide"])
 
 
-def tuned_wide(kind: str) -> nt.TunedKernel:
+def tuned_wide(kind: str, by_shape: bool = False) -> nt.TunedKernel:
     return nt.autotune(
         variants=nt.product(BLOCK=BLOCKS),
-        launch=lambda *args, BLOCK: (nt.cdiv(args[WIDE_ARRAYS - 1].shape[0], BLOCK), BLOCK),
-        name=f"bench_dispatch_wide_{kind}",
+        launch=_maybe_by_shape(
+            lambda *args, BLOCK: (nt.cdiv(args[WIDE_ARRAYS - 1].shape[0], BLOCK), BLOCK), by_shape
+        ),
+        name=f"bench_dispatch_wide_{kind}" + "_by_shape" * by_shape,
     )(wide_kernel)
 
 
@@ -363,6 +375,9 @@ def _phase_one(kinds, host, a, results, methods):
         tuned = tuned_kernels[kind] = tuned_scale(kind)
         tuned(x, out, a)  # tune: what follows are cache hits
         calls[kind, "numbatune hit"] = lambda t=tuned, x=x, out=out: t(x, out, a)
+        shaped = tuned_kernels[kind, BY_SHAPE] = tuned_scale(kind, by_shape=True)
+        shaped(x, out, a)
+        calls[kind, f"numbatune hit, {BY_SHAPE}"] = lambda t=shaped, x=x, out=out: t(x, out, a)
         calls[kind, "numba k[grid, block](...)"] = lambda x=x, out=out: scale[grid, BLOCK](
             x, out, a
         )
@@ -376,6 +391,9 @@ def _phase_one(kinds, host, a, results, methods):
         wide = tuned_wide(kind)
         wide(*wide_args)
         calls[kind, "26 arguments: numbatune hit"] = lambda w=wide, g=wide_args: w(*g)
+        wide = tuned_wide(kind, by_shape=True)
+        wide(*wide_args)
+        calls[kind, f"26 arguments: numbatune hit, {BY_SHAPE}"] = lambda w=wide, g=wide_args: w(*g)
         calls[kind, "26 arguments: numba cfg(...)"] = (
             lambda g=wide_args, c=wide_kernel[grid, BLOCK]: c(*g)
         )
@@ -406,6 +424,11 @@ def _phase_two(kinds, host, a, tuned_kernels, methods):
         tuned(other_x, other_out, a, stream=streams[1])  # a second stream: ordering is on
         calls[kind, "hit, 2 streams used, own stream"] = lambda t=tuned, x=x, o=out: t(x, o, a)
         calls[kind, "hit that waits for another stream"] = _alternating(tuned, (x, out, a), streams)
+        shaped = tuned_kernels[kind, BY_SHAPE]
+        shaped(other_x, other_out, a, stream=streams[1])
+        calls[kind, f"hit that waits for another stream, {BY_SHAPE}"] = _alternating(
+            shaped, (x, out, a), streams
+        )
         if (own := _library_streams(kind)) is not None:
             tuned(other_x, other_out, a, stream=own[1])
             calls[kind, "waits, the library's non-blocking streams"] = _alternating(
@@ -591,13 +614,18 @@ def measure_dispatch(out_dir: Path | None = None, smoke: bool = False) -> dict[s
 
 _RATIOS = "to the floor"
 #: The hits measured against the driver's floor, with the most each may cost as a multiple of
-#: it: (array kind, method, phase whose floor it is measured against) -> target.
+#: it: (array kind, method, phase whose floor it is measured against) -> target; each with its
+#: launch function as written and wrapped in ``nt.by_shape`` (which a hit does not call).
 FLOOR_TARGETS = {
-    ("numba", "numbatune hit", "phase 1"): 1.25,
-    ("cupy", "numbatune hit", "phase 1"): 1.35,
-    ("torch", "numbatune hit", "phase 1"): 1.35,
-    **{(kind, "hit that waits for another stream", "phase 2"): 1.5 for kind in _KINDS},
-    **{(kind, "26 arguments: numbatune hit", "phase 1"): 2.0 for kind in _KINDS},
+    (kind, f"{method}{launch}", phase): target
+    for launch in ("", f", {BY_SHAPE}")
+    for kind, method, phase, target in [
+        ("numba", "numbatune hit", "phase 1", 1.25),
+        ("cupy", "numbatune hit", "phase 1", 1.35),
+        ("torch", "numbatune hit", "phase 1", 1.35),
+        *((kind, "hit that waits for another stream", "phase 2", 1.5) for kind in _KINDS),
+        *((kind, "26 arguments: numbatune hit", "phase 1", 2.0) for kind in _KINDS),
+    ]
 }
 
 

@@ -12,6 +12,7 @@ disagree (``tests/test_bench.py`` checks that each block is what its files give)
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -91,12 +92,14 @@ def _to_the_floor(dispatch: dict[str, Any]) -> list[list[str]]:
     ratios = dispatch.get("to the floor", {})
     floor = dispatch.get("driver floor (C)", {})
     rows = []
-    for method, (state, phase) in _FLOOR_ROWS.items():
-        found = [ratios.get(f"{kind}: {method}") for kind in _KINDS]
+    for (method, (state, phase)), (launch, said) in itertools.product(
+        _FLOOR_ROWS.items(), [("", ""), (", launch by_shape", ", launch function by_shape")]
+    ):
+        found = [ratios.get(f"{kind}: {method}{launch}") for kind in _KINDS]
         if all(found):
             rows.append(
                 [
-                    f"a hit over the driver's floor, {state}, numba arrays / CuPy / torch",
+                    f"a hit over the driver's floor, {state}{said}, numba arrays / CuPy / torch",
                     " / ".join(f"{ratio['ratio']:.2f}x" for ratio in found),
                     "the floor: cuLaunchKernel of parameters packed once, from C, "
                     f"{floor[f'cuLaunchKernel, packed once, {phase}']:.2f} us",

@@ -20,6 +20,7 @@ KINDS = {"numba": "numba arrays", "cupy": "CuPy", "torch": "torch"}
 #: under ``KIND 26 arguments`` for ``("26 arguments", name)``).
 _HIT_ROWS = {
     "numbatune hit": "**numbatune hit**",
+    "numbatune hit, launch by_shape": "**numbatune hit**, launch function `nt.by_shape`",
     "floor: read, launch function, launch": "its library floor: the arrays' read, the launch "
     "function, the launch",
     "numba cfg = k[grid, block]; cfg(...)": "numba's pre-configured launch, `cfg(...)`",
@@ -27,6 +28,8 @@ _HIT_ROWS = {
 }
 _MANY_ARGUMENTS_ROWS = {
     "26 arguments: numbatune hit": "18 arrays and 8 scalars: **numbatune hit**",
+    "26 arguments: numbatune hit, launch by_shape": "18 arrays and 8 scalars: **numbatune hit**, "
+    "launch function `nt.by_shape`",
     ("26 arguments", "floor: read, launch function, launch"): "18 arrays and 8 scalars: its "
     "library floor",
     "26 arguments: numba cfg(...)": "18 arrays and 8 scalars: numba's `cfg(...)`",
@@ -34,6 +37,8 @@ _MANY_ARGUMENTS_ROWS = {
 _STREAM_ROWS = {
     "hit, 2 streams used, own stream": "**a hit on its own stream**, after two streams were used",
     "hit that waits for another stream": "**a hit that waits for the other stream**",
+    "hit that waits for another stream, launch by_shape": "**a hit that waits for the other "
+    "stream**, launch function `nt.by_shape`",
     "waiting floor: read, launch function, event, launch": "its library floor, with the event "
     "recorded and the wait queued",
     "waits, the library's non-blocking streams": "a hit that waits across the library's "
