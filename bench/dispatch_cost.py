@@ -391,9 +391,11 @@ def _phase_one(kinds, host, a, results, methods):
         wide = tuned_wide(kind)
         wide(*wide_args)
         calls[kind, "26 arguments: numbatune hit"] = lambda w=wide, g=wide_args: w(*g)
-        wide = tuned_wide(kind, by_shape=True)
-        wide(*wide_args)
-        calls[kind, f"26 arguments: numbatune hit, {BY_SHAPE}"] = lambda w=wide, g=wide_args: w(*g)
+        shaped = tuned_wide(kind, by_shape=True)
+        shaped(*wide_args)
+        calls[kind, f"26 arguments: numbatune hit, {BY_SHAPE}"] = lambda w=shaped, g=wide_args: w(
+            *g
+        )
         calls[kind, "26 arguments: numba cfg(...)"] = (
             lambda g=wide_args, c=wide_kernel[grid, BLOCK]: c(*g)
         )
