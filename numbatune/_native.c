@@ -528,6 +528,9 @@ typedef struct {
     Py_ssize_t *run_fields; /* how many kernel parameters each run has */
     PyObject **fields;      /* each run's parameters as last read (bytes), or NULL */
     int64_t *extents;       /* the arrays' extents of the last read, one block */
+    Py_ssize_t total_extents;
+    int64_t *shaped;        /* the extents ``shapes`` holds (those of the last read) */
+    PyObject *shapes;       /* a tuple of them, or NULL: not made since they changed */
 } Reader;
 
 /* The part of the default key of an array of ``extents`` (a new reference): its ``parts``'
@@ -948,7 +951,32 @@ static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nar
         if (allocations != NULL) PyTuple_SET_ITEM(allocations, i, start);
         written += array->fields;
     }
+    size_t size = (size_t)self->total_extents * sizeof(int64_t);
+    if (self->shapes == NULL || memcmp(self->shaped, extents, size) != 0) {
+        Py_CLEAR(self->shapes);
+        memcpy(self->shaped, extents, size);
+    }
     return read_result(self, arrays, stream, values, extents, allocations);
+}
+
+/* reader.shapes: the extents of the last read's arrays, in order, as one tuple of ints (the
+ * same object while they stay the same): what a launch function wrapped in ``by_shape``
+ * depends on of them, with their dtypes and layouts, which the fast path fixes. */
+static PyObject *reader_shapes(Reader *self, void *closure) {
+    if (self->shapes == NULL) {
+        PyObject *shapes = PyTuple_New(self->total_extents);
+        if (shapes == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < self->total_extents; i++) {
+            PyObject *extent = PyLong_FromLongLong(self->shaped[i]);
+            if (extent == NULL) {
+                Py_DECREF(shapes);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(shapes, i, extent);
+        }
+        self->shapes = shapes;
+    }
+    return Py_NewRef(self->shapes);
 }
 
 /* The arrays' state, from what is expected of each and where their key parts come from. */
@@ -982,7 +1010,9 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
         return -1;
     }
     self->extents = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
-    if (self->extents == NULL) return -1;
+    self->shaped = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
+    if (self->extents == NULL || self->shaped == NULL) return -1;
+    self->total_extents = total_extents;
     for (Py_ssize_t i = 0, at = 0; i < self->count; at += self->arrays[i++].expected.ndim) {
         self->arrays[i].extents = self->extents + at;
     }
@@ -1164,6 +1194,7 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     }
     Py_VISIT(self->current_stream);
     Py_VISIT(self->make_memo);
+    Py_VISIT(self->shapes);
     for (int g = 0; g < GETTERS_COUNT; g++) Py_VISIT(self->getters[g].type);
     return 0;
 }
@@ -1184,6 +1215,7 @@ static int reader_clear(Reader *self) {
     Py_CLEAR(self->offset);
     Py_CLEAR(self->memo);
     Py_CLEAR(self->make_memo);
+    Py_CLEAR(self->shapes);
     for (int n = 0; n < NAME_COUNT; n++) Py_CLEAR(self->names[n]);
     for (int g = 0; g < GETTERS_COUNT; g++) Py_CLEAR(self->getters[g].type);
     return 0;
@@ -1197,6 +1229,7 @@ static void reader_dealloc(Reader *self) {
     PyMem_Free(self->key_items);
     PyMem_Free(self->fields);
     PyMem_Free(self->extents);
+    PyMem_Free(self->shaped);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1204,6 +1237,11 @@ static PyMethodDef reader_methods[] = {
     {"read", (PyCFunction)(void (*)(void))reader_read, METH_FASTCALL,
      "read(arrays[, allocations]) -> (current stream, key, run, run, ..., allocations) or None"},
     {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef reader_getset[] = {
+    {"shapes", (getter)reader_shapes, NULL, "the extents of the last read's arrays", NULL},
+    {NULL},
 };
 
 static PyTypeObject reader_type = {
@@ -1217,6 +1255,7 @@ static PyTypeObject reader_type = {
     .tp_clear = (inquiry)reader_clear,
     .tp_dealloc = (destructor)reader_dealloc,
     .tp_methods = reader_methods,
+    .tp_getset = reader_getset,
 };
 
 /* Packer(pack): ``pack(*values)`` (a struct's pack), giving the last call's bytes again where

@@ -303,6 +303,21 @@ def _reader(tensor, layout="C", parts=None, offset=None):
     return _native.Reader(api, expected, (parts,), (1,), offset)
 
 
+def test_a_reader_gives_the_extents_it_read_last_as_one_object_while_they_stay():
+    """What a ``by_shape`` launch function's memo is keyed by on a hit: the last read's
+    extents, the same tuple while they are the same (it then hashes and compares quickly), a
+    new one when an array of another shape is read."""
+    reader = _reader(torch.zeros(2, 3))
+    reader.read((torch.zeros(2, 3),))
+    first = reader.shapes
+    reader.read((torch.ones(2, 3),))  # another tensor of the same shape
+    assert reader.shapes is first and first == (2, 3)
+    reader.read((torch.zeros(4, 5),))
+    assert reader.shapes == (4, 5)
+    assert reader.read((torch.zeros(4),)) is None  # another rank: refused, nothing read
+    assert reader.shapes == (4, 5)
+
+
 def test_a_read_asked_for_allocations_gives_where_each_tensors_allocation_starts():
     """What orders launches across streams: where each tensor's allocation starts, as the
     general path finds it (views at offsets into one storage share it), read only when asked;

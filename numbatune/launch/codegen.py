@@ -99,12 +99,13 @@ def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> 
     return lines
 
 
-def depends_on(args: tuple[Any, ...]) -> str:
+def depends_on(args: tuple[Any, ...], plan: ArgumentPlan) -> str:
     """The expression of what a :class:`~numbatune.launch.config.ByShape` launch function's
-    result depends on, for arguments of this signature (whose dtypes it fixes): the winner,
-    each array's shape and each other argument's value."""
-    parts = [f"a{i}.shape" if kind_of(type(v)) is not None else f"a{i}" for i, v in enumerate(args)]
-    return f"(winner.index, {''.join(f'{part}, ' for part in parts)})"
+    result depends on, for arguments of this signature (whose dtypes and layouts it fixes): the
+    winner, the arrays' extents (each read in C gives those of its arrays, as one tuple that is
+    the same object while they stay the same) and each other argument's value."""
+    values = [f"a{i}" for i, value in enumerate(args) if kind_of(type(value)) is None]
+    return f"(winner.index, {''.join(f'{part}, ' for part in [*plan.shapes, *values])})"
 
 
 def _configure(depends: str | None) -> list[str]:

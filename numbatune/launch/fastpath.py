@@ -178,7 +178,7 @@ def _generate(
     memo = isinstance(hooks.config, ByShape)
     code = codegen.source(
         plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
-        codegen.depends_on(args) if memo else None,
+        codegen.depends_on(args, plan) if memo else None,
     )  # fmt: skip
     functions: dict[int, int] = {}
     namespace = {

@@ -81,6 +81,8 @@ class ArgumentPlan:
         #: the same call).
         self.current_streams: dict[ArrayKind, str] = {}
         self.constants: dict[str, Any] = {}
+        #: Expressions of the extents of the arrays each read in C read last, one per read.
+        self.shapes: list[str] = []
         self._c_reads: dict[ArrayKind, _CReads] = {}
 
     def constant(self, value: Any) -> str:
@@ -113,6 +115,7 @@ class ArgumentPlan:
             reader = _native.Reader(source, b"".join(reads.expected), tuple(reads.parts),
                                     tuple(reads.runs), kind.offset_method,
                                     None if key is None else tuple(key))  # fmt: skip
+            self.shapes.append(f"{self.constant(reader)}.shapes")
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
             read = f"{self.constant(reader.read)}(({arrays}), _order.ordering)"
             self.steps += [
