@@ -1,13 +1,10 @@
-"""numba-cuda-mlir's kernels: its ``cuda.jit`` dispatchers and their options, a variant's
-dispatcher, the types of a call's arguments, and the compiled kernels numbatune keeps (a cubin,
-its function's name, its argument types and how it takes them), serialised for the kernel store
-and the trial worker and loaded into a context through the driver
-(:class:`numbatune.compilers.numba_cuda_mlir.NumbaCudaMlir` uses them).
+"""numba-cuda-mlir's kernels: its ``cuda.jit`` dispatchers and their options, the types of a
+call's arguments, and the compiled kernels numbatune keeps, serialised and loaded through the
+driver.
 
-numbatune types array arguments itself, from what it reads of every kind of array it knows:
-numba-cuda-mlir types numba-cuda's device arrays as numba-cuda's types (which it cannot compile
-for) and refuses torch tensors. numba-cuda-mlir is imported only where its kernels are met (the
-import takes 3 to 7 seconds); nothing here needs it to be installed until then.
+numbatune types array arguments itself: numba-cuda-mlir types numba-cuda's device arrays as
+numba-cuda's types (which it cannot compile for) and refuses torch tensors. numba-cuda-mlir is
+imported only where its kernels are met (3 to 7 seconds).
 """
 
 from __future__ import annotations
@@ -125,14 +122,9 @@ def _element_type(dtype: str) -> Any:
 
 
 class CompiledKernel:
-    """A compiled numba-cuda-mlir kernel as numbatune keeps it: its cubin, its function's name
-    in it, the compute capability it was built for, its argument types, how it takes them
-    (:mod:`numbatune.compilers.mlir_parameters`), and whether it synchronises its grid. Its
-    function is loaded once per context (:meth:`function`).
-
-    It also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
-    (:attr:`metadata`).
-    """
+    """A compiled numba-cuda-mlir kernel as numbatune keeps it (its function loaded once per
+    context); it also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
+    (:attr:`metadata`)."""
 
     def __init__(
         self,

@@ -1,15 +1,12 @@
-"""numba-cuda-mlir's kernel parameters: how its launch passes each argument to a compiled kernel,
-which numbatune packs itself, in the fast path's plan (:func:`parameters`) and, for every other
-launch and for trial runs, in Python here (:func:`launch`).
+"""numba-cuda-mlir's kernel parameters, which numbatune packs itself: in the fast path's plan
+(:func:`parameters`) and, for every other launch and trial runs, here (:func:`launch`).
 
-An array is an MLIR memref descriptor: its data pointer twice (the allocation's and the aligned
-one), an offset of 0 elements, its shape and its strides in elements, 8 bytes each; a scalar is
-its value in its type's width (a bool: one byte); a tuple, its items in order. numba-cuda-mlir's
-own launch refuses numba-cuda's device arrays and torch tensors and takes numba-cuda's streams
-for none: numbatune's takes them all (numba-cuda-mlir and numba-cuda share the device's primary
-context). The layout is numba-cuda-mlir 0.6's (its launcher, ``cext/launcher/kernel.cpp``), so it
-is checked twice: the fast path runs only on the versions in :data:`SUPPORTED`, and every launch
-checks the layout against the sizes the driver reports for the compiled function.
+An array is an MLIR memref descriptor (:class:`~numbatune.compilers.base.ArrayStructure`); a
+scalar its value in its type's width; a tuple its items in order. numba-cuda-mlir's own launch
+refuses numba-cuda's device arrays, torch tensors and numba-cuda's streams; numbatune's takes
+them all (both share the device's primary context). The layout is numba-cuda-mlir 0.6's
+(``cext/launcher/kernel.cpp``), so the fast path runs only on :data:`SUPPORTED` versions, and
+every launch checks it against the sizes the driver reports.
 """
 
 from __future__ import annotations
