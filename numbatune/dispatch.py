@@ -336,12 +336,10 @@ class TunedKernel(Called):
         """Which variant a call with these arguments launches, and where that answer comes
         from, without tuning, launching, recording the key or waiting for another tuning.
 
-        It asks what a call asks, in the same order: this process's winner table, the disk
-        cache (a stored result that serves the current level and check mode), then the
-        ``on_miss`` policy (``"nearest"`` and ``"background"``: the nearest tuned key's winner,
-        else the kernel as written). Where none answers, a call would tune (or, under
-        ``on_miss="error"``, raise), and the lookup says so (``Origin.NONE``). ``tune`` is the
-        explicit request to tune: on a key served by ``on_miss`` it tunes.
+        It asks what a call asks, in the same order: this process's winners, the disk cache (a
+        result that serves the current level and check mode), then the ``on_miss`` policy.
+        Where none answers, a call would tune (or raise, under ``on_miss="error"``) and the
+        lookup says ``Origin.NONE``; `tune` tunes even a key ``on_miss`` serves.
 
         Parameters
         ----------
