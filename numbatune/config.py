@@ -152,7 +152,8 @@ TIMING_CHOICES = (Timing.LAUNCHES, Timing.GRAPH)
 
 
 class Isolate(TextEnum):
-    """Which variants run first in a separate process (the ``isolate`` setting)."""
+    """Which variants run first in a separate process (the ``isolate`` setting): those that
+    never ran on this kind of device, all at every tuning, or none."""
 
     NEW = "new"
     ALL = "all"
@@ -185,7 +186,7 @@ class Snapshot:
     #: Empty the GPU's L2 cache before each timed run when the arrays fit in twice its size.
     flush_l2: bool = True
     #: After ``early_stop_rounds`` rounds, a variant whose fastest run is slower than this many
-    #: times the leader's median stops being measured; ``inf`` measures every variant to the end.
+    #: times the leader's median stops being measured (``inf``: none stops).
     early_stop_ratio: float = 1.5
     early_stop_rounds: int = 5
     #: Timed runs of each variant under the simulator, where timing means nothing.
@@ -201,36 +202,29 @@ class Snapshot:
     check: bool = False
     #: What a call does with a key that has no stored result (:class:`OnMiss`).
     on_miss: OnMiss = OnMiss.TUNE
-    #: A file that records every key each tuned kernel meets (numbatune.record), for
-    #: ``numbatune sweep``; None (``off``): no record (``nearest`` and ``background`` then
-    #: record the keys they serve in ``<cache_dir>/record.jsonl``).
+    #: A file that records every key each tuned kernel meets, for ``numbatune sweep``
+    #: (numbatune.record); None (``off``): none.
     record: Path | None = None
-    #: Level of the ``numbatune`` logger: debug, info, warning or error; None leaves it to the
-    #: application's logging set-up (set to None again, the level numbatune set is undone).
+    #: Level of the ``numbatune`` logger: debug, info, warning or error; None: the application's.
     log_level: str | None = None
-    #: Worker processes that compile variants in parallel (numbatune.compile); 0 or 1 compiles
-    #: in the calling process.
+    #: Worker processes that compile variants in parallel; 0 or 1 compiles here.
     compile_workers: int = dataclasses.field(default_factory=lambda: _usable_cores())
     #: Seconds one variant's compile may take in a worker before the variant fails.
     compile_timeout_s: float = 300.0
-    #: Which variants run first in a separate process (numbatune.trials): ``new`` those
-    #: that never ran on this kind of device, ``all`` every variant at every tuning, ``off``
-    #: none. Default: ``new`` on a GPU, ``off`` under the simulator.
+    #: Which variants run first in a separate process (:class:`Isolate`): ``new`` on a GPU,
+    #: ``off`` under the simulator.
     isolate: Isolate = dataclasses.field(default_factory=lambda: _default_isolation())
     #: Seconds a variant's trial runs may take before their worker is stopped (numbatune.trials).
     trial_timeout_s: float = 30.0
-    #: Seconds a process waits for another that is tuning the same key (sharing the cache
-    #: directory) before it tunes the key itself.
+    #: Seconds a process waits for another tuning the same key before it tunes it itself.
     lock_timeout_s: float = 300.0
     #: How a key's tuning chooses the variants it measures (numbatune.tuning.search).
     search: Strategy = Strategy.AUTO
-    #: When a search (not an exhaustive tuning) stops: variants tried and/or seconds of tuning,
-    #: as ``Budget(variants=100)`` or the text ``100``, ``60s``, ``100,60s``, ``unlimited``.
+    #: When a search (not an exhaustive tuning) stops (:class:`~numbatune.strategies.Budget`).
     search_budget: Budget = dataclasses.field(default_factory=Budget)
     #: Seed of a search's random choices (with the key's text).
     search_seed: int = 0
-    #: ``auto``: when torch.distributed is initialised with several ranks, they tune each key
-    #: together and agree on its winner (numbatune.cache.ranks); ``off``: each rank alone.
+    #: Whether the ranks of a torch.distributed job tune each key together (numbatune.cache.ranks).
     ranks: Ranks = Ranks.AUTO
     #: Seconds a rank waits for the others at a key's tuning before it fails.
     rank_timeout_s: float = 1800.0

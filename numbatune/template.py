@@ -1,11 +1,9 @@
 """The user's kernel as a template: specialised on each variant's constants, and checksummed.
 
-numba freezes globals at compile time, so compiling the kernel's function again with the names a
-variant binds rebound gives a kernel in which they are constants: ``cuda.shared.array(shape=TPB,
-...)`` and ``range(TPB)`` specialise. The device functions the kernel calls, at any depth, that
-read a variant's names are specialised the same way, so a variant means the same everywhere in
-its code. The checksum decides whether a stored result still holds: it covers everything that
-changes what the variants compute or how fast.
+numba freezes globals at compile time, so compiling the kernel's function again with a variant's
+names rebound makes them constants (``cuda.shared.array(shape=TPB, ...)``, ``range(TPB)``), in
+the device functions it calls at any depth too. The checksum decides whether a stored result
+still holds.
 """
 
 from __future__ import annotations

@@ -121,6 +121,11 @@ def _element_type(dtype: str) -> Any:
         raise TypeError(f"numba-cuda-mlir has no type for arrays of {dtype}") from error
 
 
+#: What a serialised kernel holds but its argument types, as :class:`CompiledKernel`'s
+#: arguments and attributes.
+_STATES = ("cubin", "name", "cc", "packing", "cooperative")
+
+
 class CompiledKernel:
     """A compiled numba-cuda-mlir kernel as numbatune keeps it (its function loaded once per
     context); it also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
@@ -208,14 +213,8 @@ class CompiledKernel:
     def dumps(self) -> bytes:
         """The kernel serialised, compressed (:func:`loads` reads it)."""
         argtypes = self._argtypes
-        states = {
-            "cubin": self.cubin,
-            "name": self.name,
-            "cc": self.cc,
-            "packing": self.packing,
-            "cooperative": self.cooperative,
-            "argtypes": argtypes if isinstance(argtypes, bytes) else pickle.dumps(argtypes),
-        }
+        states = {name: getattr(self, name) for name in _STATES}
+        states["argtypes"] = argtypes if isinstance(argtypes, bytes) else pickle.dumps(argtypes)
         return payloads.pack(PAYLOAD_VERSION, states)
 
 
@@ -232,10 +231,7 @@ def loads(payload: bytes, cc: tuple[int, int]) -> CompiledKernel:
     if tuple(states.get("cc", ())) != tuple(cc):
         raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
     try:
-        return CompiledKernel(
-            states["cubin"], states["name"], tuple(states["cc"]), states["packing"],
-            states["cooperative"], states["argtypes"],
-        )  # fmt: skip
+        return CompiledKernel(*(states[name] for name in (*_STATES, "argtypes")))
     except KeyError as error:
         raise ValueError(f"not a compiled kernel (no {error})") from None
 
