@@ -139,14 +139,9 @@ def select_backend() -> None:
 
 
 def require_a_backend() -> None:
-    """Raise where no kernel can run in this process (numba.cuda imported first, no GPU); where
-    numbatune chose the simulator, say so once in this process and those it starts.
-
-    Raises
-    ------
-    BackendError
-        With what to do: import numbatune before numba, or set ``NUMBA_ENABLE_CUDASIM=1``.
-    """
+    """Raise :class:`BackendError`, saying what to do, where no kernel can run in this process
+    (numba.cuda imported first, no GPU); where numbatune chose the simulator, say so once in
+    this process and those it starts."""
     if backend is Backend.NO_GPU_FOR_THE_DRIVER:
         raise BackendError(IMPORTED_TOO_LATE)
     if backend is Backend.SIMULATOR and NOTICE_GIVEN_VARIABLE not in os.environ:

@@ -377,12 +377,7 @@ def load_environment() -> None:
 
 
 def check_environment() -> None:
-    """Raise where a ``NUMBATUNE_*`` variable was invalid when numbatune was imported.
-
-    Raises
-    ------
-    ValueError
-        Naming the variable and what it expects (:data:`environment_problem`).
-    """
+    """Raise a ValueError, naming the variable and what it expects, where a ``NUMBATUNE_*``
+    variable was invalid when numbatune was imported."""
     if environment_problem is not None:
         raise ValueError(environment_problem)

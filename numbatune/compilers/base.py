@@ -270,14 +270,8 @@ class KernelCompiler(abc.ABC):
 
     @abc.abstractmethod
     def load(self, payload: bytes, cc: tuple[int, int]) -> Any:
-        """The overload :meth:`serialise` (or a build) made, for a device of compute
-        capability ``cc``.
-
-        Raises
-        ------
-        ValueError
-            ``payload`` is not one, or holds no code for ``cc``.
-        """
+        """The overload :meth:`serialise` (or a build) made, for compute capability ``cc``; a
+        ValueError where ``payload`` is not one, or holds no code for ``cc``."""
 
     @abc.abstractmethod
     def trial_payload(self, kernel: Any, argtypes: tuple[Any, ...]) -> bytes:
@@ -294,10 +288,5 @@ class KernelCompiler(abc.ABC):
     ) -> None:
         """(In the trial worker) launch the kernel of ``payload`` (:meth:`trial_payload`, or a
         build's) once on ``args`` with ``config`` (grid, block[, shared bytes]) on the default
-        stream. ``cc``: the device's compute capability (None under a simulator).
-
-        Raises
-        ------
-        Exception
-            The kernel does not load, or its launch fails.
-        """
+        stream. ``cc``: the device's compute capability (None under a simulator). Raises where
+        the kernel does not load, or its launch fails."""

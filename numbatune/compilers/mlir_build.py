@@ -58,13 +58,8 @@ def warm() -> None:
 
 
 def target(cc: tuple[int, int]) -> None:
-    """Make numba-cuda-mlir compile for ``cc`` in this process without asking the driver.
-
-    Raises
-    ------
-    RuntimeError
-        This numba-cuda-mlir keeps the compute capability elsewhere.
-    """
+    """Make numba-cuda-mlir compile for ``cc`` in this process without asking the driver (a
+    RuntimeError where this version keeps the compute capability elsewhere)."""
     from numba_cuda_mlir import tools
 
     if not hasattr(tools, "_cached_cc"):

@@ -88,13 +88,7 @@ def _same(value: Any, default: Any) -> bool:
 def argument_type(value: Any) -> Any:
     """numba-cuda-mlir's type of a kernel argument: a device array of any kind numbatune
     knows typed from its dtype, rank and layout; tuples item by item; the rest as
-    numba-cuda-mlir types it.
-
-    Raises
-    ------
-    TypeError
-        An array whose dtype numba-cuda-mlir has no type for, or a value it cannot type.
-    """
+    numba-cuda-mlir types it (a TypeError where it cannot)."""
     from numba_cuda_mlir.numba_cuda import types as mlir_types
 
     kind = kind_of(type(value))
@@ -174,13 +168,8 @@ class CompiledKernel:
         return {"cubin": self.cubin, "func_name": self.name, "use_cooperative": self.cooperative}
 
     def function(self) -> int:
-        """Its ``CUfunction`` in the current context, its module loaded there on first use.
-
-        Raises
-        ------
-        RuntimeError
-            The driver cannot load it (no current context, or a cubin for another device).
-        """
+        """Its ``CUfunction`` in the current context, its module loaded there on first use; a
+        RuntimeError where the driver cannot (no current context, a cubin for another device)."""
         from cuda.bindings import driver
 
         error, context = driver.cuCtxGetCurrent()
@@ -219,14 +208,8 @@ class CompiledKernel:
 
 
 def loads(payload: bytes, cc: tuple[int, int]) -> CompiledKernel:
-    """The kernel :meth:`CompiledKernel.dumps` serialised (its argument types are unpickled,
-    importing numba-cuda-mlir, only when asked for).
-
-    Raises
-    ------
-    ValueError
-        ``payload`` is not one of this numbatune, or was built for another compute capability.
-    """
+    """The kernel :meth:`CompiledKernel.dumps` serialised (its argument types unpickled only
+    when asked for); a ValueError where ``payload`` is not one, or not built for ``cc``."""
     states = payloads.unpack(payload, PAYLOAD_VERSION, NAME)
     if tuple(states.get("cc", ())) != tuple(cc):
         raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")

@@ -91,14 +91,8 @@ def planned_type(declared: Any, actual: Any) -> Any:
 
 
 def fields(packings: tuple[Packing | None, ...], args: tuple[Any, ...]) -> list[tuple[str, Any]]:
-    """Each kernel parameter of ``args``, as ``(struct letter, value)``.
-
-    Raises
-    ------
-    TypeError
-        An argument numbatune does not pack (``None`` in ``packings``), or an array of another
-        rank than the kernel's.
-    """
+    """Each kernel parameter of ``args``, as ``(struct letter, value)``; a TypeError for an
+    argument numbatune does not pack (``None`` in ``packings``), or of another rank."""
     found: list[tuple[str, Any]] = []
     for index, (how, value) in enumerate(zip(packings, args, strict=True)):
         if how is None:
@@ -145,13 +139,8 @@ def _array_fields(how: ArrayParameters, array: Any) -> list[tuple[str, Any]]:
 
 def pack(found: list[tuple[str, Any]], layout: list[tuple[int, int]]) -> tuple[bytes, bytes]:
     """The parameters packed at the driver's offsets, and the offsets (int64 each), as
-    :mod:`numbatune.native`'s launch takes them.
-
-    Raises
-    ------
-    RuntimeError
-        The sizes the driver reports are not those of the fields.
-    """
+    :mod:`numbatune.native`'s launch takes them; a RuntimeError where the sizes the driver
+    reports are not the fields'."""
     sizes = [struct.calcsize(letter) for letter, _ in found]
     if sizes != [size for _, size in layout]:
         raise RuntimeError(
@@ -171,14 +160,8 @@ _layouts: dict[int, list[tuple[int, int]]] = {}
 
 def parameter_layout(function: int) -> list[tuple[int, int]]:
     """(offset, size) of each parameter of a loaded ``CUfunction``, as the driver reports
-    them (``cuFuncGetParamInfo``); kept per function.
-
-    Raises
-    ------
-    numba.cuda.cudadrv.driver.CudaAPIError
-        The driver cannot report them (an older driver): it answered with another error than
-        the one past the last parameter.
-    """
+    them (``cuFuncGetParamInfo``), kept per function; numba's ``CudaAPIError`` where it cannot
+    (an older driver)."""
     layout = _layouts.get(function)
     if layout is None:
         from cuda.bindings import driver
@@ -222,15 +205,8 @@ def launch(
     stream: Any,
 ) -> None:
     """Launch a loaded kernel ``function`` on ``args`` with ``config`` (grid, block[, shared
-    bytes]) on ``stream``, its parameters packed here.
-
-    Raises
-    ------
-    TypeError
-        An argument numbatune does not pass (:func:`fields`).
-    numba.cuda.cudadrv.driver.CudaAPIError
-        The driver refused the launch, or cannot report the kernel's parameter layout.
-    """
+    bytes]) on ``stream``, its parameters packed here; a TypeError for an argument numbatune
+    does not pass, numba's ``CudaAPIError`` where the driver refuses."""
     from numba import cuda
 
     context = int(cuda.current_context().handle)  # (numba-cuda's: the device's primary one)

@@ -111,15 +111,9 @@ class NumbaCudaMlir(KernelCompiler):
     def launch(
         self, kernel: Any, args: tuple[Any, ...], config: tuple[Any, ...], stream: Any
     ) -> None:
-        """numbatune's launch, its parameters packed in Python
-        (:meth:`~numbatune.compilers.mlir_kernels.CompiledKernel.launch`): numba-cuda-mlir's own
-        launch takes neither numba-cuda's arrays and streams nor torch tensors.
-
-        Raises
-        ------
-        RuntimeError
-            Under numba's simulator, or no overload takes ``args``.
-        """
+        """numbatune's launch, its parameters packed in Python (numba-cuda-mlir's own takes
+        neither numba-cuda's arrays and streams nor torch tensors); a RuntimeError under
+        numba's simulator, or where no overload takes ``args``."""
         compiled = self._overload_for(kernel, args)
         if compiled is NO_SIMULATOR:
             raise RuntimeError(NO_SIMULATOR)
@@ -132,13 +126,7 @@ class NumbaCudaMlir(KernelCompiler):
     load = staticmethod(mlir_kernels.loads)
 
     def trial_payload(self, kernel: Any, argtypes: tuple[Any, ...]) -> bytes:
-        """The overload serialised.
-
-        Raises
-        ------
-        RuntimeError
-            Under numba's simulator.
-        """
+        """The overload serialised (a RuntimeError under numba's simulator)."""
         if SIMULATOR:
             raise RuntimeError(NO_SIMULATOR)
         return mlir_kernels.compiled(kernel, argtypes).dumps()
