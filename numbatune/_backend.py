@@ -1,20 +1,16 @@
 """Choosing between a real GPU and numba's CUDA simulator, before numba.cuda is imported.
 
-numba.cuda chooses between the two once, when it is first imported, from
-``NUMBA_ENABLE_CUDASIM``. On a machine with no usable CUDA device a real launch can only fail,
-so numbatune turns the simulator on there, unless the user has set the variable (to anything)
-or has already imported numba.cuda. It sets the variable only while it imports numba.cuda, then
-removes it again, from the environment and from the copy numba keeps to notice changes: child
-processes do not inherit the choice (each makes its own when it imports numbatune), and numba's
-later re-reads of its settings keep it. (numba re-reads every setting when a ``NUMBA_*``
-variable changes; a program that changes one at run time, in a simulated process, should set
-``NUMBA_ENABLE_CUDASIM=1`` itself.)
+numba.cuda chooses once, when first imported, from ``NUMBA_ENABLE_CUDASIM``. Where no CUDA
+device can be used, numbatune turns the simulator on, unless the user set the variable or
+imported numba.cuda first. It sets the variable only while it imports numba.cuda, then removes
+it from the environment and from numba's copy of it: child processes make their own choice,
+and numba's later re-reads of its settings keep this one (a simulated program that changes a
+``NUMBA_*`` variable at run time should set ``NUMBA_ENABLE_CUDASIM=1`` itself).
 
-Where numba.cuda was imported first, with no GPU, numba has chosen the real driver for good:
-its modules for the driver are loaded, and the user's ``cuda`` names them (swapping them for the
-simulator's under the user's feet would leave whatever was made with the first). Defining a tuned
-kernel then raises :class:`~numbatune.errors.BackendError`, saying what to do, instead of numba's
-``CudaSupportError`` about the driver at the first launch.
+Where numba.cuda was imported first, with no GPU, numba has chosen the real driver for good
+(the user's ``cuda`` names its modules): defining a tuned kernel then raises
+:class:`~numbatune.errors.BackendError`, saying what to do, instead of numba's
+``CudaSupportError`` at the first launch.
 """
 
 from __future__ import annotations
@@ -34,12 +30,11 @@ logger = logging.getLogger("numbatune")
 
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 
-#: Set once the notice that the simulator is on was given: the processes this one starts
-#: (compile and trial workers, a sweep's workers) choose the simulator too, without saying so again.
+#: Set once the notice that the simulator is on was given, for the processes this one starts.
 NOTICE_GIVEN_VARIABLE = "NUMBATUNE_SIMULATOR_NOTICE_GIVEN"
 
 #: Said once, when the first tuned kernel is defined under the simulator numbatune chose (not at
-#: import: ``numbatune --help`` and the cache commands run no kernel).
+#: import: the cache commands run no kernel).
 SIMULATOR_NOTICE = (
     "numbatune: no CUDA GPU found; using numba's CUDA simulator "
     f"({SIMULATOR_VARIABLE}=0 prevents this)"
@@ -96,10 +91,8 @@ def _driver_library() -> str | None:
 
 def cuda_device_count() -> int:
     """The number of CUDA devices the driver reports, or 0 without a driver; imports nothing.
-
-    The driver is asked in a child process: one initialised here (``cuInit``) would leave the
-    processes forked from this one unable to use CUDA, before the program used any (numba and
-    torch initialise it only when first used, for the same reason)."""
+    Asked in a child process: a driver initialised here (``cuInit``) would leave the processes
+    forked from this one unable to use CUDA."""
     library = _driver_library()
     if library is None:
         return 0
@@ -146,15 +139,9 @@ def select_backend() -> None:
 
 
 def require_a_backend() -> None:
-    """Raise where no kernel can run in this process (numba.cuda imported first, no GPU); where
-    numbatune chose the simulator, say so once (:data:`SIMULATOR_NOTICE`), unless a process
-    that started this one said it.
-
-    Raises
-    ------
-    BackendError
-        With what to do: import numbatune before numba, or set ``NUMBA_ENABLE_CUDASIM=1``.
-    """
+    """Raise :class:`BackendError`, saying what to do, where no kernel can run in this process
+    (numba.cuda imported first, no GPU); where numbatune chose the simulator, say so once in
+    this process and those it starts."""
     if backend is Backend.NO_GPU_FOR_THE_DRIVER:
         raise BackendError(IMPORTED_TOO_LATE)
     if backend is Backend.SIMULATOR and NOTICE_GIVEN_VARIABLE not in os.environ:

@@ -1,10 +1,7 @@
-"""Settings: defaults, ``NUMBATUNE_*`` environment variables, and :func:`configure` from Python.
-
-Every setting is read from its environment variable when numbatune is imported, and can be
-changed later with ``numbatune.configure(name=value)``. An invalid value raises a ``ValueError``
-that names the setting and what it expects: from ``configure`` at once; from an environment
-variable, when a kernel is tuned (``autotune``) or the command line runs, importing numbatune
-itself succeeds.
+"""Settings: defaults, ``NUMBATUNE_<NAME>`` environment variables read at import, and
+:func:`configure` from Python. An invalid value raises a ``ValueError`` naming the setting and
+what it expects: from ``configure`` at once; from a variable, when a kernel is tuned or the
+command line runs (:func:`check_environment`), importing numbatune itself succeeds.
 """
 
 from __future__ import annotations
@@ -45,25 +42,20 @@ def _parse_optional_path(text: str) -> Path | None:
     return None if text.strip().lower() in {"", "off", "none"} else Path(text).expanduser()
 
 
-def _parse_positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError("must be a number > 0")
-    return value
+def _number(
+    kind: type[int] | type[float], least: int, above: bool = False, note: str = ""
+) -> Callable[[str], Any]:
+    """A parser of a ``kind`` (int or float) of ``least`` or more (more than ``least``, where
+    ``above``); a ValueError says what it must be, and ``note``."""
+    expects = f"{'an integer' if kind is int else 'a number'} {'>' if above else '>='} {least}"
 
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not (value > least if above else value >= least):
+            raise ValueError(f"must be {expects}{note}")
+        return value
 
-def _parse_non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise ValueError("must be a number >= 0")
-    return value
-
-
-def _parse_ratio(text: str) -> float:
-    value = float(text)
-    if not value > 1:
-        raise ValueError("must be a number > 1 (inf turns early stopping off)")
-    return value
+    return parse
 
 
 def _parse_bool(text: str) -> bool:
@@ -98,19 +90,9 @@ def _parse_enum(kind: type[enum.Enum], members: Any = None) -> Callable[[str], A
     return lambda text: kind(choose(text))
 
 
-def parse_positive_int(text: str) -> int:
-    """A count from its text: an integer, 1 or more (ValueError, saying so, otherwise)."""
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be an integer >= 1")
-    return value
-
-
-def _parse_non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be an integer >= 0")
-    return value
+#: A count from its text: an integer, 1 or more (ValueError, saying so, otherwise).
+parse_positive_int = _number(int, 1)
+_positive, _non_negative = _number(float, 0, above=True), _number(float, 0)
 
 
 class OnMiss(TextEnum):
@@ -170,7 +152,8 @@ TIMING_CHOICES = (Timing.LAUNCHES, Timing.GRAPH)
 
 
 class Isolate(TextEnum):
-    """Which variants run first in a separate process (the ``isolate`` setting)."""
+    """Which variants run first in a separate process (the ``isolate`` setting): those that
+    never ran on this kind of device, all at every tuning, or none."""
 
     NEW = "new"
     ALL = "all"
@@ -188,8 +171,8 @@ class Ranks(TextEnum):
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
     """numbatune's settings at one moment: a tuning takes one when it begins and reads only
-    it, so that ``configure`` while it runs changes the next tuning, not this one. The
-    environment variable of each setting is ``NUMBATUNE_<NAME>``."""
+    it, so that ``configure`` while it runs changes the next tuning, not this one (each
+    setting's variable and meaning: docs/configuration.md)."""
 
     #: Where tuning results are kept on disk; ``None`` (``off``) keeps them in memory only.
     cache_dir: Path | None = dataclasses.field(default_factory=_default_cache_dir)
@@ -203,66 +186,45 @@ class Snapshot:
     #: Empty the GPU's L2 cache before each timed run when the arrays fit in twice its size.
     flush_l2: bool = True
     #: After ``early_stop_rounds`` rounds, a variant whose fastest run is slower than this many
-    #: times the leader's median stops being measured; ``inf`` measures every variant to the end.
+    #: times the leader's median stops being measured (``inf``: none stops).
     early_stop_ratio: float = 1.5
     early_stop_rounds: int = 5
     #: Timed runs of each variant under the simulator, where timing means nothing.
     simulator_runs: int = 2
-    #: How a tuning times each variant (numbatune.tuning.bench): ``launches`` between CUDA
-    #: events; ``graph``: launches captured into a CUDA graph, timed as its replays, for kernels
-    #: that will run inside graphs. A kernel's ``autotune(timing=...)`` wins over it.
+    #: How a tuning times each variant (:class:`Timing`).
     timing: Timing = Timing.LAUNCHES
-    #: Launch winners with arguments packed by numbatune (``numbatune.launch``) rather than
-    #: through numba's launch; read when a kernel first meets a new key or argument classes.
+    #: Launch winners through numbatune's fast path (numbatune.launch), not numba's launch.
     fast_launch: bool = True
-    #: How many priority groups of variants a key's tuning tries: ``minimal`` the highest only,
-    #: ``balanced`` two, ``extensive`` three, ``full`` all (numbatune.tuning.levels); read when
-    #: a key is tuned. Kernels whose variants all have the same priority try every variant at
-    #: any level.
+    #: How many priority groups of variants a key's tuning tries (:data:`LEVELS`: one, two,
+    #: three, all; numbatune.tuning.levels).
     level: str = "full"
-    #: Check mode for every tuned kernel: each variant's outputs are compared with the first
-    #: variant's while a key is tuned, and one that disagrees cannot win (numbatune.tuning.checks).
+    #: Check mode for every tuned kernel (numbatune.tuning.checks).
     check: bool = False
-    #: What a call does with a key that has no stored result (numbatune.resolver): ``tune``
-    #: it now; ``nearest``: launch the winner of the kernel's nearest tuned key (else the
-    #: kernel as written), unmeasured, and record the key for a sweep; ``background``: as
-    #: ``nearest``, and tune the key in a background thread, whose winner replaces it;
-    #: ``error``: raise TuningKeyError. A kernel's ``autotune(on_miss=...)`` wins over it.
+    #: What a call does with a key that has no stored result (:class:`OnMiss`).
     on_miss: OnMiss = OnMiss.TUNE
-    #: A file that records every key each tuned kernel meets (numbatune.record), for
-    #: ``numbatune sweep``; None (``off``): no record (``nearest`` and ``background`` then
-    #: record the keys they serve in ``<cache_dir>/record.jsonl``).
+    #: A file that records every key each tuned kernel meets, for ``numbatune sweep``
+    #: (numbatune.record); None (``off``): none.
     record: Path | None = None
-    #: Level of the ``numbatune`` logger: debug, info, warning or error; None leaves it to the
-    #: application's logging set-up (set to None again, the level numbatune set is undone).
+    #: Level of the ``numbatune`` logger: debug, info, warning or error; None: the application's.
     log_level: str | None = None
-    #: Worker processes that compile variants in parallel (numbatune.compile); 0 or 1 compiles
-    #: in the calling process.
+    #: Worker processes that compile variants in parallel; 0 or 1 compiles here.
     compile_workers: int = dataclasses.field(default_factory=lambda: _usable_cores())
-    #: Seconds one variant's compile may take in a worker before the worker is stopped and the
-    #: variant recorded as failed.
+    #: Seconds one variant's compile may take in a worker before the variant fails.
     compile_timeout_s: float = 300.0
-    #: Which variants run first in a separate process (numbatune.trials): ``new`` those
-    #: that never ran on this kind of device, ``all`` every variant at every tuning, ``off``
-    #: none. Default: ``new`` on a GPU, ``off`` under the simulator.
+    #: Which variants run first in a separate process (:class:`Isolate`): ``new`` on a GPU,
+    #: ``off`` under the simulator.
     isolate: Isolate = dataclasses.field(default_factory=lambda: _default_isolation())
-    #: Seconds a variant's trial run may take before its worker is stopped and the variant
-    #: recorded as failed (it hangs).
+    #: Seconds a variant's trial runs may take before their worker is stopped (numbatune.trials).
     trial_timeout_s: float = 30.0
-    #: Seconds a process waits for another that is tuning the same key (sharing the cache
-    #: directory) before it tunes the key itself.
+    #: Seconds a process waits for another tuning the same key before it tunes it itself.
     lock_timeout_s: float = 300.0
-    #: How a key's tuning chooses the variants it measures (numbatune.tuning.search):
-    #: ``auto`` (every variant of spaces up to 100, a pattern search of larger ones),
-    #: ``exhaustive``, ``random``, ``pattern`` or ``model``.
+    #: How a key's tuning chooses the variants it measures (numbatune.tuning.search).
     search: Strategy = Strategy.AUTO
-    #: When a search (not an exhaustive tuning) stops: variants tried and/or seconds of tuning,
-    #: as ``Budget(variants=100)`` or the text ``100``, ``60s``, ``100,60s``, ``unlimited``.
+    #: When a search (not an exhaustive tuning) stops (:class:`~numbatune.strategies.Budget`).
     search_budget: Budget = dataclasses.field(default_factory=Budget)
     #: Seed of a search's random choices (with the key's text).
     search_seed: int = 0
-    #: ``auto``: when torch.distributed is initialised with several ranks, they tune each key
-    #: together and agree on its winner (numbatune.cache.ranks); ``off``: each rank alone.
+    #: Whether the ranks of a torch.distributed job tune each key together (numbatune.cache.ranks).
     ranks: Ranks = Ranks.AUTO
     #: Seconds a rank waits for the others at a key's tuning before it fails.
     rank_timeout_s: float = 1800.0
@@ -293,12 +255,12 @@ class Settings(Snapshot):
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "cache_dir": _parse_optional_path,
-    "budget_s": _parse_positive_float,
+    "budget_s": _positive,
     "min_runs": parse_positive_int,
     "max_runs": parse_positive_int,
-    "warmup_s": _parse_non_negative_float,
+    "warmup_s": _non_negative,
     "flush_l2": _parse_bool,
-    "early_stop_ratio": _parse_ratio,
+    "early_stop_ratio": _number(float, 1, True, " (inf turns early stopping off)"),
     "early_stop_rounds": parse_positive_int,
     "simulator_runs": parse_positive_int,
     "timing": _parse_enum(Timing, TIMING_CHOICES),
@@ -308,16 +270,16 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "on_miss": _parse_enum(OnMiss),
     "record": _parse_optional_path,
     "log_level": _one_of("debug", "info", "warning", "error"),
-    "compile_workers": _parse_non_negative_int,
-    "compile_timeout_s": _parse_positive_float,
+    "compile_workers": _number(int, 0),
+    "compile_timeout_s": _positive,
     "isolate": _parse_enum(Isolate),
-    "trial_timeout_s": _parse_positive_float,
-    "lock_timeout_s": _parse_positive_float,
+    "trial_timeout_s": _positive,
+    "lock_timeout_s": _positive,
     "search": _parse_enum(Strategy),
     "search_budget": Budget.parse,
-    "search_seed": _parse_non_negative_int,
+    "search_seed": _number(int, 0),
     "ranks": _parse_enum(Ranks),
-    "rank_timeout_s": _parse_positive_float,
+    "rank_timeout_s": _positive,
 }
 
 #: Settings on their way out (:func:`configure` warns, and takes them as the setting named).
@@ -415,12 +377,7 @@ def load_environment() -> None:
 
 
 def check_environment() -> None:
-    """Raise where a ``NUMBATUNE_*`` variable was invalid when numbatune was imported.
-
-    Raises
-    ------
-    ValueError
-        Naming the variable and what it expects (:data:`environment_problem`).
-    """
+    """Raise a ValueError, naming the variable and what it expects, where a ``NUMBATUNE_*``
+    variable was invalid when numbatune was imported."""
     if environment_problem is not None:
         raise ValueError(environment_problem)

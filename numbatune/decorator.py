@@ -1,9 +1,5 @@
-"""The ``@autotune`` decorator: a kernel and its options become a
-:class:`~numbatune.dispatch.TunedKernel`.
-
-The options are checked once, into a :class:`~numbatune.spec.KernelSpec`; the tuned kernel
-reads them from there.
-"""
+"""The ``@autotune`` decorator: a kernel and its options, checked once into a
+:class:`~numbatune.spec.KernelSpec`, become a :class:`~numbatune.dispatch.TunedKernel`."""
 
 from __future__ import annotations
 
@@ -41,10 +37,8 @@ def autotune(
 
     Each variant is compiled as a kernel of its own in which the global names it sets are
     constants. The first call for a key measures the variants on copies of the arguments and
-    launches the fastest; later calls with the same key launch it directly.
-
-    Use it as ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``; the result is called
-    like a function: ``kernel(*args)`` or ``kernel(*args, stream=s)``.
+    launches the fastest; later calls with the same key launch it directly. Use it as
+    ``@autotune(variants=..., launch=...)`` above ``@cuda.jit``.
 
     Parameters
     ----------
@@ -91,12 +85,9 @@ def autotune(
         change are copied back before each run, outside the timed region. Arrays the kernel's
         own code only reads or only writes are found from its source and not copied either.
     search
-        How a key's tuning chooses the variants it measures: ``"auto"`` (every variant of
-        spaces of up to 100, a pattern search of larger ones), ``"exhaustive"`` (every
-        variant), ``"pattern"`` (a local search over the parameter grid from the kernel as
-        written and the winners of nearby keys), ``"model"`` (a random forest fitted to the
-        times so far picks the next variants; needs ``numbatune[model]``) or ``"random"``.
-        None: the ``search`` setting (``NUMBATUNE_SEARCH``, default ``"auto"``).
+        How a key's tuning chooses the variants it measures: a `Strategy` or its value
+        (``"auto"``, ``"exhaustive"``, ``"pattern"``, ``"model"``, ``"random"``). None: the
+        ``search`` setting (``NUMBATUNE_SEARCH``, default ``"auto"``).
     budget
         When a search stops: a `Budget`, a number of variants, or its text (``"200"``,
         ``"60s"``, ``"200,60s"``, ``"unlimited"``). An exhaustive tuning ignores it. None: the
@@ -108,19 +99,14 @@ def autotune(
         not valid launches the fastest variant measured for that key that is, and raises
         ``ValueError`` when none is. None: every variant may run on any arguments.
     on_miss
-        What a call does with a key that has no stored result: ``"tune"`` it now;
-        ``"nearest"``: launch the winner of the kernel's nearest tuned key (else the kernel as
-        written), unmeasured, and record the key for ``numbatune sweep``; ``"background"``: as
-        ``"nearest"``, and tune the key in a background thread, whose winner then replaces it;
-        ``"error"``: raise `TuningKeyError`, measuring nothing. ``tune(...)`` always tunes.
+        What a call does with a key that has no stored result: an `OnMiss` or its value
+        (``"tune"``, ``"nearest"``, ``"background"``, ``"error"``); ``tune(...)`` always tunes.
         None: the ``on_miss`` setting (``NUMBATUNE_ON_MISS``, default ``"tune"``).
     timing
-        How a key's tuning times the variants: ``"launches"``, each launch between CUDA
-        events; ``"graph"``, launches captured into a CUDA graph and timed as its replays, for
-        a kernel that will run inside graphs (the winner differs where launching costs
-        differ). Under the simulator, which has no graphs, the wall clock times them either
-        way. A stored result serves a tuning only when timed as it asks. None: the ``timing``
-        setting (``NUMBATUNE_TIMING``, default ``"launches"``).
+        How a key's tuning times the variants: a `Timing` or its value (``"launches"``,
+        ``"graph"``: for a kernel that will run inside graphs); a stored result serves a
+        tuning only when timed as it asks. None: the ``timing`` setting (``NUMBATUNE_TIMING``,
+        default ``"launches"``).
 
     Returns
     -------

@@ -1,13 +1,10 @@
-"""The tuned kernel `autotune` returns (:mod:`numbatune.decorator`): the thin call path.
+"""The tuned kernel `autotune` returns: the thin call path.
 
-A call enters through its binder (:mod:`numbatune.binder`): the fast path of its argument
-classes, which computes the key, finds the winner in the winner table and launches it: that is
-the whole hot path. Anything else goes to the general path here, which checks the arguments,
-finds the winner in the device's winner table or asks the resolver (:mod:`numbatune.resolver`:
-disk, the ranks, the miss policy or tuning, once however many threads ask), and launches it on
-the caller's arguments. The options live in a :class:`~numbatune.spec.KernelSpec`; state that
-belongs to a device (its winners, its fast paths, its disk partition) in
-:mod:`numbatune.shared`.
+A call enters through its binder (:mod:`numbatune.binder`), whose fast path computes the key,
+finds the winner and launches it: the whole hot path. Anything else comes to the general path
+here, which checks the arguments, finds the winner in the device's winner table or asks the
+resolver (:mod:`numbatune.resolver`), and launches it. The options live in a
+:class:`~numbatune.spec.KernelSpec`, a device's state in :mod:`numbatune.shared`.
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ from numbatune.winners import WinnerLauncher
 
 
 def _nothing_to_do(spec: KernelSpec, args: tuple[Any, ...]) -> bool:
-    """Whether the kernel as written launches an empty grid on ``args``. Where its launch
-    configuration is malformed or beyond the device's limits, tuning finds out, as ``tune``
-    does: only that variant fails."""
+    """Whether the kernel as written launches an empty grid on ``args`` (a malformed launch
+    configuration is left to tuning, where only that variant fails)."""
     try:
         return is_empty(spec.launch_config(args, spec.reference_variant))
     except (ValueError, LaunchFunctionError):
@@ -50,12 +46,9 @@ def _nothing_to_do(spec: KernelSpec, args: tuple[Any, ...]) -> bool:
 class TunedKernel(Called):
     """A kernel with several compile-time variants that launches the fastest for each key.
 
-    Made by `autotune`, from the kernel and its options. Call it like the kernel:
-    ``kernel(*args)`` or ``kernel(*args, stream=s)``, which launches the fastest variant for
-    these arguments, tuning first if the key is new; `tune` and `best` tune without launching
-    and say what was chosen.
-
-    A call, ``kernel(*args, stream=None)``, takes:
+    Made by `autotune`. A call, ``kernel(*args, stream=None)``, launches the fastest variant
+    for these arguments, tuning first if the key is new (`tune` and `best` tune without
+    launching). It takes:
 
     - ``*args``: the kernel's arguments: numba device arrays, CuPy arrays, torch tensors on
       the GPU (anything with ``__cuda_array_interface__`` or DLPack's ``__dlpack__``) and
@@ -83,13 +76,7 @@ class TunedKernel(Called):
     """
 
     def __init__(self, spec: KernelSpec) -> None:
-        """Made by `autotune`.
-
-        Parameters
-        ----------
-        spec
-            The kernel and `autotune`'s options, checked (``numbatune.spec.KernelSpec``).
-        """
+        """Made by `autotune`, from ``spec``: the kernel and its options, checked."""
         self._spec = spec
         self.name = spec.kernel_name
         self._template = spec.template
@@ -116,8 +103,8 @@ class TunedKernel(Called):
         run_entries_as_written()
 
     def _dispatch(self, args: tuple[Any, ...], stream: Any) -> None:
-        """The general path: for calls that no fast path takes (a call that leaves out
-        parameters with defaults goes again, completed, through the binder's entry)."""
+        """The general path, for calls no fast path takes (one that leaves out parameters with
+        defaults goes again, completed, through the binder's entry)."""
         full = self._arguments.completed(args)
         if len(full) > len(args):
             return self._binder.entry(full, stream)
@@ -134,8 +121,8 @@ class TunedKernel(Called):
         self._winners.launch(state, spec.runnable_winner(winner, args), args, stream)
 
     def _outside_capture(self, key: Hashable, stream: Any, args: tuple[Any, ...]) -> None:
-        """Raise `CaptureError` where ``stream`` (as a call takes it) is being captured into a
-        CUDA graph: tuning ``key`` there would invalidate the capture."""
+        """Raise `CaptureError` where ``stream`` is being captured into a CUDA graph: tuning
+        ``key`` there would invalidate the capture."""
         if captured(stream, args):
             raise CaptureError(
                 f"{self.name}: key {key!r} would be tuned while its stream is being captured "
@@ -144,8 +131,8 @@ class TunedKernel(Called):
             )
 
     def _device_state(self) -> DeviceState:
-        """This kernel's state on the current device and cache directory; the binder is
-        pointed at its paths."""
+        """This kernel's state on the current device and cache directory, the binder pointed
+        at its paths."""
         state = self._shared.on_current_device(settings.cache_dir)
         self._binder.point(state.paths)
         return state
@@ -159,10 +146,9 @@ class TunedKernel(Called):
         force: bool,
         serve: bool = False,
     ) -> tuple[Winner, TuneReport]:
-        """The winner for ``key`` (:mod:`numbatune.resolver`: from memory, disk or tuning, or,
-        for a call, ``serve``, as the ``on_miss`` option or setting says), and the report
-        behind it, for the call's ``arguments`` (read and checked by the caller). A key served
-        under ``on_miss="background"`` is tuned on a thread."""
+        """The winner for ``key`` and its report (:mod:`numbatune.resolver`; for a call,
+        ``serve``, as ``on_miss`` says), for the call's checked ``arguments``; a key served under
+        ``on_miss="background"`` is tuned on a thread."""
         unrestored = self._arguments.unrestored(arguments)
         miss = self._resolver.miss(key, arguments, stream, unrestored, force, serve)
         resolved = self._resolver.resolve(state.cache, miss)
@@ -203,10 +189,9 @@ class TunedKernel(Called):
 
     @property
     def reference_variant(self) -> Variant:
-        """`written_variant`, else the first: the variant a call launches where the ``on_miss``
-        option finds nothing to go by, and where a search starts. Check mode and
-        `numbatune.testing.assert_variants_agree` compare the variants with the kernel as
-        written itself, whether or not a variant equals it."""
+        """`written_variant`, else the first: the variant a call launches where ``on_miss``
+        finds nothing to go by, and where a search starts (check mode compares the variants
+        with the kernel as written itself)."""
         return self._spec.reference_variant
 
     def is_valid(self, variant: Variant, *args: Any) -> bool:
@@ -242,10 +227,9 @@ class TunedKernel(Called):
     ) -> TunedKernel:
         """A new tuned kernel like this one (kernel, launch, key and options) over ``variants``.
 
-        For trying a few variants while developing, under numba's simulator (see
-        `numbatune.testing.covering_variants`), or a wider space searched. It tunes and
-        compiles on its own; its results share this kernel's name in the disk cache, where the
-        differing variants make each one tune again over the other's.
+        For trying a few variants while developing (`numbatune.testing.covering_variants`), or
+        a wider space searched. It tunes on its own, under this kernel's name in the disk cache
+        (the differing variants make each tune again over the other's results).
 
         Parameters
         ----------
@@ -352,12 +336,10 @@ class TunedKernel(Called):
         """Which variant a call with these arguments launches, and where that answer comes
         from, without tuning, launching, recording the key or waiting for another tuning.
 
-        It asks what a call asks, in the same order: this process's winner table, the disk
-        cache (a stored result that serves the current level and check mode), then the
-        ``on_miss`` policy (``"nearest"`` and ``"background"``: the nearest tuned key's winner,
-        else the kernel as written). Where none answers, a call would tune (or, under
-        ``on_miss="error"``, raise), and the lookup says so (``Origin.NONE``). ``tune`` is the
-        explicit request to tune: on a key served by ``on_miss`` it tunes.
+        It asks what a call asks, in the same order: this process's winners, the disk cache (a
+        result that serves the current level and check mode), then the ``on_miss`` policy.
+        Where none answers, a call would tune (or raise, under ``on_miss="error"``) and the
+        lookup says ``Origin.NONE``; `tune` tunes even a key ``on_miss`` serves.
 
         Parameters
         ----------
@@ -410,12 +392,8 @@ class TunedKernel(Called):
 
         Raises
         ------
-        TuningError
-            Every variant failed for this key.
-        TypeError
-            The arguments are not what the kernel takes, as for a call.
-        CaptureError
-            It would tune while ``stream`` is being captured into a CUDA graph.
+        TuningError, TypeError, CaptureError
+            As `tune` raises them.
         """
         args = self._arguments.completed(args)
         report = self.tune(*args, stream=stream)
@@ -459,7 +437,7 @@ class TunedKernel(Called):
         )
 
     def forall(self, *args: Any, **kwargs: Any) -> Any:
-        """numba's ``kernel.forall(n)``: not for tuned kernels; the error says what to write."""
+        """numba's ``kernel.forall(n)``: a TypeError that says what to write instead."""
         raise TypeError(
             f"{self.name} is a tuned kernel: instead of {self.name}.forall(n)(...), give it "
             "launch=lambda ..., *, BLOCK: (nt.cdiv(n, BLOCK), BLOCK) and call "
@@ -472,6 +450,6 @@ class TunedKernel(Called):
 
 def run_entries_as_written() -> None:
     """Have torch.compile run a tuned kernel's general path and its methods that tune as
-    written (:mod:`numbatune.eager`; nothing where torch is not imported)."""
+    written (:mod:`numbatune.eager`)."""
     run_as_written(TunedKernel._dispatch, TunedKernel.tune, TunedKernel.warmup,
                    TunedKernel.run_variant)  # fmt: skip

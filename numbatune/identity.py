@@ -1,14 +1,11 @@
 """Which tuned kernels are the same kernel.
 
-Two names matter. A kernel's **function id** names its results on disk: its module and
-qualified name, the script's path for a kernel defined in ``__main__`` (every script's
-``__main__.kernel`` is another kernel), and a digest of its closure values for a kernel made by
-a factory (two kernels of one factory with different values are two kernels). Its folder name
-keeps the id readable and adds a digest of it, so that ids that differ only in characters a
-folder name cannot hold (``ядро`` and ``核``) differ. A kernel's **sharing key** covers all that
-decides its tuning (code and values read, options, variants, launch and key functions): tuned
-kernels with the same key, such as a factory's kernel made again on every call, share their
-compiled kernels and results in this process.
+A kernel's **function id** names its results on disk: its module and qualified name, the
+script's path for a kernel of ``__main__``, and a digest of its closure values for a kernel a
+factory made. Its folder name adds a digest of the id, so that ids that differ only in
+characters a folder name cannot hold (``ядро`` and ``核``) differ. Its **sharing key** covers
+all that decides its tuning: tuned kernels of one key (a factory's kernel made again on every
+call) share their compiled kernels and results in this process.
 """
 
 from __future__ import annotations
@@ -77,13 +74,11 @@ def sharing_key(
     launch: Any,
     settings: dict[str, Any],
 ) -> str:
-    """The key under which tuned kernels share their state: ``code`` (the kernel's
-    :func:`~numbatune.references.code_description`, and the code of the device functions its
-    variants give: :meth:`~numbatune.template.KernelTemplate.variant_text`), its jit
-    ``options`` and ``signatures``, the variants in order, the launch function and the
-    decorator's other ``settings`` (:meth:`~numbatune.spec.KernelSpec.sharing_options`: key,
-    name, level, prune, check, search, budget, valid, on_miss), functions among them by their
-    code and the values they read."""
+    """The key under which tuned kernels share their state: ``code`` (the kernel's and its
+    variants' device functions'), its jit ``options`` and ``signatures``, the variants in order,
+    the launch function and the decorator's other ``settings``
+    (:meth:`~numbatune.spec.KernelSpec.sharing_options`), functions by their code and the values
+    they read."""
     parts = [
         code,
         stable_text(options),

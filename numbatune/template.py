@@ -1,11 +1,9 @@
 """The user's kernel as a template: specialised on each variant's constants, and checksummed.
 
-numba freezes globals at compile time, so compiling the kernel's function again with the names a
-variant binds rebound gives a kernel in which they are constants: ``cuda.shared.array(shape=TPB,
-...)`` and ``range(TPB)`` specialise. The device functions the kernel calls, at any depth, that
-read a variant's names are specialised the same way, so a variant means the same everywhere in
-its code. The checksum decides whether a stored result still holds: it covers everything that
-changes what the variants compute or how fast.
+numba freezes globals at compile time, so compiling the kernel's function again with a variant's
+names rebound makes them constants (``cuda.shared.array(shape=TPB, ...)``, ``range(TPB)``), in
+the device functions it calls at any depth too. The checksum decides whether a stored result
+still holds.
 """
 
 from __future__ import annotations
@@ -61,9 +59,8 @@ class KernelTemplate:
         self._device_codes: dict[int, tuple[Any, str]] = {}
 
     def _check_callees(self) -> None:
-        """Refuse a device function of another kernel compiler than the kernel's: its compiler
-        types its calls as an unknown object (numbatune's own helpers are swapped for the
-        kernel compiler's version of them)."""
+        """Refuse a device function of another kernel compiler than the kernel's, whose calls
+        it types as an unknown object (numbatune's own helpers are swapped for its own)."""
         for function in self._functions:
             for callee in references.callees(function):
                 own = self.compiler.own_helper(callee.dispatcher)
@@ -79,10 +76,9 @@ class KernelTemplate:
                     )
 
     def check_params(self, variants: Sequence[Variant], used_elsewhere: Set[str]) -> None:
-        """Refuse parameters that change nothing (used neither by the kernel, its device
-        functions nor ``used_elsewhere``: the parameters the launch and valid functions take)
-        and parameters the kernel assigns itself (its variants would not change them: a wrong
-        variant could win)."""
+        """Refuse parameters used neither by the kernel, its device functions nor
+        ``used_elsewhere`` (the launch and valid functions), and those the kernel assigns
+        itself (its variants would not change them: a wrong variant could win)."""
         names = {p for v in variants for p in v.params}
         for function in self._functions:
             assigned = references.assignments(function.__code__)
@@ -111,8 +107,7 @@ class KernelTemplate:
 
     def _globals_read(self) -> list[str]:
         """The globals and closure variables the kernel and its device functions read that
-        could be parameters, sorted: those that are neither modules, builtins nor numba's (and
-        those read without a value, which every variant must set)."""
+        could be parameters (no modules, builtins nor numba's), sorted."""
         values = references.values_in(self._functions, self.names_read)
         return sorted(
             name
@@ -126,10 +121,9 @@ class KernelTemplate:
         )
 
     def written_values(self, names: Iterable[str], also: Iterable[Any] = ()) -> dict[str, Any]:
-        """The value each of ``names`` has as written: where the kernel, else a device function
-        it calls, else one of the functions ``also`` (the launch and valid functions) is
-        defined, as a global or closure variable. A name none of them gives a value is left
-        out."""
+        """The value each of ``names`` has as written, as a global or closure variable of the
+        kernel, else a device function it calls, else one of ``also`` (the launch and valid
+        functions); a name none gives a value is left out."""
         functions = [*self._functions, *(f for f in also if isinstance(f, types.FunctionType))]
         return references.values_in(functions, names)
 
@@ -147,10 +141,8 @@ class KernelTemplate:
         return None
 
     def code_key(self, variant: Variant) -> tuple[str, str]:
-        """What of ``variant`` decides the kernel's code: the parameters the kernel (or a
-        device function it calls) reads and the jit options. Variants with the same code key
-        compile to the same kernel (those that differ only in what the launch function reads
-        share one compile)."""
+        """What of ``variant`` decides the kernel's code: the parameters the kernel and its
+        device functions read, and the jit options. Variants of one code key share a kernel."""
         return self._key(variant, self.jit_options_of(variant))
 
     def by_kernel(self, variants: Sequence[Variant]) -> list[list[Variant]]:
@@ -162,10 +154,9 @@ class KernelTemplate:
         return list(groups.values())
 
     def build_key(self, variant: Variant) -> tuple[str, str]:
-        """What of ``variant`` decides numba's compile of its kernel to PTX: its
-        :meth:`code_key` less the jit options only linking reads (:data:`LINK_OPTIONS`).
-        Kernels with the same build key are built together, for little more than one: one
-        numba compile, then a link to a cubin for each."""
+        """What of ``variant`` decides the compile of its kernel to PTX: its :meth:`code_key`
+        less the jit options only linking reads. Kernels of one build key are built together:
+        one compile, then a link each."""
         return self._key(variant, self.build_options(variant))
 
     def build_options(self, variant: Variant) -> dict[str, Any]:
@@ -178,22 +169,17 @@ class KernelTemplate:
 
     def variant_text(self, variant: Variant) -> str:
         """The variant as the checksum and the sharing key see it: its label, and the code of
-        the device functions among its parameters (:meth:`_code_of`), which it only names."""
+        the device functions among its parameters, which it only names."""
         return f"variant {variant.label}{self._code_of(variant.params)}"
 
     def _code_of(self, params: Mapping[str, Any]) -> str:
-        """What decides the code of the device functions among a variant's ``params``, given
-        as values or inside tuples, lists and dicts (their names are all its label says): a
-        digest of each one's code at any depth."""
-        codes = {name: self._codes_in(value) for name, value in params.items()}
+        """A digest of the code of each device function among a variant's ``params``, as values
+        or in tuples, lists and dicts at any depth (their names are all its label says)."""
+        codes = {
+            name: " ".join(self._device_code(f) for _, f in references.device_functions_in(value))
+            for name, value in params.items()
+        }
         return "".join(f" {name}: {codes[name]}" for name in sorted(codes) if codes[name])
-
-    def _codes_in(self, value: Any) -> str:
-        """The digests (:meth:`_device_code`) of ``value``, a device function, or of those it
-        holds in tuples, lists and dict values at any depth
-        (:func:`numbatune.references.device_functions_in`); "" for none."""
-        held = references.device_functions_in(value)
-        return " ".join(self._device_code(function) for _, function in held)
 
     def _device_code(self, value: Any) -> str:
         """A digest of :func:`code_description` of ``value``, a device function, made once;
@@ -221,8 +207,8 @@ class KernelTemplate:
         return {**self.jit_options, **variant.jit}
 
     def code_text(self) -> str:
-        """What decides the code of every variant's kernel but the variant itself: the kernel,
-        the device functions it calls and the values they read (for compiled-kernel keys)."""
+        """What decides every variant's kernel code but the variant: the kernel, the device
+        functions it calls and the values they read (for compiled-kernel keys)."""
         if self._code_text is None:
             self._code_text = "\0".join(code_description(self.function))
         return self._code_text
@@ -236,30 +222,25 @@ class KernelTemplate:
         return self.compiler.specialise(function, self.function, options)
 
     def specialised_function(self, variant: Variant, write_out: bool = True) -> types.FunctionType:
-        """The kernel's Python function with the variant's parameters bound as its globals (and
-        closure variables), its ``static_range`` loops written out (unless ``write_out`` is
-        false: :func:`numbatune.unroll.written_out` does it later, in a compile worker),
-        calling device functions specialised likewise."""
+        """The kernel's function with the variant's parameters bound as its globals and closure
+        variables, calling device functions specialised likewise, its ``static_range`` loops
+        written out unless ``write_out`` is false (a compile worker does it then)."""
         specialiser = _Specialiser(variant.params, self.names_read, self.compiler)
         return specialiser.function(self.function, write_out)
 
     def written_out_size(self, variant: Variant) -> int:
-        """How many statements the variant's kernel and the device functions it calls have once
-        their ``static_range`` loops are written out (0 when none has any): the larger, the
-        longer it takes to compile."""
+        """How many statements the variant's kernel and device functions have, their loops
+        written out (0 when none has any): the larger, the longer its compile."""
         return sum(unroll.written_out_size(f, variant.params) for f in self._functions)
 
     def checksum(self, variants: Sequence[Variant], launch: Callable[..., Any]) -> str:
         """A digest of everything that decides what the variants compute and how fast.
 
-        It covers the kernel's source, the values of the globals and closure variables it
-        reads, the device functions it calls at any depth (:func:`code_description`), its jit
-        options and signatures, each variant's parameters and jit options (and the code of the
-        device functions among its parameters or in tuples, lists and dicts of them, at any
-        depth: :meth:`variant_text`), the launch function and the functions of its own package
-        it calls at any depth (:func:`numbatune.references.helpers`), and the versions and
-        settings that change generated code (:func:`environment_description`). A stored result
-        whose checksum differs is tuned again.
+        The kernel's code and the values it reads, with its device functions at any depth
+        (:func:`code_description`), its jit options and signatures, each variant
+        (:meth:`variant_text`), the launch function and the functions of its package it calls
+        (:func:`numbatune.references.helpers`), and the versions and settings that change
+        generated code. A stored result whose checksum differs is tuned again.
         """
         digest = hashlib.sha256()
         parts = [
@@ -294,8 +275,8 @@ class _Specialiser:
         self._affected: dict[int, bool] = {}
 
     def _needs_copy(self, function: types.FunctionType) -> bool:
-        """Whether ``function``, or a device function it reaches, reads a parameter or calls
-        one of numbatune's helpers that the compiler has its own version of."""
+        """Whether ``function``, or a device function it reaches, reads a parameter or calls a
+        numbatune helper the compiler has its own version of."""
         key = id(function)
         if key not in self._affected:
             self._affected[key] = False  # a recursive call does not make it affected
@@ -348,23 +329,19 @@ class _Specialiser:
         namespace.update(
             {k: v for k, v in rebound.items() if k not in function.__code__.co_freevars}
         )
-        closure = function.__closure__
-        if closure is not None:
-            closure = tuple(
-                types.CellType(self._params.get(name, rebound.get(name)))
-                if name in self._params or name in rebound
-                else cell
-                for name, cell in zip(function.__code__.co_freevars, closure, strict=True)
-            )
+        bound = {**rebound, **self._params}
+        cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
+        closure = function.__closure__ and tuple(
+            types.CellType(bound[name]) if name in bound else cell for name, cell in cells
+        )
         copy = unroll.function_with(function, function.__code__, namespace, closure)
         return unroll.written_out(copy) if write_out else copy
 
 
 def _proxy_module(module: Any, read: Set[str], replaced: Mapping[str, Any]) -> types.ModuleType:
-    """A module standing in for ``module`` in a function's code, which reads the chains of
-    attributes ``read`` of it (dotted: ``sub.helper``): what they begin with, with the chains
-    ``replaced`` names reaching their replacement instead (through stand-ins of the modules
-    on the way)."""
+    """A module standing in for ``module`` in a function that reads its chains of attributes
+    ``read`` (dotted: ``sub.helper``), the chains ``replaced`` names reaching their replacement
+    (through stand-ins of the modules on the way)."""
     proxy = types.ModuleType(f"{module.__name__}.numbatune_variant")
     for first in {chain.partition(".")[0] for chain in read}:
         if hasattr(module, first):

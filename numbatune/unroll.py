@@ -1,19 +1,16 @@
 """Loops unrolled when a variant is compiled: ``for k in nt.static_range(BK):``.
 
-numba lowers ``range()`` loops to a 64-bit counting loop that the compiler unrolls only when
-the unrolled body is small; a matrix product's inner loop, 64 multiply-adds a step, stays a
-loop, and its counter costs a fifth of the instructions. ``static_range`` marks a loop whose
-bounds are compile-time constants (variant parameters and module globals): when numbatune
-compiles a variant, it writes the loop out, one copy of the body per value, each after an
-assignment of that value to the loop variable, so indices into local and shared arrays become
-constants. Like Triton's ``tl.static_range`` and cubecl's ``#[unroll]``.
+numba lowers ``range()`` to a 64-bit counting loop that the compiler unrolls only when the body
+is small: a matrix product's inner loop of 64 multiply-adds stays a loop, its counter a fifth
+of the instructions. A ``static_range`` loop, whose bounds are compile-time constants, is
+written out when numbatune compiles a variant: a copy of the body per value, after an
+assignment of the value to the loop variable, so indices into local and shared arrays become
+constants (like Triton's ``tl.static_range``).
 
-Each copy of the body is then folded (:class:`_Folder`): expressions of integer and boolean
-constants (the loop's value, and the module's and variant's names the kernel never assigns)
-are computed, and ``a if CONSTANT else b`` keeps the branch taken. numba would type and lower
-each copy's arithmetic on constants and both branches only for the compiler to fold them
-later: folding here took the sgemm example's largest kernel from 5.48 s to 4.56 s of
-compiling (development machine, sm_90).
+Each copy is then folded (:class:`_Folder`): expressions of integer and boolean constants are
+computed, and ``a if CONSTANT else b`` keeps the branch taken, which numba would otherwise
+type and lower for the compiler to fold (the sgemm example's largest kernel compiled in 4.56 s
+instead of 5.48 s on the development machine).
 """
 
 from __future__ import annotations
@@ -79,13 +76,12 @@ def has_static_loops(function: Callable[..., Any]) -> bool:
     )
 
 
-def _unrolled(
-    function: types.FunctionType,
-) -> tuple[types.CodeType, tuple[types.CellType, ...] | None]:
-    """The code of ``function`` with its ``static_range`` loops written out, their bounds
-    evaluated in its globals and closure, and its closure's cells in the order of the new
-    code's free variables. Line numbers are kept, so numba's errors point at the user's
-    source."""
+def written_out(function: types.FunctionType) -> types.FunctionType:
+    """``function`` with its ``static_range`` loops written out (itself when it has none),
+    their bounds evaluated in its globals and closure; line numbers are kept, so numba's errors
+    point at the user's source."""
+    if not has_static_loops(function):
+        return function
     definition = _clone(_definition(function.__code__, function.__qualname__))
     tree = ast.Module([definition], [])
     cells = dict(zip(function.__code__.co_freevars, function.__closure__ or (), strict=True))
@@ -101,15 +97,7 @@ def _unrolled(
     code = compile(ast.fix_missing_locations(tree), filename, "exec")
     while code.co_name != definition.name:
         code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return code, tuple(cells[name] for name in code.co_freevars) or None
-
-
-def written_out(function: types.FunctionType) -> types.FunctionType:
-    """``function`` with its ``static_range`` loops written out (itself when it has none),
-    their bounds evaluated in its globals and closure."""
-    if not has_static_loops(function):
-        return function
-    code, closure = _unrolled(function)
+    closure = tuple(cells[name] for name in code.co_freevars) or None
     return function_with(function, code, function.__globals__, closure)
 
 
@@ -130,9 +118,8 @@ def function_with(
 
 
 def written_out_size(function: types.FunctionType, params: dict[str, Any]) -> int:
-    """How many statements :func:`written_out` writes out of ``function``, its loops' bounds
-    evaluated with ``params`` bound: a measure of how long the variant takes to compile (0
-    where it has no such loops, or its source cannot be read: compiling it will say why)."""
+    """How many statements :func:`written_out` makes of ``function`` with ``params`` bound: a
+    measure of its compile time (0 where it has no such loops, or no source)."""
     if not has_static_loops(function):
         return 0
     try:
@@ -151,8 +138,8 @@ def _scope(function: types.FunctionType) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=64)
 def _definition(code: types.CodeType, qualname: str) -> ast.FunctionDef:
-    """The parsed definition of the function of ``code`` (its line numbers as in its file);
-    not to be changed: callers change copies."""
+    """The parsed definition of the function of ``code``, its line numbers as in its file (not
+    to be changed: callers change copies)."""
     try:
         lines, first_line = _source_lines(code)
         tree = ast.parse(textwrap.dedent("".join(lines)))
@@ -173,8 +160,7 @@ def _definition(code: types.CodeType, qualname: str) -> ast.FunctionDef:
 
 
 def _source_lines(code: types.CodeType) -> tuple[list[str], int]:
-    """The lines of the definition of ``code`` and the number of its first, as
-    ``inspect.getsourcelines`` gives them, read through linecache first: inspect looks for the
+    """``inspect.getsourcelines(code)``, read through linecache first: inspect looks for the
     module of a code object through every module loaded (0.02-0.1 s in a process that has
     imported torch, in the first call of a fresh process whose kernels are stored)."""
     linecache.checkcache(code.co_filename)
@@ -204,7 +190,7 @@ class _Unroller:
 
     def size(self, statements: list[ast.stmt]) -> int:
         """How many statements :meth:`unroll` makes of ``statements`` (bounds it cannot
-        evaluate count as one step: writing the loop out will say why)."""
+        evaluate count as one step)."""
         total = 0
         for statement in statements:
             blocks = [getattr(holder, field) for holder, field in _blocks(statement)]
@@ -291,8 +277,8 @@ def _blocks(statement: ast.stmt) -> Iterator[tuple[Any, str]]:
 
 
 def _clone(tree: Any) -> Any:
-    """A copy of an AST node, or of a list of them, sharing nothing that transforms change
-    (twice as fast as ``copy.deepcopy``: copying is much of writing a large loop out)."""
+    """A copy of an AST node or list of them, sharing nothing transforms change (twice as fast
+    as ``copy.deepcopy``: copying is much of writing a large loop out)."""
     if isinstance(tree, list):
         return [_clone(item) for item in tree]
     if isinstance(tree, ast.AST) and not isinstance(tree, ast.expr_context):

@@ -1,16 +1,13 @@
 """Compiling a tuned kernel's variants: once per distinct kernel, in parallel, kept on disk.
 
-Variants whose kernel code is the same (they differ only in what the launch function reads)
-share one numba dispatcher and one compile. Before compiling, the kernel store on disk is
-consulted (:mod:`numbatune.compile.store`). What is left is compiled in worker processes
-(:mod:`numbatune.processes`, as many as the tuning's ``compile_workers`` setting allows, the
-largest kernels first: :meth:`KernelTemplate.written_out_size`) when there is more than one
-kernel to compile, else in this process; a kernel that cannot be rebuilt in a worker (one whose
-function does not pickle, or whose module a worker cannot import) is compiled here too. The
-build is the kernel compiler's (:meth:`~numbatune.compilers.base.Builds.build`). A
-compile error is that variant's error, as before; a worker that dies or passes the
-``compile_timeout_s`` limit fails the variants of that kernel and is replaced. Under numba's
-simulator nothing is compiled.
+Variants of the same kernel code share one dispatcher and one compile. The kernel store
+(:mod:`numbatune.compile.store`) is read first; what is left is built by the kernel compiler
+(:meth:`~numbatune.compilers.base.Builds.build`) in worker processes (:mod:`numbatune.processes`,
+``compile_workers`` of them, the largest kernels first) when there is more than one kernel,
+else here, as is a kernel a worker cannot rebuild (its function does not pickle, or its module
+does not import there). A compile error is that variant's error; a worker that dies or passes
+``compile_timeout_s`` fails that kernel's variants and is replaced. Under the simulator nothing
+is compiled.
 """
 
 from __future__ import annotations
@@ -66,8 +63,7 @@ def warm_worker(compiler: KernelCompiler) -> None:
 
 
 def worker_pool(size: int, compiler: KernelCompiler) -> processes.WorkerPool:
-    """A pool of ``size`` compile workers, forked from a process that warmed ``compiler`` up
-    (:meth:`~numbatune.compilers.base.Builds.warm`)."""
+    """A pool of ``size`` compile workers, forked from a process that warmed ``compiler`` up."""
     warm = processes.Task(__name__, warm_worker.__name__, (compiler,))
     return processes.WorkerPool(size, worker_environment(), warm=warm)
 
@@ -98,12 +94,10 @@ def build_in_worker(
     cc: tuple[int, int],
     max_registers: tuple[int | None, ...],
 ) -> list[Built | LinkFailed]:
-    """The worker's task: the compiler's
-    :meth:`~numbatune.compilers.base.Builds.build` of the function, its
-    ``static_range`` loops written out here (in parallel, not one after another in the
-    parent), telling a function that cannot be rebuilt or written out here
-    (:class:`RebuildError`: the parent does both, and reports their errors) from one that does
-    not compile."""
+    """The worker's task: the compiler's build of the function, its ``static_range`` loops
+    written out here (in parallel, not one after another in the parent); a function that
+    cannot be rebuilt or written out here raises :class:`RebuildError` (the parent then does
+    both, and reports their errors), one that does not compile its own error."""
     try:
         function = unroll.written_out(compiler.builds.loads_function(function_bytes))
     except Exception as error:
@@ -118,9 +112,8 @@ def build_task(
     cc: tuple[int, int],
 ) -> processes.Task:
     """The worker's task that builds ``kernels`` (each the variants sharing one kernel, all
-    of the same :meth:`~numbatune.template.KernelTemplate.build_key`) for ``argtypes`` and
-    ``cc``: one compile, a link for each; :class:`RebuildError` where the function does not
-    pickle."""
+    of one build key) for ``argtypes`` and ``cc``: one compile, a link each;
+    :class:`RebuildError` where the function does not pickle."""
     first = kernels[0][0]
     try:  # written out in the worker: the parent is one, the workers are many
         specialised = template.specialised_function(first, write_out=False)
@@ -135,8 +128,8 @@ def build_task(
 
 @dataclass
 class Tally:
-    """The kernels compiled, and loaded from the kernel store, for one tuned kernel, and the
-    seconds their trial runs (:mod:`numbatune.trials`) took."""
+    """One tuned kernel's kernels compiled and loaded from the store, and its trial runs'
+    seconds."""
 
     compiles: int = 0
     loaded: int = 0
@@ -145,8 +138,8 @@ class Tally:
 
 @dataclass(frozen=True)
 class _Settled:
-    """The variants :meth:`Compiler.compile_all` has settled, as kernels compile (in the pool's
-    threads): it tells ``done`` and ``ready``."""
+    """The variants :meth:`Compiler.compile_all` has settled, told ``done`` and ``ready`` as
+    kernels compile (in the pool's threads)."""
 
     results: dict[Variant, Any]
     done: Callable[[int], None]
@@ -169,17 +162,14 @@ class _Settled:
 
 class Compiler:
     """The compiled kernels of one tuned kernel's variants (shared by tuned kernels that are the
-    same: :mod:`numbatune.identity`). A kernel declared with explicit signatures
-    (``cuda.jit("void(float32[:])")``) is compiled for those, as numba would, whatever the
-    arguments' own types."""
+    same: :mod:`numbatune.identity`); a kernel declared with signatures is compiled for those,
+    as numba would, whatever the arguments' types."""
 
     def __init__(self, template: KernelTemplate, function_id: str) -> None:
         self._template = template
-        #: The kernel compiler of its variants (the seam: :mod:`numbatune.compilers`).
         self._kernels = template.compiler
         self._function_id = function_id
         self._dispatchers: dict[CodeKey, Any] = {}
-        self._functions: dict[CodeKey, Any] = {}
         self._stores: dict[tuple[Any, ...], KernelStore] = {}
         self._payloads: dict[tuple[CodeKey, Any], bytes] = {}
         #: The store keys of the kernels that could not be serialised (not tried again here).
@@ -198,17 +188,15 @@ class Compiler:
         return len(self._template.signatures) > 1
 
     def prepare(self, variants: Sequence[Variant]) -> None:
-        """Start the fork server of the compile workers ``variants`` would need (none for one
-        kernel), long before any is asked for: it warms up while the caller makes its
-        arguments."""
+        """Start the fork server of the compile workers ``variants`` would need, long before
+        any is asked for: it warms up while the caller makes its arguments."""
         if (found := self._pool_for(variants, settings.compile_workers)) is not None:
             pool, _ = found
             pool.prepare()
 
     def warm_up(self, variants: Sequence[Variant], workers: int) -> None:
-        """Start the compile workers (``workers`` of them: the tuning's setting) ``variants``
-        may need, before compiling them, so that they start while this process does its own
-        part (cloning, planning, reading the store)."""
+        """Start the ``workers`` compile workers ``variants`` may need, so that they start
+        while this process does its own part (cloning, planning, reading the store)."""
         if (found := self._pool_for(variants, workers)) is not None:
             pool, kernels = found
             pool.start(kernels)
@@ -216,9 +204,8 @@ class Compiler:
     def _pool_for(
         self, variants: Sequence[Variant], workers: int
     ) -> tuple[processes.WorkerPool, int] | None:
-        """The pool of ``workers`` compile workers, and how many distinct kernels ``variants``
-        compile to (counted over the first 256: enough to size a pool), where they would use
-        one."""
+        """The pool of ``workers`` compile workers and how many kernels ``variants`` compile to
+        (of the first 256: enough to size a pool), where they would use one."""
         if SIMULATOR:
             return None
         kernels = len({self._template.code_key(variant) for variant in variants[:256]})
@@ -226,15 +213,14 @@ class Compiler:
         return None if pool is None else (pool, kernels)
 
     def dispatcher(self, variant: Variant) -> Any:
-        """The numba dispatcher of the variant's kernel, shared by variants of the same code."""
+        """The dispatcher of the variant's kernel, shared by variants of the same code (made
+        once: writing its ``static_range`` loops out is slow)."""
         code_key = self._template.code_key(variant)
         with self._lock:
-            dispatcher = self._dispatchers.get(code_key)
-            if dispatcher is None:
-                function = self._function(variant)
-                dispatcher = self._template.specialise(variant, function)
-                self._dispatchers[code_key] = dispatcher
-            return dispatcher
+            if code_key not in self._dispatchers:
+                function = self._template.specialised_function(variant)
+                self._dispatchers[code_key] = self._template.specialise(variant, function)
+            return self._dispatchers[code_key]
 
     def _add(self, dispatcher: Any, argtypes: tuple[Any, ...], kernel: Any = None) -> bool:
         """Add ``kernel`` for ``argtypes`` to ``dispatcher`` (compile one when None); False
@@ -247,17 +233,6 @@ class Compiler:
 
     def _has(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> bool:
         return self._kernels.compiled(dispatcher, argtypes) is not None
-
-    def _function(self, variant: Variant) -> Any:
-        """The variant's specialised Python function, made once per code key (writing out
-        ``static_range`` loops is the slow part of preparing a variant)."""
-        code_key = self._template.code_key(variant)
-        function = self._functions.get(code_key)
-        if function is None:
-            function = self._template.specialised_function(variant)
-            with self._lock:
-                function = self._functions.setdefault(code_key, function)
-        return function
 
     def _signatures(self, dispatcher: Any, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """The argument types to compile for: the declared signatures, else those of ``args``."""
@@ -291,12 +266,10 @@ class Compiler:
         taken: Snapshot,
     ) -> dict[Variant, Any]:
         """Each variant's dispatcher compiled for ``args``, or :class:`Failed`; ``done(count)``
-        as variants are settled, and ``ready(members, made)`` as the kernel that ``members``
-        share is compiled for the first of the argument types (the one trial runs take), while
-        others may still be compiling; ``made``: by this call (else it was compiled or loaded
-        before, or is loaded from the kernel store). The compile workers, their time limit and
-        the cache directory whose kernel store is read and kept are the tuning's settings,
-        ``taken``."""
+        as variants are settled, and ``ready(members, made)`` as the kernel ``members`` share
+        is compiled for the first argument types (those trial runs take), while others may
+        still compile; ``made``: by this call (not before, nor loaded from the store). The
+        compile workers, their time limit and the cache directory are ``taken``'s."""
         results: dict[Variant, Any] = {}
         waiting: list[_Waiting] = []
         signatures: list[tuple[Any, ...]] | None = None  # the same for every variant
@@ -333,10 +306,9 @@ class Compiler:
         tally: Tally,
         cache_dir: Path | None,
     ) -> list[tuple[Any, ...]]:
-        """The ``signatures`` the variant's kernel has not compiled and the kernel store does
-        not hold. Those compiled already are kept in the store of the current cache directory
-        if it lacks them (they were compiled under another, or before one was set), so that an
-        export of what this tuning finds carries them."""
+        """The ``signatures`` the variant's kernel has not compiled and the store does not
+        hold. Those compiled already are kept in the current store if it lacks them (compiled
+        under another cache directory, or none), so that an export of this tuning has them."""
         existing = self._dispatchers.get(self._template.code_key(variant))
         missing = []
         for argtypes in signatures:
@@ -370,8 +342,8 @@ class Compiler:
                 settled.compiled(members, dispatcher, argtypes)
 
     def _builds(self, waiting: list[_Waiting]) -> list[list[_Waiting]]:
-        """``waiting`` grouped into what one worker builds: the kernels of one build key
-        for one signature; the largest first, so that the last to finish is not a long one."""
+        """``waiting`` grouped into what one worker builds (the kernels of one build key and
+        signature), the largest first, so that the last to finish is not a long one."""
         builds: dict[tuple[Any, ...], list[_Waiting]] = {}
         for members, argtypes in waiting:
             key = (self._template.build_key(members[0]), argtypes)
@@ -447,9 +419,8 @@ class Compiler:
         tally: Tally,
         cache_dir: Path | None,
     ) -> Any:
-        """The variant's dispatcher, with the kernel a worker built for ``argtypes`` loaded
-        into it (and kept in the kernel store of ``cache_dir``, and for a trial run as
-        built)."""
+        """The variant's dispatcher with the kernel a worker built for ``argtypes`` loaded (and
+        kept in the store of ``cache_dir``, and for a trial run)."""
         dispatcher = self.dispatcher(variant)
         kernel = self._kernels.load(built.payload, cc)
         kernel.bind()
@@ -461,9 +432,8 @@ class Compiler:
         return dispatcher
 
     def payload(self, variant: Variant, args: tuple[Any, ...]) -> bytes:
-        """The variant's compiled kernel for (the first signature of) ``args``, serialised, as
-        a trial worker runs it (:meth:`~numbatune.compilers.base.KernelCompiler.trial_payload`;
-        under the simulator: its specialised function)."""
+        """The variant's kernel for (the first signature of) ``args`` as a trial worker runs it
+        (:meth:`~numbatune.compilers.base.KernelCompiler.trial_payload`)."""
         dispatcher = self.dispatcher(variant)
         argtypes = () if SIMULATOR else self._signatures(dispatcher, args)[0]
         key = (self._template.code_key(variant), argtypes)
@@ -478,27 +448,28 @@ class Compiler:
         if SIMULATOR:
             return stable_text(self._template.code_key(variant))
         argtypes = self._signatures(self.dispatcher(variant), args)[0]
-        return self._key(variant, argtypes, _current_cc())
+        return self._key(variant, argtypes)
 
     def kernel_store(self, cache_dir: Path | None) -> KernelStore | None:
         """The kernel store of the current device in ``cache_dir``; None where kernels are not
         kept (no cache directory, the simulator)."""
         if SIMULATOR or cache_dir is None:
             return None
-        return self._store(_current_cc(), cache_dir)
+        return self._store(cache_dir)
 
-    # -- the kernel store -------------------------------------------------------------------
+    # -- the kernel store of the current device -----------------------------------------------
 
-    def _store(self, cc: tuple[int, int], cache_dir: Path) -> KernelStore:
+    def _store(self, cache_dir: Path) -> KernelStore:
+        cc = _current_cc()
         with self._lock:
-            store = self._stores.get((cache_dir, cc))
-            if store is None:
+            if (cache_dir, cc) not in self._stores:
                 store = KernelStore(cache_dir, cc, self._function_id, self._kernels)
-                self._stores[(cache_dir, cc)] = store
-            return store
+                self._stores[cache_dir, cc] = store
+            return self._stores[cache_dir, cc]
 
-    def _key(self, variant: Variant, argtypes: tuple[Any, ...], cc: tuple[int, int]) -> str:
-        return store_key(self._template, variant, argtypes, cc, _toolchain(self._kernels))
+    def _key(self, variant: Variant, argtypes: tuple[Any, ...]) -> str:
+        tools = _toolchain(self._kernels)
+        return store_key(self._template, variant, argtypes, _current_cc(), tools)
 
     def _load(
         self, variant: Variant, argtypes: tuple[Any, ...], tally: Tally, cache_dir: Path | None
@@ -507,8 +478,7 @@ class Compiler:
         if one is stored."""
         if cache_dir is None:
             return False
-        cc = _current_cc()
-        kernel = self._store(cc, cache_dir).load(self._key(variant, argtypes, cc))
+        kernel = self._store(cache_dir).load(self._key(variant, argtypes))
         if kernel is None:
             return False
         if self._add(self.dispatcher(variant), argtypes, kernel):
@@ -523,14 +493,12 @@ class Compiler:
         cache_dir: Path | None,
     ) -> None:
         """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the store of
-        ``cache_dir``, unless the store holds it already or cannot be written (a read-only
-        cache), or the kernel did not serialise before: it is not serialised for nothing at
-        every tuning."""
+        ``cache_dir``, unless it holds it or cannot be written (a read-only cache): it is not
+        serialised for nothing at every tuning."""
         if cache_dir is None:
             return
-        cc = _current_cc()
-        store = self._store(cc, cache_dir)
-        if store.problem is None and not store.holds(self._key(variant, argtypes, cc)):
+        store = self._store(cache_dir)
+        if store.problem is None and not store.holds(self._key(variant, argtypes)):
             self._save(variant, argtypes, cache_dir, self._kernels.compiled(dispatcher, argtypes))
 
     def _save(
@@ -545,11 +513,10 @@ class Compiler:
         ``payload`` a worker built, else ``kernel`` serialised."""
         if cache_dir is None:
             return
-        cc = _current_cc()
-        key = self._key(variant, argtypes, cc)
+        key = self._key(variant, argtypes)
         payload = payload or self._serialised(key, kernel)
         if payload is not None:
-            self._store(cc, cache_dir).save(key, payload)
+            self._store(cache_dir).save(key, payload)
 
     def _serialised(self, key: str, kernel: Any) -> bytes | None:
         """The kernel of store key ``key`` as the store keeps it, or None where it cannot be
@@ -571,10 +538,9 @@ def store_key(
     cc: tuple[int, int],
     tools: tuple[str, ...],
 ) -> str:
-    """The key ``variant``'s kernel for ``argtypes`` is kept under in the kernel store: a
-    digest of what decides its code (the kernel's code and the values it reads, the variant,
-    the argument types, the compute capability, the compiler's ``tools`` and its payload
-    format)."""
+    """The kernel store's key of ``variant``'s kernel for ``argtypes``: a digest of what decides
+    its code (the kernel's code and the values it reads, the variant, the argument types, the
+    compute capability, the compiler's ``tools`` and payload format)."""
     code = "\0".join([template.code_text(), stable_text(template.code_key(variant))])
     payload = f"payload {template.compiler.payload_version}"
     parts = [code, repr(argtypes), f"sm_{cc[0]}{cc[1]}", *tools, payload]

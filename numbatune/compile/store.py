@@ -1,13 +1,11 @@
 """Compiled kernels on disk, beside the tuning results.
 
 ``<cache_dir>/kernels/sm_90/<function>/``, a diskcache per function, keyed by a digest of what
-decides a kernel's code (:func:`numbatune.compile.compiler.store_key`: the kernel's code and the
-values it reads, the variant's parameters and jit options, the argument types, the compute
-capability and the toolchain versions). A process whose key is stored launches its winner from
-here with no numba compile. An entry that does not load (another format, or one of this format
-whose contents are wrong) is discarded with a warning and built again, never used. The folder
-is opened as :mod:`numbatune.cache.disk` does the tune cache's: a read-only store (shipped in
-an image) is read, a damaged one set aside.
+decides a kernel's code (:func:`numbatune.compile.compiler.store_key`). A process whose key is
+stored launches its winner from here with no numba compile. An entry that does not load is
+discarded with a warning and built again, never used. The folder is opened as
+:mod:`numbatune.cache.disk` opens the tune cache's: a read-only store (shipped in an image) is
+read, a damaged one set aside.
 """
 
 from __future__ import annotations
@@ -27,42 +25,34 @@ logger = logging.getLogger("numbatune")
 
 class KernelStore:
     """The compiled kernels of the tuned function ``function_id`` for the compute capability
-    ``cc``, kept under ``cache_dir`` (None: no store) and loaded by ``compiler``."""
+    ``cc``, kept under ``cache_dir`` and loaded by ``compiler``."""
 
     def __init__(
         self,
-        cache_dir: Path | None,
+        cache_dir: Path,
         cc: tuple[int, int],
         function_id: str,
         compiler: KernelCompiler = NUMBA_CUDA,
     ) -> None:
-        self._folder = (
-            None
-            if cache_dir is None
-            else function_folder(kernels_folder(cache_dir, cc), function_id)
-        )
+        self._folder = function_folder(kernels_folder(cache_dir, cc), function_id)
         self._cc, self._compiler, self._name = cc, compiler, function_id
         self._disk: Folder | None = None
         self._lock = threading.Lock()
 
-    def _open(self) -> Folder | None:
+    def _open(self) -> Folder:
         with self._lock:
-            if self._disk is None and self._folder is not None:
+            if self._disk is None:
                 self._disk = Folder(self._folder, self._name, KERNELS)
             return self._disk
 
     @property
     def problem(self) -> str | None:
         """Why kernels cannot be kept here, in words, or None while they can."""
-        disk = self._open()
-        if disk is None:
-            return "the disk cache is off"
-        return disk.problem
+        return self._open().problem
 
     def load(self, key: str) -> Any | None:
         """The kernel stored under ``key``, or None (a damaged entry is discarded)."""
-        disk = self._open()
-        payload = None if disk is None else disk.get(key)
+        payload = self._open().get(key)
         if payload is None:
             return None
         try:
@@ -81,28 +71,21 @@ class KernelStore:
 
     def save(self, key: str, payload: bytes) -> bool:
         """Keep ``payload`` under ``key``; whether it was kept (see :attr:`problem`)."""
-        disk = self._open()
-        return disk is not None and disk.set(key, payload)
+        return self._open().set(key, payload)
 
     def holds(self, key: str) -> bool:
         """Whether a kernel is stored under ``key`` (asked of the disk: another process may
         have cleared the store since this one wrote it)."""
-        disk = self._open()
-        return disk is not None and disk.holds(key)
+        return self._open().holds(key)
 
     def ran(self, key: str) -> bool:
         """Whether what ``key`` names ran on this kind of device (see :meth:`mark_ran`)."""
-        disk = self._open()
-        return disk is not None and disk.get(f"ran {key}") is not None
+        return self._open().get(f"ran {key}") is not None
 
     def mark_ran(self, key: str) -> None:
         """Remember that what ``key`` names ran (a variant's trial run, on a kind of device)."""
-        disk = self._open()
-        if disk is not None:
-            disk.set(f"ran {key}", True)
+        self._open().set(f"ran {key}", True)
 
     def discard(self, key: str) -> None:
         """Forget the kernel stored under ``key``."""
-        disk = self._open()
-        if disk is not None:
-            disk.delete(key)
+        self._open().delete(key)

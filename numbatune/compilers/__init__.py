@@ -1,12 +1,8 @@
 """Kernel compilers numbatune tunes the kernels of, behind one seam
 (:class:`~numbatune.compilers.base.KernelCompiler`): numba-cuda, and numba-cuda-mlir where it
-is installed (both may be, side by side).
-
-The user's kernel object chooses its compiler (:func:`compiler_for`). Adding a compiler is
-adding an implementation to :data:`COMPILERS` (or, from outside, :func:`register`); dispatch,
-the tune cache, tuning, compiling in workers, trial runs and the fast path
-(:mod:`numbatune.launch`, which plans each argument's parameters as the kernel's compiler says:
-:meth:`~KernelCompiler.launch_target`) need no change.
+is installed, side by side. The user's kernel object chooses its compiler
+(:func:`compiler_for`); adding one is adding an implementation to :data:`COMPILERS` (from
+outside, :func:`register`), with no change elsewhere.
 """
 
 from __future__ import annotations
@@ -47,9 +43,8 @@ def available() -> dict[str, str]:
 
 
 def compiler_for(kernel: Any, name: str = "") -> KernelCompiler:
-    """The compiler whose kernel object ``kernel`` is (a user's kernel, or one a compiler
-    made): the first of :data:`COMPILERS` that claims it; where none does, a TypeError that
-    names the tuned kernel ``name`` and says which kernels are supported."""
+    """The first of :data:`COMPILERS` that claims ``kernel`` (a user's kernel, or one a
+    compiler made); where none does, a TypeError naming the tuned kernel ``name``."""
     for compiler in COMPILERS:
         if compiler.claims(kernel):
             return compiler

@@ -1,11 +1,7 @@
 """What numbatune needs of a kernel compiler: the seam between numbatune and numba-cuda.
 
-Dispatch, the tune cache, tuning, compiling, trial runs and the fast path never touch a
-compiler's objects but through a :class:`KernelCompiler` (its methods say what each takes and
-gives) and the module that builds its kernels in compile workers, with no GPU
-(:attr:`~KernelCompiler.builds`, a :class:`Builds`). The kernel object a tuned kernel is made
-from chooses its compiler (:func:`numbatune.compilers.compiler_for`); its
-:meth:`~KernelCompiler.identity` is part of every checksum and compiled-kernel key.
+The rest of numbatune touches a compiler's objects only through a :class:`KernelCompiler` and
+the module that builds its kernels in compile workers, with no GPU (a :class:`Builds`).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ def installed_version(package: str) -> str:
 
 
 def package_version(package: str) -> str:
-    """``"<package> <version>"`` (:func:`installed_version`), for compilers' identities."""
+    """``"<package> <version>"``, for compilers' identities."""
     return f"{package} {installed_version(package)}"
 
 
@@ -48,8 +44,8 @@ class Unwrapped:
 
 @dataclass(frozen=True)
 class Resources:
-    """What the assembler reported for one kernel: per thread registers and local memory
-    (stack frame), bytes spilled, and static shared memory per block."""
+    """What the assembler reported for one kernel: registers and stack frame per thread, bytes
+    spilled, and static shared memory per block."""
 
     registers: int
     stack_bytes: int
@@ -60,8 +56,8 @@ class Resources:
 
 @dataclass(frozen=True)
 class Built:
-    """A kernel built in a compile worker (:meth:`Builds.build`): its serialised form
-    (what :meth:`KernelCompiler.load` loads) and what the build saw."""
+    """A kernel built in a compile worker: what :meth:`KernelCompiler.load` loads, and what
+    the build saw."""
 
     payload: bytes
     resources: Resources | None
@@ -92,8 +88,7 @@ class Conversion(enum.Enum):
 
 @dataclass(frozen=True)
 class ScalarParameters:
-    """A scalar argument's kernel parameters: for each, its ``struct`` letter and how the
-    value gives it."""
+    """A scalar argument's kernel parameters: each one's ``struct`` letter and conversion."""
 
     fields: tuple[tuple[str, Conversion], ...]
 
@@ -116,25 +111,23 @@ class ArrayStructure(enum.Enum):
 
 @dataclass(frozen=True)
 class ArrayParameters:
-    """An array argument's kernel parameters: the array structure (numba's by default:
-    :class:`ArrayStructure`), as the C extension packs it."""
+    """An array argument's kernel parameters, as the C extension packs them."""
 
     #: The size of one element, in bytes.
     itemsize: int
     ndim: int
     #: The layout the kernel was compiled for: ``C``, ``F`` or ``A`` (any).
     layout: str
-    #: Whether the kernel takes it writable (read-only arrays are left to the compiler's launch).
+    #: Whether the kernel takes it writable, and aligned (read-only arrays are left to the
+    #: compiler's launch).
     mutable: bool
-    #: Whether the kernel takes it aligned.
     aligned: bool
     structure: ArrayStructure = ArrayStructure.NUMBA
 
 
 @dataclass(frozen=True)
 class TupleParameters:
-    """A tuple argument's kernel parameters: those of its items, in order (each item given by
-    its compiler type)."""
+    """A tuple argument's kernel parameters: its items' (compiler types), in order."""
 
     items: tuple[Any, ...]
 
@@ -145,8 +138,7 @@ Parameters = ScalarParameters | ArrayParameters | TupleParameters
 
 @dataclass(frozen=True)
 class LaunchTarget:
-    """A compiled overload as the fast path launches it (:meth:`KernelCompiler.
-    launch_target`), in the current context."""
+    """A compiled overload as the fast path launches it in the current context."""
 
     #: For each argument, its own type, the type the overload declares for it, and the type to
     #: plan it with (the one the compiler's launch passes it as), or None where the plan
@@ -159,35 +151,33 @@ class LaunchTarget:
     handle: int
     #: Whether it synchronises its grid (it must be launched cooperatively).
     cooperative: bool
-    #: How an argument becomes kernel parameters, ``parameters(argtype, value)`` (the value
-    #: for what its type does not tell apart, such as Python ints that need 64 unsigned
-    #: bits); None where the fast path has no plan for it.
+    #: ``parameters(argtype, value)``: how an argument becomes kernel parameters (the value
+    #: for what its type does not tell: Python ints of 64 unsigned bits); None: no plan.
     parameters: Callable[[Any, Any], Parameters | None]
 
 
 class Builds(Protocol):
-    """What builds a compiler's kernels in a compile worker, with no GPU: a module of the
-    compiler's (:attr:`KernelCompiler.builds`)."""
+    """The compiler's module that builds its kernels in a compile worker, with no GPU."""
 
     def environment(self) -> list[str]:
-        """The versions and settings of the compiler that change the code it generates: part
-        of every checksum (a change tunes anew)."""
+        """The versions and settings that change the code it generates: part of every
+        checksum."""
 
     def toolchain(self) -> tuple[str, ...]:
-        """The versions that decide the code a build makes, the compiler's identity first
-        (the compiler, its code generator, its linker): part of every compiled-kernel key."""
+        """The versions that decide the code a build makes, the compiler's identity first: part
+        of every compiled-kernel key."""
 
     def dumps_function(self, function: types.FunctionType) -> bytes:
         """A variant's specialised function pickled by value, with the device functions it
-        calls (:meth:`loads_function`); raises where it, or a value it reads, cannot be."""
+        calls; raises where it, or a value it reads, cannot be."""
 
     def loads_function(self, pickled: bytes) -> types.FunctionType:
         """(In a worker) the function :meth:`dumps_function` pickled, its device functions
         rebuilt in this process."""
 
     def warm(self) -> None:
-        """(In the fork server of compile workers) do the slow first steps of a build once,
-        so that the workers forked from it start with them done; start no threads."""
+        """(In the compile workers' fork server) do the slow first steps of a build once, for
+        the workers forked from it; start no threads."""
 
     def build(
         self,
@@ -197,11 +187,10 @@ class Builds(Protocol):
         cc: tuple[int, int],
         max_registers: tuple[int | None, ...] = (None,),
     ) -> list[Built | LinkFailed]:
-        """(In a compile worker) compile ``function`` (its loops written out) with
-        ``options`` for ``argtypes`` and a device of compute capability ``cc`` once, and link
-        it once per register cap of ``max_registers`` (None: no cap): for each, in order, the
-        kernel built or :class:`LinkFailed`. Raises where it does not compile (the variants'
-        error)."""
+        """(In a compile worker) compile ``function`` with ``options`` for ``argtypes`` and
+        compute capability ``cc`` once, and link it per register cap of ``max_registers``
+        (None: no cap): each kernel built, or :class:`LinkFailed`. Raises where it does not
+        compile (the variants' error)."""
 
 
 class KernelCompiler(abc.ABC):
@@ -211,14 +200,12 @@ class KernelCompiler(abc.ABC):
     name: str = ""
     #: The module that builds its kernels in compile workers.
     builds: Builds
-    #: The format of its serialised kernels (:meth:`serialise`, :meth:`Builds.build`); part
-    #: of the kernel store's keys: kernels of another format are not loaded.
+    #: The format of its serialised kernels; part of the kernel store's keys.
     payload_version: int = 1
 
     @property
     def version(self) -> str:
-        """Its version (a new version compiles anew and tunes anew; ``"missing"`` where it is
-        not installed)."""
+        """Its version (``"missing"`` where it is not installed)."""
         return installed_version(self.name)
 
     def identity(self) -> str:
@@ -244,23 +231,19 @@ class KernelCompiler(abc.ABC):
         ``options``."""
 
     def own_helper(self, device_function: Any) -> Any:
-        """The version this compiler's kernels call of ``device_function``, a device function
-        a kernel calls: for numbatune's own helpers (:mod:`numbatune.intrinsics`, written for
-        numba-cuda) another compiler's; any other, itself."""
+        """The version its kernels call of ``device_function``: another compiler's own of
+        numbatune's helpers (:mod:`numbatune.intrinsics`, numba-cuda's); any other, itself."""
         return device_function
 
     @abc.abstractmethod
     def argument_types(self, kernel: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The compiler's types of ``args``, as ``kernel`` types them; with ``kernel`` None,
-        of example arguments for a compile ahead of time, with or without a GPU (``numbatune
-        compile``), where a host array stands for a device array of its dtype, rank and
-        layout."""
+        """The compiler's types of ``args``, as ``kernel`` types them; with ``kernel`` None, of
+        example arguments for ``numbatune compile`` (a host array typed as a device array)."""
 
     @abc.abstractmethod
     def compiled(self, kernel: Any, argtypes: tuple[Any, ...]) -> Any:
-        """The overload of ``kernel`` compiled for ``argtypes``, or None. An overload has a
-        ``bind()`` method, which loads its code into the current context now (else its first
-        launch does)."""
+        """The overload of ``kernel`` compiled for ``argtypes``, or None; its ``bind()`` loads
+        its code into the current context."""
 
     @abc.abstractmethod
     def add(self, kernel: Any, argtypes: tuple[Any, ...], compiled: Any, declared: int) -> None:
@@ -270,9 +253,9 @@ class KernelCompiler(abc.ABC):
 
     @abc.abstractmethod
     def launch_target(self, kernel: Any, args: tuple[Any, ...]) -> LaunchTarget | str:
-        """What the fast path launches ``kernel``'s overload for ``args`` (compiled already)
-        by, or why it cannot launch it in this process (a simulator, a compiler version whose
-        parameter layout is not known, no such overload, a debug kernel)."""
+        """What the fast path launches ``kernel``'s compiled overload for ``args`` by, or why
+        it cannot here (a simulator, an unknown parameter layout, no overload, a debug
+        kernel)."""
 
     @abc.abstractmethod
     def launch(
@@ -283,25 +266,17 @@ class KernelCompiler(abc.ABC):
 
     @abc.abstractmethod
     def serialise(self, compiled: Any) -> bytes:
-        """A compiled overload as bytes, for the kernel store (without the intermediate code:
-        only what loading it takes)."""
+        """A compiled overload as bytes (only what loading it takes)."""
 
     @abc.abstractmethod
     def load(self, payload: bytes, cc: tuple[int, int]) -> Any:
-        """The overload :meth:`serialise` (or a build) made, for a device of compute
-        capability ``cc``.
-
-        Raises
-        ------
-        ValueError
-            ``payload`` is not one, or holds no code for ``cc``.
-        """
+        """The overload :meth:`serialise` (or a build) made, for compute capability ``cc``; a
+        ValueError where ``payload`` is not one, or holds no code for ``cc``."""
 
     @abc.abstractmethod
     def trial_payload(self, kernel: Any, argtypes: tuple[Any, ...]) -> bytes:
-        """What the trial worker runs of ``kernel`` (:meth:`run_trial`), a kernel object
-        :meth:`specialise` made, compiled for ``argtypes`` (under a simulator, which compiles
-        nothing: any): the overload serialised; under a simulator, the function pickled."""
+        """What the trial worker runs of ``kernel``, compiled for ``argtypes``: the overload
+        serialised; under a simulator, the function pickled."""
 
     @abc.abstractmethod
     def run_trial(
@@ -311,13 +286,7 @@ class KernelCompiler(abc.ABC):
         config: tuple[Any, ...],
         cc: tuple[int, int] | None,
     ) -> None:
-        """(In the trial worker) launch the kernel of ``payload`` (:meth:`trial_payload`, or
-        a build's) once on ``args`` (in this process's device memory) with ``config``
-        (``(grid, block[, shared bytes])``), on the default stream; the caller waits for it.
-        ``cc``: the device's compute capability (None under a simulator).
-
-        Raises
-        ------
-        Exception
-            The kernel does not load, or its launch fails.
-        """
+        """(In the trial worker) launch the kernel of ``payload`` (:meth:`trial_payload`, or a
+        build's) once on ``args`` with ``config`` (grid, block[, shared bytes]) on the default
+        stream. ``cc``: the device's compute capability (None under a simulator). Raises where
+        the kernel does not load, or its launch fails."""

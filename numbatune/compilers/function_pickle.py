@@ -19,20 +19,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Jit:
-    """A compiler's way of pickling kernel functions: where its ``cuda`` module (whose ``jit``
-    makes device functions) and its cloudpickle are, by module name (the form that crosses to
-    a worker), and ``options_of``, the options a device function was made with. A compiler's
-    :class:`~numbatune.compilers.base.Builds` module offers its :meth:`dumps` and :meth:`loads`
-    as its ``dumps_function`` and ``loads_function``."""
+    """A compiler's way of pickling kernel functions: its ``cuda`` module (whose ``jit`` makes
+    device functions) and its cloudpickle, by module name (the form that crosses to a worker),
+    and ``options_of``, the options a device function was made with."""
 
     cuda: str
     cloudpickle: str
     options_of: Callable[[Any], dict[str, Any]]
 
     def dumps(self, function: Any) -> bytes:
-        """The kernel's (specialised) Python ``function`` pickled by value with this compiler's
-        cloudpickle, for :meth:`loads` in a worker: each device function it reaches as its
-        Python function and :attr:`options_of` it. Raises where it cannot be pickled."""
+        """``function`` pickled by value with this compiler's cloudpickle, each device function
+        it reaches as its Python function and options. Raises where it cannot be pickled."""
         cloudpickle = importlib.import_module(self.cloudpickle)
         jit = self
 

@@ -1,12 +1,10 @@
 """Building a numba-cuda-mlir kernel in a compile worker, which sees no GPU.
 
-numba-cuda-mlir asks the driver for the device's compute capability before it compiles, even
-for a target it is given; it keeps the answer in ``numba_cuda_mlir.tools._cached_cc``, which
-:func:`build` sets to the target's (:func:`target`): the whole compile, to a cubin, then runs
-without a driver (checked with numba-cuda-mlir 0.6.0 on a machine with none, and on the H100,
-where such a cubin ran). Where that name is missing (another version), the build raises and the
-parent compiles the kernel itself. Functions cross to the worker as
-:mod:`numbatune.compilers.function_pickle` pickles them, with numba-cuda-mlir's cloudpickle.
+numba-cuda-mlir asks the driver for the compute capability before it compiles, even for a
+target it is given, and keeps the answer in ``numba_cuda_mlir.tools._cached_cc``: :func:`build`
+sets it to the target's, and the whole compile then runs without a driver (checked with
+numba-cuda-mlir 0.6.0 on a machine with none, and on the H100). Where that name is missing,
+the build raises and the parent compiles the kernel itself.
 """
 
 from __future__ import annotations
@@ -60,13 +58,8 @@ def warm() -> None:
 
 
 def target(cc: tuple[int, int]) -> None:
-    """Make numba-cuda-mlir compile for ``cc`` in this process without asking the driver.
-
-    Raises
-    ------
-    RuntimeError
-        This numba-cuda-mlir keeps the compute capability elsewhere.
-    """
+    """Make numba-cuda-mlir compile for ``cc`` in this process without asking the driver (a
+    RuntimeError where this version keeps the compute capability elsewhere)."""
     from numba_cuda_mlir import tools
 
     if not hasattr(tools, "_cached_cc"):

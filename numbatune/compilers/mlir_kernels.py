@@ -1,13 +1,10 @@
-"""numba-cuda-mlir's kernels: its ``cuda.jit`` dispatchers and their options, a variant's
-dispatcher, the types of a call's arguments, and the compiled kernels numbatune keeps (a cubin,
-its function's name, its argument types and how it takes them), serialised for the kernel store
-and the trial worker and loaded into a context through the driver
-(:class:`numbatune.compilers.numba_cuda_mlir.NumbaCudaMlir` uses them).
+"""numba-cuda-mlir's kernels: its ``cuda.jit`` dispatchers and their options, the types of a
+call's arguments, and the compiled kernels numbatune keeps, serialised and loaded through the
+driver.
 
-numbatune types array arguments itself, from what it reads of every kind of array it knows:
-numba-cuda-mlir types numba-cuda's device arrays as numba-cuda's types (which it cannot compile
-for) and refuses torch tensors. numba-cuda-mlir is imported only where its kernels are met (the
-import takes 3 to 7 seconds); nothing here needs it to be installed until then.
+numbatune types array arguments itself: numba-cuda-mlir types numba-cuda's device arrays as
+numba-cuda's types (which it cannot compile for) and refuses torch tensors. numba-cuda-mlir is
+imported only where its kernels are met (3 to 7 seconds).
 """
 
 from __future__ import annotations
@@ -91,13 +88,7 @@ def _same(value: Any, default: Any) -> bool:
 def argument_type(value: Any) -> Any:
     """numba-cuda-mlir's type of a kernel argument: a device array of any kind numbatune
     knows typed from its dtype, rank and layout; tuples item by item; the rest as
-    numba-cuda-mlir types it.
-
-    Raises
-    ------
-    TypeError
-        An array whose dtype numba-cuda-mlir has no type for, or a value it cannot type.
-    """
+    numba-cuda-mlir types it (a TypeError where it cannot)."""
     from numba_cuda_mlir.numba_cuda import types as mlir_types
 
     kind = kind_of(type(value))
@@ -124,15 +115,15 @@ def _element_type(dtype: str) -> Any:
         raise TypeError(f"numba-cuda-mlir has no type for arrays of {dtype}") from error
 
 
-class CompiledKernel:
-    """A compiled numba-cuda-mlir kernel as numbatune keeps it: its cubin, its function's name
-    in it, the compute capability it was built for, its argument types, how it takes them
-    (:mod:`numbatune.compilers.mlir_parameters`), and whether it synchronises its grid. Its
-    function is loaded once per context (:meth:`function`).
+#: What a serialised kernel holds but its argument types, as :class:`CompiledKernel`'s
+#: arguments and attributes.
+_STATES = ("cubin", "name", "cc", "packing", "cooperative")
 
-    It also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
-    (:attr:`metadata`).
-    """
+
+class CompiledKernel:
+    """A compiled numba-cuda-mlir kernel as numbatune keeps it (its function loaded once per
+    context); it also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
+    (:attr:`metadata`)."""
 
     def __init__(
         self,
@@ -177,13 +168,8 @@ class CompiledKernel:
         return {"cubin": self.cubin, "func_name": self.name, "use_cooperative": self.cooperative}
 
     def function(self) -> int:
-        """Its ``CUfunction`` in the current context, its module loaded there on first use.
-
-        Raises
-        ------
-        RuntimeError
-            The driver cannot load it (no current context, or a cubin for another device).
-        """
+        """Its ``CUfunction`` in the current context, its module loaded there on first use; a
+        RuntimeError where the driver cannot (no current context, a cubin for another device)."""
         from cuda.bindings import driver
 
         error, context = driver.cuCtxGetCurrent()
@@ -216,34 +202,19 @@ class CompiledKernel:
     def dumps(self) -> bytes:
         """The kernel serialised, compressed (:func:`loads` reads it)."""
         argtypes = self._argtypes
-        states = {
-            "cubin": self.cubin,
-            "name": self.name,
-            "cc": self.cc,
-            "packing": self.packing,
-            "cooperative": self.cooperative,
-            "argtypes": argtypes if isinstance(argtypes, bytes) else pickle.dumps(argtypes),
-        }
+        states = {name: getattr(self, name) for name in _STATES}
+        states["argtypes"] = argtypes if isinstance(argtypes, bytes) else pickle.dumps(argtypes)
         return payloads.pack(PAYLOAD_VERSION, states)
 
 
 def loads(payload: bytes, cc: tuple[int, int]) -> CompiledKernel:
-    """The kernel :meth:`CompiledKernel.dumps` serialised (its argument types are unpickled,
-    importing numba-cuda-mlir, only when asked for).
-
-    Raises
-    ------
-    ValueError
-        ``payload`` is not one of this numbatune, or was built for another compute capability.
-    """
+    """The kernel :meth:`CompiledKernel.dumps` serialised (its argument types unpickled only
+    when asked for); a ValueError where ``payload`` is not one, or not built for ``cc``."""
     states = payloads.unpack(payload, PAYLOAD_VERSION, NAME)
     if tuple(states.get("cc", ())) != tuple(cc):
         raise ValueError(f"it holds no cubin for sm_{cc[0]}{cc[1]}")
     try:
-        return CompiledKernel(
-            states["cubin"], states["name"], tuple(states["cc"]), states["packing"],
-            states["cooperative"], states["argtypes"],
-        )  # fmt: skip
+        return CompiledKernel(*(states[name] for name in (*_STATES, "argtypes")))
     except KeyError as error:
         raise ValueError(f"not a compiled kernel (no {error})") from None
 

@@ -1,15 +1,12 @@
-"""numba-cuda-mlir's kernel parameters: how its launch passes each argument to a compiled kernel,
-which numbatune packs itself, in the fast path's plan (:func:`parameters`) and, for every other
-launch and for trial runs, in Python here (:func:`launch`).
+"""numba-cuda-mlir's kernel parameters, which numbatune packs itself: in the fast path's plan
+(:func:`parameters`) and, for every other launch and trial runs, here (:func:`launch`).
 
-An array is an MLIR memref descriptor: its data pointer twice (the allocation's and the aligned
-one), an offset of 0 elements, its shape and its strides in elements, 8 bytes each; a scalar is
-its value in its type's width (a bool: one byte); a tuple, its items in order. numba-cuda-mlir's
-own launch refuses numba-cuda's device arrays and torch tensors and takes numba-cuda's streams
-for none: numbatune's takes them all (numba-cuda-mlir and numba-cuda share the device's primary
-context). The layout is numba-cuda-mlir 0.6's (its launcher, ``cext/launcher/kernel.cpp``), so it
-is checked twice: the fast path runs only on the versions in :data:`SUPPORTED`, and every launch
-checks the layout against the sizes the driver reports for the compiled function.
+An array is an MLIR memref descriptor (:class:`~numbatune.compilers.base.ArrayStructure`); a
+scalar its value in its type's width; a tuple its items in order. numba-cuda-mlir's own launch
+refuses numba-cuda's device arrays, torch tensors and numba-cuda's streams; numbatune's takes
+them all (both share the device's primary context). The layout is numba-cuda-mlir 0.6's
+(``cext/launcher/kernel.cpp``), so the fast path runs only on :data:`SUPPORTED` versions, and
+every launch checks it against the sizes the driver reports.
 """
 
 from __future__ import annotations
@@ -94,14 +91,8 @@ def planned_type(declared: Any, actual: Any) -> Any:
 
 
 def fields(packings: tuple[Packing | None, ...], args: tuple[Any, ...]) -> list[tuple[str, Any]]:
-    """Each kernel parameter of ``args``, as ``(struct letter, value)``.
-
-    Raises
-    ------
-    TypeError
-        An argument numbatune does not pack (``None`` in ``packings``), or an array of another
-        rank than the kernel's.
-    """
+    """Each kernel parameter of ``args``, as ``(struct letter, value)``; a TypeError for an
+    argument numbatune does not pack (``None`` in ``packings``), or of another rank."""
     found: list[tuple[str, Any]] = []
     for index, (how, value) in enumerate(zip(packings, args, strict=True)):
         if how is None:
@@ -148,13 +139,8 @@ def _array_fields(how: ArrayParameters, array: Any) -> list[tuple[str, Any]]:
 
 def pack(found: list[tuple[str, Any]], layout: list[tuple[int, int]]) -> tuple[bytes, bytes]:
     """The parameters packed at the driver's offsets, and the offsets (int64 each), as
-    :mod:`numbatune.native`'s launch takes them.
-
-    Raises
-    ------
-    RuntimeError
-        The sizes the driver reports are not those of the fields.
-    """
+    :mod:`numbatune.native`'s launch takes them; a RuntimeError where the sizes the driver
+    reports are not the fields'."""
     sizes = [struct.calcsize(letter) for letter, _ in found]
     if sizes != [size for _, size in layout]:
         raise RuntimeError(
@@ -174,14 +160,8 @@ _layouts: dict[int, list[tuple[int, int]]] = {}
 
 def parameter_layout(function: int) -> list[tuple[int, int]]:
     """(offset, size) of each parameter of a loaded ``CUfunction``, as the driver reports
-    them (``cuFuncGetParamInfo``); kept per function.
-
-    Raises
-    ------
-    numba.cuda.cudadrv.driver.CudaAPIError
-        The driver cannot report them (an older driver): it answered with another error than
-        the one past the last parameter.
-    """
+    them (``cuFuncGetParamInfo``), kept per function; numba's ``CudaAPIError`` where it cannot
+    (an older driver)."""
     layout = _layouts.get(function)
     if layout is None:
         from cuda.bindings import driver
@@ -225,15 +205,8 @@ def launch(
     stream: Any,
 ) -> None:
     """Launch a loaded kernel ``function`` on ``args`` with ``config`` (grid, block[, shared
-    bytes]) on ``stream``, its parameters packed here.
-
-    Raises
-    ------
-    TypeError
-        An argument numbatune does not pass (:func:`fields`).
-    numba.cuda.cudadrv.driver.CudaAPIError
-        The driver refused the launch, or cannot report the kernel's parameter layout.
-    """
+    bytes]) on ``stream``, its parameters packed here; a TypeError for an argument numbatune
+    does not pass, numba's ``CudaAPIError`` where the driver refuses."""
     from numba import cuda
 
     context = int(cuda.current_context().handle)  # (numba-cuda's: the device's primary one)

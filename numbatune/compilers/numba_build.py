@@ -1,14 +1,11 @@
 """numba-cuda's build of one kernel for a compute capability without a GPU, in a compile
 worker (:meth:`numbatune.compilers.base.Builds.build`).
 
-numba compiles a kernel for the current device: it asks the driver for the compute capability.
-In a worker process (no CUDA context, no GPU needed) :func:`build` tells numba the target's
-compute capability instead, compiles the kernel as numba's own compile would (the same
-``_Kernel``, linked to a cubin by nvJitLink), and returns it serialised as numba's disk cache
-serialises kernels, with the resources the assembler reported. The parent loads it
-(:func:`numbatune.compilers.numba_kernels.load`) and adds it to a dispatcher: launching it then
-needs no numba compile. Functions cross to the worker as
-:mod:`numbatune.compilers.function_pickle` pickles them, with numba's cloudpickle.
+numba asks the driver for the current device's compute capability; in a worker (no GPU)
+:func:`build` tells numba the target's instead, compiles the kernel as numba's own compile
+would (the same ``_Kernel``, linked by nvJitLink) and returns it serialised as numba's disk
+cache serialises kernels, with the resources the assembler reported. Functions cross to the
+worker as :mod:`numbatune.compilers.function_pickle` pickles them.
 """
 
 from __future__ import annotations
@@ -53,9 +50,8 @@ CODEGEN_SETTINGS = (
 
 
 def environment() -> list[str]:
-    """The versions and settings that change the code numba-cuda generates: numba, numba-cuda,
-    cuda-bindings, numba's code-generation settings, and on a GPU the NVVM and driver
-    versions."""
+    """numba's, numba-cuda's and cuda-bindings' versions, numba's code-generation settings, and
+    on a GPU the NVVM and driver versions."""
     from numba.cuda.core import config
 
     parts = [package_version("numba"), package_version(NAME), package_version("cuda-bindings")]
@@ -70,8 +66,7 @@ def environment() -> list[str]:
 
 
 def toolchain() -> tuple[str, ...]:
-    """The versions that decide the code a build makes: the compiler (numba-cuda, its name and
-    version), NVVM and nvJitLink."""
+    """numba-cuda's, NVVM's and nvJitLink's versions."""
     from cuda.bindings import nvjitlink
     from numba.cuda.cudadrv import nvvm
 
@@ -155,12 +150,10 @@ def build(
     cc: tuple[int, int],
     max_registers: tuple[int | None, ...] = (None,),
 ) -> list[Built | LinkFailed]:
-    """Compile the kernel function for ``argtypes`` and ``cc`` (in a worker) once, to PTX, and
-    link it to a cubin for each of the ``max_registers`` caps (None: no cap), which only
-    linking reads: a kernel each, in their order, linked at once on threads of their own
-    (nvJitLink lets go of the GIL). A compile error raises; a link error fails that kernel.
-    numba's live-variable analysis runs as :mod:`numbatune.compilers.numba_liveness` computes
-    it."""
+    """Compile the kernel function for ``argtypes`` and ``cc`` once, to PTX, and link it to a
+    cubin for each of the ``max_registers`` caps, which only linking reads, on threads of their
+    own (nvJitLink lets go of the GIL). A compile error raises; a link error fails that kernel.
+    numba's live-variable analysis is :mod:`numbatune.compilers.numba_liveness`'s."""
     from numba import cuda
     from numba.cuda.dispatcher import _Kernel
 

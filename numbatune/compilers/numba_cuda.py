@@ -1,15 +1,11 @@
-"""numba-cuda as a :class:`~numbatune.compilers.base.KernelCompiler`.
-
-Every numba-cuda internal numbatune reads is read behind this class, in the modules it uses:
-:mod:`~numbatune.compilers.numba_kernels` (dispatchers, their simulator copies, code libraries,
-serialised kernels), :mod:`~numbatune.compilers.numba_build` (the build in compile workers, with
-:mod:`~numbatune.compilers.numba_liveness`: its :attr:`~NumbaCuda.builds`) and
-:mod:`~numbatune.compilers.numba_parameters` (numba's kernel parameter layout, for the fast
-path).
+"""numba-cuda as a :class:`~numbatune.compilers.base.KernelCompiler`: every numba-cuda internal
+numbatune reads is read behind this class, in the modules it uses (``numba_kernels``,
+``numba_build`` with ``numba_liveness``, and ``numba_parameters``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import types
 from typing import Any
@@ -38,9 +34,8 @@ class NumbaCuda(KernelCompiler):
         return isinstance(kernel, types.FunctionType | numba_kernels.dispatcher_class())
 
     def unwrap(self, kernel: Any) -> Unwrapped:
-        """The Python function, jit options and explicit signatures (argument types) behind a
-        ``cuda.jit`` kernel or device function, or a plain function (no options, no
-        signatures)."""
+        """What is behind a ``cuda.jit`` kernel or device function, or a plain function (no
+        options, no signatures)."""
         if isinstance(kernel, types.FunctionType):
             return Unwrapped(kernel, {}, ())
         options = numba_kernels.device_options(kernel)
@@ -69,9 +64,9 @@ class NumbaCuda(KernelCompiler):
 
     def add(self, kernel: Any, argtypes: tuple[Any, ...], compiled: Any, declared: int) -> None:
         """Compile, or add an overload; a dispatcher of declared signatures then compiles no
-        other, as numba's ``cuda.jit(signatures)`` (arguments that match none raise numba's
-        ``No matching definition``), and with one it is specialised as numba makes it: only
-        then, for numba's compile of a specialised dispatcher returns the kernel it holds."""
+        other, as numba's ``cuda.jit(signatures)``, and with one it is specialised as numba
+        makes it (only then: numba's compile of a specialised dispatcher returns the kernel it
+        holds)."""
         if compiled is None:
             kernel.disable_compile(False)
             kernel.compile(argtypes)
@@ -84,10 +79,8 @@ class NumbaCuda(KernelCompiler):
 
     def launch_target(self, kernel: Any, args: tuple[Any, ...]) -> LaunchTarget | str:
         """The overload of the arguments' own types, or, for a kernel declared with
-        signatures, the declared overload numba converts them to (arrays of layout ``A`` take
-        any layout, Python ints, floats and bools become the declared scalar types), with
-        numba's parameters (:mod:`numbatune.compilers.numba_parameters`) and the context's
-        ``CUfunction`` of its code library's function."""
+        signatures, the declared overload numba converts them to, with numba's parameters
+        and the context's ``CUfunction``."""
         unsupported = numba_parameters.unsupported()
         if unsupported is not None:
             return unsupported
@@ -116,10 +109,7 @@ class NumbaCuda(KernelCompiler):
         """numba's ``kernel[grid, block, stream, shared](*args)``."""
         grid, block = config[0], config[1]
         shared = config[2] if len(config) > 2 else 0
-        if SIMULATOR:
-            with _simulator_lock:
-                kernel[grid, block, stream, shared](*args)
-        else:
+        with _simulator_lock if SIMULATOR else contextlib.nullcontext():
             kernel[grid, block, stream, shared](*args)
 
     #: The overload serialised, and loaded again.

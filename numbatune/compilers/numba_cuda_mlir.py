@@ -1,15 +1,8 @@
 """numba-cuda-mlir as a :class:`~numbatune.compilers.base.KernelCompiler`: the kernels of
-``from numba_cuda_mlir import cuda``'s ``cuda.jit``, tuned as numba-cuda's are.
-
-numba-cuda-mlir's internals are read in the modules this class uses:
-:mod:`~numbatune.compilers.mlir_kernels` (dispatchers and their options, argument types, the
-compiled kernels numbatune keeps), :mod:`~numbatune.compilers.mlir_build` (the build in compile
-workers: its :attr:`~NumbaCudaMlir.builds`) and :mod:`~numbatune.compilers.mlir_parameters` (its
-kernel parameters, which numbatune packs itself: every launch of its kernels is numbatune's,
-through the driver).
-
-What it cannot do: numba-cuda-mlir has no simulator, so its kernels need a GPU to run; under
-numba's simulator they are tuned by nobody and a call says so.
+``from numba_cuda_mlir import cuda``'s ``cuda.jit``, tuned as numba-cuda's are. Its internals
+are read in ``mlir_kernels``, ``mlir_build`` and ``mlir_parameters`` (every launch of its
+kernels is numbatune's, through the driver). It has no simulator: its kernels need a GPU, and
+under numba's simulator a call says so.
 """
 
 from __future__ import annotations
@@ -99,11 +92,9 @@ class NumbaCudaMlir(KernelCompiler):
         return found
 
     def launch_target(self, kernel: Any, args: tuple[Any, ...]) -> LaunchTarget | str:
-        """The overload :meth:`launch` takes, its arrays as memref descriptors and scalars in
-        their width (:mod:`numbatune.compilers.mlir_parameters`), its layout as the driver's
-        ``cuFuncGetParamInfo`` reports it (None where it cannot: the fast path then leaves the
-        kernel to :meth:`launch`, which says so); or why not, in a numba-cuda-mlir version whose
-        parameter layout is not known."""
+        """The overload :meth:`launch` takes, with its parameters and their layout as the
+        driver reports it (None where it cannot: the fast path then leaves the kernel to
+        :meth:`launch`, which says so); or why not (a version of unknown layout)."""
         if not SIMULATOR and not self.version.startswith(mlir_parameters.SUPPORTED):
             return f"{self.identity()} is not one of {mlir_parameters.SUPPORTED}"
         compiled = self._overload_for(kernel, args)
@@ -120,15 +111,9 @@ class NumbaCudaMlir(KernelCompiler):
     def launch(
         self, kernel: Any, args: tuple[Any, ...], config: tuple[Any, ...], stream: Any
     ) -> None:
-        """numbatune's launch, its parameters packed in Python
-        (:meth:`~numbatune.compilers.mlir_kernels.CompiledKernel.launch`): numba-cuda-mlir's own
-        launch takes neither numba-cuda's arrays and streams nor torch tensors.
-
-        Raises
-        ------
-        RuntimeError
-            Under numba's simulator, or no overload takes ``args``.
-        """
+        """numbatune's launch, its parameters packed in Python (numba-cuda-mlir's own takes
+        neither numba-cuda's arrays and streams nor torch tensors); a RuntimeError under
+        numba's simulator, or where no overload takes ``args``."""
         compiled = self._overload_for(kernel, args)
         if compiled is NO_SIMULATOR:
             raise RuntimeError(NO_SIMULATOR)
@@ -141,13 +126,7 @@ class NumbaCudaMlir(KernelCompiler):
     load = staticmethod(mlir_kernels.loads)
 
     def trial_payload(self, kernel: Any, argtypes: tuple[Any, ...]) -> bytes:
-        """The overload serialised.
-
-        Raises
-        ------
-        RuntimeError
-            Under numba's simulator.
-        """
+        """The overload serialised (a RuntimeError under numba's simulator)."""
         if SIMULATOR:
             raise RuntimeError(NO_SIMULATOR)
         return mlir_kernels.compiled(kernel, argtypes).dumps()

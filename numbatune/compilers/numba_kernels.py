@@ -1,7 +1,5 @@
-"""numba-cuda's kernels: specialised dispatchers (and their simulator copies), a kernel's code
-library, the serialised form of a compiled kernel and its loading, the overload numba chooses
-for a kernel declared with signatures, and what a trial worker runs
-(:class:`numbatune.compilers.numba_cuda.NumbaCuda` uses them).
+"""numba-cuda's kernels: specialised dispatchers (and their simulator copies), compiled kernels
+serialised and loaded, and the overload numba chooses for a kernel declared with signatures.
 """
 
 from __future__ import annotations
@@ -46,9 +44,8 @@ def code_library(kernel: Any) -> Any:
 
 
 def dumps_kernel(kernel: Any, linked: dict[str, Any] | None = None) -> bytes:
-    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR), compressed;
-    ``linked``: its code library's cubin, linker log and register cap, where they were linked
-    apart from the library."""
+    """A compiled numba kernel serialised (its cubin and PTX, not its LLVM IR); ``linked``: its
+    cubin, linker log and register cap, where they were linked apart from its library."""
     from numba.cuda import cloudpickle
 
     states = {k: v for k, v in kernel._reduce_states().items() if k != "codelibrary"}

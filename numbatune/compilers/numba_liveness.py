@@ -1,19 +1,12 @@
 """numba's live-variable analysis, computed on bit sets, for compile workers.
 
-numba works out which variables are live at the entry of each block of a kernel's IR
-(``compute_live_map``) every time it post-processes the IR: nine times per kernel. It iterates
-to a fixed point over Python sets, visiting blocks in program order while liveness flows
-backwards, so a kernel whose loops were written out (hundreds of blocks, thousands of
-variables) takes one pass per block it spans: 0.64 of 2.9 s of sgemm's largest build on the
-development machine went there. :func:`compute_live_map` computes the same map, the least
-fixed point of the same equations, with each set a Python integer (one bit per variable) and
-liveness visited in reverse program order: a few passes. Its result equals numba's (the tests
-compare the two on random control-flow graphs and on every map numba asks for while it compiles
-example kernels).
-
-:func:`install` puts it in numba's place in the process that calls it. Compile workers do
-(:func:`numbatune.compilers.numba_build.warm`, :func:`numbatune.compilers.numba_build.build`);
-the user's process keeps numba as it is.
+numba computes the variables live at each block's entry (``compute_live_map``) nine times per
+kernel, to a fixed point over Python sets, visiting blocks in program order while liveness
+flows backwards: a kernel whose loops were written out (hundreds of blocks, thousands of
+variables) takes a pass per block (0.64 of 2.9 s of sgemm's largest build on the development
+machine). :func:`compute_live_map` computes the same least fixed point with one bit per variable
+of a Python integer, in reverse program order: a few passes. The tests compare the two.
+:func:`install` puts it in numba's place; compile workers do, the user's process does not.
 """
 
 from __future__ import annotations

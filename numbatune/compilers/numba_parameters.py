@@ -88,10 +88,8 @@ def planned_type(declared: Any, actual: Any, types: ModuleType | None = None) ->
     overload's type ``declared``; None where the plan cannot convert it as numba does.
 
     An array keeps its own layout (numba passes any array to a declared layout ``A`` with the
-    same fields) and must have the declared dtype and rank; a scalar takes the declared type
-    (its ``struct`` field packs the value as numba converts it); a tuple, item by item.
-    ``types``: the module of the compiler's numba types (numba's by default; numba-cuda-mlir
-    keeps a copy of it).
+    same fields) and must have the declared dtype and rank; a scalar takes the declared type; a
+    tuple, item by item. ``types``: numba's types module (by default), or numba-cuda-mlir's copy.
     """
     if types is None:
         from numba.core import types
