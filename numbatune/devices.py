@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from numba import cuda
+
 from numbatune.arraykinds import SIMULATOR, ArrayKind, kind_of
 
 
@@ -48,8 +50,6 @@ def current_kind() -> DeviceKind:
     """The kind of the device numba launches on in this thread."""
     if SIMULATOR:
         return SIMULATED
-    from numba import cuda
-
     device = cuda.get_current_device()
     return DeviceKind(
         device_name(device), tuple(device.compute_capability), int(device.MULTIPROCESSOR_COUNT)
@@ -65,8 +65,6 @@ def current_index() -> int:
     """The index (in ``numba.cuda.gpus``) of the device numba launches on in this thread."""
     if SIMULATOR:
         return 0
-    from numba import cuda
-
     return int(cuda.get_current_device().id)
 
 
@@ -75,8 +73,6 @@ def several() -> bool:
     """Whether this process sees more than one GPU (never under the simulator)."""
     if SIMULATOR:
         return False
-    from numba import cuda
-
     return len(cuda.gpus) > 1
 
 

@@ -14,6 +14,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+from numba import cuda
+
 from numbatune import devices, identity, keys, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.binder import Call
@@ -76,12 +78,7 @@ class SharedState:
     def on_current_device(self, cache_dir: Path | None) -> DeviceState:
         """The state on the current device with the cache directory ``cache_dir`` (a test that
         gives itself a cache of its own gets a state of its own), made on first use."""
-        if SIMULATOR:
-            device: Any = "simulator"
-        else:
-            from numba import cuda
-
-            device = int(cuda.current_context().handle)
+        device = "simulator" if SIMULATOR else int(cuda.current_context().handle)
         place = (device, cache_dir)
         state = self.devices.get(place)
         if state is None:
