@@ -14,7 +14,7 @@ import enum
 import functools
 import importlib
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -98,14 +98,8 @@ class Attributes:
     allocation: str
 
     def names(self) -> tuple[str, ...]:
-        """The names, in the order the C extension takes them."""
-        return (self.shape, self.strides, self.c_contiguous, self.dtype, self.memory,
-                self.pointer, self.device, self.stream_handle, self.rank, self.size,
-                self.allocation)  # fmt: skip
-
-
-def _accepted(array: Any) -> str | None:
-    return None
+        """The names, in the order the C extension takes them (the fields')."""
+        return astuple(self)
 
 
 def _interface_view(array: Any) -> Any:
@@ -132,7 +126,7 @@ class ArrayKind:
     #: library does not say.
     device: Callable[[Any], int | None]
     #: Why a call refuses the array (``"a torch tensor on cpu"``), or None.
-    refusal: Callable[[Any], str | None] = _accepted
+    refusal: Callable[[Any], str | None] = lambda array: None
     #: A numba device array over the array's memory (what clones and trial runs copy).
     view: Callable[[Any], Any] = _interface_view
     #: The library's current stream, where it has one: launches on its arrays with
@@ -252,14 +246,12 @@ NUMBA = ArrayKind(
 #: numba-cuda's are; the fast path keeps what it reads on each array, as for numba-cuda's.
 _MLIR_DEVICE_ARRAY = ("numba_cuda_mlir.numba_cuda.cudadrv.devicearray", "DeviceNDArray")
 
-NUMBA_CUDA_MLIR = ArrayKind(
+NUMBA_CUDA_MLIR = replace(
+    NUMBA,
     name="numba_cuda_mlir",
     claims=lambda cls: (cls.__module__, cls.__name__) == _MLIR_DEVICE_ARRAY,
-    read=_read_numba_array,
-    itemsize=lambda array: array.dtype.itemsize,
     buffer=_allocation,
-    device=_numba_device,
-    fast=FastRead.MEMO,
+    view=_interface_view,
 )
 
 
@@ -376,10 +368,6 @@ CUPY = ArrayKind(
 # -- any other object with __cuda_array_interface__ -----------------------------------------
 
 
-def _read_interface(array: Any) -> Read:
-    return _read_described(array.__cuda_array_interface__)
-
-
 def _read_described(interface: Mapping[str, Any]) -> Read:
     """What a ``__cuda_array_interface__`` describes."""
     dtype = np.dtype(interface["typestr"])
@@ -390,7 +378,7 @@ def _read_described(interface: Mapping[str, Any]) -> Read:
 CUDA_ARRAY_INTERFACE = ArrayKind(
     name="cuda_array_interface",
     claims=lambda cls: hasattr(cls, "__cuda_array_interface__"),
-    read=_read_interface,
+    read=lambda array: _read_described(array.__cuda_array_interface__),
     itemsize=lambda array: np.dtype(array.__cuda_array_interface__["typestr"]).itemsize,
     buffer=lambda array: array.__cuda_array_interface__["data"][0],
     device=lambda array: None,  # (the interface does not say)
