@@ -70,31 +70,26 @@ class CurrentStream:
 @dataclass(frozen=True)
 class Attributes:
     """The attributes an array library exposes an array's fields by, which the C extension
-    reads (one call for all the arrays of a launch, with no interpreter frame in between)."""
+    reads (one call for all the arrays of a launch, with no interpreter frame in between):
+    ``shape`` and ``strides`` (in bytes) are tuples or lists of ints, ``c_contiguous`` is
+    numba's layout test."""
 
-    #: The extents (a tuple or list of ints).
     shape: str
-    #: The strides in bytes (a tuple or list of ints).
     strides: str
-    #: Whether the array is C-contiguous, as numba's layout test says.
     c_contiguous: str
-    #: The dtype object.
     dtype: str
-    #: The object that holds the data pointer and the device index.
+    #: The object whose attributes are the data pointer and the device index.
     memory: str
-    #: The data pointer, of the memory object.
     pointer: str
-    #: The device index, of the memory object.
     device: str
-    #: The handle of the library's current stream, of the object its :class:`CurrentStream`
-    #: function returns.
+    #: The handle, of the object the library's :class:`CurrentStream` function returns.
     stream_handle: str
-    #: The count of dimensions, and of elements: what arrays of at most one dimension are read
-    #: by (an int each costs less to make than a sequence).
+    #: The count of dimensions and of elements, which arrays of at most one dimension are read
+    #: by (an int costs less to make than a sequence).
     rank: str
     size: str
-    #: Of the memory object, the object whose :attr:`pointer` is where the array's allocation
-    #: starts (what orders launches across streams: :attr:`ArrayKind.buffer`).
+    #: Of the memory object: the object whose ``pointer`` is the start of the array's allocation
+    #: (:attr:`ArrayKind.buffer`).
     allocation: str
 
     def names(self) -> tuple[str, ...]:
@@ -443,18 +438,8 @@ _kinds: dict[type, ArrayKind | None] = {}
 
 
 def kind_of(cls: type) -> ArrayKind | None:
-    """The kind of the arrays of class ``cls``, or None for a class of no kind (not an array).
-
-    Parameters
-    ----------
-    cls
-        The class of an argument.
-
-    Returns
-    -------
-    ArrayKind or None
-        The first of :data:`KINDS` that claims it; found once per class.
-    """
+    """The kind of the arrays of class ``cls``: the first of :data:`KINDS` that claims it, found
+    once per class; None for a class of no kind (not an array)."""
     try:
         return _kinds[cls]
     except KeyError:
