@@ -77,10 +77,9 @@ def several() -> bool:
 
 
 def array_device(array: Any, kind: ArrayKind | None = None) -> int | None:
-    """The index of the GPU whose memory holds ``array``'s data, as its library says; None
-    where every device can read it (numba's mapped and managed arrays), where the library
-    does not say (other ``__cuda_array_interface__`` objects), and under the simulator, as
-    its kind (:mod:`numbatune.arraykinds`; found from its class unless given) reads it."""
+    """The index of the GPU whose memory holds ``array``'s data, as its kind (found from its
+    class unless given) reads it; None where every device can read it, where the library does
+    not say, and under the simulator."""
     kind = kind or kind_of(type(array))
     if SIMULATOR or kind is None:
         return None

@@ -34,9 +34,8 @@ class _DriverEvents:
         from cuda.bindings import driver
 
         self._driver = driver
-        #: ``record(event, stream)``: record ``event`` on ``stream``; ``wait_event(waiting,
-        #: event)``: ``waiting`` waits for the work before ``event``'s latest record. Both
-        #: the C extension's (no Python frame), raising numba's CudaAPIError.
+        #: ``record(event, stream)``, and ``wait_event(waiting, event)`` for the work before
+        #: ``event``'s latest record: the C extension's, raising numba's CudaAPIError.
         self.record = _native.record
         self.wait_event = _native.wait
         self._wait_event = self.create(timing=False)
@@ -66,8 +65,7 @@ class _DriverEvents:
             driver.cuCtxPopCurrent()
 
     def context(self, stream: int) -> int:
-        """The raw handle of the context ``stream`` belongs to, checked: a live stream of the
-        current context (:func:`numbatune.streams.handles.check_stream`)."""
+        """The raw handle of the context of ``stream``, checked (``check_stream``)."""
         return check_stream(stream)
 
     def synchronize_context(self, context: int) -> None:
