@@ -129,8 +129,8 @@ def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
 
 
 def default_key(args: tuple[Any, ...]) -> Hashable:
-    """The key of ``key=None`` (:func:`build_key`), composed in C as a fast path's hit composes
-    it (``_native.Reader``)."""
+    """The key of ``key=None`` (:func:`numbatune.autotune`), composed in C as a fast path's hit
+    composes it (``_native.Reader``)."""
     return _native.default_key(args, tuple(map(arrays.read, args)), _FLAGS)
 
 
@@ -145,16 +145,8 @@ def build_key(
     signature: inspect.Signature,
     kernel_name: str,
 ) -> KeyFunction:
-    """Turn the ``key=`` argument of :func:`numbatune.autotune` into a function of the arguments.
-
-    - ``None``: the anchored shape, dtype and layout of every array argument, and the value of
-      every boolean argument.
-    - a name or a sequence of names: for each named array its anchored shape, dtype and layout,
-      for each named scalar its value; then the dtype, layout and number of dimensions of every
-      array argument.
-    - a function: called with the kernel's arguments, its (hashable) result, then the dtype,
-      layout and number of dimensions of every array argument.
-    """
+    """Turn the ``key=`` argument of :func:`numbatune.autotune`, whose docstring says what each
+    form of it holds, into a function of the arguments."""
     if key is None:
         return default_key
     if isinstance(key, str):
