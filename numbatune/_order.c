@@ -107,15 +107,10 @@ static Stream *stream_of(Order *self, PyObject *key) {
     if (found != NULL || PyErr_Occurred()) return (Stream *)found;
     Stream *made = PyObject_GC_New(Stream, &stream_type);
     if (made == NULL) return NULL;
+    memset(&made->stream, 0, sizeof(Stream) - offsetof(Stream, stream)); /* every field NULL, 0 */
     made->stream = Py_NewRef(key);
-    made->entry = made->event = NULL;
-    made->epoch = made->barrier_epoch = 0;
     Py_ssize_t reused = PyList_GET_SIZE(self->free);
     made->index = reused ? PyLong_AsSsize_t(PyList_GET_ITEM(self->free, reused - 1)) : self->count;
-    made->waited = NULL;
-    made->waited_size = 0;
-    made->used = 0;
-    made->passed = 0;
     PyObject_GC_Track(made);
     int failed = PyDict_SetItem(self->streams, key, (PyObject *)made);
     Py_DECREF(made);
@@ -164,6 +159,15 @@ static int open_entry(Order *self, Stream *stream, long long epoch) {
     PyObject *quick = PyDict_GetItemWithError(self->quick, stream->stream);
     if (quick == NULL) return PyErr_Occurred() ? -1 : 0;
     return PyDict_SetItem(self->quick, stream->stream, entry);
+}
+
+/* Whether a method got ``count`` arguments, the second a tuple where ``tuple``: else a TypeError
+ * that shows the call (``usage``). */
+static int called(Py_ssize_t nargs, Py_ssize_t count, PyObject *const *args, int tuple,
+                  const char *usage) {
+    if (nargs == count && (!tuple || PyTuple_Check(args[1]))) return 1;
+    PyErr_SetString(PyExc_TypeError, usage);
+    return 0;
 }
 
 /* method(a, b), its result dropped. */
@@ -430,10 +434,7 @@ static PyObject *quick_entry(Order *self, PyObject *key, PyObject *buffers, PyOb
  * on a quick stream, buffers last used in its open epoch (or never: noted so now) need
  * nothing; else use(stream, buffers) runs under ``lock``. */
 static PyObject *quick_use(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "quick_use(stream, buffers: tuple, lock)");
-        return NULL;
-    }
+    if (!called(nargs, 3, args, 1, "quick_use(stream, buffers: tuple, lock)")) return NULL;
     return quick_entry(self, args[0], args[1], args[2]);
 }
 
@@ -458,10 +459,7 @@ static PyObject *ask_monitor(Order *self, PyObject *name, PyObject *const *args,
  * entry, or () where a buffer's last use is already another (another thread ended the epoch
  * the monitor noted it in: after() notes it again). */
 static PyObject *before(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "before(stream, buffers: tuple, name, given)");
-        return NULL;
-    }
+    if (!called(nargs, 4, args, 1, "before(stream, buffers: tuple, name, given)")) return NULL;
     PyObject *entry = quick_entry(self, args[0], args[1], self->lock);
     if (entry != Py_None) return entry;
     Py_DECREF(entry);
@@ -482,10 +480,7 @@ static PyObject *before(Order *self, PyObject *const *args, Py_ssize_t nargs) {
  * buffers are noted again under the lock (the event that ended it cannot cover the launch).
  * Else the monitor's after(ticket). */
 static PyObject *after(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "after(stream, buffers: tuple, ticket)");
-        return NULL;
-    }
+    if (!called(nargs, 3, args, 1, "after(stream, buffers: tuple, ticket)")) return NULL;
     if (!PyTuple_Check(args[2])) return ask_monitor(self, after_name, &args[2], 1);
     PyObject *entry = PyDict_GetItemWithError(self->quick, args[0]);
     if (entry == NULL && PyErr_Occurred()) return NULL;
@@ -497,10 +492,7 @@ static PyObject *after(Order *self, PyObject *const *args, Py_ssize_t nargs) {
  * stream's pending list where it has one (the keeper records its event), else the monitor's
  * hold(). */
 static PyObject *hold(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "hold(stream, arrays)");
-        return NULL;
-    }
+    if (!called(nargs, 2, args, 0, "hold(stream, arrays)")) return NULL;
     PyObject *pending = PyDict_GetItemWithError(self->pending, args[0]);
     if (pending == NULL) return PyErr_Occurred() ? NULL : ask_monitor(self, hold_name, args, 2);
     PyObject *kept = PyTuple_Check(pending) && PyTuple_GET_SIZE(pending) == 2
@@ -521,10 +513,7 @@ static PyObject *hold(Order *self, PyObject *const *args, Py_ssize_t nargs) {
  * a blocking stream (each waits for the other's work), as far as ``blocking`` knows. Where
  * ``wait``, ``stream`` then waits for ``producer`` on the device (the monitor's wait()). */
 static PyObject *apart(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "apart(stream, producer, given, wait)");
-        return NULL;
-    }
+    if (!called(nargs, 4, args, 0, "apart(stream, producer, given, wait)")) return NULL;
     int failed = 0;
     void *producer = handle_of(args[1], &failed);
     if (!failed && (uintptr_t)producer <= 1) { /* the legacy default stream */
@@ -557,10 +546,7 @@ static PyObject *launched(Order *self, PyObject *key) {
  * recorded right after its last launch). Once the device passed the event, forget() drops the
  * stream, unless a use noted it meanwhile. None also where the order has no record of it. */
 static PyObject *retire(Order *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "retire(stream, record)");
-        return NULL;
-    }
+    if (!called(nargs, 2, args, 0, "retire(stream, record)")) return NULL;
     PyObject *found = PyDict_GetItemWithError(self->streams, args[0]);
     if (found == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     Stream *stream = (Stream *)Py_NewRef(found); /* (capturing() may run Python code) */
@@ -715,39 +701,22 @@ static PyObject *order_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+/* The Order's references, as the collector visits and clears them. */
+#define ORDER_OBJECTS(X)                                                                          \
+    X(events) X(record) X(wait_event) X(capturing) X(last_use) X(quick) X(streams) X(opened)      \
+    X(stream) X(lock) X(pending) X(blocking) X(monitor) X(free)
+
 static int order_traverse(Order *self, visitproc visit, void *arg) {
-    Py_VISIT(self->events);
-    Py_VISIT(self->record);
-    Py_VISIT(self->wait_event);
-    Py_VISIT(self->capturing);
-    Py_VISIT(self->last_use);
-    Py_VISIT(self->quick);
-    Py_VISIT(self->streams);
-    Py_VISIT(self->opened);
-    Py_VISIT(self->stream);
-    Py_VISIT(self->lock);
-    Py_VISIT(self->pending);
-    Py_VISIT(self->blocking);
-    Py_VISIT(self->monitor);
-    Py_VISIT(self->free);
+#define VISIT(name) Py_VISIT(self->name);
+    ORDER_OBJECTS(VISIT)
+#undef VISIT
     return 0;
 }
 
 static int order_clear(Order *self) {
-    Py_CLEAR(self->events);
-    Py_CLEAR(self->record);
-    Py_CLEAR(self->wait_event);
-    Py_CLEAR(self->capturing);
-    Py_CLEAR(self->last_use);
-    Py_CLEAR(self->quick);
-    Py_CLEAR(self->streams);
-    Py_CLEAR(self->opened);
-    Py_CLEAR(self->stream);
-    Py_CLEAR(self->lock);
-    Py_CLEAR(self->pending);
-    Py_CLEAR(self->blocking);
-    Py_CLEAR(self->monitor);
-    Py_CLEAR(self->free);
+#define CLEAR(name) Py_CLEAR(self->name);
+    ORDER_OBJECTS(CLEAR)
+#undef CLEAR
     return 0;
 }
 

@@ -14,7 +14,7 @@ import enum
 import functools
 import importlib
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -70,42 +70,31 @@ class CurrentStream:
 @dataclass(frozen=True)
 class Attributes:
     """The attributes an array library exposes an array's fields by, which the C extension
-    reads (one call for all the arrays of a launch, with no interpreter frame in between)."""
+    reads (one call for all the arrays of a launch, with no interpreter frame in between):
+    ``shape`` and ``strides`` (in bytes) are tuples or lists of ints, ``c_contiguous`` is
+    numba's layout test."""
 
-    #: The extents (a tuple or list of ints).
     shape: str
-    #: The strides in bytes (a tuple or list of ints).
     strides: str
-    #: Whether the array is C-contiguous, as numba's layout test says.
     c_contiguous: str
-    #: The dtype object.
     dtype: str
-    #: The object that holds the data pointer and the device index.
+    #: The object whose attributes are the data pointer and the device index.
     memory: str
-    #: The data pointer, of the memory object.
     pointer: str
-    #: The device index, of the memory object.
     device: str
-    #: The handle of the library's current stream, of the object its :class:`CurrentStream`
-    #: function returns.
+    #: The handle, of the object the library's :class:`CurrentStream` function returns.
     stream_handle: str
-    #: The count of dimensions, and of elements: what arrays of at most one dimension are read
-    #: by (an int each costs less to make than a sequence).
+    #: The count of dimensions and of elements, which arrays of at most one dimension are read
+    #: by (an int costs less to make than a sequence).
     rank: str
     size: str
-    #: Of the memory object, the object whose :attr:`pointer` is where the array's allocation
-    #: starts (what orders launches across streams: :attr:`ArrayKind.buffer`).
+    #: Of the memory object: the object whose ``pointer`` is the start of the array's allocation
+    #: (:attr:`ArrayKind.buffer`).
     allocation: str
 
     def names(self) -> tuple[str, ...]:
-        """The names, in the order the C extension takes them."""
-        return (self.shape, self.strides, self.c_contiguous, self.dtype, self.memory,
-                self.pointer, self.device, self.stream_handle, self.rank, self.size,
-                self.allocation)  # fmt: skip
-
-
-def _accepted(array: Any) -> str | None:
-    return None
+        """The names, in the order the C extension takes them (the fields')."""
+        return astuple(self)
 
 
 def _interface_view(array: Any) -> Any:
@@ -132,7 +121,7 @@ class ArrayKind:
     #: library does not say.
     device: Callable[[Any], int | None]
     #: Why a call refuses the array (``"a torch tensor on cpu"``), or None.
-    refusal: Callable[[Any], str | None] = _accepted
+    refusal: Callable[[Any], str | None] = lambda array: None
     #: A numba device array over the array's memory (what clones and trial runs copy).
     view: Callable[[Any], Any] = _interface_view
     #: The library's current stream, where it has one: launches on its arrays with
@@ -252,14 +241,12 @@ NUMBA = ArrayKind(
 #: numba-cuda's are; the fast path keeps what it reads on each array, as for numba-cuda's.
 _MLIR_DEVICE_ARRAY = ("numba_cuda_mlir.numba_cuda.cudadrv.devicearray", "DeviceNDArray")
 
-NUMBA_CUDA_MLIR = ArrayKind(
+NUMBA_CUDA_MLIR = replace(
+    NUMBA,
     name="numba_cuda_mlir",
     claims=lambda cls: (cls.__module__, cls.__name__) == _MLIR_DEVICE_ARRAY,
-    read=_read_numba_array,
-    itemsize=lambda array: array.dtype.itemsize,
     buffer=_allocation,
-    device=_numba_device,
-    fast=FastRead.MEMO,
+    view=_interface_view,
 )
 
 
@@ -376,10 +363,6 @@ CUPY = ArrayKind(
 # -- any other object with __cuda_array_interface__ -----------------------------------------
 
 
-def _read_interface(array: Any) -> Read:
-    return _read_described(array.__cuda_array_interface__)
-
-
 def _read_described(interface: Mapping[str, Any]) -> Read:
     """What a ``__cuda_array_interface__`` describes."""
     dtype = np.dtype(interface["typestr"])
@@ -390,7 +373,7 @@ def _read_described(interface: Mapping[str, Any]) -> Read:
 CUDA_ARRAY_INTERFACE = ArrayKind(
     name="cuda_array_interface",
     claims=lambda cls: hasattr(cls, "__cuda_array_interface__"),
-    read=_read_interface,
+    read=lambda array: _read_described(array.__cuda_array_interface__),
     itemsize=lambda array: np.dtype(array.__cuda_array_interface__["typestr"]).itemsize,
     buffer=lambda array: array.__cuda_array_interface__["data"][0],
     device=lambda array: None,  # (the interface does not say)
@@ -455,18 +438,8 @@ _kinds: dict[type, ArrayKind | None] = {}
 
 
 def kind_of(cls: type) -> ArrayKind | None:
-    """The kind of the arrays of class ``cls``, or None for a class of no kind (not an array).
-
-    Parameters
-    ----------
-    cls
-        The class of an argument.
-
-    Returns
-    -------
-    ArrayKind or None
-        The first of :data:`KINDS` that claims it; found once per class.
-    """
+    """The kind of the arrays of class ``cls``: the first of :data:`KINDS` that claims it, found
+    once per class; None for a class of no kind (not an array)."""
     try:
         return _kinds[cls]
     except KeyError:

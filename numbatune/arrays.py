@@ -40,12 +40,9 @@ def is_array(value: Any) -> bool:
 
 
 def read(value: Any) -> Read | None:
-    """``(shape, dtype name, layout)`` of a device array, or None for anything else.
-
-    This runs on every call of a tuned kernel that takes the general path, so each class's
-    kind is found with one dictionary lookup, and read as the kind reads it: building
-    ``__cuda_array_interface__`` costs tens of microseconds for torch tensors and CuPy arrays.
-    """
+    """``(shape, dtype name, layout)`` of a device array, or None for anything else, as its
+    kind reads it (building ``__cuda_array_interface__`` costs tens of microseconds for torch
+    tensors and CuPy arrays)."""
     kind = kind_of(type(value))
     return None if kind is None else kind.read(value)
 
@@ -106,20 +103,15 @@ class Arguments:
         return tuple(v for v, view in zip(self.values, self.views, strict=True) if view)
 
     def clone(self, stream: Any = 0) -> tuple[Any, ...]:
-        """The arguments with every array, and every array in a tuple, replaced by a
-        :func:`clone` of it (:func:`clone_value`)."""
-        return tuple(
-            clone(v, stream) if view is not None else clone_value(v, stream)
-            for v, view in zip(self.values, self.views, strict=True)
-        )
+        """The arguments, each as :func:`clone_value` makes it."""
+        return tuple(clone_value(v, stream) for v in self.values)
 
 
 def with_arrays_as(value: Any, entry: Callable[[Any], Any], named: bool = True) -> Any:
     """``value`` with each array in it (``value`` itself, or the arrays of tuples at any depth)
-    replaced by what ``entry`` makes of it; other values as they are. A named tuple stays one,
-    of its class (numba types it by its class: its fields are read by name), unless not
-    ``named``: then a plain tuple (for a worker that may not import its class, the user's
-    script's, and launches by the kernel's types, which read a tuple by position)."""
+    replaced by what ``entry`` makes of it. A named tuple stays one of its class (numba reads
+    its fields by name), unless not ``named``: then a plain tuple (for a worker that may not
+    import the user's class, and launches by the kernel's types)."""
     if isinstance(value, tuple):
         items = [with_arrays_as(item, entry, named) for item in value]
         return type(value)(*items) if named and hasattr(value, "_fields") else tuple(items)
@@ -143,8 +135,7 @@ def restorer(
     clones: tuple[Any, ...], originals: tuple[Any, ...], stream: Any = 0
 ) -> Callable[[], None]:
     """A function that queues, on ``stream``, copies of ``originals`` (made by
-    :func:`clone_value`, or None for arguments to leave) over ``clones``: of each array, and of
-    each array in a tuple."""
+    :func:`clone_value`, or None for arguments to leave) over the arrays of ``clones``."""
     pairs = [pair for c, o in zip(clones, originals, strict=True) for pair in _array_pairs(c, o)]
     if SIMULATOR:
 
@@ -191,18 +182,14 @@ def clone_arguments(args: tuple[Any, ...], stream: Any = 0) -> tuple[Any, ...]:
 
 
 def device_view(array: Any) -> Any:
-    """A numba device array over ``array``'s memory (``array`` itself when it is one), as its
-    kind sees it."""
+    """A numba device array over ``array``'s memory (``array`` itself when it is one)."""
     return _kind(array).view(array)
 
 
 def clone(array: Any, stream: Any = 0) -> Any:
-    """A numba device array with the same shape, dtype, strides, alignment and contents.
-
-    The clone is typed by numba exactly like ``array``, so a kernel compiled for one runs on the
-    other, and it shares no memory with ``array``. The copy is queued on ``stream``. (Under the
-    simulator, where no kernel is compiled for a layout, the clone is a contiguous copy.)
-    """
+    """A numba device array with the same shape, dtype, strides, alignment and contents, typed
+    by numba as ``array`` is and sharing no memory with it; the copy is queued on ``stream``.
+    (Under the simulator, where no kernel is compiled for a layout, a contiguous copy.)"""
     if SIMULATOR:
         host = device_view(array).copy_to_host()
         return cuda.to_device(np.array(host, order="K", copy=True))

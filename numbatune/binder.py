@@ -25,9 +25,7 @@ Called: type = _native.Called
 
 
 class Binder:
-    """A tuned kernel's entry: ``entry(args, stream)`` is the fast path itself while one set of
-    argument classes has one (its code checks the classes), else ``by_classes``, which looks the
-    fast path up by the classes of the arguments, or calls ``general`` when there is none."""
+    """A tuned kernel's entry, ``entry(args, stream)`` (the module says which it is)."""
 
     def __init__(self, arity: int, general: Call) -> None:
         self.paths: dict[tuple[type, ...], Call] = {}

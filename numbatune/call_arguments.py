@@ -16,14 +16,12 @@ from typing import Any
 import numpy as np
 
 from numbatune import devices, references
-from numbatune.arrays import Arguments, ArrayView
+from numbatune.arrays import Arguments
 
 
 class ArgumentCheck:
-    """The checks of the calls of the tuned kernel ``name`` (in messages): of the kernel
-    ``function`` (its parameters and how its code uses them), whose parameter names are
-    ``parameters``, in order, and whose arguments ``read_only`` are never restored between
-    runs."""
+    """The checks of the calls of the tuned kernel ``name`` (in messages), whose ``function``
+    has the ``parameters``, in order, and whose arguments ``read_only`` are never restored."""
 
     def __init__(
         self,
@@ -66,7 +64,8 @@ class ArgumentCheck:
                     "(numba.cuda.to_device(x), a CuPy array or a CUDA torch tensor)"
                 )
             use = self._array_parameters.get(name)
-            if use is not None and not _can_be(use, value, view):
+            indexed_tuple = use == "indexed" and isinstance(value, tuple)
+            if use is not None and view is None and not indexed_tuple:
                 expected = "a device array" + (" or a tuple" if use == "indexed" else "")
                 how = "indexed" if use == "indexed" else f"read as {name}{use}"
                 raise TypeError(
@@ -107,9 +106,3 @@ class ArgumentCheck:
             if use.rerun_changes_nothing(len(view.shape), view.record):
                 unchanged.add(name)
         return frozenset(unchanged)
-
-
-def _can_be(use: str, value: Any, view: ArrayView | None) -> bool:
-    """Whether ``value`` (read as ``view``) can be an argument the kernel uses as ``use``
-    says."""
-    return view is not None or (use == "indexed" and isinstance(value, tuple))

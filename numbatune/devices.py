@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from numba import cuda
+
 from numbatune.arraykinds import SIMULATOR, ArrayKind, kind_of
 
 
@@ -48,8 +50,6 @@ def current_kind() -> DeviceKind:
     """The kind of the device numba launches on in this thread."""
     if SIMULATOR:
         return SIMULATED
-    from numba import cuda
-
     device = cuda.get_current_device()
     return DeviceKind(
         device_name(device), tuple(device.compute_capability), int(device.MULTIPROCESSOR_COUNT)
@@ -65,8 +65,6 @@ def current_index() -> int:
     """The index (in ``numba.cuda.gpus``) of the device numba launches on in this thread."""
     if SIMULATOR:
         return 0
-    from numba import cuda
-
     return int(cuda.get_current_device().id)
 
 
@@ -75,16 +73,13 @@ def several() -> bool:
     """Whether this process sees more than one GPU (never under the simulator)."""
     if SIMULATOR:
         return False
-    from numba import cuda
-
     return len(cuda.gpus) > 1
 
 
 def array_device(array: Any, kind: ArrayKind | None = None) -> int | None:
-    """The index of the GPU whose memory holds ``array``'s data, as its library says; None
-    where every device can read it (numba's mapped and managed arrays), where the library
-    does not say (other ``__cuda_array_interface__`` objects), and under the simulator, as
-    its kind (:mod:`numbatune.arraykinds`; found from its class unless given) reads it."""
+    """The index of the GPU whose memory holds ``array``'s data, as its kind (found from its
+    class unless given) reads it; None where every device can read it, where the library does
+    not say, and under the simulator."""
     kind = kind or kind_of(type(array))
     if SIMULATOR or kind is None:
         return None

@@ -1,13 +1,10 @@
 """Keeping torch.compile's tracer out of numbatune's own code.
 
-torch.compile (Dynamo) compiles each Python frame that a compiled function runs, also those a
-call it cannot trace starts: a tuned kernel's call is one (its ``__call__`` is the C
-extension's), and the fast path, general path and tuning below it read arrays, time variants
-and copy NumPy arrays, which Dynamo cannot run on the fake tensors it traces with. The code a
-call of numbatune's enters first is marked here so that Dynamo runs it, and all it calls, as
-written: a tuned kernel called inside a compiled function is a graph break that launches it as
-an eager call does (:func:`numbatune.torch.custom_op` makes it an operator the graph holds).
-Nothing is imported or marked where torch was not imported first.
+torch.compile (Dynamo) compiles each Python frame a compiled function runs, also those a call it
+cannot trace starts, as a tuned kernel's (its ``__call__`` is the C extension's); the paths
+below it read arrays, time variants and copy NumPy arrays, which Dynamo cannot run on its fake
+tensors. The code a call of numbatune's enters first is marked here so that Dynamo runs it, and
+all it calls, as written: a graph break that launches as an eager call does.
 """
 
 from __future__ import annotations

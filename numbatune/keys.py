@@ -84,9 +84,8 @@ def anchor(x: int, max: int | None = None, min: int | None = None, base: int = 2
     return power
 
 
-#: An array's part of the default key, from what :func:`numbatune.arrays.read` gives: its
-#: shape anchored to powers of two, its dtype and layout; equal parts are one object, so that a
-#: key lookup compares them by identity (the C extension's, as the whole default key is).
+#: An array's part of the default key from what :func:`numbatune.arrays.read` gives (its
+#: anchored shape, dtype and layout), made in C: equal parts are one object, compared by identity.
 default_key_part: Callable[[Read], tuple[tuple[int, ...], str, str]] = _native.key_part
 
 #: The classes of the arguments that are mode flags, whose value is part of the default key (a
@@ -95,11 +94,9 @@ _FLAGS = (bool, np.bool_)
 
 
 class KeyParts(dict):
-    """The default-key parts of arrays of one dtype and layout, by shape: a fast path looks an
-    array's part up by its shape, ``parts[shape]``, in its generated code and in C alike, which
-    costs less than anchoring the shape and building the part on every call; the part of a
-    shape not seen yet is made here (:func:`default_key_part`). At most :attr:`LIMIT` are kept.
-    """
+    """The default-key parts of arrays of one dtype and layout, by shape, which a fast path
+    looks up (``parts[shape]``, in its generated code and in C) rather than anchor the shape on
+    every call; the part of a new shape is made here. At most :attr:`LIMIT` are kept."""
 
     LIMIT = 1024
 
@@ -132,9 +129,8 @@ def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
 
 
 def default_key(args: tuple[Any, ...]) -> Hashable:
-    """The key of ``key=None``: each array argument's anchored shape, dtype name and layout,
-    and each boolean argument's value (a mode flag: it selects a code path), in order; composed
-    in C (``_native.default_key``), as a fast path's hit composes it (``_native.Reader``)."""
+    """The key of ``key=None`` (:func:`numbatune.autotune`), composed in C as a fast path's hit
+    composes it (``_native.Reader``)."""
     return _native.default_key(args, tuple(map(arrays.read, args)), _FLAGS)
 
 
@@ -149,16 +145,8 @@ def build_key(
     signature: inspect.Signature,
     kernel_name: str,
 ) -> KeyFunction:
-    """Turn the ``key=`` argument of :func:`numbatune.autotune` into a function of the arguments.
-
-    - ``None``: the anchored shape, dtype and layout of every array argument, and the value of
-      every boolean argument.
-    - a name or a sequence of names: for each named array its anchored shape, dtype and layout,
-      for each named scalar its value; then the dtype, layout and number of dimensions of every
-      array argument.
-    - a function: called with the kernel's arguments, its (hashable) result, then the dtype,
-      layout and number of dimensions of every array argument.
-    """
+    """Turn the ``key=`` argument of :func:`numbatune.autotune`, whose docstring says what each
+    form of it holds, into a function of the arguments."""
     if key is None:
         return default_key
     if isinstance(key, str):
@@ -250,10 +238,9 @@ _TOKEN = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?|[A-Za-z_]\w*")
 
 
 def distance(first: str, second: str) -> float:
-    """How far apart two keys are, from their stored texts, to find the nearest tuned key: over
-    the numbers and words of both, in order, the number of doublings between each pair of
-    positive numbers that differ, plus one for each other pair that differs; infinite when the
-    texts do not have the same form."""
+    """How far apart two keys are, from their stored texts (to find the nearest tuned key):
+    over their numbers and words in order, the doublings between each pair of positive numbers
+    that differ, plus one for each other pair that differs; infinite for texts of other forms."""
     ours, theirs = _TOKEN.findall(first), _TOKEN.findall(second)
     if len(ours) != len(theirs):
         return math.inf

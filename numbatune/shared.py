@@ -14,6 +14,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+from numba import cuda
+
 from numbatune import devices, identity, keys, processes
 from numbatune.arrays import SIMULATOR
 from numbatune.binder import Call
@@ -25,8 +27,7 @@ from numbatune.spec import KernelSpec
 
 
 class DeviceState:
-    """What a tuned kernel keeps per device: its tune cache (with the winner table) and its
-    fast paths, found by argument classes and by numba signature."""
+    """What a tuned kernel keeps per device (and cache directory)."""
 
     def __init__(self, cache: TuneCache) -> None:
         self.cache = cache
@@ -36,8 +37,7 @@ class DeviceState:
         self.signatures: dict[tuple[Any, ...], fastpath.FastPath | None] = {}
 
     def known(self, key: Hashable, kernel_name: str) -> Winner | None:
-        """The winner the table holds for ``key``, or None; a clear error for unhashable
-        keys."""
+        """The winner the table holds for ``key``, or None; a clear error for unhashable keys."""
         try:
             return self.cache.get(key)
         except TypeError:
@@ -46,8 +46,7 @@ class DeviceState:
 
 
 class SharedState:
-    """What tuned kernels with the same sharing key share in a process: the compiled kernels,
-    the state per device and cache directory (the winner tables), and the checksum."""
+    """What tuned kernels with the same sharing key share in a process (the module says)."""
 
     def __init__(self, spec: KernelSpec, function_id: str) -> None:
         self.compiler = Compiler(spec.template, function_id)
@@ -76,12 +75,7 @@ class SharedState:
     def on_current_device(self, cache_dir: Path | None) -> DeviceState:
         """The state on the current device with the cache directory ``cache_dir`` (a test that
         gives itself a cache of its own gets a state of its own), made on first use."""
-        if SIMULATOR:
-            device: Any = "simulator"
-        else:
-            from numba import cuda
-
-            device = int(cuda.current_context().handle)
+        device = "simulator" if SIMULATOR else int(cuda.current_context().handle)
         place = (device, cache_dir)
         state = self.devices.get(place)
         if state is None:

@@ -1,12 +1,10 @@
-"""Tuned kernels as torch operators, for torch.compile and CUDA graphs (import it to use it: it
-imports torch).
+"""Tuned kernels as torch operators, for torch.compile and CUDA graphs (importing it imports
+torch).
 
-Called as it is inside a function that torch.compile compiles, a tuned kernel is a graph break:
-torch runs it as written (:mod:`numbatune.eager`), in every mode. To have the compiled graph
-hold it instead (``fullgraph=True``, and ``mode="reduce-overhead"`` capturing it in its CUDA
-graph), make it an operator with :func:`custom_op`: torch's documented way to bring in a kernel
-of one's own (``torch.library.custom_op``), with the arguments it writes declared and a fake
-implementation that launches nothing.
+Inside a function that torch.compile compiles, a tuned kernel is a graph break that torch runs
+as written (:mod:`numbatune.eager`). To have the compiled graph hold it instead
+(``fullgraph=True``, ``mode="reduce-overhead"``), make it an operator with :func:`custom_op`
+(torch's ``torch.library.custom_op``, with the arguments it writes declared).
 """
 
 from __future__ import annotations

@@ -26,21 +26,10 @@ from numbatune.variants import Variant
 
 
 class WinnerLauncher:
-    """A tuned kernel's launches of its winners.
-
-    Parameters
-    ----------
-    spec
-        The tuned kernel's options.
-    shared
-        The state it shares with tuned kernels of the same code (compiled kernels, devices).
-    tally
-        Its count of compiles and loads.
-    binder
-        Its entry, pointed at each new fast path.
-    general
-        Its general path, where a fast path hands calls it does not take.
-    """
+    """A tuned kernel's launches of its winners: ``spec`` its options, ``shared`` the state it
+    shares with tuned kernels of the same code, ``tally`` its count of compiles and loads,
+    ``binder`` its entry (pointed at each new fast path), ``general`` its general path (where a
+    fast path hands the calls it does not take)."""
 
     def __init__(
         self, spec: KernelSpec, shared: SharedState, tally: Tally, binder: Binder, general: Call
@@ -68,32 +57,28 @@ class WinnerLauncher:
     ) -> None:
         """Launch ``winner`` through the fast path for the signature of ``args`` (made if
         needed), or through the compiler's launch where no fast path serves them."""
-        kernel = self.prepare(state, winner, args)
-        if kernel is None:
-            return
-        if settings.fast_launch and not SIMULATOR:
-            path = self._fast_path(state, kernel, args)
-            if (
-                path is not None
-                and path.learn(winner.index, kernel, args)
-                and path.launch_winner(args, winner, stream)
-            ):
-                return
-        config = launch_config(self._spec.launch, args, winner.params, self._name)
-        numba_launch(kernel, self._name)(args, config, stream)
+        prepared = self.prepare(state, winner, args)
+        if prepared is not None:
+            kernel, config, path = prepared
+            if path is None or not path.launch_winner(args, winner, stream):
+                numba_launch(kernel, self._name)(args, config, stream)
 
-    def prepare(self, state: DeviceState, winner: Winner, args: tuple[Any, ...]) -> Any:
-        """``winner``'s kernel, compiled for ``args``, with the fast path of their signature
-        made and taught it where one serves them, launching nothing; None where the launch
-        would be empty."""
-        if is_empty(launch_config(self._spec.launch, args, winner.params, self._name)):
+    def prepare(
+        self, state: DeviceState, winner: Winner, args: tuple[Any, ...]
+    ) -> tuple[Any, LaunchConfig, fastpath.FastPath | None] | None:
+        """``winner``'s kernel compiled for ``args``, its launch configuration, and the fast
+        path of their signature, made and taught it, where one serves them; launches nothing.
+        None where the launch would be empty."""
+        config = launch_config(self._spec.launch, args, winner.params, self._name)
+        if is_empty(config):
             return None
         kernel = self.compiled(winner.variant, args)
+        path = None
         if settings.fast_launch and not SIMULATOR:
             path = self._fast_path(state, kernel, args)
-            if path is not None:
-                path.learn(winner.index, kernel, args)
-        return kernel
+            if path is not None and not path.learn(winner.index, kernel, args):
+                path = None
+        return kernel, config, path
 
     def _fast_path(
         self, state: DeviceState, kernel: Any, args: tuple[Any, ...]

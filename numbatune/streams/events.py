@@ -8,7 +8,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from numba import cuda
+
 from numbatune import _native
+from numbatune.arraykinds import SIMULATOR
 from numbatune.streams.handles import DEFAULT_STREAMS, check_stream
 
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY
@@ -31,21 +34,18 @@ class _DriverEvents:
         from cuda.bindings import driver
 
         self._driver = driver
-        #: ``record(event, stream)``: record ``event`` on ``stream``; ``wait_event(waiting,
-        #: event)``: ``waiting`` waits for the work before ``event``'s latest record. Both
-        #: the C extension's (no Python frame), raising numba's CudaAPIError.
+        #: ``record(event, stream)``, and ``wait_event(waiting, event)`` for the work before
+        #: ``event``'s latest record: the C extension's, raising numba's CudaAPIError.
         self.record = _native.record
         self.wait_event = _native.wait
         self._wait_event = self.create(timing=False)
-
-    _checked = staticmethod(checked)
 
     def create(self, timing: bool = True, stream: int | None = None) -> int:
         """A new event, as its raw handle, in the context of ``stream`` (a thread that launches
         may have no current context: numba's launch makes one current only for itself)."""
         flags = 0 if timing else self._driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
         with self._context_of(stream):
-            return int(self._checked(self._driver.cuEventCreate(flags)))
+            return int(checked(self._driver.cuEventCreate(flags)))
 
     @contextlib.contextmanager
     def _context_of(self, stream: int | None) -> Iterator[None]:
@@ -53,30 +53,27 @@ class _DriverEvents:
         thread's own, numba's where the thread has none."""
         driver = self._driver
         if stream is None or stream in DEFAULT_STREAMS:
-            if not int(self._checked(driver.cuCtxGetCurrent())):
-                from numba import cuda
-
+            if not int(checked(driver.cuCtxGetCurrent())):
                 cuda.current_context()  # a thread that never used CUDA: numba's context
             yield
             return
-        context = self._checked(driver.cuStreamGetCtx(driver.CUstream(stream)))
-        self._checked(driver.cuCtxPushCurrent(context))
+        context = checked(driver.cuStreamGetCtx(driver.CUstream(stream)))
+        checked(driver.cuCtxPushCurrent(context))
         try:
             yield
         finally:
             driver.cuCtxPopCurrent()
 
     def context(self, stream: int) -> int:
-        """The raw handle of the context ``stream`` belongs to, checked: a live stream of the
-        current context (:func:`numbatune.streams.handles.check_stream`)."""
+        """The raw handle of the context of ``stream``, checked (``check_stream``)."""
         return check_stream(stream)
 
     def synchronize_context(self, context: int) -> None:
         """Wait on the host for all queued in ``context``, on every stream of it."""
         driver = self._driver
-        self._checked(driver.cuCtxPushCurrent(driver.CUcontext(context)))
+        checked(driver.cuCtxPushCurrent(driver.CUcontext(context)))
         try:
-            self._checked(driver.cuCtxSynchronize())
+            checked(driver.cuCtxSynchronize())
         finally:
             driver.cuCtxPopCurrent()
 
@@ -86,7 +83,7 @@ class _DriverEvents:
         self.wait_event(waiting, self._wait_event)
 
     def synchronize(self, event: int) -> None:
-        self._checked(self._driver.cuEventSynchronize(self._driver.CUevent(event)))
+        checked(self._driver.cuEventSynchronize(self._driver.CUevent(event)))
 
     def capturing(self, stream: int) -> bool:
         """Whether work queued on ``stream`` now goes into a CUDA graph being captured, or the
@@ -113,19 +110,26 @@ class _DriverEvents:
         ``CU_STREAM_NON_BLOCKING``); the default streams do."""
         if stream in DEFAULT_STREAMS:
             return True
-        flags = self._checked(self._driver.cuStreamGetFlags(self._driver.CUstream(stream)))
+        flags = checked(self._driver.cuStreamGetFlags(self._driver.CUstream(stream)))
         return not int(flags) & int(self._driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
 
     def elapsed_s(self, start: int, end: int) -> float:
         cu_event = self._driver.CUevent
-        return self._checked(self._driver.cuEventElapsedTime(cu_event(start), cu_event(end))) / 1e3
+        return checked(self._driver.cuEventElapsedTime(cu_event(start), cu_event(end))) / 1e3
 
     def destroy(self, event: int) -> None:
         self._driver.cuEventDestroy(self._driver.CUevent(event))
 
 
 class _SimulatorEvents:
-    """The simulator runs each launch to its end before returning: an event is a wall time."""
+    """The simulator runs each launch to its end before returning: an event is a wall time, and
+    no stream is ever captured or waited for."""
+
+    @staticmethod
+    def wait(*args: Any) -> None:
+        """What the calls that wait, relax a capture or free do: nothing."""
+
+    wait_event = synchronize = relax_capture = synchronize_context = destroy = wait
 
     def create(self, timing: bool = True, stream: int | None = None) -> list[float]:
         return [0.0]
@@ -133,26 +137,11 @@ class _SimulatorEvents:
     def record(self, event: list[float], stream: int) -> None:
         event[0] = time.perf_counter()
 
-    def wait(self, waiting: int, producer: int) -> None:
-        pass
-
-    def wait_event(self, waiting: int, event: Any) -> None:
-        pass
-
-    def synchronize(self, event: Any) -> None:
-        pass
-
     def capturing(self, stream: int) -> bool:
         return False
 
-    def relax_capture(self) -> None:
-        pass
-
     def context(self, stream: int) -> int:
         return 0
-
-    def synchronize_context(self, context: int) -> None:
-        pass
 
     def passed(self, event: Any) -> bool:
         return True
@@ -163,12 +152,7 @@ class _SimulatorEvents:
     def elapsed_s(self, start: list[float], end: list[float]) -> float:
         return end[0] - start[0]
 
-    def destroy(self, event: Any) -> None:
-        pass
-
 
 def backend() -> Any:
     """The events of this process: the driver's on a GPU, wall times under the simulator."""
-    from numbatune.arrays import SIMULATOR
-
     return _SimulatorEvents() if SIMULATOR else _DriverEvents()

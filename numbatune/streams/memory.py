@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from numba import cuda
+
 from numbatune.arrays import SIMULATOR
 from numbatune.streams.monitor import monitor
 
@@ -20,8 +22,6 @@ def memory_usage() -> dict[str, int]:
         imported. And ``"kept_arrays"``: how many arrays numbatune keeps alive for launches
         the device may not have passed yet (a count, not bytes).
     """
-    from numba import cuda
-
     usage: dict[str, int] = {}
     if not SIMULATOR:
         free, total = cuda.current_context().get_memory_info()
@@ -46,8 +46,6 @@ def memory_cleanup() -> None:
     allocators where those libraries are imported. Arrays still kept for launches in flight
     stay until the device passes them.
     """
-    from numba import cuda
-
     if not SIMULATOR:
         cuda.current_context().deallocations.clear()
     torch = sys.modules.get("torch")

@@ -1,17 +1,15 @@
 """What every tuned launch reports to, once more than one stream or a profile is in use.
 
-While a process has launched on one stream only, none of this runs: a launch compares its
-stream with that one and goes on. From the second stream on, every launch is ordered after the
-last uses of its buffers (:mod:`numbatune.streams.order`); a launch whose buffers stay on its
-stream passes a lock-free check in the generated code and changes nothing. Torch and CuPy
-arrays launched on a stream other than their library's current stream are kept alive until that
-stream has passed the launch, so dropping them cannot hand their memory to the caching
-allocator while the kernel may still read it (cubecl's deferred release); not where the driver
-orders the current stream's later work after the launch (the legacy default stream, and a
-blocking stream). A launch adds them to its stream's list; a background thread (the keeper)
-looks every :data:`KEEPER_PERIOD_S`, records one event per stream for the new ones, and lets go
-of those whose events the device passed, asking without waiting. numba's own arrays need not
-be kept: numba frees them with ``cuMemFree``, which waits for the device. While a profile is
+While a process has launched on one stream only, a launch compares its stream with that one and
+goes on. From the second stream on, every launch is ordered after the last uses of its buffers
+(:mod:`numbatune.streams.order`); one whose buffers stay on its stream passes a lock-free check
+in the generated code. Torch and CuPy arrays launched on a stream other than their library's
+current one are kept alive until that stream has passed the launch, so that dropping them cannot
+hand their memory to the caching allocator while the kernel may still read it (cubecl's
+deferred release), unless the driver orders the current stream's later work after the launch
+(the legacy default stream and a blocking stream). A background thread (the keeper) records one
+event per stream for them and lets them go once the device passed it, asking without waiting.
+numba's own arrays need not be kept: ``cuMemFree`` waits for the device. While a profile is
 open, every tuned launch is bracketed by two events.
 
 Only what numbatune launches is seen here: work queued by other code on a stream is ordered
@@ -48,7 +46,6 @@ class _Launch:
 
     stream: int
     name: str | None
-    #: The allocations it uses, noted again once it is queued (see :meth:`Monitor.after`).
     buffers: tuple[Hashable, ...] = ()
     start: Any = None
     end: Any = None
@@ -56,8 +53,8 @@ class _Launch:
     profiles: list[list[_Launch]] | tuple[()] = ()
 
 
-#: How long the keeper thread sleeps between looks while arrays are kept: it never waits for
-#: the device, so the launching thread keeps the interpreter to itself meanwhile.
+#: How long the keeper sleeps between looks while arrays are kept (the launching thread has the
+#: interpreter to itself meanwhile).
 KEEPER_PERIOD_S = 0.001
 
 #: How many streams the monitor knows before it first looks for those the program let go of
@@ -70,30 +67,26 @@ _ONLY_THE_MONITORS = 3
 
 
 class Monitor:
-    """What every tuned launch reports to, when more than one stream or a profile is in use.
-
-    The generated launch code names only :attr:`order` (:mod:`numbatune.streams.order`), whose
-    C methods check what they can without a lock and leave the rest to :meth:`before`,
-    :meth:`after`, :meth:`hold` and :meth:`wait`. ``order`` is the tests' Python oracle, else
-    the C extension's.
-    """
+    """What every tuned launch reports to (the module says when). The generated launch code
+    names only :attr:`order`, whose C methods check what they can without a lock and leave the
+    rest to :meth:`before`, :meth:`after`, :meth:`hold` and :meth:`wait`; tests may give it the
+    Python oracle as ``order``."""
 
     def __init__(self, events: Any = None, order: Any = None) -> None:
         self._events = events
-        #: Which streams a launch must wait for (:mod:`numbatune.streams.order`); the state the
-        #: generated launch code reads is its.
+        #: Which streams a launch must wait for; what the generated launch code reads.
         self.order = new_order(events) if order is None else order
         self.order.monitor = self
         self._profiles: dict[ProfileToken, list[_Launch]] = {}
         self._numbers = itertools.count(1)
         #: Held while the monitor or its order changes.
         self.lock = self.order.lock
-        # Kept arrays behind their events. A pending list stays a list: a launch that found it
-        # before the keeper took it may still add to it (its event covers that launch).
+        # Kept arrays behind their events (a pending list stays a list: a launch that found it
+        # before the keeper took it may still add to it, and its event covers that launch).
         self._kept: list[tuple[Any, Sequence[Any]]] = []
-        #: Arrays kept by launches on a stream numbatune holds, not yet behind an event, and
-        #: the event the keeper will record for them (made here: the keeper's thread has no
-        #: CUDA context to make one in). A launch may add to a stream's list without the lock.
+        #: Arrays kept by launches on a stream numbatune holds, not yet behind an event, and the
+        #: event the keeper will record for them (made here: the keeper has no CUDA context). A
+        #: launch may add to a stream's list without the lock.
         self.pending: dict[int, tuple[Any, list[Any]]] = self.order.pending
         self._kept_ready = threading.Condition(self.lock)
         self._keeper_waiting = False
@@ -103,14 +96,11 @@ class Monitor:
         # Each stream seen, with the object that owns it (None for raw handles and torch's
         # current streams, which torch never destroys).
         self._streams: dict[int, Any] = {}
-        # Streams numbatune cannot keep alive (raw handles, numba's external streams, cuda.core
-        # streams, which may be closed), with the context each belongs to: their event is
-        # recorded right after each launch on them, so that a later wait never touches the
-        # stream itself. On the others it is recorded when another stream first needs to wait
-        # for them.
+        # Streams that may be closed (raw handles, numba's external streams, cuda.core's), with
+        # their contexts: their event is recorded right after each launch, so that a later wait
+        # never touches the stream itself (on the others, when another stream first waits).
         self._eager: dict[int, int] = {}
-        #: Whether each held stream is a blocking one (ordered after the legacy default stream
-        #: by the driver), as far as asked; read by the generated code.
+        #: Whether each held stream is a blocking one, as far as asked; read by the generated code.
         self.blocking: dict[int, bool] = self.order.blocking
         # Streams the program let go of, being forgotten: the epoch each had when the order
         # recorded its event (Order.retire), and that event (None: nothing to wait for).
@@ -118,8 +108,7 @@ class Monitor:
         self._sweep_at = SWEEP_STREAMS
 
     def after_fork_in_child(self) -> None:
-        """A forked child's monitor starts afresh: its parent's streams and events are not
-        its."""
+        """A forked child's monitor starts afresh (its parent's streams and events are not its)."""
         self.__init__()  # type: ignore[misc]
 
     @property
@@ -138,16 +127,14 @@ class Monitor:
     def watch(
         self, stream: int, arrays: tuple[Any, ...], name: str | None, given: Any = None
     ) -> _Launch | None:
-        """:meth:`before` for a launch over ``arrays`` (any arrays numbatune knows). With a
-        ``name`` (a tuned kernel's launch) it keeps the torch and CuPy arrays that need it, and
-        once ordering is on it always returns what :meth:`after` needs, which notes the buffers
-        again once the launch is queued. Without one (tuning's notice of a miss, whose copies
-        of the arrays it waits for itself) it returns None, a stream that may be closed having
-        its event recorded at once."""
+        """:meth:`before` for a launch over ``arrays``. With a ``name`` (a tuned kernel's
+        launch) it keeps the arrays that need it (:meth:`keep`) and, once ordering is on, always
+        returns what :meth:`after` needs. Without one (tuning's notice of a miss, whose copies it
+        waits for itself) it returns None, having finished the launch at once."""
         arrays = tuple(a for a in arrays if a is not None)
         buffers = tuple(buffer_of(a) for a in arrays)
         launch = self.before(stream, buffers, name, given)
-        if name is None:  # tuning's: its copies on ``stream`` are queued and waited for by it
+        if name is None:
             if launch is not None:  # a stream that may be closed: its event recorded now
                 self.after(launch)
             return None
@@ -158,10 +145,8 @@ class Monitor:
         return launch
 
     def keep(self, stream: int, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The torch and CuPy arrays among ``arrays`` to keep alive past a launch on ``stream``:
-        those launched apart from their library's current stream, which its caching allocator
-        would hand their memory out on again once they are freed, with nothing the driver does
-        ordering one after the other (the order's ``apart``)."""
+        """The arrays among ``arrays`` to keep alive past a launch on ``stream``: those of a
+        library whose current stream is apart from it (the order's ``apart``)."""
         kept = []
         for array in arrays:
             kind = kind_of(type(array))
@@ -174,9 +159,8 @@ class Monitor:
         self, stream: int, buffers: tuple[Hashable, ...], name: str | None, given: Any = None
     ) -> _Launch | None:
         """Order a launch of ``name`` on ``stream`` that uses ``buffers`` (allocations) after
-        their last uses; returns what :meth:`after` needs, or None when it needs nothing
-        (the common case: no profile open, a stream numbatune keeps alive). ``given`` is the
-        stream object the caller passed, kept so that ``stream`` stays valid."""
+        their last uses; what :meth:`after` needs, or None (no profile open, a stream numbatune
+        keeps alive). ``given``: the stream object the caller passed, kept with it."""
         with self.lock:
             if stream not in self._streams:
                 self._see(stream, given)
@@ -208,13 +192,11 @@ class Monitor:
             self._retire_unheld()
 
     def _retire_unheld(self) -> None:
-        """The streams whose objects only the monitor holds (the program let go of them) start
-        being forgotten, so that the state stays bounded however many streams come and go: the
-        order records each one's event where numbatune holds the stream (one that may close is
-        never touched: its event was recorded after its last launch), and the keeper drops the
-        stream once the device has passed it (:meth:`_forget_retired`), the monitor's hold on
-        its object last, so that its library destroys it only once nothing here names it. Raw
-        handles, whose owners numbatune cannot see, are kept."""
+        """The streams whose objects only the monitor holds start being forgotten, so that the
+        state stays bounded however many streams come and go: the order records each one's event
+        (:meth:`Order.retire`), and the keeper drops the stream once the device passed it
+        (:meth:`_forget_retired`), the object last, so that its library destroys it only once
+        nothing here names it. Raw handles, whose owners numbatune cannot see, are kept."""
         unheld, owner = [], None
         for stream in list(self._streams):
             owner = self._streams[stream]
@@ -231,8 +213,8 @@ class Monitor:
 
     def after(self, launch: _Launch) -> None:
         """Finish a launch :meth:`before` returned, once it is queued: its buffers are noted
-        again (another thread may have ended its stream's epoch between :meth:`before` and the
-        launch, and the event that ended it does not cover the launch)."""
+        again (another thread may have ended its stream's epoch meanwhile, by an event that does
+        not cover the launch)."""
         with self.lock:
             if self.order.ordering:
                 self.order.use(launch.stream, launch.buffers)
@@ -248,9 +230,8 @@ class Monitor:
             launch.kept = ()
 
     def hold(self, stream: int, arrays: tuple[Any, ...]) -> None:
-        """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now;
-        nothing while ``stream`` is captured into a graph (nothing runs now, and the graph's
-        owner keeps what its replays use)."""
+        """Keep ``arrays`` alive until the device passes what is queued on ``stream`` now
+        (nothing while it is captured into a graph, whose owner keeps what its replays use)."""
         if self.events.capturing(stream):
             return
         with self.lock:
@@ -267,13 +248,16 @@ class Monitor:
     def _wake_keeper(self) -> None:
         """Start the keeper, or wake it where it waits for work (under the lock)."""
         if self._keeper is None:
-            self._start_keeper()
+            self._keeper = threading.Thread(
+                target=self._release_kept, name="numbatune-release", daemon=True
+            )
+            self._keeper.start()
         elif self._keeper_waiting:
             self._kept_ready.notify()
 
     def _held(self, stream: int) -> bool:
         """Whether numbatune keeps ``stream`` alive (a default stream, or one whose object it
-        holds), so that the keeper may record an event on it later."""
+        holds): the keeper may record an event on it later."""
         return stream not in self._eager and (
             stream in DEFAULT_STREAMS or self._streams.get(stream) is not None
         )
@@ -283,12 +267,9 @@ class Monitor:
         return spare.pop() if spare else self.events.create(timing=False, stream=stream)
 
     def wait(self, waiting: int, producer: int, given: Any = None) -> None:
-        """Make stream ``waiting`` wait, on the device, for all queued so far on ``producer``.
-
-        Nothing is queued where the driver orders the two already: ``producer`` the legacy
-        default stream and ``waiting`` a blocking stream numbatune holds (``given``, the
-        stream object, keeps it alive); the generated code makes no call where
-        :attr:`blocking` says so already."""
+        """Make stream ``waiting`` wait, on the device, for all queued so far on ``producer``,
+        unless the driver orders the two already (the order's ``apart``; ``given``: the stream
+        object of ``waiting``, kept with it)."""
         with self.lock:
             if waiting not in self._streams:
                 self._see(waiting, given)
@@ -300,11 +281,10 @@ class Monitor:
                 self.events.wait(waiting, producer)
 
     def _start_ordering(self) -> None:
-        """A second stream or a profile: from now on every launch is watched and every buffer
-        tracked; what the first stream queued before is waited for by each other stream's
-        first launch. Where the first stream is one that may be closed (its launches recorded
-        no event while it was the only one), the host waits once for its context's work
-        instead: the stream itself may be gone."""
+        """A second stream or a profile: from now on every launch is watched; each other
+        stream's first launch waits for what the first stream queued. Where that one may be
+        closed (its launches recorded no event while it was the only one), the host waits once
+        for its context's work instead."""
         first, self.order.stream, self.order.ordering = self.order.stream, None, True
         if first in self._eager:
             self.events.synchronize_context(self._eager[first])
@@ -314,16 +294,9 @@ class Monitor:
 
     # -- deferred release ---------------------------------------------------------------------
 
-    def _start_keeper(self) -> None:
-        self._keeper = threading.Thread(
-            target=self._release_kept, name="numbatune-release", daemon=True
-        )
-        self._keeper.start()
-
     def _release_kept(self) -> None:
-        """The keeper's loop: every :data:`KEEPER_PERIOD_S` while arrays are kept, record the
-        pending streams' events and let go of the arrays whose events the device passed. Its
-        event queries leave other threads' graph captures valid (``relax_capture``)."""
+        """The keeper's loop, every :data:`KEEPER_PERIOD_S` while there is work; its event
+        queries leave other threads' graph captures valid (``relax_capture``)."""
         self.events.relax_capture()
         while True:
             with self.lock:
@@ -336,9 +309,9 @@ class Monitor:
             time.sleep(KEEPER_PERIOD_S)
 
     def _look(self) -> list[Sequence[Any]]:
-        """One look of the keeper (under the lock): the arrays it lets go. A stream being
-        captured into a graph keeps its pending arrays until its capture ends (an event recorded
-        on it now would be the graph's)."""
+        """One look of the keeper (under the lock): the pending streams' events recorded (not
+        on a stream being captured: the event would be the graph's), and the arrays whose events
+        the device passed, which it lets go."""
         for stream in list(self.pending):
             if not self.events.capturing(stream):
                 event, arrays = self.pending.pop(stream)
@@ -358,8 +331,7 @@ class Monitor:
 
     def _forget_retired(self) -> list[Any]:
         """Drop the retiring streams whose events the device has passed and that no launch
-        used since (one used again stays, and may retire later); returns their objects, for the
-        keeper to let go of outside the lock."""
+        used since; their objects, for the keeper to let go of outside the lock."""
         passed = {}
         for stream, (epoch, event) in list(self._retiring.items()):
             if stream not in self.pending and (event is None or self.events.passed(event)):
@@ -388,9 +360,8 @@ class Monitor:
             self._profiles[token] = []
             if not self.order.ordering:
                 self._start_ordering()
-            # Every launch is watched while a profile is open. What the quick streams noted
-            # without the lock is marked as their streams' use first, so that a barrier
-            # still waits for their open epoch.
+            # Every launch is watched while a profile is open. The quick streams' open epochs
+            # are marked used first, so that a barrier still waits for them.
             for stream in list(self.order.quick):
                 self.order.use(stream, ())
             self.order.quick.clear()
@@ -423,11 +394,9 @@ class Monitor:
 
 def _may_close(given: Any) -> bool:
     """Whether the stream ``given`` names may be destroyed while numbatune holds ``given``: a
-    raw handle, numba's external stream, torch's and CuPy's ``ExternalStream`` (a handle another
-    owner destroys), another library's ``__cuda_stream__`` object (cuda.core closes its streams
-    when asked). Not torch's and CuPy's own streams, though they have ``__cuda_stream__`` too:
-    their object keeps them (torch's come from a pool it never destroys, CuPy destroys one with
-    its object)."""
+    raw handle, numba's external stream, torch's and CuPy's ``ExternalStream``, another library's
+    ``__cuda_stream__`` object (cuda.core closes its streams when asked); not torch's and CuPy's
+    own streams, which their objects keep."""
     if isinstance(given, int):
         return True
     if _NUMBA_STREAM is not None and isinstance(given, _NUMBA_STREAM):
@@ -444,8 +413,8 @@ _ARRAY_LIBRARIES = ("torch", "cupy")
 
 def _current_cupy_stream(stream: int) -> Any:
     """CuPy's current stream object where its handle is ``stream``, else None: CuPy destroys a
-    stream with its object, so numbatune holds the object of a current stream it launches on as
-    it holds those given (torch's current streams come from a pool it never destroys)."""
+    stream with its object, so numbatune holds it as it holds those given (torch never destroys
+    its streams)."""
     cupy = sys.modules.get("cupy")
     current = None if cupy is None else cupy.cuda.get_current_stream()
     return current if current is not None and current.ptr == stream else None
@@ -523,9 +492,4 @@ def profile() -> Iterator[Profile]:
     try:
         yield result
     finally:
-        ended = end_profile(token)
-        result.device_s, result.launches, result.by_kernel = (
-            ended.device_s,
-            ended.launches,
-            ended.by_kernel,
-        )
+        vars(result).update(vars(end_profile(token)))
