@@ -1,30 +1,11 @@
 """Tuning levels, priorities and pruning: which variants a key's tuning tries.
 
-For each key, the user's ``prune(key, variants)`` (if any) first keeps the variants worth
-trying. Those are put in *priority groups*: variants of equal ``Variant.priority`` (computed for
-the key when it is a function) form a group, and groups are ordered from the highest priority
-down. The level decides how many groups are tuned together:
-
-| level     | groups benchmarked together     |
-| --------- | ------------------------------- |
-| minimal   | the highest-priority group only |
-| balanced  | the two highest groups          |
-| extensive | the three highest groups        |
-| full      | every group                     |
-
-Only if every variant tried fails (to compile or to launch) is the next group added and the
-set tuned again, one group at a time (cubecl's tune plans go on to the next group likewise);
-tuning raises only when every variant has failed. A kernel whose variants all share one
-priority (the default, 0) has a single group, so every level tries all its variants. A single
-variant tried alone is not measured: it is run once on clones of the arguments to check that it
-works, when other groups are left to fall back on.
-
-A stored result is reused while it covers the variants that the current level and prune would
-try first: a result tuned at ``minimal`` is tuned again when the level is raised to ``full``,
-and a result tuned at ``full`` serves every level. A stored search covers them when it searched
-one of the sets the plan tries, its first or one with more groups (a search tries few of its
-space's variants, so its results alone cannot say): the set of the size it searched, holding
-every variant it tried.
+docs/howto/levels.md describes them. For each key the user's ``prune(key, variants)`` keeps
+the variants worth trying; variants of equal ``Variant.priority`` (for the key) form groups,
+highest first; the level (:data:`GROUPS_BY_LEVEL`) says how many are tuned together. Only where
+every variant tried fails is the next group added and the set tuned again (cubecl's tune plans
+go on likewise). A stored result is reused while it covers the variants the plan tries first
+(:func:`reuse`).
 """
 
 from __future__ import annotations
