@@ -1,21 +1,15 @@
 """Trial runs: a variant's first run on this device, in a disposable worker process.
 
 A variant that writes far out of bounds kills the CUDA context of the process that runs it
-(``CUDA_ERROR_ILLEGAL_ADDRESS``), and one that loops forever hangs it. So a variant that has
-never run on this kind of device first runs once in a worker process with a CUDA context of its
-own, on copies of the arguments, within ``trial_timeout_s``; one that fails there is recorded as
-failed and never runs in the caller's process. docs/guarantees.md ("Your process") says what
-is isolated and what it costs.
-
-The arguments reach the worker once per tuning: by CUDA IPC from the caller's device memory
-(:func:`_shared_in_place`), else through host copies in one shared-memory file
-(:func:`_shared_copies`); the worker keeps a second device copy to start each trial from.
-Kernels are tried as they compile (:class:`Pipeline`); the kernels given since the last task
-go in one task, and the worker notes which one it is running (:class:`_Progress`), so that a
-lost task fails only that kernel (:func:`_failed_alone` says when one is tried again alone).
+(``CUDA_ERROR_ILLEGAL_ADDRESS``), and one that loops forever hangs it. So a variant that never
+ran on this kind of device first runs once in a worker process with a CUDA context of its own,
+on copies of the arguments, within ``trial_timeout_s``; one that fails there never runs in the
+caller's process. docs/guarantees.md ("Your process") says what is isolated, how the arguments
+reach the worker (by CUDA IPC: :func:`_shared_in_place`, else through one shared-memory file:
+:func:`_shared_copies`) and what a lost task costs (:class:`_Progress`, :func:`_failed_alone`).
 The ``isolate`` setting chooses what is tried: ``new`` (the default on a GPU) the variants that
-never ran (:mod:`numbatune.trials.ledger`), ``all`` every variant at every tuning, ``off`` none
-(the default under numba's simulator, where no kernel can spoil a context).
+never ran (:mod:`numbatune.trials.ledger`), ``all`` every variant, ``off`` none (the default
+under numba's simulator, where no kernel can spoil a context).
 """
 
 from __future__ import annotations
@@ -100,7 +94,6 @@ def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
     """(In the worker) keep device copies of the arguments ``layout`` describes (for an array
     a :class:`_OpenedByIpc` handle, or a :class:`_Slot` in the file at ``path``; else the value)
     for the trials that name ``token``."""
-
     buffer: Any = b""
     if path is not None:
         with open(path, "rb") as file:
@@ -113,13 +106,11 @@ def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
 
 
 def _device_copy(entry: Any, buffer: Any) -> Any:
-    """The value a layout's ``entry`` describes, its arrays (in tuples too) copied to the
-    device."""
+    """The value a layout's ``entry`` describes, its arrays (in tuples too) on the device."""
     from numba import cuda
 
     if isinstance(entry, tuple):
         return tuple(_device_copy(item, buffer) for item in entry)
-
     if isinstance(entry, _Slot):
         return cuda.to_device(entry.view(buffer))
     if isinstance(entry, _OpenedByIpc):
@@ -166,11 +157,10 @@ def trial(
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
     arguments, restored first, and wait for it: None for each that ran, else why it failed.
     On a GPU, a kernel that raised an exception of its own (no driver error: a debug kernel's
-    ``raise``) ran: the caller's process runs it too, and raises what it raises, as numba does.
-    A kernel whose launch the driver refused (:data:`REFUSED_LAUNCHES`: nothing ran) is noted
-    and the next one runs; any other failure ends the list, with why, and the worker (its
-    context may be spoilt). Before each kernel, its index and the time are written to the file
-    at ``progress`` (:class:`_Progress`)."""
+    ``raise``) ran: the caller's process runs it too, and raises what it raises. After a
+    launch the driver refused (:data:`REFUSED_LAUNCHES`) the next kernel runs; any other
+    failure ends the list and the worker (its context may be spoilt). Before each kernel, its
+    index and the time are written to the file at ``progress`` (:class:`_Progress`)."""
     if _staged.get("token") != token:
         raise NotStaged(token)
     reasons: list[str | None] = []
@@ -180,13 +170,12 @@ def trial(
             try:
                 _run_once(kernel, config, target)
             except Exception as error:
-                if not SIMULATOR and getattr(error, "code", None) is None:
-                    reasons.append(None)  # the kernel's own exception: it raises it here too
+                code = getattr(error, "code", None)
+                if SIMULATOR or code is not None:  # (else the kernel's own: it ran)
+                    reasons.append(f"{type(error).__name__}: {error}")
+                    if code not in REFUSED_LAUNCHES:
+                        return processes.Done(reasons, ended=True)
                     continue
-                reasons.append(f"{type(error).__name__}: {error}")
-                if getattr(error, "code", None) not in REFUSED_LAUNCHES:
-                    return processes.Done(reasons, ended=True)
-                continue
             reasons.append(None)
     return reasons
 
