@@ -22,7 +22,7 @@ from numbatune import arrays
 from numbatune.references import helpers, source_of
 from numbatune.streams.handles import synchronize
 
-#: (rtol, atol) by dtype kind and item size, for ``Check()`` without tolerances.
+#: (rtol, atol) by dtype kind and item size, for ``Check()`` without tolerances (others: exact).
 _TOLERANCES = {
     ("f", 2): (1e-2, 1e-3),
     ("f", 4): (1e-4, 1e-6),
@@ -30,12 +30,6 @@ _TOLERANCES = {
     ("c", 8): (1e-4, 1e-6),
     ("c", 16): (1e-10, 1e-13),
 }
-
-
-def default_tolerance(dtype: Any) -> tuple[float, float]:
-    """(rtol, atol) for comparing arrays of ``dtype``: exact for integers and booleans."""
-    dtype = np.dtype(dtype)
-    return _TOLERANCES.get((dtype.kind, dtype.itemsize), (0.0, 0.0))
 
 
 @dataclass(frozen=True)
@@ -86,11 +80,9 @@ class Check:
         tuple[float, float]
             ``(rtol, atol)``: those given, else the dtype's defaults.
         """
-        rtol, atol = default_tolerance(dtype)
-        return (
-            rtol if self.rtol is None else self.rtol,
-            atol if self.atol is None else self.atol,
-        )
+        dtype = np.dtype(dtype)
+        rtol, atol = _TOLERANCES.get((dtype.kind, dtype.itemsize), (0.0, 0.0))
+        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
 
 
 @dataclass(frozen=True)
@@ -161,19 +153,13 @@ def fingerprint(check: Check) -> str:
             continue
         parts.append(f"{role}: {source_of(function)}")
         parts += (f"{role} helper {h.__qualname__}: {source_of(h)}" for h in helpers(function))
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()[:32]
+    return hashlib.sha256("".join(f"{part}\0" for part in parts).encode()).hexdigest()[:32]
 
 
-def host_outputs(args: Sequence[Any], stream: Any = 0) -> list[np.ndarray | None]:
-    """Host copies of the array arguments (None for the others), once ``stream`` has passed
-    the work queued on it."""
+def _on_host(args: Sequence[Any], stream: Any) -> list[Any]:
+    """``args`` with host copies of the arrays, once ``stream`` has passed the work queued on it."""
     host = [
-        arrays.device_view(a).copy_to_host(stream=stream) if arrays.is_array(a) else None
-        for a in args
+        arrays.device_view(a).copy_to_host(stream=stream) if arrays.is_array(a) else a for a in args
     ]
     synchronize(stream)
     return host
@@ -196,9 +182,7 @@ def _observed(check: Check, host_args: Sequence[Any], names: Sequence[str]) -> O
 
 def observe(check: Check, args: Sequence[Any], names: Sequence[str], stream: Any = 0) -> Observed:
     """What a variant's run on the device arrays ``args`` left to compare."""
-    copies = host_outputs(args, stream)
-    host = [a if copy is None else copy for a, copy in zip(args, copies, strict=True)]
-    return _observed(check, host, names)
+    return _observed(check, _on_host(args, stream), names)
 
 
 def reference_outputs(
@@ -206,8 +190,7 @@ def reference_outputs(
 ) -> Observed:
     """What ``check.reference`` says a run on ``args`` leaves to compare."""
     assert check.reference is not None
-    copies = host_outputs(args, stream)
-    host = [a if copy is None else copy for a, copy in zip(args, copies, strict=True)]
+    host = _on_host(args, stream)
     returned = check.reference(*host)
     if returned is not None:
         last = max(i for i, a in enumerate(args) if arrays.is_array(a))
