@@ -22,7 +22,7 @@ from numbatune import devices
 from numbatune.config import Snapshot, settings
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench
-from numbatune.tuning.job import Launcher, bound
+from numbatune.tuning.job import Bound, Launcher
 from numbatune.tuning.results import Timed
 from numbatune.variants import Variant
 
@@ -72,7 +72,7 @@ class Screen:
         launchers = dict(batch)
         if self._best is not None:
             launchers.setdefault(*self._best)
-        runs = {v: bound(launcher, self._args, self._stream) for v, launcher in launchers.items()}
+        runs = {v: Bound(launcher, self._args, self._stream) for v, launcher in launchers.items()}
         with bench.device_lock:
             rounds = self._taken.early_stop_rounds
             timings = bench.measure(

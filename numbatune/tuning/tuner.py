@@ -22,7 +22,7 @@ from numbatune.errors import TuningError, as_raised
 from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench, checks, search
-from numbatune.tuning.job import Launcher, TuneJob, alone, bound
+from numbatune.tuning.job import Bound, Launcher, TuneJob, alone
 from numbatune.tuning.progress import Progress
 from numbatune.tuning.results import (
     Failed,
@@ -271,7 +271,7 @@ def _settled(
     if len(tied) < 2:
         return best, ()
     started = time.perf_counter()
-    runs = {v: bound(launchers[v], clones, job.stream) for v in tied}
+    runs = {v: Bound(launchers[v], clones, job.stream) for v in tied}
     with bench.device_lock:
         again = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     clock.benchmark_s += time.perf_counter() - started
@@ -418,7 +418,7 @@ def _measure(
         outcome = outcomes.setdefault(variant, _outcome(timing))
         clock.screened_out += isinstance(outcome, Timed)  # not those whose run raised
     runs = {
-        variant: bound(launcher, clones, job.stream)
+        variant: Bound(launcher, clones, job.stream)
         for variant, launcher in launchers.items()
         if variant not in outcomes
     }
