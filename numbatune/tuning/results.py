@@ -1,10 +1,7 @@
 """What tuning a key found: one outcome per variant, and the report that names the winner.
 
-Every state is a type. A variant was timed (:class:`Timed`), failed (:class:`Failed`; its run
-raised: :class:`Raised`), gave
-wrong results in check mode (:class:`Mismatched`) or was not tried (:data:`NOT_TRIED`); a report
-says where its answer came from (:class:`Source`). Reports are frozen: a changed copy is made
-with ``dataclasses.replace``.
+A variant was timed (:class:`Timed`), failed (:class:`Failed`; its run raised: :class:`Raised`),
+gave wrong results in check mode (:class:`Mismatched`) or was not tried (:data:`NOT_TRIED`).
 """
 
 from __future__ import annotations
@@ -183,10 +180,9 @@ class Failed:
 
 @dataclass(frozen=True)
 class Raised(Failed):
-    """A variant whose run raised ``exception`` (the kernel's own, as numba's launch raises
-    it: a debug kernel's ``raise MyError``, numba's refusal of the arguments); kept in memory
-    only, so that a tuning where every variant raised it can raise it too, and without its
-    traceback (whose frames hold the tuning's clones of the arguments)."""
+    """A variant whose run raised ``exception`` (a debug kernel's ``raise MyError``, numba's
+    refusal of the arguments), kept in memory only, so that a tuning where every variant raised
+    it can raise it too; without its traceback, whose frames hold the tuning's clones."""
 
     exception: BaseException = field(compare=False, repr=False)
 
@@ -387,14 +383,10 @@ class TuneReport:
         their medians.
 
         Each median is from the variant's latest measurement. A tuning that measures in
-        batches (a search, or an exhaustive run of more than 256 variants) measures each batch
-        together with the best variant so far, and the batch's fastest becomes the best: every
-        other variant lost to the winner, in a batch measured with it or to a variant that lost
-        to it later, and the winner's median is from the last batch it was measured in. Medians
-        of different batches are not comparable (a GPU that heats up between them runs the later
-        batch slower), so another variant's median may be below the winner's: the winner comes
-        first all the same, and the others follow in the order of their medians, which is the
-        order of their times only between variants measured in one batch.
+        batches (a search, or an exhaustive run of more than 256 variants) measures each with
+        the best so far, and medians of different batches are not comparable (a GPU that heats
+        up runs the later batch slower): another variant's median may be below the winner's,
+        which comes first all the same.
 
         Parameters
         ----------
