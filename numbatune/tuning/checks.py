@@ -1,12 +1,9 @@
 """Check mode: every variant's outputs compared with a reference while a key is tuned.
 
-A variant that is fast but wrong is the worst outcome an autotuner can give. In check mode
-each variant runs once on fresh copies of the caller's arguments, and every array argument it
-leaves behind is compared with the reference's: by default the kernel as written (run itself,
-whether or not a variant equals it; where it cannot run, the tuning says why and measures
-nothing), or a user function on host copies of the arguments. A variant that disagrees cannot
-win; the report, the disk cache and a warning say which output differed, in how many
-elements, and by how much at most.
+A variant that is fast but wrong is the worst outcome an autotuner can give. In check mode each
+variant runs once on fresh copies of the caller's arguments, and what it leaves is compared with
+the reference's (:class:`Check`); one that disagrees cannot win, and the report, the disk cache
+and a warning say where it differed (:class:`Mismatch`).
 """
 
 from __future__ import annotations
@@ -41,12 +38,9 @@ class Check:
 
     Parameters
     ----------
-    rtol
-        Relative tolerance; None: by dtype (1e-4 for float32, 1e-10 for float64, 1e-2 for
-        float16; exact for integers and booleans).
-    atol
-        Absolute tolerance; None: by dtype (1e-6 for float32, 1e-13 for float64, 1e-3 for
-        float16; exact for integers and booleans).
+    rtol, atol
+        Relative and absolute tolerances; None: by dtype (float32: 1e-4 and 1e-6, float64: 1e-10
+        and 1e-13, float16: 1e-2 and 1e-3; exact for integers and booleans).
     reference
         Called with host (NumPy) copies of the arguments, it must leave in them what the
         kernel leaves in its arrays; it may instead return the expected value of the last
@@ -68,17 +62,13 @@ class Check:
     outputs: Callable[..., Any] | None = None
 
     def tolerance(self, dtype: Any) -> tuple[float, float]:
-        """The tolerances this check uses for arrays of ``dtype``.
+        """The ``(rtol, atol)`` this check uses for arrays of ``dtype``: those given, else the
+        dtype's defaults.
 
         Parameters
         ----------
         dtype
             A NumPy dtype, or what ``numpy.dtype`` takes.
-
-        Returns
-        -------
-        tuple[float, float]
-            ``(rtol, atol)``: those given, else the dtype's defaults.
         """
         dtype = np.dtype(dtype)
         rtol, atol = _TOLERANCES.get((dtype.kind, dtype.itemsize), (0.0, 0.0))

@@ -101,8 +101,8 @@ _ORIGINS = {
 
 @dataclass(frozen=True)
 class Lookup:
-    """What a call with some arguments launches, and where that answer comes from: made by
-    `TunedKernel.lookup`, which tunes nothing.
+    """What a call with some arguments launches, and where that answer comes from
+    (`TunedKernel.lookup`, which tunes nothing).
 
     Attributes
     ----------
@@ -217,7 +217,7 @@ class VariantResult:
     variant : Variant
         The variant.
     outcome
-        What happened to it; its kind is `status`, and the properties below read it.
+        What happened to it (its kind is `status`), which the properties below read.
     """
 
     variant: Variant
@@ -273,9 +273,7 @@ class VariantResult:
 
 @dataclass(frozen=True, repr=False)
 class TuneReport:
-    """The outcome of tuning one key, as returned by ``tuned.tune(...)``: its key, the whole
-    `winner` (parameters and jit options), where the answer came from and one result per
-    variant.
+    """The outcome of tuning one key, as ``tuned.tune(...)`` returns it.
 
     Attributes
     ----------
@@ -290,9 +288,8 @@ class TuneReport:
     checked : bool
         Whether check mode compared the variants' outputs while tuning.
     check : str
-        Of a checked tuning, the fingerprint of its check (tolerances, reference and outputs
-        functions: :func:`numbatune.tuning.checks.fingerprint`); empty for others, and for
-        results stored before numbatune kept it.
+        Of a checked tuning, the fingerprint of its check
+        (:func:`numbatune.tuning.checks.fingerprint`); empty for others, and for older results.
     compile_s, trial_s, benchmark_s : float
         Seconds spent in this tuning compiling variants, running them first in a separate
         process (the ``isolate`` setting), and checking and timing them.
@@ -307,14 +304,12 @@ class TuneReport:
     space : int
         The number of variants it chose from.
     tied : tuple[int, ...]
-        Indices in ``results`` of the variants whose times were within the measurement's noise
-        of each other, the winner's among them, when timed again together: the winner is the
-        kernel as written where it is one of them, else the first (empty where no variant was
-        tied with the winner).
+        Indices in ``results`` of the variants within noise of each other, the winner among
+        them, when timed again together (the kernel as written where it is one, else the
+        first); empty where none was tied with the winner.
     timing : Timing
-        How the variants were timed: launches between CUDA events, replays of a CUDA graph
-        (the ``timing`` setting or option), or the wall clock under the simulator. Results
-        stored before numbatune kept it were timed as launches.
+        How the variants were timed: launches between CUDA events, replays of a CUDA graph, or
+        the wall clock under the simulator (older results: launches).
     """
 
     key: Hashable
