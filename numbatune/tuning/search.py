@@ -54,13 +54,14 @@ def proposer(
     the module says)."""
     inside = set(space)
     firsts = list(dict.fromkeys(v for v in starts if v in inside))
+    chosen = set(firsts)
+    rest = [v for v in space if v not in chosen]
     if strategy is Strategy.EXHAUSTIVE:
-        if len(space) <= WHOLE_UP_TO:
-            return _InOrder(list(space), len(space))
-        chosen = set(firsts)
-        return _InOrder(firsts + [v for v in space if v not in chosen], CHUNK)
+        whole = len(space) <= WHOLE_UP_TO
+        return _InOrder(list(space), len(space)) if whole else _InOrder(firsts + rest, CHUNK)
     if strategy is Strategy.RANDOM:
-        return _random_order(space, firsts, randomness, batch)
+        randomness.shuffle(rest)
+        return _InOrder(firsts + rest, batch)
     if strategy is Strategy.PATTERN:
         return _Pattern(space, firsts, randomness, batch)
     if strategy is Strategy.MODEL:
@@ -142,15 +143,6 @@ class _InOrder:
             if variant not in times:
                 proposal.append(variant)
         return proposal
-
-
-def _random_order(
-    space: Sequence[Variant], starts: list[Variant], randomness: random.Random, batch: int
-) -> _InOrder:
-    chosen = set(starts)
-    order = [v for v in space if v not in chosen]
-    randomness.shuffle(order)
-    return _InOrder(starts + order, batch)
 
 
 class _Pattern:

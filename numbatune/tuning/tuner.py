@@ -463,19 +463,14 @@ def _report(
 
 def _reference_outputs(job: TuneJob) -> checks.Observed | None:
     """In check mode, the outputs every variant's are compared with, computed once: the
-    check's reference function's, else the kernel as written's; None outside check mode."""
+    check's reference function's, else what the kernel as written leaves, run on clones of the
+    arguments (a :class:`TuningError` that says why where it cannot run: nothing is measured
+    then, no variant's results could be trusted); None outside check mode."""
     check = job.check
     if check is None:
         return None
     if check.reference is not None:
         return checks.reference_outputs(check, job.args, _names(job), job.stream)
-    return _written_outputs(job, check)
-
-
-def _written_outputs(job: TuneJob, check: checks.Check) -> checks.Observed:
-    """What the kernel as written (``job.reference``) leaves to compare, run on clones of the
-    arguments, whether or not a variant equals it; a :class:`TuningError` that says why where
-    it cannot run (nothing is measured then: no variant's results could be trusted)."""
     written = job.reference
     assert written is not None
     if isinstance(written, checks.CannotRun):
