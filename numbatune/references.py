@@ -1,10 +1,7 @@
 """What a kernel's code refers to: the names it reads and writes, the values behind them, and
-the device functions it calls at any depth.
-
-A kernel reads globals and closure variables by name, and attributes of modules
-(``helpers.outer``). numbatune follows those to the device functions a kernel calls (and those
-they call), to specialise every one of them on a variant's constants, to checksum what decides
-the code, and to tell which arguments the kernel uses as arrays.
+the device functions it calls at any depth (by name, closure or ``module.attribute``), from
+which numbatune specialises them all on a variant's constants, checksums what decides the code,
+and tells which arguments the kernel uses as arrays.
 """
 
 from __future__ import annotations

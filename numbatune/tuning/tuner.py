@@ -1,10 +1,8 @@
 """Running a tuning job: compile the variants, time them on clones of the arguments, pick one.
 
-The plan's variant sets are tried in turn (:meth:`numbatune.tuning.levels.Plan.tries`) until one
-has a working variant. In a set, the caller's arrays are never written: every variant runs on
-clones, made once before timing. A variant that fails to compile or launch is recorded with its
-error and left out; only when every variant fails does tuning raise, with one message that names
-them all. A set of one variant is not measured.
+The plan's variant sets are tried in turn until one has a working variant. A variant that fails
+to compile or launch is recorded with its error and left out; only when every variant fails does
+tuning raise, with one message that names them all. A set of one variant is not measured.
 """
 
 from __future__ import annotations
