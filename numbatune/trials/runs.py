@@ -198,9 +198,8 @@ class Trials:
         self._lock = threading.Lock()
 
     def start(self, timeout_s: float) -> None:
-        """Start the worker now, and in it numba and a CUDA context, while variants compile
-        (in a thread, within ``timeout_s``; a session waits for it). Nothing when the worker is
-        in use."""
+        """Start the worker, numba and a CUDA context in it, in a thread while variants compile
+        (within ``timeout_s``; a session waits for it), unless the worker is in use."""
         if not self._lock.acquire(blocking=False):
             return
 
@@ -216,10 +215,8 @@ class Trials:
     def session(
         self, args: tuple[Any, ...], stream: Any, target: Target, timeout_s: float
     ) -> Iterator[Session]:
-        """Trial runs on copies of ``args``, taken on numba's ``stream`` (where ``args`` are
-        valid: other streams' work does not wait for them), in as many calls of
-        :meth:`Session.run` as the caller makes, each task within ``timeout_s``; the worker is
-        this session's until it ends."""
+        """Trial runs on copies of ``args``, taken on numba's ``stream`` (where they are valid),
+        each task within ``timeout_s``; the worker is this session's until it ends."""
         with self._lock, contextlib.ExitStack() as stack:
 
             def ways() -> Iterator[tuple[str | None, tuple[Any, ...]]]:
@@ -234,10 +231,8 @@ class Trials:
 
 
 class Session:
-    """The arguments of one tuning, staged for trial runs (:meth:`Trials.session`). They reach
-    the worker by the first of ``ways`` (each a shared file's path, or None, and a layout)
-    that works: from the caller's device memory by CUDA IPC where every array can be shared so,
-    else through host copies in a shared file."""
+    """The arguments of one tuning, staged for trial runs (:meth:`Trials.session`) by the first
+    of ``ways`` (each a shared file's path, or None, and a layout) that works."""
 
     def __init__(
         self,
@@ -333,12 +328,10 @@ class _Unstaged:
 
 
 class Pipeline:
-    """Trial runs of kernels given one by one as they compile, in a thread of this process:
-    they run while the other kernels compile, each task within ``timeout_s``, and
-    ``tried(name, why)`` is told of each as its trial ends (``why`` None: it ran).
-    :meth:`finish` waits for them. Each task (copying the arguments, running kernels) holds
-    the device (:data:`numbatune.tuning.bench.device_lock`): it does not run while variants
-    are timed."""
+    """Trial runs of kernels given one by one as they compile, run in a thread of this process
+    while the others compile, each task within ``timeout_s`` and holding
+    :data:`numbatune.tuning.bench.device_lock` (not while variants are timed);
+    ``tried(name, why)`` is told of each as its trial ends (``why`` None: it ran)."""
 
     def __init__(
         self,
@@ -413,8 +406,7 @@ def _why(reason: str) -> str:
 
 def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The layout by which the worker copies each array of ``args`` from this process's device
-    memory (a :class:`_OpenedByIpc` for each), or None where one cannot be shared so (the simulator,
-    memory that CUDA IPC cannot share, another platform)."""
+    memory (a :class:`_OpenedByIpc` for each), or None where one cannot be shared so."""
     if SIMULATOR:
         return None
     try:

@@ -365,15 +365,11 @@ def measure(
     taken: Snapshot | None = None,
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``; under graph timing, a
-    :class:`~numbatune.tuning.job.Bound` launch), as the module says.
-
-    ``inputs`` are the arguments the runs work on; their size decides the L2 flush.
-    ``restore`` queues what puts them back as they were, before every run (warm-up runs too),
-    outside the timed region. A run that raises is recorded with its exception and not run
-    again; the others go on. ``rounds``: exactly this many timed rounds (on a GPU), not the
-    settings' budget. ``taken``: the settings of the tuning (None: the settings now), whose
-    ``timing`` chooses the stopwatch (:func:`timing`).
-    """
+    :class:`~numbatune.tuning.job.Bound` launch), as the module says: its result, or the
+    exception it raised (it is not run again). ``inputs``, the arguments the runs work on,
+    decide the L2 flush; ``restore`` queues what puts them back before every run, outside the
+    timed region; ``rounds``: exactly this many timed rounds on a GPU; ``taken``: the tuning's
+    settings (None: now's)."""
     taken = taken or settings.snapshot()
     timed_by = timing(taken)
     if timed_by is Timing.WALL_CLOCK:
@@ -399,8 +395,8 @@ def _rounds(
     bounds: tuple[int, int],
     taken: Snapshot,
 ) -> dict[Hashable, Timed | Exception]:
-    """The rounds of :func:`measure` on ``stopwatch``: warm-up (none for ``warmup_s`` None),
-    then timed rounds for ``budget_s``, between ``bounds`` rounds (fewest, most)."""
+    """The rounds of :func:`measure`: warm-up (none for ``warmup_s`` None), then timed rounds
+    for ``budget_s``, between ``bounds`` rounds (fewest, most)."""
     fewest, most = bounds
     samples: dict[Hashable, list[float]] = {name: [] for name in runs}
     failed: dict[Hashable, Exception] = {}

@@ -84,10 +84,8 @@ class Plan:
         return Plan(self.level, groups, max(1, min(self.count, len(groups))), self.pruned + removed)
 
     def tries(self) -> list[list[Variant]]:
-        """The variant sets to tune in turn: the level's groups, then one more group each time.
-
-        A later set is tuned only when every variant of the one before failed.
-        """
+        """The variant sets to tune in turn (a later one only when every variant of the one before
+        failed): the level's groups, then one more group each time."""
         return [
             [variant for group in self.groups[:end] for variant in group]
             for end in range(self.count, len(self.groups) + 1)
@@ -136,14 +134,11 @@ def _pruned(
 def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneReport | None:
     """A stored report as the answer for ``planned``, or None when it must be tuned again.
 
-    It serves when it has a result (a time, an error or a mismatch) for every variant the plan
-    tries first, or when both it and this tuning come from a search (``searched``: one that
-    does not try every variant; numbatune.tuning.search) and it searched one of the sets the
-    plan tries (its first set, or one with more groups: :func:`_searched_a_set_of`), whatever
-    its strategy and budget.
-    Its winner stays the winner unless the prune function now removes it; then the fastest of
-    the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
-    """
+    It serves when it has a result for every variant the plan tries first, or when both it and
+    this tuning come from a search (``searched``) and it searched one of the sets the plan
+    tries (:func:`_searched_a_set_of`), whatever its strategy and budget. Where the prune
+    function now removes its winner, the fastest of the stored variants it keeps wins (none
+    timed: tuned again)."""
     known = {r.variant for r in stored.results if r.tried}
     covered = (
         searched
