@@ -35,10 +35,9 @@ class TuningError(NumbatuneError, RuntimeError):
 
 def as_raised(error: TuningError, raised: list[BaseException]) -> TuningError:
     """``error``, where every variant's run raised an exception of one class (``raised``, one
-    per variant), as a TuningError that is also of that class, its cause the first of them:
-    ``except MyError`` catches the first call's error as it catches a hit's (numba's launch
-    raises the kernel's own exception). ``error`` itself where they differ, or the class
-    cannot be combined with TuningError."""
+    per variant), as a TuningError that is also of that class, caused by the first: ``except
+    MyError`` catches the first call's error as a hit's (numba's launch raises the kernel's own).
+    ``error`` itself where they differ, or the class cannot be combined with TuningError."""
     kinds = {type(exception) for exception in raised}
     if len(kinds) != 1 or issubclass(kinds.pop(), TuningError):
         return error
@@ -63,9 +62,8 @@ class StreamError(NumbatuneError, ValueError):
 
 class CaptureError(NumbatuneError, RuntimeError):
     """A call (or ``tune``) made while its stream is captured into a CUDA graph would tune (a
-    key with no winner in memory), which cannot run inside a capture. The message names the
-    kernel and the key and says to tune ahead (``kernel.warmup(*args)``); nothing reached the
-    device, and the capture stays valid."""
+    key with no winner in memory), which cannot run inside a capture; nothing reached the
+    device, and the capture stays valid (the message says to tune ahead: ``kernel.warmup``)."""
 
 
 class ProfileError(NumbatuneError, ValueError):
@@ -77,32 +75,24 @@ class CacheFileError(NumbatuneError, ValueError):
 
 
 class LaunchFunctionError(NumbatuneError, RuntimeError):
-    """A tuned kernel's launch function raised.
-
-    The message names the kernel and the parameters the launch function was called with; the
-    exception it raised is the cause (``__cause__``)."""
+    """A tuned kernel's launch function raised (the cause, ``__cause__``); the message names the
+    kernel and the parameters it was called with."""
 
 
 class KernelSourceError(NumbatuneError, TypeError):
-    """A kernel whose code numbatune must rewrite (``static_range``) and cannot.
-
-    Its source cannot be read, or a loop cannot be written out. The message names the kernel
-    and the line."""
+    """A kernel whose code numbatune must rewrite (``static_range``) and cannot: its source
+    cannot be read, or a loop cannot be written out (the message names the kernel and line)."""
 
 
 class BackendError(NumbatuneError, RuntimeError):
-    """No kernel can run in this process.
-
-    numba.cuda was imported before numbatune on a machine with no CUDA GPU, so numba uses the
-    real driver rather than its simulator. The message says what to do: import numbatune
-    first, or set ``NUMBA_ENABLE_CUDASIM=1``."""
+    """No kernel can run in this process: numba.cuda was imported before numbatune on a machine
+    with no CUDA GPU, so numba uses the real driver rather than its simulator (the message says
+    to import numbatune first, or set ``NUMBA_ENABLE_CUDASIM=1``)."""
 
 
 class CompilerNotFoundError(NumbatuneError, RuntimeError):
-    """Compiling ahead of time (``numbatune compile``) found no CUDA compiler library.
-
-    The library is NVRTC, NVVM or nvJitLink; the message names it and the extra that installs
-    it."""
+    """Compiling ahead of time (``numbatune compile``) found no CUDA compiler library (NVRTC,
+    NVVM or nvJitLink; the message names it and the extra that installs it)."""
 
 
 class RayNotInstalled(NumbatuneError, RuntimeError):

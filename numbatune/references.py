@@ -1,10 +1,7 @@
 """What a kernel's code refers to: the names it reads and writes, the values behind them, and
-the device functions it calls at any depth.
-
-A kernel reads globals and closure variables by name, and attributes of modules
-(``helpers.outer``). numbatune follows those to the device functions a kernel calls (and those
-they call), to specialise every one of them on a variant's constants, to checksum what decides
-the code, and to tell which arguments the kernel uses as arrays.
+the device functions it calls at any depth (by name, closure or ``module.attribute``), from
+which numbatune specialises them all on a variant's constants, checksums what decides the code,
+and tells which arguments the kernel uses as arrays.
 """
 
 from __future__ import annotations
@@ -42,10 +39,8 @@ def nested_codes(code: types.CodeType) -> Iterator[types.CodeType]:
 
 
 def names_read(code: types.CodeType) -> set[str]:
-    """Global and free-variable names a function's code (and the code nested in it) reads.
-
-    Attribute names (``module.NAME``) are not counted: rebinding them would change nothing.
-    """
+    """Global and free-variable names a function's code (and the code nested in it) reads (not
+    attribute names, ``module.NAME``: rebinding them would change nothing)."""
     return {
         instruction.argval
         for nested in nested_codes(code)
@@ -76,8 +71,7 @@ def _line_of(instruction: dis.Instruction) -> int | None:
 
 def attributes_read(code: types.CodeType) -> set[tuple[str, str]]:
     """``(name, attributes)`` for each chain of attributes the code reads of a global or free
-    variable ``name``, ``attributes`` dotted (``mod.helper``: ``("mod", "helper")``;
-    ``pkg.sub.N``: ``("pkg", "sub.N")``; ``cuda.threadIdx.x``)."""
+    variable ``name``, ``attributes`` dotted (``pkg.sub.N``: ``("pkg", "sub.N")``)."""
     found = set()
     for nested in nested_codes(code):
         chain: list[str] = []  # code ends in a return or a jump, never in a chain
@@ -103,8 +97,8 @@ def lookup(function: types.FunctionType, name: str) -> Any:
 
 
 def values_in(functions: Iterable[types.FunctionType], names: Iterable[str]) -> dict[str, Any]:
-    """The value each of ``names`` has for the first of ``functions`` that gives it one, as a
-    global or free variable (:func:`lookup`); names none of them gives one are left out."""
+    """The value each of ``names`` has for the first of ``functions`` that gives it one
+    (:func:`lookup`); names none of them gives one are left out."""
     functions = list(functions)
     values = {}
     for name in names:
@@ -118,7 +112,7 @@ def values_in(functions: Iterable[types.FunctionType], names: Iterable[str]) -> 
 def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:
     """How far a chain of ``attributes`` (dotted) read of ``value`` goes through modules
     (other than numba's), and the value it reaches there: ``("sub.N", 10)`` for ``pkg`` and
-    ``"sub.N"``, ``("", value)`` where ``value`` is no such module."""
+    ``"sub.N"``; ``""`` where ``value`` is no such module."""
     done: list[str] = []
     for attribute in attributes.split("."):
         if not isinstance(value, types.ModuleType) or is_numba(value):
@@ -131,9 +125,8 @@ def _through_modules(value: Any, attributes: str) -> tuple[str, Any]:
 
 
 def values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
-    """The globals and closure variables ``function`` reads, and what it reads through
-    modules (other than numba's) as attributes, at any depth (``pkg.sub.N``), as ``(name,
-    value)``; builtins are left out."""
+    """``(name, value)`` of the globals and closure variables ``function`` reads (not
+    builtins), and of what it reads through modules (not numba's) as attributes (``pkg.sub.N``)."""
     for name in sorted(names_read(function.__code__)):
         value = lookup(function, name)
         if value is not _MISSING:
@@ -147,15 +140,13 @@ def values_read(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
         yield label, found[label]
 
 
-#: The packages whose API kernels use: numba's and numba-cuda-mlir's (their versions are in
-#: the checksum).
+#: The packages whose API kernels use (their versions are in the checksum).
 _COMPILER_PACKAGES = ("numba", "numba_cuda_mlir")
 
 
 def is_numba(value: Any) -> bool:
-    """Whether ``value`` is part of numba's own API, or numba-cuda-mlir's (the compiler's
-    version in the checksum covers it; the simulator's objects differ from a GPU's, and must not
-    change compiled kernels' keys)."""
+    """Whether ``value`` is part of numba's own API, or numba-cuda-mlir's (the checksum has the
+    compiler's version; the simulator's objects differ from a GPU's, and must not change keys)."""
     name = (
         value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "")
     )
@@ -179,7 +170,7 @@ def device_function_of(value: Any) -> types.FunctionType | None:
 
 def device_functions_in(value: Any, where: str = "") -> Iterator[tuple[str, Any]]:
     """The device functions ``value`` is, or holds in tuples, lists and dict values at any
-    depth (dicts in the order of their keys' :func:`stable_text`), each with where it lies in
+    depth (dicts in their keys' :func:`stable_text` order), each with where it lies in
     ``value``, after ``where``: ``""`` for the value itself, ``[0]``, ``['first'][1]``."""
     if device_function_of(value) is not None:
         yield where, value
@@ -193,9 +184,8 @@ def device_functions_in(value: Any, where: str = "") -> Iterator[tuple[str, Any]
 
 @dataclass(frozen=True)
 class Callee:
-    """A device function ``caller`` reaches by ``name`` (a global or closure variable) or by
-    ``name.attribute`` (an attribute of a module, or a dotted chain of them through modules:
-    ``pkg.sub.helper``)."""
+    """A device function a caller reaches by ``name`` (a global or closure variable) or by
+    ``name.attribute`` (through modules: ``pkg.sub.helper``)."""
 
     name: str
     attribute: str | None
@@ -236,9 +226,9 @@ def reachable(function: types.FunctionType) -> list[types.FunctionType]:
 
 
 def source_of(function: Callable[..., Any]) -> str:
-    """The source of a function (of a lambda, the lambda alone, not the rest of its line; of a
-    ``functools.partial`` or callable object: of what it calls, with its bound arguments), or
-    its code's bytes and constants where no source can be read."""
+    """The source of a function (of a lambda, the lambda alone; of a ``functools.partial`` or
+    callable object, of what it calls, with its bound arguments), or its code's bytes and
+    constants where no source can be read."""
     target = getattr(function, "func", None)
     if target is not None and callable(target):  # functools.partial
         bound = stable_text((tuple(function.args), dict(function.keywords)))
@@ -257,9 +247,8 @@ def source_of(function: Callable[..., Any]) -> str:
 
 
 def _lambda_source(function: types.FunctionType | types.MethodType) -> str:
-    """The text of the lambda ``function`` alone: of the lambdas that begin on its first line,
-    those of its parameters (several only where one line holds two such); its source lines
-    where its file does not parse."""
+    """The text of the lambdas that begin on ``function``'s first line with its parameters
+    (several only where one line holds two such); its source lines where its file does not parse."""
     lines, _ = inspect.findsource(function)
     source = "".join(lines)
     parameters = list(inspect.signature(function).parameters)
@@ -273,8 +262,8 @@ def _lambda_source(function: types.FunctionType | types.MethodType) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _lambdas(source: str) -> dict[int, list[ast.Lambda]]:
-    """The lambdas of a module's ``source`` by the line each begins on (parsed once: a
-    module's kernels' options are often lambdas); none where it does not parse."""
+    """The lambdas of a module's ``source`` by the line each begins on (parsed once for all its
+    lambdas: kernels' options often are)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -294,8 +283,7 @@ def _parameters(arguments: ast.arguments) -> list[ast.arg]:
 
 
 def _undecorated(source: str) -> str:
-    """A function's (or class's) source less the decorators above its ``def`` (or
-    ``class``); ``source`` itself where it has none or does not parse."""
+    """A function's (or class's) source less its decorators (``source`` where it does not parse)."""
     try:
         node = ast.parse(textwrap.dedent(source)).body[0]
     except (SyntaxError, IndexError):
@@ -306,10 +294,9 @@ def _undecorated(source: str) -> str:
 
 
 def helpers(function: Callable[..., Any]) -> list[types.FunctionType]:
-    """The plain Python functions ``function`` (a launch function: a function, a
-    ``functools.partial`` or a callable object) calls, by name, closure or ``module.attribute``,
-    at any depth, that belong to its own top-level package (its code's helpers, not libraries'
-    functions), each once, in a fixed order."""
+    """The plain Python functions of its own top-level package (not libraries') that
+    ``function`` (a function, ``functools.partial`` or callable object) calls, by name, closure
+    or ``module.attribute``, at any depth, each once, in a fixed order."""
     while callable(getattr(function, "func", None)):  # functools.partial
         function = function.func  # type: ignore[union-attr]
     if not isinstance(function, types.FunctionType):
@@ -350,14 +337,11 @@ def value_text(value: Any) -> str:
 
 def code_description(function: types.FunctionType, device: bool = False) -> list[str]:
     """What decides the code of ``function``, a kernel (a device function if ``device``): its
-    source, the values of the globals and closure variables it reads, and, through every
-    device function it calls (by name, closure or ``module.attribute``, at any depth) or reads
-    in tuples, lists and dicts (:func:`device_functions_in`), theirs.
-
-    A kernel's source is taken without its decorators: ``autotune``'s options there change
-    no code, and the kernel's jit options and signatures count on their own. A device
-    function's keeps its ``cuda.jit(device=True, ...)``, whose options change its code.
-    """
+    source, the values of the globals and closure variables it reads, and those of every device
+    function it calls or reads in tuples, lists and dicts (:func:`device_functions_in`), at any
+    depth. A kernel's source is taken without its decorators (``autotune``'s options change no
+    code; its jit options and signatures count on their own); a device function's keeps its
+    ``cuda.jit(device=True, ...)``, whose options change its code."""
     parts: list[str] = []
     seen: set[int] = set()
     pending = [("device" if device else "kernel", function)]
@@ -419,10 +403,9 @@ def array_parameters(function: types.FunctionType) -> dict[str, str]:
 @dataclass(frozen=True)
 class ElementUse:
     """How a kernel's own code uses the elements of an array parameter: whether it reads them,
-    writes them, and with how many indices (``a[i, j]``: 2). A use this does not follow (the
-    array passed to a function, such as an atomic or a device function, a view or slice of it
-    taken, by any index not an integer for certain (:class:`_Indices`), the name rebound)
-    counts as reading and writing."""
+    writes them, and with how many indices (``a[i, j]``: 2). A use not followed (passed to a
+    function, such as an atomic, a view or slice taken, an index not an integer for certain:
+    :class:`_Indices`, the name rebound) counts as reading and writing."""
 
     reads: bool = False
     writes: bool = False
@@ -435,9 +418,8 @@ class ElementUse:
 
     def rerun_changes_nothing(self, ndim: int, records: bool) -> bool:
         """Whether a run of the kernel can neither see what an earlier run wrote into an array
-        of ``ndim`` dimensions used this way, nor change what a later run reads: it is only
-        read, or only written, element by element (an element of a record array is a view).
-        """
+        of ``ndim`` dimensions used this way nor change what a later one reads: only read, or
+        only written, element by element (an element of a record array is a view)."""
         elements = all(count >= ndim for count in self.indices) and not records
         return elements and not (self.reads and self.writes)
 
@@ -522,10 +504,9 @@ _INTEGER_FUNCTIONS = frozenset(
 class _Indices:
     """Which of a kernel's indices are element indices for certain: integers (or tuples of
     them) made of integer constants, the kernel's parameters, integer globals, numba's API
-    (``cuda.threadIdx.x``, ``cuda.grid(1)``), calls of :data:`_INTEGER_FUNCTIONS`, arithmetic,
-    and local names every assignment (or loop) of which binds such a value. Any other index
-    may select several elements: a slice (``a[i:j]``, ``s = slice(i, j); a[s]``), ``...``,
-    ``None``, a device function's result, a name bound to one of these."""
+    (``cuda.grid(1)``), calls of :data:`_INTEGER_FUNCTIONS`, arithmetic, and local names every
+    binding of which is such a value. Any other (a slice, ``...``, ``None``, a device
+    function's result, a name bound to one) may select several elements."""
 
     def __init__(
         self,
@@ -573,8 +554,7 @@ class _Indices:
 
     def _value(self, node: ast.expr) -> Any:
         """The value a global name, or a chain of attributes of one through modules, has;
-        ``_MISSING`` for anything else (the simulator's ``cuda`` has no ``grid`` until a
-        kernel runs)."""
+        ``_MISSING`` for anything else (the simulator's ``cuda`` has no ``grid`` before a run)."""
         if isinstance(node, ast.Name):
             if node.id in self._bindings or node.id in self._parameters:
                 return _MISSING
@@ -600,16 +580,15 @@ _ARITHMETIC = (
 
 
 def _gives_integers(function: Any) -> bool:
-    """Whether calls of ``function`` give integers (or tuples of them): numba's API, and
-    :data:`_INTEGER_FUNCTIONS`."""
+    """Whether calls of ``function`` give integers (or tuples of them)."""
     python = device_function_of(function) or function
     name = f"{getattr(python, '__module__', '')}.{getattr(python, '__qualname__', '')}"
     return is_numba(function) or name in _INTEGER_FUNCTIONS
 
 
 def _bound_value(name: ast.Name, parents: dict[ast.AST, ast.AST]) -> ast.expr | None:
-    """What an assignment binds ``name`` from (all its right-hand side where it unpacks:
-    ``i, j = cuda.grid(2)``), or a loop (its iterable); None for any other binding."""
+    """What an assignment (all its right-hand side where it unpacks) or a loop (its iterable)
+    binds ``name`` from; None for any other binding."""
     target: ast.AST = name
     while isinstance(parents.get(target), ast.Tuple | ast.List | ast.Starred):
         target = parents[target]

@@ -1,11 +1,9 @@
 """Finding a key's winner: the one walk from the winner table to a tuning.
 
-A call whose key the winner table does not hold, and every ``tune``, ask the resolver. It
-takes a snapshot of the settings and walks, control going down only (the tune cache is
-passive, tuning gets values): memory, the claim on the key, then under the key's lock among
-processes the disk, the ranks, the miss policy or a tuning, and the winner published
-(:meth:`Resolver.resolve`; docs/architecture.md draws the walk). A key served under the
-``background`` policy comes back marked to be tuned later (:attr:`Resolved.tune_later`).
+A call whose key the winner table does not hold, and every ``tune``, ask the resolver, which
+takes a snapshot of the settings and walks (docs/architecture.md draws it): memory, the claim
+on the key, then under the key's lock among processes the disk, the ranks, the miss policy or a
+tuning, and the winner published.
 """
 
 from __future__ import annotations
@@ -133,9 +131,9 @@ class Resolver:
         force: bool,
         serve: bool,
     ) -> Miss:
-        """A request for ``key``'s winner, for a call's ``arguments`` (read and checked), on
-        numba's stream for ``stream`` (the stream monitor told: tuning's clones of the arrays
-        are copied on it, after their last tuned uses); a clear error for unhashable keys."""
+        """A request for ``key``'s winner (checked hashable), for a call's ``arguments``, on
+        numba's stream for ``stream`` (the stream monitor told: tuning's clones are copied on
+        it, after the arrays' last tuned uses)."""
         keys.check_hashable(key, self._spec.kernel_name)
         given, stream = stream, numba_stream(stream, arguments.values)
         handle = raw_stream(stream)
@@ -166,8 +164,7 @@ class Resolver:
     def peek(self, cache: TuneCache, key: Hashable, arguments: Arguments) -> TuneReport | None:
         """What a call's walk would find for ``key`` (not in the winner table) without tuning,
         waiting or recording: the stored entry that serves the plan, else what the miss policy
-        serves (the nearest tuned key's winner, or the kernel as written); None where a call
-        tunes the key first (or raises, under ``on_miss="error"``)."""
+        serves; None where a call tunes the key first (or raises, under ``on_miss="error"``)."""
         walk = self._walk(Miss(key, arguments, None, serve=True), settings.snapshot())
         stored = cache.load(canonical_key(key))
         stored = None if stored is None else _reuse(stored, walk)
@@ -287,9 +284,8 @@ class Resolver:
         )
 
     def _served(self, cache: TuneCache, walk: _Walk) -> TuneReport:
-        """A key the miss policy says not to tune now: the winner of the nearest tuned key
-        that the plan allows, else the kernel as written (or the first variant the plan
-        tries), unmeasured."""
+        """A key the miss policy says not to tune now: the winner of the nearest tuned key the
+        plan allows, else the kernel as written (or the plan's first variant), unmeasured."""
         spec, key = self._spec, walk.miss.key
         allowed = set(walk.plan.allowed)
         nearest = [v for v in cache.winners_near(key) if v in allowed][:1]
@@ -304,14 +300,9 @@ class Resolver:
 
     def _starts(self, cache: TuneCache, key: Hashable, plan: levels.Plan) -> tuple[Variant, ...]:
         """Where a search starts: the kernel as written, the variants of the highest priority
-        (where the level tunes them with lower ones), and the winners of this kernel's other
-        keys, nearest first.
-
-        The starts serve every variant set the plan tries in turn. Where the highest group is
-        the whole first set, it is not a start: the first set's search chooses among it anyway,
-        and a fallback set, tuned because every variant it tried failed, would spend its budget
-        on them again first.
-        """
+        (where the level tunes them with lower ones: where they are the whole first set, its
+        search chooses among them anyway, and a fallback set would spend its budget on them
+        again first), and the winners of this kernel's other keys, nearest first."""
         highest = plan.groups[0] if plan.count > 1 else ()
         return (self._spec.reference_variant, *highest, *cache.winners_near(key))
 
@@ -335,8 +326,8 @@ class Resolver:
                            name, miss.key, path, error)  # fmt: skip
 
     def _time_launch_function(self, args: tuple[Any, ...], variant: Variant) -> None:
-        """Time the launch function for the tuned winner (it runs on every launch); warn once,
-        naming it, when it is slow (a copy from the device in it, say)."""
+        """Time the launch function for the tuned winner (it runs on every launch); warn once
+        when it is slow (a copy from the device in it, say)."""
         launch, params = self._spec.launch, self._spec.launch_params[variant]
         times = []
         for _ in range(_LAUNCH_FUNCTION_CALLS):
@@ -362,11 +353,9 @@ def _from_memory(winner: Winner) -> TuneReport:
 
 
 def _reuse(stored: TuneReport, walk: _Walk) -> TuneReport | None:
-    """A stored report as the answer, or None to tune again: on a GPU, one timed otherwise
-    than the walk's tuning times (launches, graph replays: other measurements, which may
-    choose another winner) is tuned again (under the simulator, whose times mean nothing, any
-    serves); so, in check mode, is one tuned without checks, or with another check (its
-    verdicts of which variants are wrong are not this check's); otherwise as
+    """A stored report as the answer, or None to tune again: one timed otherwise than the
+    walk's tuning times (on a GPU: launches, graph replays may choose another winner), or, in
+    check mode, checked otherwise (its verdicts are not this check's); else as
     :func:`numbatune.tuning.levels.reuse` decides."""
     if not stored.timing.serves(walk.timing):
         return None

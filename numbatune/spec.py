@@ -1,9 +1,5 @@
-"""A tuned kernel's specification: ``autotune``'s options, written once, checked once.
-
-`autotune` builds a :class:`KernelSpec` from its keyword arguments; the tuned kernel, the
-resolver and its tunings read the options from it, checked; ``with_variants`` is a
-``dataclasses.replace`` of it. Every check of an option is here, with the message that names
-the kernel and the option.
+"""A tuned kernel's specification: ``autotune``'s options, written once, checked once (every
+check of an option is here, with the message that names the kernel and the option).
 """
 
 from __future__ import annotations
@@ -36,16 +32,10 @@ from numbatune.variants import Variant, as_variants
 
 @dataclass(frozen=True, eq=False)
 class KernelSpec:
-    """The options of one tuned kernel, as `autotune` documents them.
-
-    Made with the values `autotune` takes, each checked when the spec is made (a
-    ``dataclasses.replace`` of a spec makes a new one, checked again). The options hold what
-    was given (``variants`` as `Variant` objects, ``read_only`` as a frozenset), and ``check``,
-    ``search`` and ``budget`` as spelt: tuned kernels share their state only with those whose
-    options are spelt alike (:meth:`sharing_options`). What the options imply (the kernel as a
-    template, ``check``, ``search`` and ``budget`` as values, each variant's launch parameters,
-    the key function) is derived once, when the spec is made.
-    """
+    """The options of one tuned kernel, as `autotune` documents them, each checked when the
+    spec is made (``dataclasses.replace`` makes one checked again); what they imply is derived
+    then. ``check``, ``search`` and ``budget`` stay as spelt: tuned kernels share their state only
+    with those whose options are spelt alike (:meth:`sharing_options`)."""
 
     kernel: Any
     variants: tuple[Variant, ...]
@@ -168,13 +158,6 @@ class KernelSpec:
             return keys.default_key_of(arguments)
         return self.key_function(arguments.values)
 
-    def runnable_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
-        """``winner``, or where ``valid`` says it may not run on ``args``, the fastest
-        measured variant that may (:meth:`valid_winner`)."""
-        if self.valid is None or self.is_valid(winner.variant, args):
-            return winner
-        return self.valid_winner(winner, args)
-
     def launch_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
         """The launch configuration the launch function gives ``variant`` for ``args``."""
         params = params_taken(self.launch, variant, self.launch_params)
@@ -196,9 +179,11 @@ class KernelSpec:
         except Exception as error:
             raise launch_error(error, params, self.kernel_name, "valid") from error
 
-    def valid_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
-        """For a call the key's ``winner`` is not valid for: the fastest variant measured for
-        the key that is; a ValueError when none is."""
+    def runnable_winner(self, winner: Winner, args: tuple[Any, ...]) -> Winner:
+        """``winner``, or where ``valid`` says it may not run on ``args``, the fastest variant
+        measured for the key that may; a ValueError when none is."""
+        if self.valid is None or self.is_valid(winner.variant, args):
+            return winner
         timed = sorted(
             (result.median_s, self.index[result.variant])
             for result in winner.report.results

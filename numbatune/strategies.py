@@ -1,7 +1,5 @@
-"""What a search is asked to do: its strategy, budget and seed, as plain values.
-
-Settings (:mod:`numbatune.config`) and ``autotune(search=..., budget=...)`` hold these; the
-strategies themselves are in :mod:`numbatune.tuning.search`.
+"""What a search is asked to do (its strategy, budget and seed), as the settings and
+``autotune(search=..., budget=...)`` hold it; the strategies are in :mod:`numbatune.tuning.search`.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ MODEL_NEEDS_SKLEARN = (
 
 
 class Strategy(TextEnum):
-    """How a tuning chooses the variants it measures (compares equal to its value).
-
-    The values of ``autotune(search=...)`` and of the ``search`` setting.
+    """How a tuning chooses the variants it measures: ``autotune(search=...)`` and the ``search``
+    setting (compares equal to its value).
 
     Attributes
     ----------
@@ -50,17 +47,13 @@ class Strategy(TextEnum):
     MODEL = "model"
 
     def for_space(self, size: int) -> Strategy:
-        """The strategy that runs for a space of ``size`` variants (``auto`` resolved).
+        """The strategy that runs for a space of ``size`` variants: this one, or for `AUTO`
+        `EXHAUSTIVE` or `PATTERN` by the size.
 
         Parameters
         ----------
         size
             The number of variants in the space.
-
-        Returns
-        -------
-        Strategy
-            This strategy, or for `AUTO` `EXHAUSTIVE` or `PATTERN` by the size.
         """
         if self is not Strategy.AUTO:
             return self
@@ -84,9 +77,8 @@ def as_strategy(value: Any, where: str) -> Strategy:
 class Budget:
     """When a search stops: after ``variants`` tried or ``seconds`` of tuning, whichever first.
 
-    A search measures its proposals in batches, and does not start a batch that would end
-    past the seconds if it took as long as the one before; a batch that takes longer than
-    the one before still ends past them. An exhaustive search ignores the budget.
+    A search does not start a batch that would end past the seconds if it took as long as the
+    one before (one that takes longer still does). An exhaustive search ignores the budget.
 
     Parameters
     ----------
@@ -115,19 +107,14 @@ class Budget:
     seconds: float | None = None
 
     def __post_init__(self) -> None:
-        if self.variants is not None and (
-            isinstance(self.variants, bool) or not isinstance(self.variants, int)
-        ):
-            raise TypeError(f"Budget: variants must be an integer or None, got {self.variants!r}")
-        if self.variants is not None and self.variants < 1:
-            raise ValueError(f"Budget: variants must be >= 1, got {self.variants}")
-        if self.seconds is not None and not (
-            isinstance(self.seconds, int | float)
-            and not isinstance(self.seconds, bool)
-            and self.seconds > 0
-            and math.isfinite(self.seconds)
-        ):
-            raise ValueError(f"Budget: seconds must be a number > 0 or None, got {self.seconds!r}")
+        variants, seconds = self.variants, self.seconds
+        if variants is not None and (isinstance(variants, bool) or not isinstance(variants, int)):
+            raise TypeError(f"Budget: variants must be an integer or None, got {variants!r}")
+        if variants is not None and variants < 1:
+            raise ValueError(f"Budget: variants must be >= 1, got {variants}")
+        number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        if seconds is not None and not (number and seconds > 0 and math.isfinite(seconds)):
+            raise ValueError(f"Budget: seconds must be a number > 0 or None, got {seconds!r}")
 
     def __str__(self) -> str:
         parts = [] if self.variants is None else [str(self.variants)]
@@ -141,18 +128,8 @@ class Budget:
         Parameters
         ----------
         text
-            ``"200"`` (variants), ``"60s"`` (seconds), ``"200,60s"`` (both) or
-            ``"unlimited"``.
-
-        Returns
-        -------
-        Budget
-            The budget.
-
-        Raises
-        ------
-        ValueError
-            ``text`` is none of these forms.
+            ``"200"`` (variants), ``"60s"`` (seconds), ``"200,60s"`` (both) or ``"unlimited"``;
+            a ValueError for any other.
         """
         variants: int | None = None
         seconds: float | None = None

@@ -1,14 +1,8 @@
 """Tools for testing tuned kernels: agreement across variants, and Hypothesis strategies.
 
-``assert_variants_agree(tuned, *args)`` runs every variant on copies of the arguments and fails
-with a diff naming the variants that disagree with the kernel as written.
-``covering_variants(tuned)`` picks a few variants that between them take every value of every
-parameter, for tests under numba's simulator, where every thread is a Python thread. The
-strategies draw the inputs autotuned kernels get wrong: sizes at and around each variant's block
-and tile sizes, empty and one-element arrays, primes, non-contiguous views, and special float
-values on request.
-
-Hypothesis is imported when a strategy is first asked for, so this module loads without it.
+The strategies draw the inputs autotuned kernels get wrong: sizes at and around each variant's
+block and tile sizes, empty and one-element arrays, primes, non-contiguous views, and special
+float values on request. Hypothesis is imported when a strategy is first asked for.
 """
 
 from __future__ import annotations
@@ -35,11 +29,9 @@ def assert_variants_agree(
     atol: float | None = None,
     outputs: Callable[..., Any] | None = None,
 ) -> None:
-    """Run every variant of a tuned kernel on copies of ``args`` and compare their outputs.
-
-    The reference is the kernel as written: compiled with the values its module (or
-    closure) gives the parameters, whether or not a variant equals it, as check mode's. Each
-    run is on its own copies of the arguments; the caller's arrays are not written.
+    """Run every variant of a tuned kernel on copies of ``args`` and compare their outputs with
+    the kernel as written's (compiled with the values its module or closure gives the
+    parameters, as check mode's reference). The caller's arrays are not written.
 
     Parameters
     ----------
@@ -57,10 +49,8 @@ def assert_variants_agree(
     Raises
     ------
     AssertionError
-        A variant left other arrays than the reference did, or raised; the message names each
-        such variant and where it differed. Also when the kernel as written cannot run on
-        ``args`` (a parameter the launch function needs has no value as written, ``valid``
-        refuses it, or it raised): the message says why.
+        A variant left other outputs than the reference did, or raised (the message names each
+        and where it differed), or the kernel as written cannot run on ``args`` (it says why).
     """
     check = Check(rtol=rtol, atol=atol, outputs=outputs)
     names = list(tuned._parameters)
@@ -102,22 +92,15 @@ def _observed_run(
 
 
 def covering_variants(tuned: TunedKernel) -> list[Variant]:
-    """A few variants that between them take every value of every parameter and jit option.
-
-    So each code path a parameter switches on runs, for tests under numba's simulator, where
-    every thread is a Python thread. Picked greedily, each time the variant that takes the most
-    values not yet taken (the earliest on a tie).
+    """A few variants that between them take every value of every parameter and jit option, in
+    their order, so that each code path a parameter switches on runs in tests under numba's
+    simulator (``tuned.with_variants(covering_variants(tuned))``). Picked greedily: each time
+    the variant that takes the most values not yet taken (the earliest on a tie).
 
     Parameters
     ----------
     tuned
         The tuned kernel whose variants to pick from.
-
-    Returns
-    -------
-    list[Variant]
-        The variants picked, in their original order.
-        ``tuned.with_variants(covering_variants(tuned))`` tunes just these.
     """
     variants = tuned.variants
     values = [
@@ -135,21 +118,16 @@ def covering_variants(tuned: TunedKernel) -> list[Variant]:
 
 
 def edge_sizes(tuned: TunedKernel | None = None, extra: Iterable[int] = ()) -> list[int]:
-    """Sizes that autotuned kernels get wrong.
+    """Sizes that autotuned kernels get wrong, sorted: 0, 1, small primes up to 1021, and for
+    every positive integer parameter value of ``tuned``'s variants that value, one less and one
+    more, and twice it plus one.
 
     Parameters
     ----------
     tuned
-        A tuned kernel whose integer parameter values (block and tile sizes) add sizes, or
-        None.
+        A tuned kernel whose integer parameter values (block and tile sizes) add sizes, or None.
     extra
         More sizes to include.
-
-    Returns
-    -------
-    list[int]
-        Sorted: 0, 1, small primes up to 1021, and for every positive integer parameter value
-        of ``tuned``'s variants that value, one less and one more, and twice it plus one.
     """
     sizes = {0, 1, *_SMALL_PRIMES, *extra}
     for variant in tuned.variants if tuned is not None else ():
@@ -161,7 +139,8 @@ def edge_sizes(tuned: TunedKernel | None = None, extra: Iterable[int] = ()) -> l
 
 
 def shapes(tuned: TunedKernel | None = None, ndim: int = 1, max_side: int = 1 << 12) -> Any:
-    """A Hypothesis strategy of shapes whose sides are the `edge_sizes` of a tuned kernel.
+    """A Hypothesis strategy of shapes (tuples of ``ndim`` sides) whose sides are the
+    `edge_sizes` of a tuned kernel.
 
     Parameters
     ----------
@@ -171,11 +150,6 @@ def shapes(tuned: TunedKernel | None = None, ndim: int = 1, max_side: int = 1 <<
         The number of dimensions.
     max_side
         The largest side drawn.
-
-    Returns
-    -------
-    hypothesis.strategies.SearchStrategy
-        Tuples of ``ndim`` sides.
     """
     from hypothesis import strategies as st
 
@@ -190,17 +164,8 @@ def dtypes(kinds: str = "f") -> Any:
     ----------
     kinds
         Letters of the kinds to draw: ``f`` floats (float32, float64), ``i`` signed and ``u``
-        unsigned integers (8 to 64 bits), ``c`` complex, ``b`` booleans.
-
-    Returns
-    -------
-    hypothesis.strategies.SearchStrategy
-        NumPy dtypes.
-
-    Raises
-    ------
-    ValueError
-        A letter that is not one of ``fiucb``.
+        unsigned integers (8 to 64 bits), ``c`` complex, ``b`` booleans (a ValueError for
+        others).
     """
     from hypothesis import strategies as st
 
@@ -229,11 +194,6 @@ def host_arrays(dtype: Any, shape: Any, special_values: bool = False) -> Any:
     special_values
         Draw negative zero, subnormals, infinities and NaN too; otherwise floats (and both
         parts of complex numbers) are finite and normal, or zero.
-
-    Returns
-    -------
-    hypothesis.strategies.SearchStrategy
-        NumPy arrays.
     """
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
@@ -270,11 +230,6 @@ def device_arrays(
     strided
         True: views of every other element of a larger array (not contiguous; empty arrays
         stay contiguous); False: contiguous arrays; None: both kinds.
-
-    Returns
-    -------
-    hypothesis.strategies.SearchStrategy
-        numba device arrays.
     """
     from hypothesis import strategies as st
 

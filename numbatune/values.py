@@ -1,9 +1,6 @@
-"""Plain values as numbatune compares, rounds and writes them.
-
-One home for what several modules need of a value: whether it is an integer (a bool is not),
-the power of two a size rounds up to, and the stable text of a value, which is the same in
-every process (no memory addresses, no hash seeds), for variant labels, stored keys and
-checksums; and enums whose members are their text.
+"""Plain values as numbatune compares, rounds and writes them: integers (a bool is not one), powers
+of two, the stable text of a value (the same in every process: for variant labels, stored keys
+and checksums), canonical keys, and enums whose members are their text.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Variants: the points of a tuning space.
-
-A variant binds names the kernel reads as globals (or closure variables) to constant values,
-plus optional ``numba.cuda.jit`` options; :mod:`numbatune.template` compiles the kernel once per
-variant with those names rebound, so they are constants in its code.
+"""Variants: the points of a tuning space, names the kernel reads as globals (or closure
+variables) bound to constants (:mod:`numbatune.template` compiles them in), and jit options.
 """
 
 from __future__ import annotations
@@ -46,27 +43,22 @@ class Variant:
     Parameters
     ----------
     params
-        The global (or closure) names the kernel reads, and the constant value each takes in
-        this variant.
+        The global (or closure) names the kernel reads, and the constant value each takes.
     priority
-        Orders the variants for the tuning levels (see ``autotune(level=...)``): variants of
-        equal priority form a group, and groups are tried from the highest priority down; the
-        ``minimal`` level tries only the highest group. An integer, or a function of the tuning
-        key that returns one, for a priority that depends on the problem (cubecl's tune
-        groups). It does not change the kernel: two variants that differ only in priority are
-        equal.
+        Orders the variants for the tuning levels (``autotune(level=...)``): variants of equal
+        priority form a group, groups are tried from the highest down. An integer, or a function
+        of the tuning key that returns one (cubecl's tune groups). Variants that differ only in
+        priority are equal.
     **jit
-        ``numba.cuda.jit`` options for this variant: ``fastmath``, ``debug``, ``opt``,
-        ``max_registers``, ``lineinfo``, ``launch_bounds``, ``lto``, ``forceinline``,
-        ``inline``, ``shared_memory_carveout``. Under the simulator only the first three take
-        effect.
+        ``numba.cuda.jit`` options: ``fastmath``, ``debug``, ``opt`` (the only ones the simulator
+        takes), ``max_registers``, ``lineinfo``, ``launch_bounds``, ``lto``, ``forceinline``,
+        ``inline``, ``shared_memory_carveout``.
 
     Attributes
     ----------
-    params : dict
-        The parameters, as given (NumPy int64, float64 and bool scalars made Python values).
-    jit : dict
-        The jit options.
+    params, jit : dict
+        The parameters and jit options, as given (NumPy int64, float64 and bool scalars made
+        Python values).
     priority
         The priority, as given.
     label : str
@@ -116,8 +108,7 @@ class Variant:
         label: str,
         identity: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]],
     ) -> Variant:
-        """A variant whose checked, plain values, label and identity :func:`product` made
-        (from each axis value's text, computed once)."""
+        """A variant whose checked values, label and identity :func:`product` made."""
         variant = cls.__new__(cls)
         variant.params, variant.jit, variant.priority = params, jit, priority
         variant.label, variant._identity = label, identity
@@ -129,17 +120,8 @@ class Variant:
         Parameters
         ----------
         key
-            The tuning key, passed to the priority function if the priority is one.
-
-        Returns
-        -------
-        int
-            The priority.
-
-        Raises
-        ------
-        TypeError
-            The priority function returned something other than an integer.
+            The tuning key, passed to the priority function if the priority is one (a TypeError
+            where that returns no integer).
         """
         if not callable(self.priority):
             return int(self.priority)
@@ -177,11 +159,10 @@ def product(
         A filter, called with each combination's parameters as keywords: the combinations
         for which it returns False are left out.
     jit
-        ``numba.cuda.jit`` options as further axes, each with its list of values:
-        ``jit={"fastmath": [False, True]}``.
+        ``numba.cuda.jit`` options as further axes: ``jit={"fastmath": [False, True]}``.
     priority
-        Gives each combination its priority (see `Variant`): called with the parameters as
-        keywords, it returns an integer, or a function of the tuning key that returns one.
+        Called with each combination's parameters as keywords, it returns the combination's
+        priority (see `Variant`).
     **axes
         Each parameter's name and the list of its values.
 
@@ -216,7 +197,7 @@ def product(
         )
     _check_jit_options(jit)
     names, jit_names, count = list(axes), list(jit), len(axes)
-    # Each axis value made plain, with its label and identity parts, once: not once per variant.
+    # Each axis value made plain, with its label and identity parts, once: not per variant.
     columns = [
         [
             (plain(value), f"{name}={stable_text(value)}", (name, stable_text(value)))

@@ -13,7 +13,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.cache import entry as entries
 from numbatune.config import Snapshot
 from numbatune.tuning import bench, tuner
-from numbatune.tuning.job import bound
+from numbatune.tuning.job import Bound
 from numbatune.tuning.results import Timed
 from tests.test_graphs import N, add_twice, add_twice_launch
 
@@ -182,7 +182,7 @@ def test_a_run_that_cannot_be_captured_fails_saying_so_and_the_others_are_timed(
         launch(args, stream)
         (stream or cuda.default_stream()).synchronize()
 
-    runs = {"waits": bound(waits, (a, out), 0), "launches": bound(launch, (a, out), 0)}
+    runs = {"waits": Bound(waits, (a, out), 0), "launches": Bound(launch, (a, out), 0)}
     timings = bench.measure(runs, 0, (a, out), taken=Snapshot(timing=nt.Timing.GRAPH))
     assert "cannot be captured into a CUDA graph" in str(timings["waits"])
     assert isinstance(timings["launches"], Timed) and timings["launches"].median_s > 0

@@ -1,8 +1,5 @@
-"""Which variants have run on this kind of device: their trial runs are not repeated.
-
-A variant that ran is remembered in this process (per :class:`~numbatune.compile.compiler.
-Compiler`, which tuned kernels of the same code share) and in the kernel store on disk, so
-that a later process whose store it reads does not try it again either.
+"""Which variants have run on this kind of device, so that their trial runs are not repeated: in
+this process (per :class:`~numbatune.compile.compiler.Compiler`) and in the kernel store on disk.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """Trial runs: a variant's first run on this device, in a disposable worker process.
 
 A variant that writes far out of bounds kills the CUDA context of the process that runs it
-(``CUDA_ERROR_ILLEGAL_ADDRESS``), and one that loops forever hangs it. So a variant that has
-never run on this kind of device first runs once in a worker process with a CUDA context of its
-own, on copies of the arguments, within ``trial_timeout_s``; one that fails there is recorded as
-failed and never runs in the caller's process. docs/guarantees.md ("Your process") says what
-is isolated and what it costs.
-
-The arguments reach the worker once per tuning: by CUDA IPC from the caller's device memory
-(:func:`_shared_in_place`), else through host copies in one shared-memory file
-(:func:`_shared_copies`); the worker keeps a second device copy to start each trial from.
-Kernels are tried as they compile (:class:`Pipeline`); the kernels given since the last task
-go in one task, and the worker notes which one it is running (:class:`_Progress`), so that a
-lost task fails only that kernel (:func:`_failed_alone` says when one is tried again alone).
+(``CUDA_ERROR_ILLEGAL_ADDRESS``), and one that loops forever hangs it. So a variant that never
+ran on this kind of device first runs once in a worker process with a CUDA context of its own,
+on copies of the arguments, within ``trial_timeout_s``; one that fails there never runs in the
+caller's process. docs/guarantees.md ("Your process") says what is isolated, how the arguments
+reach the worker (by CUDA IPC: :func:`_shared_in_place`, else through one shared-memory file:
+:func:`_shared_copies`) and what a lost task costs (:class:`_Progress`, :func:`_failed_alone`).
 The ``isolate`` setting chooses what is tried: ``new`` (the default on a GPU) the variants that
-never ran (:mod:`numbatune.trials.ledger`), ``all`` every variant at every tuning, ``off`` none
-(the default under numba's simulator, where no kernel can spoil a context).
+never ran (:mod:`numbatune.trials.ledger`), ``all`` every variant, ``off`` none (the default
+under numba's simulator, where no kernel can spoil a context).
 """
 
 from __future__ import annotations
@@ -100,7 +94,6 @@ def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
     """(In the worker) keep device copies of the arguments ``layout`` describes (for an array
     a :class:`_OpenedByIpc` handle, or a :class:`_Slot` in the file at ``path``; else the value)
     for the trials that name ``token``."""
-
     buffer: Any = b""
     if path is not None:
         with open(path, "rb") as file:
@@ -113,13 +106,11 @@ def stage(token: str, path: str | None, layout: tuple[Any, ...]) -> None:
 
 
 def _device_copy(entry: Any, buffer: Any) -> Any:
-    """The value a layout's ``entry`` describes, its arrays (in tuples too) copied to the
-    device."""
+    """The value a layout's ``entry`` describes, its arrays (in tuples too) on the device."""
     from numba import cuda
 
     if isinstance(entry, tuple):
         return tuple(_device_copy(item, buffer) for item in entry)
-
     if isinstance(entry, _Slot):
         return cuda.to_device(entry.view(buffer))
     if isinstance(entry, _OpenedByIpc):
@@ -166,11 +157,10 @@ def trial(
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
     arguments, restored first, and wait for it: None for each that ran, else why it failed.
     On a GPU, a kernel that raised an exception of its own (no driver error: a debug kernel's
-    ``raise``) ran: the caller's process runs it too, and raises what it raises, as numba does.
-    A kernel whose launch the driver refused (:data:`REFUSED_LAUNCHES`: nothing ran) is noted
-    and the next one runs; any other failure ends the list, with why, and the worker (its
-    context may be spoilt). Before each kernel, its index and the time are written to the file
-    at ``progress`` (:class:`_Progress`)."""
+    ``raise``) ran: the caller's process runs it too, and raises what it raises. After a
+    launch the driver refused (:data:`REFUSED_LAUNCHES`) the next kernel runs; any other
+    failure ends the list and the worker (its context may be spoilt). Before each kernel, its
+    index and the time are written to the file at ``progress`` (:class:`_Progress`)."""
     if _staged.get("token") != token:
         raise NotStaged(token)
     reasons: list[str | None] = []
@@ -180,13 +170,12 @@ def trial(
             try:
                 _run_once(kernel, config, target)
             except Exception as error:
-                if not SIMULATOR and getattr(error, "code", None) is None:
-                    reasons.append(None)  # the kernel's own exception: it raises it here too
+                code = getattr(error, "code", None)
+                if SIMULATOR or code is not None:  # (else the kernel's own: it ran)
+                    reasons.append(f"{type(error).__name__}: {error}")
+                    if code not in REFUSED_LAUNCHES:
+                        return processes.Done(reasons, ended=True)
                     continue
-                reasons.append(f"{type(error).__name__}: {error}")
-                if getattr(error, "code", None) not in REFUSED_LAUNCHES:
-                    return processes.Done(reasons, ended=True)
-                continue
             reasons.append(None)
     return reasons
 
@@ -209,9 +198,8 @@ class Trials:
         self._lock = threading.Lock()
 
     def start(self, timeout_s: float) -> None:
-        """Start the worker now, and in it numba and a CUDA context, while variants compile
-        (in a thread, within ``timeout_s``; a session waits for it). Nothing when the worker is
-        in use."""
+        """Start the worker, numba and a CUDA context in it, in a thread while variants compile
+        (within ``timeout_s``; a session waits for it), unless the worker is in use."""
         if not self._lock.acquire(blocking=False):
             return
 
@@ -227,10 +215,8 @@ class Trials:
     def session(
         self, args: tuple[Any, ...], stream: Any, target: Target, timeout_s: float
     ) -> Iterator[Session]:
-        """Trial runs on copies of ``args``, taken on numba's ``stream`` (where ``args`` are
-        valid: other streams' work does not wait for them), in as many calls of
-        :meth:`Session.run` as the caller makes, each task within ``timeout_s``; the worker is
-        this session's until it ends."""
+        """Trial runs on copies of ``args``, taken on numba's ``stream`` (where they are valid),
+        each task within ``timeout_s``; the worker is this session's until it ends."""
         with self._lock, contextlib.ExitStack() as stack:
 
             def ways() -> Iterator[tuple[str | None, tuple[Any, ...]]]:
@@ -245,10 +231,8 @@ class Trials:
 
 
 class Session:
-    """The arguments of one tuning, staged for trial runs (:meth:`Trials.session`). They reach
-    the worker by the first of ``ways`` (each a shared file's path, or None, and a layout)
-    that works: from the caller's device memory by CUDA IPC where every array can be shared so,
-    else through host copies in a shared file."""
+    """The arguments of one tuning, staged for trial runs (:meth:`Trials.session`) by the first
+    of ``ways`` (each a shared file's path, or None, and a layout) that works."""
 
     def __init__(
         self,
@@ -344,12 +328,10 @@ class _Unstaged:
 
 
 class Pipeline:
-    """Trial runs of kernels given one by one as they compile, in a thread of this process:
-    they run while the other kernels compile, each task within ``timeout_s``, and
-    ``tried(name, why)`` is told of each as its trial ends (``why`` None: it ran).
-    :meth:`finish` waits for them. Each task (copying the arguments, running kernels) holds
-    the device (:data:`numbatune.tuning.bench.device_lock`): it does not run while variants
-    are timed."""
+    """Trial runs of kernels given one by one as they compile, run in a thread of this process
+    while the others compile, each task within ``timeout_s`` and holding
+    :data:`numbatune.tuning.bench.device_lock` (not while variants are timed);
+    ``tried(name, why)`` is told of each as its trial ends (``why`` None: it ran)."""
 
     def __init__(
         self,
@@ -424,8 +406,7 @@ def _why(reason: str) -> str:
 
 def _shared_in_place(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The layout by which the worker copies each array of ``args`` from this process's device
-    memory (a :class:`_OpenedByIpc` for each), or None where one cannot be shared so (the simulator,
-    memory that CUDA IPC cannot share, another platform)."""
+    memory (a :class:`_OpenedByIpc` for each), or None where one cannot be shared so."""
     if SIMULATOR:
         return None
     try:

@@ -1,12 +1,9 @@
-"""Compiling a tuning's variants and trying each as it compiles: the one call a tuned kernel
-makes for both (:func:`compile_and_try`).
+"""Compiling a tuning's variants and trying each as it compiles (:func:`compile_and_try`).
 
-Each kernel the tuning's ``isolate`` setting asks for runs once in the trial worker
-(:mod:`numbatune.trials.runs`) as soon as it is compiled, while the others still compile; a
-variant that fails its trial never runs in this process; one whose kernel cannot be serialised
-for the worker (it reads a global device array, which numba does not serialise) runs here
-untried, as numba runs it. What compiled and passed becomes a launcher, with the launch
-configuration its launch function gives for the arguments.
+Each kernel the ``isolate`` setting asks for runs once in the trial worker
+(:mod:`numbatune.trials.runs`) as soon as it is compiled, while the others still compile; one
+whose kernel numba cannot serialise for the worker (it reads a global device array) runs here
+untried, as numba runs it.
 """
 
 from __future__ import annotations
@@ -46,13 +43,8 @@ class KernelVariants:
     launch_params: Mapping[Variant, dict[str, Any]]
 
     def runnable_config(self, args: tuple[Any, ...], variant: Variant) -> LaunchConfig:
-        """The launch configuration of ``variant`` for ``args``, for tuning to run.
-
-        Raises
-        ------
-        ValueError
-            The launch function gives an empty grid: an empty launch has nothing to measure.
-        """
+        """The launch configuration of ``variant`` for ``args``, for tuning to run; a ValueError
+        for an empty grid (an empty launch has nothing to measure)."""
         params = params_taken(self.launch, variant, self.launch_params)
         config = launch_config(self.launch, args, params, self.name)
         if is_empty(config):
@@ -65,10 +57,9 @@ class KernelVariants:
     def launcher(
         self, variant: Variant, kernel: Any, args: tuple[Any, ...], watched: bool = False
     ) -> Launcher:
-        """A launch of the compiled ``kernel`` of ``variant`` through numba, with the launch
-        configuration its launch function gives for ``args``; ``watched``: a launch on the
-        caller's arrays, which the stream monitor orders after other streams' uses of them (as
-        a tuned kernel's), not tuning's on its private clones."""
+        """A launch of the compiled ``kernel`` of ``variant`` through numba, configured for
+        ``args``; ``watched``: on the caller's arrays, which the stream monitor orders after
+        other streams' uses of them (not tuning's private clones)."""
         config = self.runnable_config(args, variant)
         launch = numba_launch(kernel, self.name if watched else None)
         return lambda args, stream: launch(args, config, stream)
@@ -132,8 +123,7 @@ def compile_and_try(
 
 
 class _Trying:
-    """The trial runs of one tuning's variants: each kernel the tuning's ``isolate`` setting
-    (in ``taken``) asks for is tried as soon as it compiles, while others compile."""
+    """The trial runs of one tuning's variants, each tried as soon as it compiles."""
 
     def __init__(
         self,
@@ -163,29 +153,29 @@ class _Trying:
         through its trial)."""
         if made:
             self._made.update(members)
-        compiler = self._kernel.compiler
+        compiler, name = self._kernel.compiler, self._kernel.name
         for variant in members:
-            if self._pipeline is None or (
-                self._isolate is Isolate.NEW
-                and ledger.has_run(compiler, variant, self._args, self._cache_dir)
+            if self._pipeline is not None and (
+                self._isolate is not Isolate.NEW
+                or not ledger.has_run(compiler, variant, self._args, self._cache_dir)
             ):
-                if made:
-                    self._may_run(variant)
-                continue
-            try:
-                config = self._kernel.runnable_config(self._launch_args, variant)
-            except Exception as error:
-                self._failed[variant] = Failed.of(error)
-                continue
-            try:
-                payload = compiler.payload(variant, self._args)
-            except Exception as error:  # numba runs it: it runs here, untried
-                logger.info("numbatune: %s: %s is not tried apart: its kernel does not "
-                            "serialise (%s)", self._kernel.name, variant.label, error)  # fmt: skip
-                if made:
-                    self._may_run(variant)
-                continue
-            self._pipeline.add(variant, payload, config)
+                try:
+                    config = self._kernel.runnable_config(self._launch_args, variant)
+                except Exception as error:
+                    self._failed[variant] = Failed.of(error)
+                    continue
+                try:
+                    payload = compiler.payload(variant, self._args)
+                except Exception as error:  # numba runs it: it runs here, untried
+                    why = f"its kernel does not serialise ({error})"
+                    logger.info(
+                        "numbatune: %s: %s is not tried apart: %s", name, variant.label, why
+                    )
+                else:
+                    self._pipeline.add(variant, payload, config)
+                    continue
+            if made:
+                self._may_run(variant)
 
     def _tried(self, variant: Hashable, why: str | None) -> None:
         if why is None and variant in self._made:
@@ -193,9 +183,8 @@ class _Trying:
             self._may_run(variant)
 
     def finish(self) -> dict[Variant, Failed]:
-        """Wait for the trials; the variants that failed theirs (or could not be given one).
-        The time this waits is the tuning's trial time (the rest ran while variants
-        compiled)."""
+        """Wait for the trials (the tuning's trial time: the rest ran while variants compiled);
+        the variants that failed theirs (or could not be given one)."""
         if self._pipeline is None:
             return {}
         waited = time.perf_counter()

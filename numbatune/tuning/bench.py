@@ -1,50 +1,33 @@
 """Timing kernel launches: CUDA events on a GPU, the wall clock under the simulator.
 
-How the variants of one key are measured on a GPU (``docs/benchmarks.md`` says why):
+docs/concepts/measuring.md says what is timed, and docs/benchmarks.md why. On a GPU, the
+variants of one key are measured so:
 
 1. **Warm-up**: untimed rounds over every variant for at least ``settings.warmup_s``.
-2. **Interleaved rounds**: each round runs every variant still measured once, and the order
-   rotates by one from round to round (A B C, B C A, C A B, ...), so that clock and thermal drift,
-   and the place in a round, hit every variant alike.
+2. **Interleaved rounds**: each round runs every variant still measured once, the order rotating
+   by one from round to round, so that drift and the place in a round hit every variant alike.
 3. **Events**: each run lies between a start and an end CUDA event. Before a round, a one-thread
-   kernel holds the device busy for twice as long as the host lagged behind the device in the
-   last round (the time it took to queue the round less the time the device took to run it;
-   :func:`next_hold`), so the queued runs execute back to back and the events time kernels, not
-   the host's launch overhead (which exceeds the run time of a small kernel). Long kernels need
-   no more than a short hold: the host stays ahead of them by itself, and once CUDA's launch
-   queue is full, queueing a round takes as long as running it.
-4. **L2 flush**: when the call's arrays take less than twice the device's L2 cache, a memset of a
-   buffer of twice the L2 size is queued before each run, after the previous run's end event and
-   before this run's start event: every run starts from a cold L2, outside the timed region, and
-   no variant profits from the previous one's reads of the same inputs. Larger arrays evict the
-   L2 by themselves.
-5. **Early stop**: once ``settings.early_stop_rounds`` rounds are timed, after each round, a
-   variant whose fastest run is slower than ``settings.early_stop_ratio`` times the leader's
-   median (the lowest median) is no longer measured. Its fastest run is its most favourable
-   reading and the leader's median a robust one, so it cannot win.
-6. **Budget**: timed rounds go on until ``settings.budget_s`` of wall time is spent on them,
-   within ``settings.min_runs`` to ``settings.max_runs`` rounds (screening while variants
-   compile, :mod:`numbatune.tuning.screen`, asks for ``settings.early_stop_rounds`` exactly).
+   kernel holds the device (:func:`next_hold`) so that the queued runs execute back to back and
+   the events time kernels, not the host's launch overhead.
+4. **L2 flush**: when the arrays take less than twice the L2 cache, a memset of twice the L2 size
+   is queued before each run, outside the timed region: every run starts from a cold L2.
+5. **Early stop**: once ``settings.early_stop_rounds`` rounds are timed, a variant whose fastest
+   run is slower than ``settings.early_stop_ratio`` times the leader's median (the lowest) is no
+   longer measured: its most favourable reading against a robust one, it cannot win.
+6. **Budget**: timed rounds go on for ``settings.budget_s``, within ``settings.min_runs`` to
+   ``settings.max_runs`` rounds (screening, :mod:`numbatune.tuning.screen`, asks for
+   ``settings.early_stop_rounds`` exactly).
+7. **Graph timing** (``timing="graph"``): each variant is launched once on the tuning's stream
+   (which loads its code and shows its launch errors), then :data:`GRAPH_LAUNCHES` of its
+   launches are captured into a CUDA graph on a stream of the stopwatch's own; its runs are
+   replays of that graph, in the same rounds, between the same events, after the same hold and
+   flush, each divided by :data:`GRAPH_LAUNCHES`. A variant whose launch cannot be captured
+   fails, with why.
 
-7. **Graph timing** (the ``timing`` setting, or ``autotune(timing="graph")``, for kernels that
-   will run inside CUDA graphs): before its first round, each variant is launched once on the
-   tuning's stream (which loads its code and shows its launch errors), then
-   :data:`GRAPH_LAUNCHES` of its launches are captured into a CUDA graph, on a stream of the
-   stopwatch's own. Its runs are then replays of that graph, on the tuning's stream, in the
-   same rounds, between the same events, after the same hold and flush; a run's time is the
-   replay's divided by :data:`GRAPH_LAUNCHES`. The flush comes before each replay: the later
-   launches of a replay find in the L2 what the earlier ones left, as launches that follow one
-   another in a graph do. A variant whose launch cannot be captured (it waits for the device,
-   say) fails, with why: it could not run inside a graph.
-
-Each variant's result is the median of its runs and their interquartile range. Variants whose
-medians lie within noise of the best one's are ties (:func:`within_noise`): the tuner times them
-again, together, and a stable rule chooses among those still tied (:mod:`numbatune.tuning.
-tuner`), so that fresh processes agree on the winner. Under the
-simulator the same rounds run, ``settings.simulator_runs`` of them, without warm-up or flush,
-timed by the wall clock: those times say nothing about speed. The simulator has no graphs:
-asked for graph timing there, the stopwatch is the wall clock as well, the log says so once,
-and the report's ``timing`` is ``wall clock`` (:func:`timing`).
+A variant's result is the median of its runs and their interquartile range; those within noise
+of the best (:func:`within_noise`) are ties, which the tuner times again
+(:mod:`numbatune.tuning.tuner`). Under the simulator, ``settings.simulator_runs`` rounds run
+without warm-up or flush, timed by the wall clock (graph timing too: :func:`timing`).
 """
 
 from __future__ import annotations
@@ -73,9 +56,8 @@ logger = logging.getLogger("numbatune")
 Run = Callable[[], None]
 
 
-#: Launches of one variant that its CUDA graph holds under graph timing: a run is one replay,
-#: timed as a whole and divided by this many (as Triton's ``do_bench_cudagraph`` divides its
-#: replay by the launches in it), so that what starting a replay costs the device counts a
+#: Launches of one variant that its CUDA graph holds under graph timing (a run's time is the
+#: replay's divided by them, as Triton's ``do_bench_cudagraph``'s): starting a replay counts a
 #: tenth.
 GRAPH_LAUNCHES = 10
 
@@ -131,11 +113,8 @@ def within_noise(leader: Timed, other: Timed) -> bool:
 def early_stopped(
     samples: Mapping[Hashable, Sequence[float]], rounds: int, taken: Snapshot | None = None
 ) -> set[Hashable]:
-    """The variants to stop measuring after ``rounds`` timed rounds (rule 5 above).
-
-    ``samples`` holds the timed runs of each variant still measured; ``taken``: the settings
-    of the tuning (None: the settings now).
-    """
+    """The variants to stop measuring after ``rounds`` timed rounds (rule 5), of the ``samples``
+    (timed runs) of those still measured; ``taken``: the tuning's settings (None: now's)."""
     taken = taken or settings.snapshot()
     timed = {name: runs for name, runs in samples.items() if runs}
     if rounds < taken.early_stop_rounds or len(timed) < 2:
@@ -190,16 +169,12 @@ def next_hold(held_s: float, queueing_s: float, device_s: float, waited: bool = 
     how long the host took to queue the round and how long the device took from the end of its
     hold to its last run; ``waited``: the hold had ended when the round's first run was queued.
 
-    When the device finished about as the host did (their difference came to 3/4 of the hold or
-    more), it waited for the host: the hold was too short, and the next is twice the host's
-    whole queueing time, which is surely enough. Else the difference is the host's lag behind
-    the device, and the next hold is twice that. (The hold used to be twice the queueing time
-    every round: for a round of long kernels that fills the launch queue, twice the round.)
-
-    A hold that ended as the first run was queued was waited for: the launch waits for the
-    device (a debug kernel's reads its exception flag), so the host queues no run ahead of the
-    device, and the next hold is the shortest. (Its queueing time, taken as the host's lag,
-    held the device for twice the last hold and more: each round twice as long as the last.)
+    Twice the host's lag behind the device (queueing less device time): long kernels, which the
+    host stays ahead of, need no more than the shortest hold. Where that lag came to 3/4 of the
+    hold or more, the device waited for the host: the hold was too short, and the next is twice
+    the whole queueing time. A hold waited for (a debug kernel's launch waits for the device to
+    read its exception flag) cannot put the host ahead: the next is the shortest, where twice
+    the lag would double it each round.
     """
     if waited:
         return _SHORTEST_HOLD_S
@@ -259,11 +234,6 @@ class _Events:
         self._held = cuda.event()  # the end of the device hold
         self._hold_s = _SHORTEST_HOLD_S
 
-    def _flush_l2(self) -> None:
-        flush = self._flush
-        assert flush is not None
-        self._memset(flush.device_ctypes_pointer.value, 0, flush.size, self._raw_stream)
-
     def _prepared(self, order: Sequence[tuple[Hashable, Run]]) -> dict[Hashable, Exception]:
         """What the runs of ``order`` need before a round; the errors of those that failed."""
         return {}
@@ -283,8 +253,8 @@ class _Events:
         queueing_started = time.perf_counter()
         for name, run in order:
             self._restore()  # queued before the flush and the start event: not timed
-            if self._flush is not None:
-                self._flush_l2()
+            if (flush := self._flush) is not None:
+                self._memset(flush.device_ctypes_pointer.value, 0, flush.size, self._raw_stream)
             start, end = self._events.get(name) or self._events.setdefault(
                 name, (cuda.event(), cuda.event())
             )
@@ -395,15 +365,11 @@ def measure(
     taken: Snapshot | None = None,
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``; under graph timing, a
-    :class:`~numbatune.tuning.job.Bound` launch), as the module says.
-
-    ``inputs`` are the arguments the runs work on; their size decides the L2 flush.
-    ``restore`` queues what puts them back as they were, before every run (warm-up runs too),
-    outside the timed region. A run that raises is recorded with its exception and not run
-    again; the others go on. ``rounds``: exactly this many timed rounds (on a GPU), not the
-    settings' budget. ``taken``: the settings of the tuning (None: the settings now), whose
-    ``timing`` chooses the stopwatch (:func:`timing`).
-    """
+    :class:`~numbatune.tuning.job.Bound` launch), as the module says: its result, or the
+    exception it raised (it is not run again). ``inputs``, the arguments the runs work on,
+    decide the L2 flush; ``restore`` queues what puts them back before every run, outside the
+    timed region; ``rounds``: exactly this many timed rounds on a GPU; ``taken``: the tuning's
+    settings (None: now's)."""
     taken = taken or settings.snapshot()
     timed_by = timing(taken)
     if timed_by is Timing.WALL_CLOCK:
@@ -429,8 +395,8 @@ def _rounds(
     bounds: tuple[int, int],
     taken: Snapshot,
 ) -> dict[Hashable, Timed | Exception]:
-    """The rounds of :func:`measure` on ``stopwatch``: warm-up (none for ``warmup_s`` None),
-    then timed rounds for ``budget_s``, between ``bounds`` rounds (fewest, most)."""
+    """The rounds of :func:`measure`: warm-up (none for ``warmup_s`` None), then timed rounds
+    for ``budget_s``, between ``bounds`` rounds (fewest, most)."""
     fewest, most = bounds
     samples: dict[Hashable, list[float]] = {name: [] for name in runs}
     failed: dict[Hashable, Exception] = {}

@@ -1,12 +1,9 @@
 """Check mode: every variant's outputs compared with a reference while a key is tuned.
 
-A variant that is fast but wrong is the worst outcome an autotuner can give. In check mode
-each variant runs once on fresh copies of the caller's arguments, and every array argument it
-leaves behind is compared with the reference's: by default the kernel as written (run itself,
-whether or not a variant equals it; where it cannot run, the tuning says why and measures
-nothing), or a user function on host copies of the arguments. A variant that disagrees cannot
-win; the report, the disk cache and a warning say which output differed, in how many
-elements, and by how much at most.
+A variant that is fast but wrong is the worst outcome an autotuner can give. In check mode each
+variant runs once on fresh copies of the caller's arguments, and what it leaves is compared with
+the reference's (:class:`Check`); one that disagrees cannot win, and the report, the disk cache
+and a warning say where it differed (:class:`Mismatch`).
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from numbatune import arrays
 from numbatune.references import helpers, source_of
 from numbatune.streams.handles import synchronize
 
-#: (rtol, atol) by dtype kind and item size, for ``Check()`` without tolerances.
+#: (rtol, atol) by dtype kind and item size, for ``Check()`` without tolerances (others: exact).
 _TOLERANCES = {
     ("f", 2): (1e-2, 1e-3),
     ("f", 4): (1e-4, 1e-6),
@@ -30,12 +27,6 @@ _TOLERANCES = {
     ("c", 8): (1e-4, 1e-6),
     ("c", 16): (1e-10, 1e-13),
 }
-
-
-def default_tolerance(dtype: Any) -> tuple[float, float]:
-    """(rtol, atol) for comparing arrays of ``dtype``: exact for integers and booleans."""
-    dtype = np.dtype(dtype)
-    return _TOLERANCES.get((dtype.kind, dtype.itemsize), (0.0, 0.0))
 
 
 @dataclass(frozen=True)
@@ -47,12 +38,9 @@ class Check:
 
     Parameters
     ----------
-    rtol
-        Relative tolerance; None: by dtype (1e-4 for float32, 1e-10 for float64, 1e-2 for
-        float16; exact for integers and booleans).
-    atol
-        Absolute tolerance; None: by dtype (1e-6 for float32, 1e-13 for float64, 1e-3 for
-        float16; exact for integers and booleans).
+    rtol, atol
+        Relative and absolute tolerances; None: by dtype (float32: 1e-4 and 1e-6, float64: 1e-10
+        and 1e-13, float16: 1e-2 and 1e-3; exact for integers and booleans).
     reference
         Called with host (NumPy) copies of the arguments, it must leave in them what the
         kernel leaves in its arrays; it may instead return the expected value of the last
@@ -74,23 +62,17 @@ class Check:
     outputs: Callable[..., Any] | None = None
 
     def tolerance(self, dtype: Any) -> tuple[float, float]:
-        """The tolerances this check uses for arrays of ``dtype``.
+        """The ``(rtol, atol)`` this check uses for arrays of ``dtype``: those given, else the
+        dtype's defaults.
 
         Parameters
         ----------
         dtype
             A NumPy dtype, or what ``numpy.dtype`` takes.
-
-        Returns
-        -------
-        tuple[float, float]
-            ``(rtol, atol)``: those given, else the dtype's defaults.
         """
-        rtol, atol = default_tolerance(dtype)
-        return (
-            rtol if self.rtol is None else self.rtol,
-            atol if self.atol is None else self.atol,
-        )
+        dtype = np.dtype(dtype)
+        rtol, atol = _TOLERANCES.get((dtype.kind, dtype.itemsize), (0.0, 0.0))
+        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
 
 
 @dataclass(frozen=True)
@@ -161,19 +143,13 @@ def fingerprint(check: Check) -> str:
             continue
         parts.append(f"{role}: {source_of(function)}")
         parts += (f"{role} helper {h.__qualname__}: {source_of(h)}" for h in helpers(function))
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()[:32]
+    return hashlib.sha256("".join(f"{part}\0" for part in parts).encode()).hexdigest()[:32]
 
 
-def host_outputs(args: Sequence[Any], stream: Any = 0) -> list[np.ndarray | None]:
-    """Host copies of the array arguments (None for the others), once ``stream`` has passed
-    the work queued on it."""
+def _on_host(args: Sequence[Any], stream: Any) -> list[Any]:
+    """``args`` with host copies of the arrays, once ``stream`` has passed the work queued on it."""
     host = [
-        arrays.device_view(a).copy_to_host(stream=stream) if arrays.is_array(a) else None
-        for a in args
+        arrays.device_view(a).copy_to_host(stream=stream) if arrays.is_array(a) else a for a in args
     ]
     synchronize(stream)
     return host
@@ -196,9 +172,7 @@ def _observed(check: Check, host_args: Sequence[Any], names: Sequence[str]) -> O
 
 def observe(check: Check, args: Sequence[Any], names: Sequence[str], stream: Any = 0) -> Observed:
     """What a variant's run on the device arrays ``args`` left to compare."""
-    copies = host_outputs(args, stream)
-    host = [a if copy is None else copy for a, copy in zip(args, copies, strict=True)]
-    return _observed(check, host, names)
+    return _observed(check, _on_host(args, stream), names)
 
 
 def reference_outputs(
@@ -206,8 +180,7 @@ def reference_outputs(
 ) -> Observed:
     """What ``check.reference`` says a run on ``args`` leaves to compare."""
     assert check.reference is not None
-    copies = host_outputs(args, stream)
-    host = [a if copy is None else copy for a, copy in zip(args, copies, strict=True)]
+    host = _on_host(args, stream)
     returned = check.reference(*host)
     if returned is not None:
         last = max(i for i, a in enumerate(args) if arrays.is_array(a))

@@ -1,10 +1,6 @@
-"""A tuning job: everything one key's tuning needs, in one frozen object.
-
-The resolver (:mod:`numbatune.resolver`) makes a job on a miss and hands it to the tuner
-(cubecl's ``TuneJob``): which kernel and key, the variants and the plan of which to try (levels,
-priorities, prune), the caller's arguments and stream, check mode, how to compile variants, how
-to search them, and the snapshot of the settings taken when the miss began, which the tuning
-reads instead of the settings of the moment.
+"""A tuning job: everything one key's tuning needs, in one frozen object (cubecl's ``TuneJob``),
+made by the resolver (:mod:`numbatune.resolver`) on a miss and run by the tuner, which reads the
+snapshot of the settings taken when the miss began, never the settings of the moment.
 """
 
 from __future__ import annotations
@@ -44,23 +40,12 @@ class Bound:
         return Bound(self.launcher, self.args, stream)
 
 
-def bound(launcher: Launcher, args: tuple[Any, ...], stream: Any) -> Bound:
-    """A function that launches ``launcher`` on ``args`` on ``stream``."""
-    return Bound(launcher, args, stream)
-
-
 #: Told, from any thread, that a variant is compiled (and through its trial run) and may run:
 #: ``arrived(variant, launcher)``.
 Arrived = Callable[[Variant, Launcher], None]
 
-#: ``compile(variants, args, launch_args, stream, done, arrived, taken)``: each variant
-#: compiled for the types of ``args`` (valid on numba's ``stream``), as its launcher (its launch
-#: configuration from the launch function called with ``launch_args``: the caller's arguments,
-#: of which ``args`` may be clones), or :class:`~numbatune.tuning.results.Failed` with why it
-#: did not compile or failed its trial run; ``done(count)`` is called as variants finish
-#: compiling, and ``arrived`` as each may run (not always: kernels with several declared
-#: signatures are not told). ``taken``: the tuning's settings (compile workers, trial runs,
-#: their time limits).
+#: ``compile(variants, args, launch_args, stream, done, arrived, taken)``: each variant's
+#: launcher, or why it failed (:func:`numbatune.trials.trying.compile_and_try` says how).
 Compile = Callable[
     [
         Sequence[Variant],
@@ -98,7 +83,7 @@ class Journal(Protocol):
 
 
 class NoJournal:
-    """Nothing kept (no cache directory, or a share of a tuning split between ranks)."""
+    """Nothing kept (no cache directory, or a rank's share of a tuning)."""
 
     def earlier(self) -> Mapping[Variant, Outcome]:
         return {}
@@ -119,8 +104,7 @@ class TuneJob:
     key: Hashable
     #: Every variant of the kernel, in order: reports have one result per variant.
     variants: tuple[Variant, ...]
-    #: The caller's arguments, read once (never written: tuning runs on clones), and their
-    #: names.
+    #: The caller's arguments, read once (tuning runs on clones), and their names.
     arguments: Arguments
     parameter_names: tuple[str, ...]
     #: numba's stream for tuning's launches.
@@ -131,24 +115,20 @@ class TuneJob:
     compile: Compile
     #: Check mode, or None.
     check: Check | None = None
-    #: The kernel as written, as a variant (one of ``variants`` or not), or why it cannot run:
-    #: what check mode compares the variants with where its check has no reference function,
-    #: and the variant that wins among ties.
+    #: The kernel as written (one of ``variants`` or not), or why it cannot run: check mode's
+    #: reference where its check has no function, and the winner among ties.
     reference: Variant | CannotRun | None = None
     #: Arguments not copied back before each run: a run leaves them as the next one needs them.
     unrestored: frozenset[str] = frozenset()
     #: How to choose the variants measured, and where a search starts (numbatune.tuning.search).
     search: Search = field(default_factory=Search)
     starts: tuple[Variant, ...] = ()
-    #: Where the outcomes are kept as they are measured (for the job's check: an unfinished
-    #: tuning's verdicts hold only for its own).
+    #: Where the outcomes are kept as they are measured (for the job's check).
     journal: Journal = field(default_factory=NoJournal)
-    #: What of a variant decides numba's compile of it (:meth:`~numbatune.template.
-    #: KernelTemplate.build_key`): variants with the same are built for about the cost of one,
-    #: so a search measures them together.
+    #: What of a variant decides numba's compile of it: variants with the same are built for
+    #: about the cost of one, so a search measures them together.
     build_key: Callable[[Variant], Hashable] = alone
-    #: The settings when the tuning began: a tuning reads these, never the settings of the
-    #: moment (``numbatune.configure`` while it runs changes the next tuning, not this one).
+    #: The settings when the tuning began (``numbatune.configure`` while it runs changes the next).
     settings: Snapshot = field(default_factory=lambda: config.settings.snapshot())
 
     @property

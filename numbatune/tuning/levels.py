@@ -1,30 +1,11 @@
 """Tuning levels, priorities and pruning: which variants a key's tuning tries.
 
-For each key, the user's ``prune(key, variants)`` (if any) first keeps the variants worth
-trying. Those are put in *priority groups*: variants of equal ``Variant.priority`` (computed for
-the key when it is a function) form a group, and groups are ordered from the highest priority
-down. The level decides how many groups are tuned together:
-
-| level     | groups benchmarked together     |
-| --------- | ------------------------------- |
-| minimal   | the highest-priority group only |
-| balanced  | the two highest groups          |
-| extensive | the three highest groups        |
-| full      | every group                     |
-
-Only if every variant tried fails (to compile or to launch) is the next group added and the
-set tuned again, one group at a time (cubecl's tune plans go on to the next group likewise);
-tuning raises only when every variant has failed. A kernel whose variants all share one
-priority (the default, 0) has a single group, so every level tries all its variants. A single
-variant tried alone is not measured: it is run once on clones of the arguments to check that it
-works, when other groups are left to fall back on.
-
-A stored result is reused while it covers the variants that the current level and prune would
-try first: a result tuned at ``minimal`` is tuned again when the level is raised to ``full``,
-and a result tuned at ``full`` serves every level. A stored search covers them when it searched
-one of the sets the plan tries, its first or one with more groups (a search tries few of its
-space's variants, so its results alone cannot say): the set of the size it searched, holding
-every variant it tried.
+docs/howto/levels.md describes them. For each key the user's ``prune(key, variants)`` keeps
+the variants worth trying; variants of equal ``Variant.priority`` (for the key) form groups,
+highest first; the level (:data:`GROUPS_BY_LEVEL`) says how many are tuned together. Only where
+every variant tried fails is the next group added and the set tuned again (cubecl's tune plans
+go on likewise). A stored result is reused while it covers the variants the plan tries first
+(:func:`reuse`).
 """
 
 from __future__ import annotations
@@ -103,10 +84,8 @@ class Plan:
         return Plan(self.level, groups, max(1, min(self.count, len(groups))), self.pruned + removed)
 
     def tries(self) -> list[list[Variant]]:
-        """The variant sets to tune in turn: the level's groups, then one more group each time.
-
-        A later set is tuned only when every variant of the one before failed.
-        """
+        """The variant sets to tune in turn (a later one only when every variant of the one before
+        failed): the level's groups, then one more group each time."""
         return [
             [variant for group in self.groups[:end] for variant in group]
             for end in range(self.count, len(self.groups) + 1)
@@ -155,14 +134,11 @@ def _pruned(
 def reuse(stored: TuneReport, planned: Plan, searched: bool = False) -> TuneReport | None:
     """A stored report as the answer for ``planned``, or None when it must be tuned again.
 
-    It serves when it has a result (a time, an error or a mismatch) for every variant the plan
-    tries first, or when both it and this tuning come from a search (``searched``: one that
-    does not try every variant; numbatune.tuning.search) and it searched one of the sets the
-    plan tries (its first set, or one with more groups: :func:`_searched_a_set_of`), whatever
-    its strategy and budget.
-    Its winner stays the winner unless the prune function now removes it; then the fastest of
-    the stored variants it keeps wins, and if it keeps no timed one the key is tuned again.
-    """
+    It serves when it has a result for every variant the plan tries first, or when both it and
+    this tuning come from a search (``searched``) and it searched one of the sets the plan
+    tries (:func:`_searched_a_set_of`), whatever its strategy and budget. Where the prune
+    function now removes its winner, the fastest of the stored variants it keeps wins (none
+    timed: tuned again)."""
     known = {r.variant for r in stored.results if r.tried}
     covered = (
         searched

@@ -1,8 +1,5 @@
-"""A progress line for tuning that takes more than a moment, on an interactive terminal only.
-
-Tuning one key compiles every variant, then measures them. When that takes over a second and
-stderr is a terminal, one line on stderr shows how far it got; otherwise nothing is printed
-(logs go through the ``numbatune`` logger as always).
+"""A progress line on stderr for a tuning that takes over a second, on an interactive terminal
+only (logs go through the ``numbatune`` logger as always).
 """
 
 from __future__ import annotations

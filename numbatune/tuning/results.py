@@ -1,10 +1,7 @@
 """What tuning a key found: one outcome per variant, and the report that names the winner.
 
-Every state is a type. A variant was timed (:class:`Timed`), failed (:class:`Failed`; its run
-raised: :class:`Raised`), gave
-wrong results in check mode (:class:`Mismatched`) or was not tried (:data:`NOT_TRIED`); a report
-says where its answer came from (:class:`Source`). Reports are frozen: a changed copy is made
-with ``dataclasses.replace``.
+A variant was timed (:class:`Timed`), failed (:class:`Failed`; its run raised: :class:`Raised`),
+gave wrong results in check mode (:class:`Mismatched`) or was not tried (:data:`NOT_TRIED`).
 """
 
 from __future__ import annotations
@@ -104,8 +101,8 @@ _ORIGINS = {
 
 @dataclass(frozen=True)
 class Lookup:
-    """What a call with some arguments launches, and where that answer comes from: made by
-    `TunedKernel.lookup`, which tunes nothing.
+    """What a call with some arguments launches, and where that answer comes from
+    (`TunedKernel.lookup`, which tunes nothing).
 
     Attributes
     ----------
@@ -183,10 +180,9 @@ class Failed:
 
 @dataclass(frozen=True)
 class Raised(Failed):
-    """A variant whose run raised ``exception`` (the kernel's own, as numba's launch raises
-    it: a debug kernel's ``raise MyError``, numba's refusal of the arguments); kept in memory
-    only, so that a tuning where every variant raised it can raise it too, and without its
-    traceback (whose frames hold the tuning's clones of the arguments)."""
+    """A variant whose run raised ``exception`` (a debug kernel's ``raise MyError``, numba's
+    refusal of the arguments), kept in memory only, so that a tuning where every variant raised
+    it can raise it too; without its traceback, whose frames hold the tuning's clones."""
 
     exception: BaseException = field(compare=False, repr=False)
 
@@ -221,7 +217,7 @@ class VariantResult:
     variant : Variant
         The variant.
     outcome
-        What happened to it; its kind is `status`, and the properties below read it.
+        What happened to it (its kind is `status`), which the properties below read.
     """
 
     variant: Variant
@@ -277,9 +273,7 @@ class VariantResult:
 
 @dataclass(frozen=True, repr=False)
 class TuneReport:
-    """The outcome of tuning one key, as returned by ``tuned.tune(...)``: its key, the whole
-    `winner` (parameters and jit options), where the answer came from and one result per
-    variant.
+    """The outcome of tuning one key, as ``tuned.tune(...)`` returns it.
 
     Attributes
     ----------
@@ -294,9 +288,8 @@ class TuneReport:
     checked : bool
         Whether check mode compared the variants' outputs while tuning.
     check : str
-        Of a checked tuning, the fingerprint of its check (tolerances, reference and outputs
-        functions: :func:`numbatune.tuning.checks.fingerprint`); empty for others, and for
-        results stored before numbatune kept it.
+        Of a checked tuning, the fingerprint of its check
+        (:func:`numbatune.tuning.checks.fingerprint`); empty for others, and for older results.
     compile_s, trial_s, benchmark_s : float
         Seconds spent in this tuning compiling variants, running them first in a separate
         process (the ``isolate`` setting), and checking and timing them.
@@ -311,14 +304,12 @@ class TuneReport:
     space : int
         The number of variants it chose from.
     tied : tuple[int, ...]
-        Indices in ``results`` of the variants whose times were within the measurement's noise
-        of each other, the winner's among them, when timed again together: the winner is the
-        kernel as written where it is one of them, else the first (empty where no variant was
-        tied with the winner).
+        Indices in ``results`` of the variants within noise of each other, the winner among
+        them, when timed again together (the kernel as written where it is one, else the
+        first); empty where none was tied with the winner.
     timing : Timing
-        How the variants were timed: launches between CUDA events, replays of a CUDA graph
-        (the ``timing`` setting or option), or the wall clock under the simulator. Results
-        stored before numbatune kept it were timed as launches.
+        How the variants were timed: launches between CUDA events, replays of a CUDA graph, or
+        the wall clock under the simulator (older results: launches).
     """
 
     key: Hashable
@@ -387,14 +378,10 @@ class TuneReport:
         their medians.
 
         Each median is from the variant's latest measurement. A tuning that measures in
-        batches (a search, or an exhaustive run of more than 256 variants) measures each batch
-        together with the best variant so far, and the batch's fastest becomes the best: every
-        other variant lost to the winner, in a batch measured with it or to a variant that lost
-        to it later, and the winner's median is from the last batch it was measured in. Medians
-        of different batches are not comparable (a GPU that heats up between them runs the later
-        batch slower), so another variant's median may be below the winner's: the winner comes
-        first all the same, and the others follow in the order of their medians, which is the
-        order of their times only between variants measured in one batch.
+        batches (a search, or an exhaustive run of more than 256 variants) measures each with
+        the best so far, and medians of different batches are not comparable (a GPU that heats
+        up runs the later batch slower): another variant's median may be below the winner's,
+        which comes first all the same.
 
         Parameters
         ----------

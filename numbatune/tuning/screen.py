@@ -1,18 +1,13 @@
 """Screening: timing variants as they compile, to leave the clearly slower ones out early.
 
-A tuning's variants compile for seconds, in worker processes. Meanwhile, those already compiled
-(and through their trial run) are timed here, on a thread of their own: each batch of newcomers
-together with the best so far, by :func:`numbatune.tuning.bench.measure` with its warm-up and
-``settings.early_stop_rounds`` interleaved rounds, after which its early-stop rule stops the
-variants whose fastest run is slower than ``settings.early_stop_ratio`` times the median of the
-fastest. Those are dropped: they keep this result (stopped early), and the tuning's measurement
-after compiling times only the others. A newcomer faster than the best so far becomes the best,
-and the old best can be dropped in its turn.
-
+While a tuning's variants compile, in worker processes, those already compiled (and through
+their trial run) are timed here, on a thread of their own: each batch of newcomers with the best
+so far, by :func:`numbatune.tuning.bench.measure` for ``settings.early_stop_rounds`` rounds,
+after which its early-stop rule drops the clearly slower (they keep that result, stopped early;
+the measurement after compiling times only the others). docs/concepts/measuring.md says more.
 A batch holds :data:`numbatune.tuning.bench.device_lock` while it is timed, so that trial runs
-(another process on the same device) do not run between its kernels, and puts the arguments
-back as they were before it lets go: whoever takes the lock next (a trial worker copying them)
-finds them as the caller passed them.
+do not run between its kernels, and puts the arguments back before it lets go: whoever takes the
+lock next (a trial worker copying them) finds them as the caller passed them.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from numbatune import devices
 from numbatune.config import Snapshot, settings
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench
-from numbatune.tuning.job import Launcher, bound
+from numbatune.tuning.job import Bound, Launcher
 from numbatune.tuning.results import Timed
 from numbatune.variants import Variant
 
@@ -77,7 +72,7 @@ class Screen:
         launchers = dict(batch)
         if self._best is not None:
             launchers.setdefault(*self._best)
-        runs = {v: bound(launcher, self._args, self._stream) for v, launcher in launchers.items()}
+        runs = {v: Bound(launcher, self._args, self._stream) for v, launcher in launchers.items()}
         with bench.device_lock:
             rounds = self._taken.early_stop_rounds
             timings = bench.measure(

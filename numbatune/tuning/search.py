@@ -1,39 +1,14 @@
 """Search strategies: which variants of a space a tuning measures, within a budget.
 
-A strategy proposes the next variants to compile and time, given the times measured so far,
-until the space or the budget (variants tried, or seconds) is spent. The tuner
-(:mod:`numbatune.tuning.tuner`) measures each proposal together with the best variant so far,
-so every decision compares times taken in the same interleaved rounds; the best of each
-proposal becomes the new best. Strategies:
-
-- ``exhaustive``: every variant: in one measurement for spaces of up to :data:`WHOLE_UP_TO`
-  variants, else in chunks of :data:`CHUNK` (the starting points first), each measured with
-  the best so far. One measurement of thousands of long kernels would fill CUDA's launch queue
-  with rounds that take minutes, and a tuning cut short would keep nothing of it
-  (:mod:`numbatune.cache.journal` keeps each chunk's outcomes).
-- ``random``: the starting points (below), then variants drawn at random without repeats.
-- ``pattern``: a local search over the parameter grid (Helion's and Kernel Tuner's pattern
-  search). Variants are points of a grid whose axes are the parameters and jit options, each
-  axis's values in order (numbers ascending). It starts from the starting points, filled up with
-  random variants; then it measures the untried neighbours of the best variant: the variants
-  that differ from it in one parameter, by one step along that axis (the nearest value that the
-  space holds, where a ``where=`` filter removed the next). When the best has no untried
-  neighbours, the step doubles; when no step is left, a random batch restarts the search. A
-  batch that the best's neighbours leave room in is filled with the untried neighbours of the
-  next best variants, then at random.
-- ``model``: the starting points, half the rest of the first batch spread over the grid;
-  then the best variant's untried neighbours, and the variants that a random forest fitted to
-  the times measured so far predicts fastest (:mod:`numbatune.tuning.surrogate`; needs
-  scikit-learn).
-- ``auto`` (the default): ``exhaustive`` for spaces of up to
-  :data:`~numbatune.strategies.EXHAUSTIVE_UP_TO` variants, ``pattern`` above.
-
-The starting points are, in order: the kernel as written (its module's values), the variants
-of the highest priority (where the level tunes them with lower groups; a fallback set starts
-from none of the failed sets' variants), and the winners of the kernel's other keys, nearest key
-first. Random choices come from a generator seeded with the ``search_seed`` setting
-and the key's text, so the same key with the same seed draws the same variants in every
-process (a pattern search then follows what it measures).
+docs/concepts/search.md describes each strategy, the grid and the starting points. A strategy
+proposes the next variants to compile and time, given the times measured so far, until the space
+or the budget is spent; the tuner (:mod:`numbatune.tuning.tuner`) measures each proposal
+together with the best variant so far, and the best of each becomes the new best. An exhaustive
+search of more than :data:`WHOLE_UP_TO` variants measures chunks of :data:`CHUNK`: one
+measurement of thousands of long kernels would fill CUDA's launch queue for minutes, and a
+tuning cut short would keep nothing of it (:mod:`numbatune.cache.journal` keeps each chunk's).
+Random choices come from a generator seeded with the ``search_seed`` setting and the key's text
+(:func:`randomness_for`), so every process draws the same variants for a key.
 """
 
 from __future__ import annotations
@@ -79,13 +54,14 @@ def proposer(
     the module says)."""
     inside = set(space)
     firsts = list(dict.fromkeys(v for v in starts if v in inside))
+    chosen = set(firsts)
+    rest = [v for v in space if v not in chosen]
     if strategy is Strategy.EXHAUSTIVE:
-        if len(space) <= WHOLE_UP_TO:
-            return _InOrder(list(space), len(space))
-        chosen = set(firsts)
-        return _InOrder(firsts + [v for v in space if v not in chosen], CHUNK)
+        whole = len(space) <= WHOLE_UP_TO
+        return _InOrder(list(space), len(space)) if whole else _InOrder(firsts + rest, CHUNK)
     if strategy is Strategy.RANDOM:
-        return _random_order(space, firsts, randomness, batch)
+        randomness.shuffle(rest)
+        return _InOrder(firsts + rest, batch)
     if strategy is Strategy.PATTERN:
         return _Pattern(space, firsts, randomness, batch)
     if strategy is Strategy.MODEL:
@@ -167,15 +143,6 @@ class _InOrder:
             if variant not in times:
                 proposal.append(variant)
         return proposal
-
-
-def _random_order(
-    space: Sequence[Variant], starts: list[Variant], randomness: random.Random, batch: int
-) -> _InOrder:
-    chosen = set(starts)
-    order = [v for v in space if v not in chosen]
-    randomness.shuffle(order)
-    return _InOrder(starts + order, batch)
 
 
 class _Pattern:

@@ -1,17 +1,10 @@
-"""The ``model`` search: a surrogate model of the times chooses which variants to measure next.
+"""The ``model`` search: a random forest fitted to the times chooses which variants to measure next.
 
-It starts from the starting points, then half the rest of its first batch spread over the
-space's grid (:meth:`~numbatune.tuning.grid.Grid.spread`: each the variant farthest from those
-chosen) and half at random. Then each proposal is the best variant's untried neighbours (as
-Helion's LFBO pattern search steps from its best), then the untried variants a random forest
-predicts fastest (scikit-learn's ``RandomForestRegressor``, the surrogate of SMAC and of
-Helion's LFBO search), fitted to the logarithm of the times measured so far over the variants'
-positions on the grid (a variant that failed counts as three times slower than the slowest
-measured): those whose optimistic prediction is lowest (the trees' mean less their spread, so
-variants the model knows little about get their turn). One in eight of each proposal is drawn
-at random, so that a model that fits badly cannot hold the search in one region. The forest's
-seed comes from the search's random generator: the same key and seed measure the same variants,
-given the same times. scikit-learn is an optional dependency: ``pip install 'numbatune[model]'``.
+docs/concepts/search.md describes it: a first batch of the starting points, half the rest spread
+over the grid and half at random; then the best's untried neighbours, and the untried variants of
+lowest optimistic prediction (the trees' mean less their spread) of a forest fitted to the
+logarithm of the times over the grid's positions, one in :data:`EXPLORE_ONE_IN` at random.
+scikit-learn is an optional dependency: ``pip install 'numbatune[model]'``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Running a tuning job: compile the variants, time them on clones of the arguments, pick one.
 
-The plan's variant sets are tried in turn (:meth:`numbatune.tuning.levels.Plan.tries`) until one
-has a working variant. In a set, the caller's arrays are never written: every variant runs on
-clones, made once before timing. A variant that fails to compile or launch is recorded with its
-error and left out; only when every variant fails does tuning raise, with one message that names
-them all. A set of one variant is not measured.
+The plan's variant sets are tried in turn until one has a working variant. A variant that fails
+to compile or launch is recorded with its error and left out; only when every variant fails does
+tuning raise, with one message that names them all. A set of one variant is not measured.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from numbatune.errors import TuningError, as_raised
 from numbatune.strategies import Budget, Strategy
 from numbatune.streams.handles import synchronize
 from numbatune.tuning import bench, checks, search
-from numbatune.tuning.job import Launcher, TuneJob, alone, bound
+from numbatune.tuning.job import Bound, Launcher, TuneJob, alone
 from numbatune.tuning.progress import Progress
 from numbatune.tuning.results import (
     Failed,
@@ -43,12 +41,8 @@ logger = logging.getLogger("numbatune")
 
 def tune(job: TuneJob) -> TuneReport:
     """Tune the job's variant sets in turn until one has a working variant (from the one an
-    unfinished tuning of the key stopped in: :func:`_sets_left`).
-
-    The report has one result per variant of the kernel, in their order (so its
-    ``best_index`` indexes them too); variants not tried are :data:`~numbatune.tuning.results.
-    NOT_TRIED`.
-    """
+    unfinished tuning of the key stopped in: :func:`_sets_left`); the report has one result per
+    variant of the kernel, in their order."""
     plan = job.plan
     logger.info(
         "numbatune: tuning %s for key %r at level %s: %d of %d variants (%d pruned)",
@@ -104,30 +98,23 @@ def _sets_left(
     return tries
 
 
+@dataclasses.dataclass
 class Clock:
     """Where a tuning's time went: compiling, and checking and timing (after compiling); and
-    how many variants screening dropped while others compiled."""
+    how many variants screening dropped while others compiled (fields of :class:`TuneReport`)."""
 
-    def __init__(self) -> None:
-        self.compile_s = 0.0
-        self.benchmark_s = 0.0
-        self.screened_out = 0
+    compile_s: float = 0.0
+    benchmark_s: float = 0.0
+    screened_out: int = 0
 
     def stamped(self, report: TuneReport) -> TuneReport:
         """``report`` with this clock's times."""
-        return dataclasses.replace(
-            report,
-            compile_s=self.compile_s,
-            benchmark_s=self.benchmark_s,
-            screened_out=self.screened_out,
-        )
+        return dataclasses.replace(report, **dataclasses.asdict(self))
 
 
 def _runs(job: TuneJob, variant: Variant) -> bool:
-    """Whether ``variant`` compiles and runs once on clones of the arguments.
-
-    A lone variant is not measured, but one that fails gives way to the next priority group.
-    """
+    """Whether ``variant`` (alone in its set: not measured) compiles and runs once on clones
+    of the arguments; one that fails gives way to the next priority group."""
     try:
         _launched(job, variant)
     except Exception as error:
@@ -142,8 +129,8 @@ def _runs(job: TuneJob, variant: Variant) -> bool:
 
 
 def _launched(job: TuneJob, variant: Variant) -> tuple[Any, ...]:
-    """Compile ``variant`` and run it once on clones of the arguments; the clones. What does
-    not compile or run raises."""
+    """Compile ``variant`` and run it once on clones of the arguments (raising where it does not
+    compile or run); the clones."""
     clones = job.arguments.clone(job.stream)
     launchers = job.compile(
         [variant], clones, job.arguments.values, job.stream, _ignore, _ignore, job.settings
@@ -159,26 +146,23 @@ def _launched(job: TuneJob, variant: Variant) -> tuple[Any, ...]:
 def tune_set(
     job: TuneJob, variants: Sequence[Variant], clock: Clock, expected: checks.Observed | None
 ) -> TuneReport:
-    """Measure the variants of ``variants`` the job's search chooses, on clones of the job's
-    arguments, and report, fastest first in the log; raise :class:`TuningError` when every
-    one fails. In check mode (``expected``: the reference's outputs), every variant measured is
-    checked first, a set of one too."""
+    """Measure the variants of ``variants`` the job's search chooses, checked first against the
+    reference's ``expected`` outputs in check mode (a set of one too), and report; raise
+    :class:`TuningError` when every one fails."""
     if len(variants) == 1 and expected is None:
         return _report(job, {}, best=variants[0], source=Source.SINGLE)
     strategy = job.search.strategy.for_space(len(variants))
     outcomes, best, tied = _search(job, variants, strategy, clock, expected)
     if best is None:
         job.journal.discard()  # the next set, if any, starts afresh (and, cut short, goes on)
-        lines = "\n".join(
-            f"  {v.label}: {_why(outcomes[v])}" for v in job.variants if v in outcomes
-        )
-        failed = [outcomes[v] for v in job.variants if v in outcomes]
+        tried = [v for v in job.variants if v in outcomes]
+        lines = "\n".join(f"  {v.label}: {_why(outcomes[v])}" for v in tried)
         error = TuningError(
             f"{job.kernel_name}: every variant failed for key {job.key!r}:\n{lines}",
-            results=tuple(VariantResult(v, outcomes[v]) for v in job.variants if v in outcomes),
+            results=tuple(VariantResult(v, outcomes[v]) for v in tried),
         )
-        raised = [outcome.exception for outcome in failed if isinstance(outcome, Raised)]
-        raise as_raised(error, raised if len(raised) == len(failed) else [])
+        raised = [o.exception for v in tried if isinstance(o := outcomes[v], Raised)]
+        raise as_raised(error, raised if len(raised) == len(tried) else [])
     report = dataclasses.replace(
         _report(job, outcomes, best=best, source=Source.BENCHMARK),
         strategy=strategy,
@@ -206,12 +190,10 @@ def _search(
     expected: checks.Observed | None,
 ) -> tuple[dict[Variant, Outcome], Variant | None, tuple[Variant, ...]]:
     """Measure the batches ``strategy`` proposes (from where a journal says an earlier
-    tuning stopped) until the space or the budget is spent, checking each variant against
-    the ``expected`` outputs in check mode, then settle ties (:func:`_settled`); the
-    outcomes, the best, and the variants it was chosen among as ties.
-
-    The journal keeps the outcomes after each batch that another follows: a search of one
-    batch, or the last batch of several, writes none (their outcomes are the result, stored)."""
+    tuning stopped) until the space or the budget is spent, then settle ties
+    (:func:`_settled`); the outcomes, the best, and the variants it was chosen among as ties.
+    The journal keeps the outcomes after each batch that another follows (the last batch's
+    are the result, stored)."""
     budget = job.search.budget
     limit = len(variants)  # how many variants it may measure
     if strategy is not Strategy.EXHAUSTIVE and budget.variants is not None:
@@ -287,7 +269,7 @@ def _settled(
     if len(tied) < 2:
         return best, ()
     started = time.perf_counter()
-    runs = {v: bound(launchers[v], clones, job.stream) for v in tied}
+    runs = {v: Bound(launchers[v], clones, job.stream) for v in tied}
     with bench.device_lock:
         again = bench.measure(runs, job.stream, clones, restore, taken=job.settings)
     clock.benchmark_s += time.perf_counter() - started
@@ -312,9 +294,8 @@ def _settled(
 
 
 #: The fewest variants a search proposes at a time (one for each compile worker, where more
-#: wait). Each comes with the variants built with it (:func:`numbatune.tuning.search.siblings`),
-#: so that a batch is one build for each worker: smaller batches, more of them, let a search
-#: step from what it measured more often in its budget.
+#: wait), each with its siblings: smaller batches let a search step from what it measured
+#: more often in its budget.
 _BATCH = 8
 
 
@@ -356,23 +337,12 @@ def _log_batch(
     best: Variant | None,
     times: Mapping[Variant, float | None],
 ) -> None:
-    """Log, for debugging, how far the search got after a batch and the best so far."""
-    if best is None:
-        logger.debug(
-            "numbatune: %s: %d of %d variants measured; none works so far",
-            job.kernel_name,
-            measured,
-            limit,
-        )
-    else:
-        logger.debug(
-            "numbatune: %s: %d of %d variants measured; the best so far: %s (%.1f us)",
-            job.kernel_name,
-            measured,
-            limit,
-            best.label,
-            times[best] * 1e6,  # type: ignore[operator]  # a timed variant
-        )
+    found = "none works so far"
+    if best is not None:
+        found = f"the best so far: {best.label} ({times[best] * 1e6:.1f} us)"  # type: ignore[operator]
+    logger.debug(
+        "numbatune: %s: %d of %d variants measured; %s", job.kernel_name, measured, limit, found
+    )
 
 
 def _room(
@@ -384,9 +354,8 @@ def _room(
     taken: Snapshot,
 ) -> float:
     """How many builds the next batch may take: with a budget in seconds, as many as fit in
-    the seconds left at the pace of the last batch, which took ``builds``, counted in rounds
-    of one build for each compile worker (a round lasts as long as its longest build, however
-    few it holds); else any number."""
+    the seconds left at the pace of the last batch (``builds``, in rounds of one build for each
+    compile worker: a round lasts as long as its longest build); else any number."""
     if strategy is Strategy.EXHAUSTIVE or budget.seconds is None:
         return math.inf
     workers = max(1, taken.compile_workers)
@@ -411,12 +380,9 @@ def _measure(
     kept: dict[Variant, Launcher],
 ) -> dict[Variant, Outcome]:
     """Compile ``variants`` (trial runs included; on a GPU, screening them as they arrive),
-    check those not checked ``earlier`` against the ``expected`` outputs in check mode
-    (:func:`_checked`), and time the others together; each one's outcome. The launchers of
-    those that compiled go in ``kept``.
-
-    The progress line counts the variants measured in this tuning, each once: those measured
-    ``earlier`` (the best so far, measured again) count as done already."""
+    check those not checked ``earlier`` in check mode (:func:`_checked`), and time the others
+    together; each one's outcome. The launchers of those that compiled go in ``kept``. The
+    progress line counts each variant once: those measured ``earlier`` are done already."""
     done = len(earlier)
     again = sum(variant in earlier for variant in variants)
     started = time.perf_counter()
@@ -450,7 +416,7 @@ def _measure(
         outcome = outcomes.setdefault(variant, _outcome(timing))
         clock.screened_out += isinstance(outcome, Timed)  # not those whose run raised
     runs = {
-        variant: bound(launcher, clones, job.stream)
+        variant: Bound(launcher, clones, job.stream)
         for variant, launcher in launchers.items()
         if variant not in outcomes
     }
@@ -494,21 +460,15 @@ def _report(
 
 
 def _reference_outputs(job: TuneJob) -> checks.Observed | None:
-    """In check mode, the outputs every variant's are compared with, computed once for the
-    tuning: the check's reference function's, else the kernel as written's
-    (:func:`_written_outputs`); None outside check mode."""
+    """In check mode, the outputs every variant's are compared with, computed once: the
+    check's reference function's, else what the kernel as written leaves, run on clones of the
+    arguments (a :class:`TuningError` that says why where it cannot run: nothing is measured
+    then, no variant's results could be trusted); None outside check mode."""
     check = job.check
     if check is None:
         return None
     if check.reference is not None:
         return checks.reference_outputs(check, job.args, _names(job), job.stream)
-    return _written_outputs(job, check)
-
-
-def _written_outputs(job: TuneJob, check: checks.Check) -> checks.Observed:
-    """What the kernel as written (``job.reference``) leaves to compare, run on clones of the
-    arguments, whether or not a variant equals it; a :class:`TuningError` that says why where
-    it cannot run (nothing is measured then: no variant's results could be trusted)."""
     written = job.reference
     assert written is not None
     if isinstance(written, checks.CannotRun):
@@ -536,9 +496,8 @@ def _checked(
     earlier: Mapping[Variant, Outcome],
     expected: checks.Observed,
 ) -> dict[Variant, Outcome]:
-    """Run each variant not checked ``earlier`` once on fresh clones of the arguments and
-    compare its outputs with the ``expected`` ones (the reference's); the variants that differ
-    (:class:`Mismatched`, logged as warnings) or fail."""
+    """Run each variant not checked ``earlier`` once on fresh clones of the arguments; those
+    whose outputs differ from the ``expected`` ones (:class:`Mismatched`, warned of) or fail."""
     check = job.check
     assert check is not None
     names = _names(job)
@@ -566,13 +525,10 @@ def _checked(
 
 
 def _originals(job: TuneJob) -> tuple[Any, ...]:
-    """Clones of the arguments every run starts from, arrays in tuples included (scalars as they
-    are; None for the arguments a run leaves as the next one needs them): a kernel that writes
-    its inputs, such as a stream compaction with a counter, runs each time on what the caller
-    passed."""
-    arguments = job.arguments
-    names = _names(job)
+    """Clones of the arguments every run starts from (None for those a run leaves as the next
+    one needs them): a kernel that writes its inputs, such as a stream compaction with a
+    counter, runs each time on what the caller passed."""
     return tuple(
         None if name in job.unrestored else arrays.clone_value(value, job.stream)
-        for name, value in zip(names, arguments.values, strict=True)
+        for name, value in zip(_names(job), job.args, strict=True)
     )
