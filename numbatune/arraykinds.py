@@ -14,7 +14,7 @@ import enum
 import functools
 import importlib
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,9 +43,8 @@ class FastRead(enum.Enum):
     #: Once per array object, kept on it (numba-cuda's and numba-cuda-mlir's device arrays,
     #: whose fields do not change).
     MEMO = "memo"
-    #: Through the library's DLPack C exchange API where it has one, else, where the kind names
-    #: them (:attr:`ArrayKind.attributes`), its attributes read in C, else its Python API
-    #: (:attr:`ArrayKind.fields`).
+    #: In C: through the library's DLPack C exchange API where it has one, else by the
+    #: attributes the kind names (:attr:`ArrayKind.attributes`).
     FIELDS = "fields"
     #: Not at all: launches on such arrays go through numba's launch.
     NONE = "none"
@@ -57,9 +56,7 @@ class CurrentStream:
 
     #: The library's function (imported on first use).
     getter: Callable[[], Callable[..., Any]]
-    #: The generated fast path's expression: ``{get}`` the function, ``{a}`` the array.
-    code: str
-    #: The same read in Python: ``read(function, array)``.
+    #: The read: ``read(function, array)``.
     read: Callable[[Callable[..., Any], Any], int]
 
     def of(self, array: Any) -> int:
@@ -128,16 +125,12 @@ class ArrayKind:
     #: ``stream=None`` go there, and on another stream wait for it.
     stream: CurrentStream | None = None
     fast: FastRead = FastRead.NONE
-    #: For :attr:`FastRead.FIELDS`: expressions of its fields ({a}: the array; {m}: the object
-    #: the pointer and the allocation are read from, read once; {d}: a dimension;
-    #: {itemsize}: the bytes of an element; {p}: the pointer, read once).
-    fields: Mapping[str, str] = field(default_factory=dict)
     #: For :attr:`FastRead.FIELDS`: whether the fast path checks the array's device even in a
     #: process that sees one GPU (torch's tensors may be in host memory).
     checks_device: bool = False
     #: For :attr:`FastRead.FIELDS`, a library with a :attr:`stream` and no DLPack C exchange
-    #: API: the attributes the C extension reads its arrays' fields by, or None (then
-    #: :attr:`fields`, in Python).
+    #: API: the attributes the C extension reads its arrays' fields by, or None (then its
+    #: arrays are launched through numba's launch).
     attributes: Attributes | None = None
     #: For a library with the DLPack C exchange API: the name of its arrays' method that gives
     #: their offset into their allocation, in elements, with which the C extension finds
@@ -287,22 +280,9 @@ TORCH = ArrayKind(
     refusal=lambda tensor: None if tensor.is_cuda else f"a torch tensor on {tensor.device}",
     stream=CurrentStream(  # of a device index, as Triton reads it
         _library_function("torch", "_C._cuda_getCurrentRawStream"),
-        "{get}({a}.get_device())",
         lambda get, a: get(a.get_device()),
     ),
     fast=FastRead.FIELDS,
-    fields={
-        "c_contiguous": "{a}.is_contiguous()",
-        "f_contiguous": "_layout_of({a}) == 'F'",
-        "a_layout": "_layout_of({a}) == 'A'",
-        "memory": "{a}",
-        "pointer": "{m}.data_ptr()",
-        "device": "{m}.get_device()",
-        "stride": "{a}.stride({d}) * {itemsize}",  # torch counts strides in elements
-        # The allocation's start (as its buffer reads it), not untyped_storage(): that makes
-        # an object on every call.
-        "buffer": "{p} - {m}.storage_offset() * {itemsize}",
-    },
     checks_device=True,  # (a tensor in host memory, or on another device, is refused)
     offset_method="storage_offset",
 )
@@ -328,20 +308,9 @@ CUPY = ArrayKind(
     device=lambda array: int(array.data.device_id),
     stream=CurrentStream(
         _library_function("cupy", "cuda.get_current_stream"),
-        "{get}().ptr",
         lambda get, a: get().ptr,
     ),
     fast=FastRead.FIELDS,
-    fields={
-        "c_contiguous": "{a}._c_contiguous",
-        "f_contiguous": "{a}._f_contiguous",
-        "a_layout": "not {a}._f_contiguous",
-        "memory": "{a}.data",
-        "pointer": "{m}.ptr",
-        "device": "{m}.device_id",
-        "stride": "{a}.strides[{d}]",
-        "buffer": "{m}.mem.ptr",
-    },
     # CuPy's extents and strides as lists (``_shape``, ``_strides``: its ndarray's own
     # vectors, which ``shape`` and ``strides`` copy into tuples; ``a.shape = ...`` sets them).
     attributes=Attributes(

@@ -593,9 +593,7 @@ def attribute_arrays(monkeypatch):
         arraykinds.CUPY,
         name="attribute_arrays",
         claims=lambda cls: cls is AttributeArray,
-        stream=arraykinds.CurrentStream(
-            lambda: lambda: CURRENT, "{get}().ptr", lambda get, a: get().ptr
-        ),
+        stream=arraykinds.CurrentStream(lambda: lambda: CURRENT, lambda get, a: get().ptr),
     )
     monkeypatch.setattr(arraykinds, "KINDS", [kind, *arraykinds.KINDS])
     monkeypatch.setattr(arraykinds, "_kinds", {})

@@ -6,12 +6,11 @@ With ``stream=None`` a launch goes to the current stream of the arguments' array
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from numba import cuda
 
-from numbatune.arraykinds import SIMULATOR, ArrayKind, kind_of
+from numbatune.arraykinds import SIMULATOR, kind_of
 from numbatune.errors import StreamError
 from numbatune.rawstreams import stream_handle
 
@@ -20,12 +19,6 @@ from numbatune.rawstreams import stream_handle
 DEFAULT_STREAMS = (0, 1, 2)
 #: The legacy default stream's handles.
 LEGACY = (0, 1)
-
-
-def stream_getter(kind: ArrayKind) -> Callable[..., Any]:
-    """An array library's function for its current stream (its kind must have one)."""
-    assert kind.stream is not None
-    return kind.stream.getter()
 
 
 def numba_stream(stream: Any, args: tuple[Any, ...] = ()) -> Any:
