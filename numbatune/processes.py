@@ -1,21 +1,17 @@
 """Worker processes: child Pythons that run tasks, each with a time limit, replaced when they
 die or pass it.
 
-numbatune compiles variants (and, on request, runs untried ones) in worker processes. They are
-started as a fresh Python running this module, with an environment of numbatune's choosing, not by
-``multiprocessing``: a library must not re-import its user's ``__main__`` module in every
-worker (spawn and forkserver do) nor fork a process that holds a CUDA context (a forked child
-cannot use it). A :class:`Task` names a function by module and name and passes pickled
-arguments; the worker answers with its outcome (:data:`TaskOutcome`). A task that fails (its
-worker died or passed the time limit, it could not be handed to a worker) fails alone, and the
-next task starts a fresh worker. Workers left idle for a while exit.
+Workers are started as a fresh Python running this module, not by ``multiprocessing``: a
+library must not re-import its user's ``__main__`` in every worker (spawn and forkserver do) nor
+fork a process that holds a CUDA context. A :class:`Task` names a function by module and name,
+with pickled arguments; the worker answers with its outcome (:data:`TaskOutcome`). A task that
+fails (its worker died, passed the time limit, or could not take it) fails alone; the next
+starts a fresh worker. Idle workers exit after a while.
 
-A pool given a ``warm`` task forks its workers from one process that ran it
-(:class:`_ForkServer`, started as a fresh Python, which never holds a CUDA context): each worker
-starts with what the warm task did (numba imported, its typing tables filled), those objects
-frozen (``gc.freeze``) so that its garbage collections skip them; where the server cannot fork
-one, the worker starts fresh. POSIX only: elsewhere :func:`available` is False and callers do
-the work themselves.
+A pool given a ``warm`` task forks its workers from a fresh Python that ran it
+(:class:`_ForkServer`, which never holds a CUDA context): each starts with numba imported and
+its tables filled, those objects frozen (``gc.freeze``); where the server cannot fork one, the
+worker starts fresh. POSIX only: elsewhere :func:`available` is False.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -315,8 +311,9 @@ class WorkerPool:
         self._server_lock = threading.Lock()
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._starting = threading.Lock()
         self._timer: threading.Timer | None = None
-        self._running = 0  # runs under way: the idle timer waits for the last to end
+        self._running = 0  # work under way (_busy): the idle timer waits for the last to end
 
     def run(
         self,
@@ -327,15 +324,8 @@ class WorkerPool:
         """Run ``tasks`` on up to ``size`` workers at once; their outcomes, one per task in order.
         ``done(index, outcome)`` is called as each task finishes; where it raises, the other
         tasks still run and are handed to it, and the first of its errors is raised here."""
-        with self._lock:
-            self._running += 1
-        self._cancel_timer()
-        try:
+        with self._busy():
             return self._run(tasks, limit_s, done)
-        finally:
-            with self._lock:
-                self._running -= 1
-            self._start_timer()
 
     def _run(
         self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, TaskOutcome], None]
@@ -384,11 +374,9 @@ class WorkerPool:
     def start(self, count: int) -> None:
         """Start up to ``count`` workers now (at most ``size`` in all), so that they are ready
         sooner when tasks come."""
-        self._cancel_timer()
-        with self._lock:
+        with self._busy(), self._starting:
             for _ in range(min(count, self.size) - self._idle.qsize()):
                 self._idle.put(self._new_worker())
-        self._start_timer()
 
     def _worker(self) -> _Worker:
         try:
@@ -399,11 +387,9 @@ class WorkerPool:
     def prepare(self) -> None:
         """Start the fork server now (a pool with a ``warm`` task), so that it has warmed up
         by the time the first workers are asked for."""
-        if self._warm is None:
-            return
-        self._cancel_timer()
-        self._ready_server()
-        self._start_timer()
+        if self._warm is not None:
+            with self._busy():
+                self._ready_server()
 
     def _new_worker(self) -> _Worker:
         return _Worker(self._environment, None if self._warm is None else self._ready_server())
@@ -428,23 +414,24 @@ class WorkerPool:
                 self._server.stop()
                 self._server = None
 
-    def _start_timer(self) -> None:
-        """Close the pool ``idle_s`` from now, unless a run is under way (the last run to end
-        starts the timer again)."""
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        """While work is under way the idle timer waits; the last to end starts it: the pool
+        closes ``idle_s`` later."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = None
-            if not self._running:
-                self._timer = threading.Timer(self._idle_s, self.close)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def _cancel_timer(self) -> None:
-        with self._lock:
+            self._running += 1
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if not self._running:
+                    self._timer = threading.Timer(self._idle_s, self.close)
+                    self._timer.daemon = True
+                    self._timer.start()
 
 
 def _write_frame(stream: IO[bytes], payload: bytes) -> None:
