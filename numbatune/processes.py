@@ -52,8 +52,8 @@ def in_worker() -> bool:
 
 
 def environment(simulator: bool, paths: Sequence[str] = (), **variables: str) -> dict[str, str]:
-    """This process's environment for its workers: numba's simulator on or off, modules
-    imported from ``paths`` and then from where this process imports them, and ``variables``."""
+    """The environment for workers: this process's, numba's simulator on or off, modules
+    imported from ``paths`` first, and ``variables``."""
     return {
         **os.environ,
         "NUMBA_ENABLE_CUDASIM": "1" if simulator else "0",
@@ -73,8 +73,8 @@ class Task:
 
 @dataclass(frozen=True)
 class Done:
-    """A task's result. A task function may return one with ``ended`` set: the worker ends
-    after this reply (the task spoilt it)."""
+    """A task's result; a task function may return one with ``ended`` set: the worker ends
+    after this reply."""
 
     value: Any
     ended: bool = False
@@ -108,11 +108,10 @@ TaskOutcome = Done | Raised | Lost
 
 
 class LazyTasks(Sequence[Task]):
-    """``count`` tasks, each made by ``make(index)`` only when a worker takes it, so that the
-    first run while the others are being made. Tasks are made one at a time, whichever thread
-    asks: making one may not be thread-safe (CPython's ``compile`` of an AST, which writing out
-    ``static_range`` loops runs, is not). A task that cannot be made fails alone, as
-    :class:`Raised`."""
+    """``count`` tasks, each made by ``make(index)`` as a worker takes it, so that the first run
+    while the others are made; one at a time, whichever thread asks (CPython's ``compile`` of an
+    AST, which writing out ``static_range`` loops runs, is not thread-safe). A task that cannot
+    be made fails alone, as :class:`Raised`."""
 
     def __init__(self, count: int, make: Callable[[int], Task]) -> None:
         self._count, self._make = count, make
@@ -134,8 +133,7 @@ START_LIMIT_S = 120.0
 
 class _Forked:
     """A worker forked by a :class:`_ForkServer`, with the part of ``subprocess.Popen``'s
-    interface that :class:`_Worker` uses. Its process is the server's child: the server writes
-    its pid, then its exit status, to a pipe of its own."""
+    interface :class:`_Worker` uses; the server writes its pid, then its exit status, to a pipe."""
 
     def __init__(self, stdin: IO[bytes], stdout: IO[bytes], news: IO[bytes]) -> None:
         self.stdin, self.stdout, self._news = stdin, stdout, news
@@ -177,9 +175,8 @@ class _Forked:
 
 
 class _ForkServer:
-    """A process that ran a pool's ``warm`` task, and forks workers on request. Requests go
-    through a socket, with the worker's pipes attached; each worker's pid and exit status come
-    back on a pipe of its own (:class:`_Forked`)."""
+    """A process that ran a pool's ``warm`` task, and forks a worker for each request (through
+    a socket, with the worker's pipes attached: :class:`_Forked`)."""
 
     def __init__(self, environment: Mapping[str, str], warm: Task) -> None:
         self._socket, theirs = socket.socketpair()
@@ -251,8 +248,7 @@ class _Worker:
         )
 
     def run(self, task: Task, limit_s: float) -> TaskOutcome:
-        """Run ``task``; its time limit starts once the worker has started. What pickling
-        ``task`` raises is raised, the worker left as it was."""
+        """Run ``task``, timed from the worker's start; what pickling ``task`` raises is raised."""
         assert self.process.stdin is not None and self.process.stdout is not None
         payload = pickle.dumps(task, protocol=5)
         try:
@@ -293,8 +289,8 @@ class _Worker:
 
 
 class WorkerPool:
-    """Up to ``size`` workers started with ``environment``, forked from a process that ran
-    ``warm`` when it is given; see the module's docstring."""
+    """Up to ``size`` workers started with ``environment`` (forked from a process that ran
+    ``warm``, where given)."""
 
     def __init__(
         self,
@@ -321,9 +317,9 @@ class WorkerPool:
         limit_s: float,
         done: Callable[[int, TaskOutcome], None] = lambda index, outcome: None,
     ) -> list[TaskOutcome]:
-        """Run ``tasks`` on up to ``size`` workers at once; their outcomes, one per task in order.
-        ``done(index, outcome)`` is called as each task finishes; where it raises, the other
-        tasks still run and are handed to it, and the first of its errors is raised here."""
+        """Run ``tasks`` on up to ``size`` workers at once; their outcomes, in order. Each is
+        handed to ``done(index, outcome)`` as it finishes; the first error it raises is raised
+        here once every task has run."""
         with self._busy():
             return self._run(tasks, limit_s, done)
 
@@ -372,8 +368,7 @@ class WorkerPool:
         return [outcomes[index] for index in range(len(tasks))]
 
     def start(self, count: int) -> None:
-        """Start up to ``count`` workers now (at most ``size`` in all), so that they are ready
-        sooner when tasks come."""
+        """Start up to ``count`` workers now (at most ``size`` in all), ready for tasks."""
         with self._busy(), self._starting:
             for _ in range(min(count, self.size) - self._idle.qsize()):
                 self._idle.put(self._new_worker())
@@ -385,8 +380,8 @@ class WorkerPool:
             return self._new_worker()
 
     def prepare(self) -> None:
-        """Start the fork server now (a pool with a ``warm`` task), so that it has warmed up
-        by the time the first workers are asked for."""
+        """Start the fork server now (a pool with a ``warm`` task), to warm up before workers
+        are asked for."""
         if self._warm is not None:
             with self._busy():
                 self._ready_server()
@@ -460,8 +455,7 @@ def _read_frame(stream: IO[bytes], deadline: float | None = None) -> bytes:
 
 
 #: An environment variable of a worker: how much lower its CPU priority is than its parent's
-#: (``os.nice``), so that a parent sharing the machine with busy workers gets a core when it
-#: needs one (to hand out tasks and take results).
+#: (``os.nice``), so that a parent among busy workers gets a core to hand out tasks.
 NICE = "NUMBATUNE_WORKER_NICE"
 
 
@@ -475,8 +469,8 @@ _START = (
 
 
 def _fork_server(fd: int) -> None:
-    """A fork server's loop (:class:`_ForkServer`): run the warm task, then fork a worker for
-    each request, and report each one's pid and exit status; exit when the parent is gone."""
+    """A fork server's loop: run the warm task, then fork a worker for each request, reporting
+    its pid and exit status; exit when the parent is gone."""
     global _in_worker
     _in_worker = True
     requests = socket.socket(fileno=fd)
@@ -568,8 +562,8 @@ def _serve() -> None:
 
 
 class UnreadableTask(Exception):
-    """A task a worker cannot unpickle: it holds a class of the parent's script (``__main__``),
-    which the worker cannot import; the parent may run it itself."""
+    """A task a worker cannot unpickle (a class of the parent's ``__main__``): the parent may
+    run it itself."""
 
 
 def _task(frame: bytes) -> Task:
