@@ -1,11 +1,10 @@
 """Tuning in a background thread (``on_miss="background"``: the setting, or a kernel's option).
 
-A call whose key has no stored result launches a variant chosen without measuring (see
-:mod:`numbatune.resolver`) and hands clones of its arguments, made on its stream before that
-launch, to a thread that tunes the key on a stream of its own. When the tuning ends its winner
-replaces the served variant in the winner table, so later calls launch it; a tuning that fails
-leaves the served variant, with a warning. The times it measures are taken while the program
-runs on the same device, so they are noisier than a tuning of its own.
+A call whose key has no stored result launches a variant chosen without measuring
+(:mod:`numbatune.resolver`) and hands clones of its arguments, made on its stream, to a thread
+that tunes the key on a stream of its own; its winner then replaces the served variant (a
+tuning that fails leaves it, with a warning). Its times are noisier than a tuning's alone: the
+program runs on the device meanwhile.
 """
 
 from __future__ import annotations

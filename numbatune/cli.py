@@ -105,7 +105,8 @@ def _needs_cache() -> Path:
 
 
 class _Failure(Exception):
-    """A command that cannot be done as asked; :func:`main` says why in one line, status 2."""
+    """A command that cannot be done as asked; :func:`main` says why in one line, status 2, as
+    it does numbatune's own errors (a file not numbatune's, a compiler library missing)."""
 
 
 #: What a user's mistake raises, as opposed to a bug: said in one line by :func:`main`.
@@ -174,8 +175,8 @@ _ENTRY_HEADER = ["key", "variant", "median (us)", "best", "tuning"]
 
 
 def _stored(function: str, key: str | None = None) -> list[Any]:
-    """The stored entries of ``function`` (its full name or last part); with ``key``, of the
-    keys printed (or stored) as ``key``, else of those whose text holds it."""
+    """The stored entries of ``function`` (full name or last part); with ``key``, of the keys
+    printed (or stored) as ``key``, else of those whose text holds it."""
     from numbatune.cache import files
     from numbatune.demo import stored_key_label
 
@@ -206,8 +207,8 @@ def _print_entries(arguments: argparse.Namespace, found: list[Any]) -> None:
 
 
 def _entry_data(entry: Any) -> dict[str, Any]:
-    """An entry for ``--json``: as stored, with the values of each variant's parameters and
-    jit options of their own types again (stored as text)."""
+    """An entry for ``--json``: as stored, each variant's parameters and jit options of their
+    own types again."""
     head = {"device": entry.device, "function": entry.function, "key": entry.key}
     if entry.stored is None:
         return {**head, "damaged": entry.damaged}
@@ -236,16 +237,12 @@ def _cache_clear(arguments: argparse.Namespace) -> int:
 
 def _cache_export(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
-    from numbatune.errors import CacheFileError
 
     if arguments.function is not None:
         _stored(arguments.function)  # an unknown function is a mistake, before any writing
-    try:
-        written, damaged = files.export(
-            _needs_cache(), _output(arguments.file), arguments.function, arguments.kernels
-        )
-    except CacheFileError as error:
-        raise _Failure(str(error)) from None
+    written, damaged = files.export(
+        _needs_cache(), _output(arguments.file), arguments.function, arguments.kernels
+    )
     left_out = f"; left out {damaged} damaged" if damaged else ""
     print(f"numbatune: exported {_written(written)} to {arguments.file}{left_out}", file=sys.stderr)
     return 0
@@ -261,16 +258,12 @@ def _written(written: Written) -> str:
 def _cache_import(arguments: argparse.Namespace) -> int:
     from numbatune.cache import files
     from numbatune.cache.disk import write_problem
-    from numbatune.errors import CacheFileError
 
     cache_dir = _needs_cache()
     problem = write_problem(cache_dir)
     if problem is not None:
         raise _Failure(f"cannot import into {cache_dir}: {problem}")
-    try:
-        result = files.import_file(arguments.file, cache_dir)
-    except CacheFileError as error:
-        raise _Failure(str(error)) from error
+    result = files.import_file(arguments.file, cache_dir)
     print(
         f"numbatune: imported {result.imported}; skipped {result.other_device} of other "
         f"devices and {result.already_present} already in the cache; imported "
@@ -286,7 +279,6 @@ def _cache_import(arguments: argparse.Namespace) -> int:
 def _compile(arguments: argparse.Namespace) -> int:
     from numbatune import demo, precompile
     from numbatune.cache.disk import write_problem
-    from numbatune.errors import CompilerNotFoundError
 
     cache_dir = arguments.cache_dir or _needs_cache()
     problem = write_problem(cache_dir)
@@ -302,16 +294,13 @@ def _compile(arguments: argparse.Namespace) -> int:
     if not cases:
         raise _Failure(demo.NO_EXAMPLES)
     started = time.perf_counter()
-    try:
-        compiled = precompile.precompile(
-            cases,
-            arguments.cc,
-            cache_dir,
-            arguments.workers,
-            _progress if sys.stderr.isatty() else lambda finished, total: None,
-        )
-    except CompilerNotFoundError as error:
-        raise _Failure(str(error)) from error
+    compiled = precompile.precompile(
+        cases,
+        arguments.cc,
+        cache_dir,
+        arguments.workers,
+        _progress if sys.stderr.isatty() else lambda finished, total: None,
+    )
     seconds = time.perf_counter() - started
     rows = [_compiled_row(c) for c in compiled]
     header = ["kernel", "variant", "registers", "spills (st/ld B)", "shared B", "stack B", "s"]
@@ -368,7 +357,6 @@ def _positive_int(text: str) -> int:
 def _sweep(arguments: argparse.Namespace) -> int:
     from numbatune import record, sweep
     from numbatune.config import settings
-    from numbatune.errors import CacheFileError
 
     output = _output(arguments.output)
     path = arguments.record or settings.record
@@ -377,15 +365,12 @@ def _sweep(arguments: argparse.Namespace) -> int:
     if not Path(path).is_file():
         raise _Failure(f"no record at {path}: give RECORD, or set NUMBATUNE_RECORD while the "
                        "program runs")  # fmt: skip
-    try:
-        found = record.read(path)
-        result = sweep.sweep(
-            found.records, output, arguments.module, arguments.path,
-            ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
-            workers=arguments.workers, unreadable=found.unreadable, kernels=arguments.kernels,
-        )  # fmt: skip
-    except CacheFileError as error:
-        raise _Failure(str(error)) from None
+    found = record.read(path)
+    result = sweep.sweep(
+        found.records, output, arguments.module, arguments.path,
+        ray_address=arguments.ray or None, use_ray=arguments.ray is not None,
+        workers=arguments.workers, unreadable=found.unreadable, kernels=arguments.kernels,
+    )  # fmt: skip
     rows = [
         [o.function.rpartition(".")[2], o.key or "", o.status, o.detail] for o in result.outcomes
     ]
@@ -404,8 +389,8 @@ def _sweep(arguments: argparse.Namespace) -> int:
 
 
 def _picture(path: Path) -> Path:
-    """``path``, checked before any work is done: a file that can be written, in a format
-    matplotlib writes."""
+    """``path``, checked before any work: a file that can be written, in a format matplotlib
+    writes."""
     from numbatune import plot
 
     try:

@@ -39,9 +39,8 @@ class ExampleError(NumbatuneError, RuntimeError):
 
 
 def find_examples_dir() -> Path:
-    """The examples shipped with numbatune: ``numbatune/examples`` where numbatune is installed
-    from a wheel, else ``examples/`` beside the package (a source tree, or an editable install
-    of one); a FileNotFoundError where neither exists."""
+    """The examples shipped with numbatune: ``numbatune/examples`` (a wheel), else ``examples/``
+    beside the package (a source tree); a FileNotFoundError where neither exists."""
     package = Path(__file__).resolve().parent
     for candidate in (package / "examples", package.parent / "examples"):
         if candidate.is_dir():
@@ -75,8 +74,7 @@ def examples_of(module: ModuleType) -> list[Example]:
 
 def load_examples(directory: Path) -> list[Example]:
     """The example functions of every module in ``directory``, by file name; a
-    FileNotFoundError where it is not a folder, an :class:`ExampleError` where a module cannot
-    be imported (its code raised)."""
+    FileNotFoundError where it is not a folder, an :class:`ExampleError` where a module raises."""
     if not directory.is_dir():
         raise FileNotFoundError(errno.ENOENT, "no such folder", str(directory))
     return [
@@ -87,8 +85,7 @@ def load_examples(directory: Path) -> list[Example]:
 
 
 def example_module(path: Path) -> ModuleType:
-    """The example module ``path``, run; an :class:`ExampleError` saying so in one line where
-    its code raises (a syntax error, an import that fails)."""
+    """The example module ``path``, run; an :class:`ExampleError` in one line where it raises."""
     try:
         return load_module(path)
     except Exception as error:  # the module's own code: whatever it raises is its error
@@ -96,9 +93,8 @@ def example_module(path: Path) -> ModuleType:
 
 
 def example_case(example: Example, small: bool) -> tuple[TunedKernel, tuple[Any, ...]]:
-    """What the example function ``example`` gives: its tuned kernel and arguments; an
-    :class:`ExampleError` where it raises, saying so in one line with its module's file and its
-    name."""
+    """The tuned kernel and arguments ``example`` gives; an :class:`ExampleError` in one line,
+    naming its file and itself, where it raises."""
     try:
         return example(small)
     except Exception as error:  # the example's own code: whatever it raises is its error
@@ -139,7 +135,6 @@ class Tuned:
 
     @property
     def winner(self) -> VariantResult:
-        """The winner's result."""
         return self.report.results[self.report.best_index]
 
     @property
@@ -154,17 +149,14 @@ class Tuned:
 
     @property
     def speedup(self) -> float | None:
-        """How many times faster the winner is than the kernel as written, where both were
-        timed."""
+        """The kernel as written's time over the winner's, where both were timed."""
         written_s = {r.variant: r.median_s for r in self.report.results}.get(self.written)
         winner_s = self.winner.median_s
         return None if written_s is None or winner_s is None else written_s / winner_s
 
     def cells(self, rates: bool) -> list[str]:
-        """The row: kernel, key, variants tried, the winner (what it changes of the kernel as
-        written), its time, its speedup, and with ``rates`` the rate it reached."""
-        report, median_s = self.report, self.winner.median_s
-        speedup = self.speedup
+        """The row (:data:`_SUMMARY_HEADER`), with ``rates`` the rate the winner reached."""
+        report, median_s, speedup = self.report, self.winner.median_s, self.speedup
         cells = [
             self.kernel,
             key_label(report.key),
@@ -185,8 +177,8 @@ _CUTS = ((3, 16), (0, 12), (1, 16))
 
 
 def _changes(variant: Variant, written: Variant | None) -> str:
-    """``variant``'s parameters and jit options that differ from the kernel as written's (all
-    of them when no variant is the kernel as written), as ``NAME=value`` separated by spaces."""
+    """``variant``'s parameters and jit options that differ from ``written``'s (all where it is
+    None), as ``NAME=value`` separated by spaces."""
     if variant == written:
         return "as written"
     values = {**variant.params, **variant.jit}
@@ -199,8 +191,8 @@ def _changes(variant: Variant, written: Variant | None) -> str:
 
 
 def time_unit(seconds: float) -> tuple[str, float]:
-    """The unit, s, ms or us, in which ``seconds`` reads from 1 to 999 (or less than 1 us),
-    and its size in seconds."""
+    """The unit, s, ms or us, in which ``seconds`` reads from 1 to 999 (or below 1 us), and its
+    size in seconds."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3)):
         if seconds >= scale:
             return unit, scale
@@ -224,17 +216,15 @@ def _rate(work: dict[str, int] | None, seconds: float | None) -> str:
 
 
 def summary_table(tuned: Sequence[Tuned], rates: bool) -> str:
-    """One row per kernel and key, at most :data:`WIDTH` columns wide (the winner's changes,
-    the kernel's name and the key cut, in that order, where they do not fit); with ``rates`` a
-    column of the rate each winner reached (no peak: numbatune knows none of the device's)."""
+    """One row per kernel and key, cut to :data:`WIDTH` columns (:func:`_fit`); with ``rates``
+    a column of the rate each winner reached (no peak: numbatune knows none of the device's)."""
     header = [*_SUMMARY_HEADER, "achieved"] if rates else _SUMMARY_HEADER
     return format_table(header, _fit(header, [t.cells(rates) for t in tuned], WIDTH))
 
 
 def _fit(header: list[str], rows: list[list[str]], width: int) -> list[list[str]]:
-    """``rows`` cut to fit ``width`` under ``header``: the columns of :data:`_CUTS` are
-    narrowed in turn, none below its least width or its header's, and their longer cells end
-    in ``...``."""
+    """``rows`` cut to fit ``width`` under ``header``: the columns of :data:`_CUTS` narrowed in
+    turn, none below its least width or its header's, longer cells ending in ``...``."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for column, least in _CUTS:
         excess = sum(widths) + 2 * (len(widths) - 1) - width
@@ -248,15 +238,9 @@ def _fit(header: list[str], rows: list[list[str]], width: int) -> list[list[str]
 
 
 def key_label(key: Hashable) -> str:
-    """A tuning key as numbatune's command line prints it: short, and with no quotes, so that
-    it can be given back (``numbatune cache show FUNCTION KEY``).
-
-    An array's part of the default key, ``((1024, 1024), 'float32', 'C')``, reads
-    ``1024x1024 float32 C``; where every part is an array's of one dtype and layout, these are
-    said once, after the shapes; equal parts in a row are said once, with their count
-    (``3 of 1024x1024 float32 C``). Other parts read as :func:`numbatune.keys.describe` writes
-    them, without quotes.
-    """
+    """A tuning key as the command line prints it, short and unquoted so that it can be given
+    back (docs/cli.md, Keys); parts not of arrays as :func:`numbatune.keys.describe` writes
+    them."""
     parts = key if isinstance(key, tuple) else (key,)
     if not parts:
         return "()"
@@ -314,13 +298,11 @@ def main(
     every: bool = False,
     progress: TextIO | None = None,
 ) -> None:
-    """Tune each of ``examples`` (``example(small) -> (tuned_kernel, args)``), launch its
-    winner once, and print one table for all of them to ``out`` (``sys.stdout``): a row per
-    kernel and key, or with ``every`` a row per variant (every variant's time). ``small``:
-    small sizes, by default under the simulator only. ``progress`` (``sys.stderr``) takes a
-    line per example as it is tuned, and one with its winner. A ValueError where ``examples``
-    is empty; an :class:`ExampleError` where an example function raises.
-    """
+    """Tune each of ``examples``, launch its winner once, and print one table to ``out``
+    (``sys.stdout``): a row per kernel and key, or with ``every`` per variant. ``small``: small
+    sizes (default: under the simulator only). ``progress`` (``sys.stderr``) takes a line per
+    example as it is tuned, and one with its winner. A ValueError where ``examples`` is empty;
+    an :class:`ExampleError` where an example function raises."""
     examples = list(examples)
     if not examples:
         raise ValueError(NO_EXAMPLES)
@@ -344,10 +326,9 @@ def main(
 
 
 def _tune(example: Example, small: bool, progress: TextIO) -> Tuned:
-    """Tune the example's kernel for its arguments and launch the winner once, saying so on
-    ``progress`` before and after. Under the simulator, where every thread is a Python thread,
-    over a covering few of its variants (the kernel as written among them or not: its speedup
-    means nothing there)."""
+    """Tune the example's kernel and launch the winner once, saying so on ``progress``. Under
+    the simulator, where every thread is a Python thread, over a covering few of its variants
+    (the kernel as written among them or not: its speedup means nothing there)."""
     tuned, args = example_case(example, small)
     written, space = tuned.written_variant, len(tuned.variants)
     if SIMULATOR:

@@ -1,11 +1,10 @@
 """What a forked child starts afresh: the package's one fork hook.
 
-A child forked while other threads of its parent held a lock finds that lock held forever, and
-state those threads were changing (keys being tuned, worker processes, streams) is not the
-child's. Rather than each module registering a hook of its own, an object that must be renewed
-in a child registers itself here (:func:`renew_in_child`), weakly; the one hook
-(``os.register_at_fork``) calls each live one's ``after_fork_in_child``. Most modules need
-only the two kinds below: :class:`ForkSafeLock` and :class:`PerProcess`.
+A child forked while other threads of its parent held a lock finds it held forever, and what
+those threads were changing (keys being tuned, worker processes, streams) is not the child's.
+An object that must be renewed in a child registers itself here, weakly (:func:`renew_in_child`);
+the one ``os.register_at_fork`` hook calls each live one's ``after_fork_in_child``. Most modules
+need only :class:`ForkSafeLock` and :class:`PerProcess`.
 """
 
 from __future__ import annotations
@@ -86,8 +85,8 @@ class PerProcess(Generic[T]):
         self._values, self._lock = {}, threading.Lock()
 
     def get(self, make: Callable[[], T], key: Hashable = None) -> T:
-        """The value for ``key`` (where there are several: one pool per size, say), made by
-        ``make()``, under the lock, if this process has none yet."""
+        """The value for ``key`` (one pool per size, say), made by ``make()`` if this process
+        has none yet."""
         with self._lock:
             value = self._values.get(key)
             if value is None:

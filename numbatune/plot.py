@@ -1,12 +1,10 @@
 """A picture of every variant's time per key, for ``numbatune report -o FILE``.
 
-Where the variants vary over exactly two parameters, each key gets a heat map over them (the
-landscape at a glance); otherwise a bar per variant, named by what varies. The winner is marked
-(its cell outlined, its bar in another colour, and the word ``winner``); variants that failed
-or were not timed say so. Times are in the unit that suits each panel's slowest (s, ms or us),
-and a panel whose times are the simulator's says so in its title. Each panel is as tall as its
-bars or rows need, and the file is cut around everything drawn, so no label is clipped.
-matplotlib is needed (``numbatune[report]``).
+Where the variants vary over exactly two parameters, each key gets a heat map over them;
+otherwise a bar per variant, named by what varies. The winner is marked; variants that failed
+or were not timed say so. Times are in the unit that suits each panel's slowest, and a panel of
+the simulator's times says so. Each panel is as tall as its bars or rows need, and the file is
+cut around everything drawn. matplotlib is needed (``numbatune[report]``).
 """
 
 from __future__ import annotations
@@ -27,13 +25,7 @@ _TIMED, _WINNER, _UNTIMED = "tab:blue", "tab:orange", "0.45"
 
 def picture(entries: Sequence[Any], path: Path) -> None:
     """Draw one panel per stored key of ``entries`` (:class:`numbatune.cache.files.Entry`)
-    into ``path`` (its suffix names the format: ``.png``, ``.svg``, ``.pdf``, ...).
-
-    Raises
-    ------
-    ImportError, ValueError
-        As :func:`check_format`, before anything is drawn.
-    """
+    into ``path``, whose suffix names the format; refused as :func:`check_format` says."""
     from matplotlib import pyplot
 
     check_format(path)
@@ -45,16 +37,9 @@ def picture(entries: Sequence[Any], path: Path) -> None:
 
 
 def check_format(path: Path) -> None:
-    """Refuse, before anything is drawn, a ``path`` with no suffix (matplotlib would write
-    ``path`` + ``.png``, not ``path``) or whose suffix names a format matplotlib cannot write.
-
-    Raises
-    ------
-    ImportError
-        When matplotlib is not installed.
-    ValueError
-        When ``path`` has no suffix, or matplotlib cannot write the format it names.
-    """
+    """A ValueError, before anything is drawn, for a ``path`` with no suffix (matplotlib would
+    write ``path`` + ``.png``) or one of a format matplotlib cannot write; an ImportError where
+    matplotlib is not installed."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()

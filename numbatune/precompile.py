@@ -11,7 +11,7 @@ device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,7 @@ def precompile(
         return build_task(job.tuned._template, job.kernels, job.argtypes, cc)
 
     tasks = processes.LazyTasks(len(jobs), task)
-    recorded: dict[int, Sequence[Compiled]] = {}
+    recorded: dict[int, list[Compiled]] = {}
 
     def finished(index: int, outcome: processes.TaskOutcome) -> None:
         # Kept as each kernel is done: a compile stopped part way keeps what it finished.
@@ -116,50 +116,38 @@ def _install_hint(message: str) -> str:
     )
 
 
+@dataclass(frozen=True)
 class _Job:
     """The kernels of a tuned kernel that one worker builds (one build key: one compile, a
     link for each), each as the variants that share it (compiled as the first)."""
 
-    def __init__(
-        self, tuned: TunedKernel, argtypes: tuple[Any, ...], kernels: list[list[Variant]]
-    ) -> None:
-        self.tuned, self.argtypes, self.kernels = tuned, argtypes, kernels
+    tuned: TunedKernel
+    argtypes: tuple[Any, ...]
+    kernels: list[list[Variant]]
 
     def record(
         self, outcome: processes.TaskOutcome, cc: tuple[int, int], store: KernelStore
-    ) -> Sequence[Compiled]:
+    ) -> list[Compiled]:
+        """Its variants, each kernel as built (and kept in ``store``, if it can) or failed."""
         built = outcome.value if isinstance(outcome, processes.Done) else [None] * len(self.kernels)
         failure = str(outcome)
         if isinstance(outcome, processes.Raised) and outcome.kind == RebuildError.__name__:
             failure = outcome.message  # the function's own error, as the parent would raise it
-        return [
-            compiled
-            for sharing, kernel in zip(self.kernels, built, strict=True)
-            for compiled in self._recorded(sharing, kernel, failure, cc, store)
-        ]
-
-    def _recorded(
-        self,
-        sharing: list[Variant],
-        kernel: Built | LinkFailed | None,
-        failure: str,
-        cc: tuple[int, int],
-        store: KernelStore,
-    ) -> list[Compiled]:
-        """One kernel's variants: ``kernel`` as built (and kept in ``store``, if it can), or
-        None where the build failed (``failure``)."""
         signature = ", ".join(str(t) for t in self.argtypes)
-        name, first = self.tuned.function_id, sharing[0]
-        if isinstance(kernel, Built):
-            key = store_key(self.tuned._template, first, self.argtypes, cc, kernel.toolchain)
-            kept = store.save(key, kernel.payload)
-            resources, error, seconds = kernel.resources, None, kernel.seconds
-        else:
-            error = kernel.error if isinstance(kernel, LinkFailed) else failure
-            resources, seconds, kept = None, 0.0, False
-        not_kept = None if kept or error is not None else store.problem or "not kept"
-        return [
-            Compiled(name, v.label, signature, resources, error, seconds,
-                     None if v == first else first.label, kept, not_kept)
-            for v in sharing
-        ]  # fmt: skip
+        found = []
+        for sharing, kernel in zip(self.kernels, built, strict=True):
+            first = sharing[0]
+            if isinstance(kernel, Built):
+                key = store_key(self.tuned._template, first, self.argtypes, cc, kernel.toolchain)
+                kept = store.save(key, kernel.payload)
+                resources, error, seconds = kernel.resources, None, kernel.seconds
+            else:
+                error = kernel.error if isinstance(kernel, LinkFailed) else failure
+                resources, seconds, kept = None, 0.0, False
+            not_kept = None if kept or error is not None else store.problem or "not kept"
+            found += [
+                Compiled(self.tuned.function_id, v.label, signature, resources, error, seconds,
+                         None if v == first else first.label, kept, not_kept)
+                for v in sharing
+            ]  # fmt: skip
+        return found

@@ -1,21 +1,17 @@
 """Worker processes: child Pythons that run tasks, each with a time limit, replaced when they
 die or pass it.
 
-numbatune compiles variants (and, on request, runs untried ones) in worker processes. They are
-started as a fresh Python running this module, with an environment of numbatune's choosing, not by
-``multiprocessing``: a library must not re-import its user's ``__main__`` module in every
-worker (spawn and forkserver do) nor fork a process that holds a CUDA context (a forked child
-cannot use it). A :class:`Task` names a function by module and name and passes pickled
-arguments; the worker answers with its outcome (:data:`TaskOutcome`). A task that fails (its
-worker died or passed the time limit, it could not be handed to a worker) fails alone, and the
-next task starts a fresh worker. Workers left idle for a while exit.
+Workers are started as a fresh Python running this module, not by ``multiprocessing``: a
+library must not re-import its user's ``__main__`` in every worker (spawn and forkserver do) nor
+fork a process that holds a CUDA context. A :class:`Task` names a function by module and name,
+with pickled arguments; the worker answers with its outcome (:data:`TaskOutcome`). A task that
+fails (its worker died, passed the time limit, or could not take it) fails alone; the next
+starts a fresh worker. Idle workers exit after a while.
 
-A pool given a ``warm`` task forks its workers from one process that ran it
-(:class:`_ForkServer`, started as a fresh Python, which never holds a CUDA context): each worker
-starts with what the warm task did (numba imported, its typing tables filled), those objects
-frozen (``gc.freeze``) so that its garbage collections skip them; where the server cannot fork
-one, the worker starts fresh. POSIX only: elsewhere :func:`available` is False and callers do
-the work themselves.
+A pool given a ``warm`` task forks its workers from a fresh Python that ran it
+(:class:`_ForkServer`, which never holds a CUDA context): each starts with numba imported and
+its tables filled, those objects frozen (``gc.freeze``); where the server cannot fork one, the
+worker starts fresh. POSIX only: elsewhere :func:`available` is False.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -56,8 +52,8 @@ def in_worker() -> bool:
 
 
 def environment(simulator: bool, paths: Sequence[str] = (), **variables: str) -> dict[str, str]:
-    """This process's environment for its workers: numba's simulator on or off, modules
-    imported from ``paths`` and then from where this process imports them, and ``variables``."""
+    """The environment for workers: this process's, numba's simulator on or off, modules
+    imported from ``paths`` first, and ``variables``."""
     return {
         **os.environ,
         "NUMBA_ENABLE_CUDASIM": "1" if simulator else "0",
@@ -77,8 +73,8 @@ class Task:
 
 @dataclass(frozen=True)
 class Done:
-    """A task's result. A task function may return one with ``ended`` set: the worker ends
-    after this reply (the task spoilt it)."""
+    """A task's result; a task function may return one with ``ended`` set: the worker ends
+    after this reply."""
 
     value: Any
     ended: bool = False
@@ -112,11 +108,10 @@ TaskOutcome = Done | Raised | Lost
 
 
 class LazyTasks(Sequence[Task]):
-    """``count`` tasks, each made by ``make(index)`` only when a worker takes it, so that the
-    first run while the others are being made. Tasks are made one at a time, whichever thread
-    asks: making one may not be thread-safe (CPython's ``compile`` of an AST, which writing out
-    ``static_range`` loops runs, is not). A task that cannot be made fails alone, as
-    :class:`Raised`."""
+    """``count`` tasks, each made by ``make(index)`` as a worker takes it, so that the first run
+    while the others are made; one at a time, whichever thread asks (CPython's ``compile`` of an
+    AST, which writing out ``static_range`` loops runs, is not thread-safe). A task that cannot
+    be made fails alone, as :class:`Raised`."""
 
     def __init__(self, count: int, make: Callable[[int], Task]) -> None:
         self._count, self._make = count, make
@@ -138,8 +133,7 @@ START_LIMIT_S = 120.0
 
 class _Forked:
     """A worker forked by a :class:`_ForkServer`, with the part of ``subprocess.Popen``'s
-    interface that :class:`_Worker` uses. Its process is the server's child: the server writes
-    its pid, then its exit status, to a pipe of its own."""
+    interface :class:`_Worker` uses; the server writes its pid, then its exit status, to a pipe."""
 
     def __init__(self, stdin: IO[bytes], stdout: IO[bytes], news: IO[bytes]) -> None:
         self.stdin, self.stdout, self._news = stdin, stdout, news
@@ -181,9 +175,8 @@ class _Forked:
 
 
 class _ForkServer:
-    """A process that ran a pool's ``warm`` task, and forks workers on request. Requests go
-    through a socket, with the worker's pipes attached; each worker's pid and exit status come
-    back on a pipe of its own (:class:`_Forked`)."""
+    """A process that ran a pool's ``warm`` task, and forks a worker for each request (through
+    a socket, with the worker's pipes attached: :class:`_Forked`)."""
 
     def __init__(self, environment: Mapping[str, str], warm: Task) -> None:
         self._socket, theirs = socket.socketpair()
@@ -255,8 +248,7 @@ class _Worker:
         )
 
     def run(self, task: Task, limit_s: float) -> TaskOutcome:
-        """Run ``task``; its time limit starts once the worker has started. What pickling
-        ``task`` raises is raised, the worker left as it was."""
+        """Run ``task``, timed from the worker's start; what pickling ``task`` raises is raised."""
         assert self.process.stdin is not None and self.process.stdout is not None
         payload = pickle.dumps(task, protocol=5)
         try:
@@ -297,8 +289,8 @@ class _Worker:
 
 
 class WorkerPool:
-    """Up to ``size`` workers started with ``environment``, forked from a process that ran
-    ``warm`` when it is given; see the module's docstring."""
+    """Up to ``size`` workers started with ``environment`` (forked from a process that ran
+    ``warm``, where given)."""
 
     def __init__(
         self,
@@ -315,8 +307,9 @@ class WorkerPool:
         self._server_lock = threading.Lock()
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._starting = threading.Lock()
         self._timer: threading.Timer | None = None
-        self._running = 0  # runs under way: the idle timer waits for the last to end
+        self._running = 0  # work under way (_busy): the idle timer waits for the last to end
 
     def run(
         self,
@@ -324,18 +317,11 @@ class WorkerPool:
         limit_s: float,
         done: Callable[[int, TaskOutcome], None] = lambda index, outcome: None,
     ) -> list[TaskOutcome]:
-        """Run ``tasks`` on up to ``size`` workers at once; their outcomes, one per task in order.
-        ``done(index, outcome)`` is called as each task finishes; where it raises, the other
-        tasks still run and are handed to it, and the first of its errors is raised here."""
-        with self._lock:
-            self._running += 1
-        self._cancel_timer()
-        try:
+        """Run ``tasks`` on up to ``size`` workers at once; their outcomes, in order. Each is
+        handed to ``done(index, outcome)`` as it finishes; the first error it raises is raised
+        here once every task has run."""
+        with self._busy():
             return self._run(tasks, limit_s, done)
-        finally:
-            with self._lock:
-                self._running -= 1
-            self._start_timer()
 
     def _run(
         self, tasks: Sequence[Task], limit_s: float, done: Callable[[int, TaskOutcome], None]
@@ -382,13 +368,10 @@ class WorkerPool:
         return [outcomes[index] for index in range(len(tasks))]
 
     def start(self, count: int) -> None:
-        """Start up to ``count`` workers now (at most ``size`` in all), so that they are ready
-        sooner when tasks come."""
-        self._cancel_timer()
-        with self._lock:
+        """Start up to ``count`` workers now (at most ``size`` in all), ready for tasks."""
+        with self._busy(), self._starting:
             for _ in range(min(count, self.size) - self._idle.qsize()):
                 self._idle.put(self._new_worker())
-        self._start_timer()
 
     def _worker(self) -> _Worker:
         try:
@@ -397,13 +380,11 @@ class WorkerPool:
             return self._new_worker()
 
     def prepare(self) -> None:
-        """Start the fork server now (a pool with a ``warm`` task), so that it has warmed up
-        by the time the first workers are asked for."""
-        if self._warm is None:
-            return
-        self._cancel_timer()
-        self._ready_server()
-        self._start_timer()
+        """Start the fork server now (a pool with a ``warm`` task), to warm up before workers
+        are asked for."""
+        if self._warm is not None:
+            with self._busy():
+                self._ready_server()
 
     def _new_worker(self) -> _Worker:
         return _Worker(self._environment, None if self._warm is None else self._ready_server())
@@ -428,23 +409,24 @@ class WorkerPool:
                 self._server.stop()
                 self._server = None
 
-    def _start_timer(self) -> None:
-        """Close the pool ``idle_s`` from now, unless a run is under way (the last run to end
-        starts the timer again)."""
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        """While work is under way the idle timer waits; the last to end starts it: the pool
+        closes ``idle_s`` later."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = None
-            if not self._running:
-                self._timer = threading.Timer(self._idle_s, self.close)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def _cancel_timer(self) -> None:
-        with self._lock:
+            self._running += 1
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if not self._running:
+                    self._timer = threading.Timer(self._idle_s, self.close)
+                    self._timer.daemon = True
+                    self._timer.start()
 
 
 def _write_frame(stream: IO[bytes], payload: bytes) -> None:
@@ -473,8 +455,7 @@ def _read_frame(stream: IO[bytes], deadline: float | None = None) -> bytes:
 
 
 #: An environment variable of a worker: how much lower its CPU priority is than its parent's
-#: (``os.nice``), so that a parent sharing the machine with busy workers gets a core when it
-#: needs one (to hand out tasks and take results).
+#: (``os.nice``), so that a parent among busy workers gets a core to hand out tasks.
 NICE = "NUMBATUNE_WORKER_NICE"
 
 
@@ -488,8 +469,8 @@ _START = (
 
 
 def _fork_server(fd: int) -> None:
-    """A fork server's loop (:class:`_ForkServer`): run the warm task, then fork a worker for
-    each request, and report each one's pid and exit status; exit when the parent is gone."""
+    """A fork server's loop: run the warm task, then fork a worker for each request, reporting
+    its pid and exit status; exit when the parent is gone."""
     global _in_worker
     _in_worker = True
     requests = socket.socket(fileno=fd)
@@ -581,8 +562,8 @@ def _serve() -> None:
 
 
 class UnreadableTask(Exception):
-    """A task a worker cannot unpickle: it holds a class of the parent's script (``__main__``),
-    which the worker cannot import; the parent may run it itself."""
+    """A task a worker cannot unpickle (a class of the parent's ``__main__``): the parent may
+    run it itself."""
 
 
 def _task(frame: bytes) -> Task:

@@ -18,6 +18,7 @@ The same format, written by hand, lists shapes to sweep::
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -102,23 +103,14 @@ def write(
     key_text: str,
     args: tuple[Any, ...],
 ) -> None:
-    """Append the line of one call to the record at ``path``, unless this process wrote it
-    (a write that raised, or was cut short, is tried again the next time the key is met: a
-    miss, a ``tune``)."""
+    """Append the line of one call to the record at ``path``, unless this process wrote it (a
+    write that raised or was cut short is tried again when the key is next met)."""
     seen = (str(path), function, key_text)
     with _lock:  # held while writing: two threads meeting the same key write it once
         if seen in _written:
             return
-        line = json.dumps(
-            {
-                "format": FORMAT,
-                "function": function,
-                "module": module,
-                "qualname": qualname,
-                "key": key_text,
-                "arguments": [describe(value) for value in args],
-            }
-        )
+        record = Record(function, module, qualname, key_text, tuple(map(describe, args)))
+        line = json.dumps({"format": FORMAT, **dataclasses.asdict(record)})
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -129,11 +121,10 @@ def write(
 
 
 def _append(descriptor: int, line: str) -> None:
-    """Append ``line`` to the file open at ``descriptor``, in one write, as a line of its own:
-    after a line cut short (a full disk, a process killed), a newline ends that one first.
-    The file is locked (``flock``) from reading its last byte to the end of the write: another
-    process's line, half written, would look cut short. Raises OSError where this line is cut
-    short itself."""
+    """Append ``line`` to the file open at ``descriptor``, in one write, as a line of its own
+    (after a line cut short, a newline ends that one first), the file locked (``flock``) from
+    reading its last byte to the end of the write: another process's line, half written, would
+    look cut short. Raises OSError where this line is cut short itself."""
     fcntl.flock(descriptor, fcntl.LOCK_EX)  # (released when the descriptor is closed)
     size = os.fstat(descriptor).st_size
     after_a_cut = size > 0 and os.pread(descriptor, 1, size - 1) != b"\n"
@@ -161,8 +152,8 @@ class RecordFile:
 
 
 def read(path: Path) -> RecordFile:
-    """The records in the file at ``path``, and the lines that are not records (each says
-    why). Raises :class:`~numbatune.errors.CacheFileError` when the file cannot be read."""
+    """The records in the file at ``path``, and the lines that are not records; a
+    :class:`~numbatune.errors.CacheFileError` when it cannot be read."""
     try:
         lines = Path(path).read_text(errors="replace").splitlines()
     except OSError as error:

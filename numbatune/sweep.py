@@ -111,10 +111,9 @@ def sweep(
     this machine (at most ``workers``; ``workers`` of them under the simulator, 1 by
     default). ``unreadable``: the record's lines that are not records, one outcome each.
 
-    Raises :class:`~numbatune.errors.CacheFileError`, before tuning anything, where ``output``
-    cannot be written (or is a file that is not an export), and where writing it fails;
-    :class:`~numbatune.errors.RayNotInstalled` (a ``RuntimeError``), before tuning anything,
-    where Ray is asked for and not installed.
+    Raises, before tuning anything, :class:`~numbatune.errors.CacheFileError` where ``output``
+    cannot be written (or is a file that is not an export; also where writing it fails), and
+    :class:`~numbatune.errors.RayNotInstalled` where Ray is asked for and not installed.
     """
     started = time.perf_counter()
     found = _earlier(Path(output))
@@ -136,8 +135,7 @@ def sweep(
 
 
 def _earlier(output: Path) -> files.ExportFile:
-    """The entries and kernels of an earlier export at ``output`` (none if there is none),
-    having checked that it can be written."""
+    """The earlier export at ``output`` (empty if none), having checked it can be written."""
     if output.is_dir():
         raise CacheFileError(f"{output} is a folder: give the name of the export file to write")
     if not output.parent.is_dir():
@@ -178,69 +176,56 @@ def _on_this_machine(
     gpus = _visible_gpus()
     shares = split(records, _share_count(workers, len(gpus)))
     with tempfile.TemporaryDirectory(prefix="numbatune-sweep-") as folder:
-        jobs = []
-        for index, share in enumerate(shares):
+
+        def run(index: int) -> dict[str, Any]:
             device = {"CUDA_VISIBLE_DEVICES": gpus[index % len(gpus)]} if gpus else {}
-            environment = processes.environment(SIMULATOR, paths, **device)
-            cache_dir = str(Path(folder) / f"worker-{index}")
-            arguments = (share, tuple(modules), tuple(paths), cache_dir, earlier)
-            task = processes.Task(__name__, "tune_records", arguments)
-            jobs.append((processes.WorkerPool(1, environment), task, share, cache_dir, earlier))
-        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-            return list(pool.map(lambda job: _run_share(*job), jobs))
+            pool = processes.WorkerPool(1, processes.environment(SIMULATOR, paths, **device))
+            cache_dir = Path(folder) / f"worker-{index}"
+            arguments = (shares[index], tuple(modules), tuple(paths), str(cache_dir), earlier)
+            try:
+                task = processes.Task(__name__, "tune_records", arguments)
+                outcome = pool.run([task], WORKER_LIMIT_S)[0]
+            finally:
+                pool.close()
+            if isinstance(outcome, processes.Done):
+                return outcome.value
+            return _kept_share(shares[index], cache_dir, earlier, f"its worker failed: {outcome}")
 
-
-def _run_share(
-    pool: processes.WorkerPool,
-    task: processes.Task,
-    share: list[Record],
-    cache_dir: str,
-    earlier: list[dict[str, Any]],
-) -> dict[str, Any]:
-    try:
-        outcome = pool.run([task], WORKER_LIMIT_S)[0]
-    finally:
-        pool.close()
-    if isinstance(outcome, processes.Done):
-        return outcome.value
-    kept = _results(Path(cache_dir))
-    why = f"its worker failed: {outcome}"
-    return _kept_share(share, kept, earlier, why, _finished(Path(cache_dir)))
+        with concurrent.futures.ThreadPoolExecutor(len(shares)) as threads:
+            return list(threads.map(run, range(len(shares))))
 
 
 def _results(cache_dir: Path) -> dict[str, Any]:
-    """A worker's results: the items of its cache directory's entries, and the compiled
-    kernels of their functions."""
+    """A worker's results: its cache directory's export items and their compiled kernels."""
     items = files.export_items(files.stored_entries(cache_dir))
     return {"items": items, "kernels": files.export_kernels(cache_dir, items)}
 
 
 def _kept_share(
     share: Sequence[Record],
-    kept: dict[str, Any],
+    cache_dir: Path,
     earlier: list[dict[str, Any]],
     why: str,
-    finished: Sequence[SweepOutcome],
+    done: int = 0,
 ) -> dict[str, Any]:
-    """The share of a worker that failed (``why``): the outcomes of the records it ``finished``
-    (:func:`_finished`, the first of ``share``, in order) as it said them, and the keys it had
-    tuned (``kept``: the :func:`_results` stored in its cache as each was tuned) kept; the
-    others failed."""
-    items = kept["items"]
+    """The share of a worker that failed (``why``) but for its first ``done`` records: the
+    outcomes of those it finished after them as it noted them (:func:`_finished`), and the keys
+    it had tuned as its ``cache_dir`` holds them (:func:`_results`); the others failed."""
+    finished, kept = _finished(cache_dir)[done:], _results(cache_dir)
     before = {(item["function"], item["key"]) for item in earlier}
     winners = {
         (item["function"], item["key"]): item["entry"]["results"][item["entry"]["best_index"]]
-        for item in items
+        for item in kept["items"]
     }
 
     def outcome(record: Record) -> SweepOutcome:
         winner = winners.get((record.function, record.key))
         if winner is None:
             return SweepOutcome(record.function, record.key, Status.FAILED, why)
-        done = Status.STORED if (record.function, record.key) in before else Status.TUNED
-        return SweepOutcome(record.function, record.key, done, winner["variant"])
+        status = Status.STORED if (record.function, record.key) in before else Status.TUNED
+        return SweepOutcome(record.function, record.key, status, winner["variant"])
 
-    outcomes = [*finished, *(outcome(record) for record in share[len(finished) :])]
+    outcomes = [*finished, *(outcome(record) for record in share[done + len(finished) :])]
     return {"outcomes": outcomes, **kept}
 
 
@@ -249,9 +234,8 @@ _FINISHED = "sweep-outcomes.jsonl"
 
 
 def _tune_noted(record: Record, cache_dir: Path) -> SweepOutcome:
-    """Tune ``record``'s key (:func:`_tune_one`) and append its outcome to the worker's file of
-    outcomes: a worker that dies later is known to have finished it, whether or not the record
-    names its key."""
+    """Tune ``record``'s key and append its outcome to the worker's file of outcomes: a worker
+    that dies later is known to have finished it, whether or not the record names its key."""
     outcome = _tune_one(record)
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / _FINISHED, "a") as file:
@@ -261,8 +245,7 @@ def _tune_noted(record: Record, cache_dir: Path) -> SweepOutcome:
 
 
 def _finished(cache_dir: Path) -> list[SweepOutcome]:
-    """The outcomes a worker noted (:func:`_tune_noted`), in order; a line cut short, the
-    worker dying as it wrote it, ends them."""
+    """The outcomes a worker noted (:func:`_tune_noted`), in order, up to a line cut short."""
     try:
         lines = (cache_dir / _FINISHED).read_text().splitlines()
     except OSError:
@@ -271,8 +254,7 @@ def _finished(cache_dir: Path) -> list[SweepOutcome]:
     for line in lines:
         try:
             item = json.loads(line)
-            found.append(SweepOutcome(item["function"], item["key"], Status(item["status"]),
-                                      item["detail"]))  # fmt: skip
+            found.append(SweepOutcome(**{**item, "status": Status(item["status"])}))
         except (ValueError, KeyError, TypeError):
             break
     return found
@@ -336,12 +318,11 @@ def _gathered(
     earlier: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """Each Ray actor's results for its share, record by record (:meth:`Sweeper.tune`), the
-    actors working side by side. An actor is handed its next record only once the results of
-    its last are here: one that dies right after a key has handed that key back (Ray loses the
-    reply of a call whose actor exits before sending it). From the first record whose call
-    failed (the actor died, raised or ran past ``deadline``; it is stopped), an actor's records
-    are kept as its cache directory holds them where that folder is on this machine, else
-    failed."""
+    actors side by side. An actor is handed its next record only once its last's results are
+    here (Ray loses the reply of a call whose actor exits before sending it). From the first
+    call that failed (the actor died, raised or ran past ``deadline``: it is stopped), an
+    actor's records are kept as its cache directory holds them where that is on this machine,
+    else failed."""
     gathered: list[dict[str, list[Any]]] = [
         {"outcomes": [], "items": [], "kernels": []} for _ in actors
     ]
@@ -361,9 +342,7 @@ def _gathered(
             ray.get(actor.close.remote(), timeout=10)
         ray.kill(actor)
         why = f"its Ray actor failed: {error}"
-        folder = Path(cache_dirs[index])
-        finished = _finished(folder)[done[index] :]
-        kept = _kept_share(shares[index][done[index] :], _results(folder), earlier, why, finished)
+        kept = _kept_share(shares[index], Path(cache_dirs[index]), earlier, why, done[index])
         for part, values in kept.items():
             gathered[index][part] += values
 
@@ -391,10 +370,9 @@ def _gathered(
 
 class Sweeper:
     """A Ray actor that tunes records one by one (:meth:`tune`) into a cache directory of its
-    own (:func:`_prepare`): ``cache_dir``, in the sweep's temporary folder, where that folder is
-    on the actor's machine (the sweep removes it, whatever becomes of the actor), else a
-    temporary folder of the actor's, removed by :meth:`close` (and where preparing it fails;
-    an actor that dies leaves it behind)."""
+    own: ``cache_dir``, in the sweep's temporary folder, where that is on the actor's machine,
+    else a temporary folder of the actor's, removed by :meth:`close` (an actor that dies
+    leaves it behind)."""
 
     def __init__(
         self,
@@ -419,9 +397,8 @@ class Sweeper:
 
     def tune(self, record: Record) -> dict[str, Any]:
         """Tune ``record``'s key: its :class:`SweepOutcome`, and the export items and compiled
-        kernels of its function not handed back before (an entry tuned again over one handed
-        back, or over one of the earlier export, again). Only the entries stored since the
-        last call, or under the key tuned, are read, and only the kernels not handed back."""
+        kernels of its function not handed back before (an entry tuned again, again). Only the
+        entries stored since the last call, or under the key tuned, are read."""
         outcome = _tune_noted(record, self._folder)
 
         def wanted(stored_under: str) -> bool:
@@ -448,9 +425,8 @@ class Sweeper:
 def _prepare(
     modules: Sequence[str], paths: Sequence[str], cache_dir: str, earlier: list[dict[str, Any]]
 ) -> None:
-    """(In a worker) tune into ``cache_dir``, which first takes this device's ``earlier``
-    export items (their keys are not tuned again), with ``paths`` first on ``sys.path`` and
-    ``modules`` imported."""
+    """(In a worker) tune into ``cache_dir``, which first takes the ``earlier`` export items,
+    with ``paths`` first on ``sys.path`` and ``modules`` imported."""
     sys.path[:0] = [p for p in paths if p not in sys.path]
     configure(cache_dir=Path(cache_dir))
     files.import_items(earlier, Path(cache_dir))
@@ -465,9 +441,8 @@ def tune_records(
     cache_dir: str,
     earlier: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """(In a worker) tune each record's key into the cache directory ``cache_dir``
-    (:func:`_prepare`); each record's :class:`SweepOutcome`, and the directory's results
-    (:func:`_results`)."""
+    """(In a worker) tune each record's key into ``cache_dir``: each record's outcome, and the
+    directory's results (:func:`_results`)."""
     _prepare(modules, paths, cache_dir, earlier)
     outcomes = [_tune_noted(record, Path(cache_dir)) for record in records]
     return {"outcomes": outcomes, **_results(Path(cache_dir))}

@@ -1,15 +1,11 @@
 """Compiled kernels in an export file: read from the kernel store's folders, checked, and
 written into another cache's.
 
-An export carries the kernels as the kernel store (:mod:`numbatune.compile.store`) keeps them:
-the folder of their compute capability (``sm_90``), the function's id, the digest they are
-stored under, the payload in base64 and its SHA-256. Importing one writes it into the same
-folder of the importing cache, where only a device of that compute capability, with the same
-toolchain, ever looks it up. Importing checks each kernel before writing any: a payload whose
-digest does not match (a file cut short or edited), or a field out of place, is refused with a
-line that says which and why; one that does not load is discarded where it is loaded, as every
-stored kernel is. A payload is a pickle: import an export that carries kernels only from a
-source one trusts, as a package.
+An export carries each kernel as the kernel store (:mod:`numbatune.compile.store`) keeps it:
+its compute capability's folder (``sm_90``), the function's id, its digest, the payload in
+base64 and its SHA-256. Importing checks every kernel before writing any (a payload that does
+not match its digest, a field out of place: refused, saying which) and writes each into the
+same folder of the importing cache. A payload is a pickle: import only exports one trusts.
 """
 
 from __future__ import annotations
@@ -64,8 +60,7 @@ def stored(
     cache_dir: Path, functions: Iterable[str], known: Container[tuple[str, str, str]] = ()
 ) -> list[Kernel]:
     """The kernels the store under ``cache_dir`` keeps for ``functions`` (ids), for every
-    compute capability it has, but those whose (arch, function, key) is ``known`` (not read);
-    entries that are not kernels (damaged ones) are left out."""
+    compute capability, but those whose (arch, function, key) is ``known`` or that are damaged."""
     arches = sorted(p.name for p in (cache_dir / STORE).glob("sm_*") if _ARCH.fullmatch(p.name))
     found = []
     for function in sorted(set(functions)):
@@ -127,9 +122,9 @@ def decode(item: Any) -> Kernel:
 
 
 def add(kernels: Iterable[Kernel], cache_dir: Path) -> Additions:
-    """Write ``kernels`` into the kernel store under ``cache_dir``, each into the folder of its
-    compute capability and function (each write is atomic); a kernel stored already is kept."""
-    added = Additions()
+    """Write ``kernels`` into the kernel store under ``cache_dir``, each into its folder
+    (atomically); a kernel stored already is kept."""
+    added = Additions(lambda stored: isinstance(stored, bytes))  # a payload
     by_folder: dict[Path, list[Kernel]] = {}
     for kernel in kernels:
         by_folder.setdefault(kernel.folder(cache_dir), []).append(kernel)

@@ -54,13 +54,11 @@ class Mode(enum.Enum):
 
 @dataclass(frozen=True)
 class Holds:
-    """What a folder holds, as its messages name it, and where it lies."""
+    """What a folder holds, as its messages name the store ("tune cache") and its entries
+    ("results"), and how deep under the cache directory it lies (``<device>/<function>``: 2)."""
 
-    #: The store, as "the tune cache".
     store: str
-    #: Its entries, as "results".
     entries: str
-    #: How deep under the cache directory its folders lie (``<device>/<function>``: 2).
     depth: int
 
 
@@ -80,11 +78,9 @@ def _file_in_the_way(path: Path) -> Path | None:
 
 
 def in_words(error: BaseException, path: Path | None = None) -> str:
-    """What a disk ``error`` (an OSError, an SQLite error or a diskcache timeout, met opening
-    or writing ``path`` where it does not name it) means, and what to do about it, in one
-    line: its meaning in words ("is a file", "is read-only", "the disk is full", "is
-    damaged"), the error itself in parentheses, and the remedy (``[Errno 20]`` alone says
-    neither)."""
+    """A disk ``error`` (met at ``path`` where it names none) in one line: what it means ("is
+    a file", "is read-only", "the disk is full", "is damaged"), the error in parentheses, and
+    the remedy (``[Errno 20]`` alone says neither)."""
     text = str(error)
     number = getattr(error, "errno", None)
     where = getattr(error, "filename", None)
@@ -218,7 +214,7 @@ _watching: dict[tuple[int, int], int] = {}
 
 
 def _watched(database: Path, stat: os.stat_result) -> int:
-    """The descriptor :data:`_watching` keeps for ``database`` (of status ``stat``)."""
+    """The descriptor :data:`_watching` keeps for ``database``."""
     descriptor = _watching.get((stat.st_dev, stat.st_ino))
     if descriptor is None:  # (a file that replaced it since ``stat``: seen at the next check)
         descriptor = os.open(database, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -228,8 +224,8 @@ def _watched(database: Path, stat: os.stat_result) -> int:
 
 
 def _whole(database: Path) -> bool:
-    """Whether SQLite finds ``database`` whole (``PRAGMA quick_check``, through a connection
-    of this process's SQLite, which keeps the locks of its other connections)."""
+    """Whether SQLite finds ``database`` whole (``PRAGMA quick_check``; a connection of this
+    process's SQLite keeps the locks of its other connections)."""
     try:
         connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=60)
         try:
@@ -264,15 +260,13 @@ _said: set[tuple[Path, str]] = set()
 
 class Folder:
     """The entries of the diskcache database in ``folder``, opened as :class:`Mode` allows;
-    the function ``name`` it belongs to and what it ``holds`` are for messages."""
+    ``name`` (its function) and ``holds`` are for messages."""
 
     def __init__(self, folder: Path, name: str, holds: Holds = RESULTS) -> None:
         self.folder = folder
         self._name = name
         self._holds = holds
-        parents = folder.parents
-        #: The cache directory it lies in, whose state (read-only, full, a file in the way)
-        #: its stores share and are warned of once.
+        parents = folder.parents  # its cache directory: its stores are warned of its state once
         self._cache_dir = parents[holds.depth - 1] if len(parents) >= holds.depth else folder
         self.mode = Mode.MEMORY
         #: Why entries cannot be written here, in words (None while they can).
@@ -357,8 +351,7 @@ class Folder:
         self._warn_once((self.folder, about), what, self._holds.entries)
 
     def _say_of_cache(self, about: str, what: str) -> None:
-        """Warn once per cache directory and ``about`` (a problem of the directory or its disk,
-        which every store in it meets), naming the directory."""
+        """Warn once per cache directory and ``about`` (a problem every store in it meets)."""
         text = f"the {RESULTS.store} at {self._cache_dir} {what}"
         self._warn_once((self._cache_dir, about), text, _EVERY_STORE)
 
@@ -407,28 +400,24 @@ class Folder:
         """``action(cache)``, checking first that the file is whole; False where it cannot be
         done (said once)."""
         with self._writing:
-            return self._checked_write(action)
-
-    def _checked_write(self, action: Callable[[Any], Any]) -> Any:
-        if self.mode is Mode.WRITABLE:
-            damage = self._damage()
-            if damage is not None:
-                self._set_aside(f"was damaged while in use ({damage})")
-        if self.mode is not Mode.WRITABLE:
-            return False
-        try:
-            return action(self._cache)
-        except DISK_ERRORS as error:
-            if not _corrupt(error):
-                self.problem = in_words(error, self.folder)
-                self._say_of_cache("write", f"cannot be written: {self.problem}")
+            if self.mode is Mode.WRITABLE:
+                damage = self._damage()
+                if damage is not None:
+                    self._set_aside(f"was damaged while in use ({damage})")
+            if self.mode is not Mode.WRITABLE:
                 return False
-            self._set_aside(f"was damaged while in use ({error})")
-        return self.mode is Mode.WRITABLE and action(self._cache)
+            try:
+                return action(self._cache)
+            except DISK_ERRORS as error:
+                if not _corrupt(error):
+                    self.problem = in_words(error, self.folder)
+                    self._say_of_cache("write", f"cannot be written: {self.problem}")
+                    return False
+                self._set_aside(f"was damaged while in use ({error})")
+            return self.mode is Mode.WRITABLE and action(self._cache)
 
     def _read(self, action: Callable[[Any], Any], otherwise: Any) -> Any:
-        """``action(cache)``, or ``otherwise`` where nothing is open or the disk cannot be read
-        (said once)."""
+        """``action(cache)``, or ``otherwise`` where nothing is open or readable (said once)."""
         cache = self._cache  # (another thread may set a damaged database aside meanwhile)
         if cache is None:
             return otherwise
@@ -443,9 +432,8 @@ class Folder:
         return self._read(lambda cache: cache.get(key), None)
 
     def holds(self, key: str) -> bool:
-        """Whether a value is stored under ``key`` in the folder as it is now: a database that
-        another process replaced or removed (``numbatune cache clear``) is opened again first.
-        False also when the disk cannot be read."""
+        """Whether a value is stored under ``key`` in the folder as it is now (a database that
+        another process replaced or removed is opened again first); False where unreadable."""
         with self._writing:
             if self.mode is Mode.WRITABLE and self._identity_on_disk() != self._identity:
                 self.close()
@@ -477,30 +465,21 @@ class Folder:
                 logger.debug("numbatune: %s: closing %s: %s", self._name, self.folder, error)
 
 
-def _payload(stored: Any) -> bool:
-    """Whether ``stored`` is what the kernel store keeps under a key: a compiled kernel's
-    payload (bytes)."""
-    return isinstance(stored, bytes)
-
-
 @dataclass
 class Additions:
-    """Entries added to folders one by one (:meth:`add`), each unless its key holds a sound
-    value there."""
+    """Entries added to folders one by one (:meth:`add`), each unless its key holds a value
+    that is ``sound`` there (one that is not, damaged, is replaced)."""
 
+    sound: Callable[[Any], bool]
     written: int = 0
     #: Entries whose key the folder held already (kept as they were).
     already_present: int = 0
     #: Entries that could not be written (a read-only or full cache), and why (in words).
     not_written: int = 0
     why_not_written: str | None = None
-    #: Whether a value stored already is sound; one that is not (damaged) is replaced. By
-    #: default, a compiled kernel's payload.
-    sound: Callable[[Any], bool] = _payload
 
     def add(self, folder: Folder, key: str, value: Any) -> None:
-        """Add ``value`` under ``key`` to ``folder`` unless the key holds a sound value there
-        (a damaged one is replaced), and count it."""
+        """Add ``value`` under ``key`` to ``folder`` as the class says, and count it."""
         stored = folder.get(key)
         if stored is not None and self.sound(stored):
             self.already_present += 1

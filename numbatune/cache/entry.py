@@ -34,6 +34,8 @@ from numbatune.variants import Variant
 
 #: Version of the stored entries; entries of another format are tuned again.
 FORMAT = 3
+#: The report's fields an entry stores as they are.
+_AS_STORED = ("checked", "compile_s", "benchmark_s", "trial_s", "compiles", "space")
 
 
 def storage_key(key_text: str, checksum: str) -> str:
@@ -75,14 +77,9 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
         "function": function,
         "key": key_text,
         "best_index": tried.index(report.results[report.best_index]),
-        "checked": report.checked,
+        **{name: getattr(report, name) for name in _AS_STORED},
         "check": report.check,
-        "compile_s": report.compile_s,
-        "benchmark_s": report.benchmark_s,
-        "trial_s": report.trial_s,
-        "compiles": report.compiles,
         "strategy": report.strategy.value,
-        "space": report.space,
         "results": [encode_result(result) for result in tried],
         "tied": [tried.index(report.results[index]) for index in report.tied],
         "timing": report.timing.value,
@@ -110,10 +107,8 @@ def encode_result(result: VariantResult) -> dict[str, Any]:
 def encode_outcomes(
     outcomes: Mapping[Variant, Outcome], checksum: str, check: str | None, timing: Timing
 ) -> dict[str, Any]:
-    """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`);
-    ``check``: the fingerprint of the check that compared the variants' outputs
-    (:func:`numbatune.tuning.checks.fingerprint`), or None without check mode; ``timing``:
-    how they were timed."""
+    """The stored form of an unfinished tuning's outcomes (:mod:`numbatune.cache.journal`),
+    with its check's fingerprint (None: no check mode) and its timing."""
     results = [encode_result(VariantResult(v, o)) for v, o in outcomes.items()]
     return {"format": FORMAT, "checksum": checksum, "checked": check is not None,
             "check": check, "timing": timing.value, "results": results}  # fmt: skip
@@ -123,24 +118,21 @@ def decode_outcomes(
     stored: Any, variants: Mapping[str, Variant], checksum: str, check: str | None,
     timing: Timing,
 ) -> dict[Variant, Outcome]:  # fmt: skip
-    """The outcomes :func:`encode_outcomes` stored, or :class:`DamagedEntry`: none when of
-    another checksum, checked otherwise than a tuning with ``check`` checks
-    (:func:`_checked_alike`), or timed otherwise than one that times as ``timing``
-    (:meth:`~numbatune.config.Timing.serves`)."""
+    """The outcomes :func:`encode_outcomes` stored, or :class:`DamagedEntry`: none where of
+    another checksum, or not checked (:func:`_checked_alike`) or timed
+    (:meth:`~numbatune.config.Timing.serves`) as this tuning does."""
     if not isinstance(stored, dict) or stored.get("format") != FORMAT:
         raise DamagedEntry(f"an unfinished tuning's outcomes are not of format {FORMAT}")
     if not isinstance(stored.get("results"), list):
         raise DamagedEntry(f"results are {stored.get('results')!r}, expected a list")
     if stored.get("checksum") != checksum or not _checked_alike(stored, check):
         return {}
-    if not _timing(stored).serves(timing):
-        return {}
-    return _outcomes(stored["results"], variants)
+    return _outcomes(stored["results"], variants) if _timing(stored).serves(timing) else {}
 
 
 def _timing(stored: dict[str, Any]) -> Timing:
-    """How a stored entry's (or unfinished tuning's) variants were timed: as launches where
-    it was stored before numbatune kept it; :class:`DamagedEntry` for what is no timing."""
+    """How a stored entry's (or journal's) variants were timed: as launches where stored
+    before it was kept; :class:`DamagedEntry` for what is no timing."""
     timing = stored.get("timing", Timing.LAUNCHES.value)
     if not isinstance(timing, str) or timing not in {t.value for t in Timing}:
         raise DamagedEntry(f"timing {timing!r} is not a timing")
@@ -148,12 +140,10 @@ def _timing(stored: dict[str, Any]) -> Timing:
 
 
 def _checked_alike(stored: dict[str, Any], check: str | None) -> bool:
-    """Whether the unfinished tuning whose outcomes are ``stored`` checked its variants'
-    outputs as a tuning with ``check`` (a check's fingerprint, or None: not in check mode)
-    does: with the same check (which variants were wrong depends on it), or, without check
-    mode, not at all. Outcomes stored before numbatune kept the check have none: a tuning in
-    check mode does not go on with them (their check is not known), one without only where
-    they say they checked nothing."""
+    """Whether the unfinished tuning of ``stored`` checked its variants' outputs as one with
+    ``check`` (a fingerprint, or None: no check mode) does: with the same check (which variants
+    were wrong depends on it), or not at all. Outcomes stored before the check was kept have
+    none: only a tuning without check mode goes on with them, where they checked nothing."""
     if check is not None:
         return stored.get("check") == check
     return stored.get("checked") is False
@@ -188,7 +178,8 @@ def check(entry: Any) -> dict[str, Any]:
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected a {kind.__name__}")
     if not isinstance(entry.get("check", ""), str):  # (entries stored before have none)
         raise DamagedEntry(f"check is {entry['check']!r}, expected a str")
-    _number(entry, "compile_s"), _number(entry, "benchmark_s"), _number(entry, "trial_s")
+    for name in ("compile_s", "benchmark_s", "trial_s"):
+        _number(entry, name)
     for name in ("compiles", "space"):
         if type(entry.get(name)) is not int or entry[name] < 0:
             raise DamagedEntry(f"{name} is {entry.get(name)!r}, expected an integer >= 0")
@@ -213,8 +204,8 @@ def check(entry: Any) -> dict[str, Any]:
 
 
 def _float(value: Any, name: str) -> float:
-    """``value``, the number stored as ``name``, as a float; :class:`DamagedEntry` where it is
-    not a number, or an integer beyond a float's range (JSON's integers have no bound)."""
+    """``value`` (stored as ``name``) as a float; :class:`DamagedEntry` where it is not a
+    number, or an integer beyond a float's range (JSON's integers have no bound)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DamagedEntry(f"{name} is {value!r}, expected a number")
     try:
@@ -259,8 +250,8 @@ def _mismatch(found: Any) -> Mismatch:
 
 
 def _outcome(result: Any) -> Outcome:
-    """The outcome a stored result records; every field is checked, those its status does not
-    have too (a failed result with a time is damaged)."""
+    """The outcome a stored result records, every field checked (a failed result with a time
+    is damaged)."""
     if not isinstance(result, dict) or not isinstance(result.get("variant"), str):
         raise DamagedEntry(f"a result is {result!r}, expected an object naming its variant")
     try:
@@ -291,8 +282,8 @@ def _outcome(result: Any) -> Outcome:
 def decode(
     entry: Any, key: Hashable, variants: Mapping[str, Variant], checksum: str
 ) -> TuneReport | None:
-    """The report ``entry`` stores for ``key``, None when it is stale (another checksum: the
-    kernel, its variants or the versions changed), or :class:`DamagedEntry`."""
+    """The report ``entry`` stores for ``key``, None where stale (another checksum), or
+    :class:`DamagedEntry`."""
     entry = check(entry)
     if entry["checksum"] != checksum:
         return None
@@ -304,14 +295,9 @@ def decode(
         order.index(best),
         Source.DISK,
         tuple(VariantResult(v, outcomes.get(v, NOT_TRIED)) for v in order),
-        checked=entry["checked"],
+        **{name: entry[name] for name in _AS_STORED},
         check=entry.get("check", ""),
-        compile_s=entry["compile_s"],
-        benchmark_s=entry["benchmark_s"],
-        trial_s=entry["trial_s"],
-        compiles=entry["compiles"],
         strategy=Strategy(entry["strategy"]),
-        space=entry["space"],
         tied=tuple(
             order.index(variants[entry["results"][i]["variant"]]) for i in entry.get("tied", ())
         ),

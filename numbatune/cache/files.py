@@ -11,23 +11,19 @@ team can tune once and ship the results with its package::
         {"arch": "sm_90", "function": "pkg.mod.kernel", "key": "3f0c...", "sha256": "...",
          "payload": "... base64 ..."}]}
 
-``kernels`` (optional: a file without it has none) carries the compiled kernels the kernel
-store keeps for the exported functions (:mod:`numbatune.cache.compiled`), so that a process
-that imports the file launches the winners with no compile. numbatune versions that predate it
-read the entries and leave the kernels aside.
+``kernels`` (optional) carries the compiled kernels the kernel store keeps for the exported
+functions (:mod:`numbatune.cache.compiled`): an importer launches the winners with no compile.
 
-Importing validates the file, each entry and each kernel, skips entries of other devices, and
-writes the others one by one (each write is atomic): a bad file changes nothing. Kernels go to
-the folder of their compute capability, whatever the device. Entries are stored under their key
-and the kernel's checksum, so an imported entry never replaces a result of the same code already
-there (``already present``; a damaged one it does replace) and never collides with a stale one
-(tuned for an older version of the kernel): a kernel uses the entry whose checksum is its own.
-An entry that cannot be read is reported as damaged by every command, left out of exports, and
-cleared by ``clear``.
+Importing validates the whole file first (a bad file changes nothing), skips entries of other
+devices and writes the others one by one, atomically; kernels go to the folder of their compute
+capability. Entries are stored under their key and the kernel's checksum, so an imported entry
+never replaces a sound result of the same code (``already present``) nor collides with a stale
+one. An entry that cannot be read is listed as damaged, left out of exports, and cleared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -64,14 +60,6 @@ class Entry:
     damaged: str | None = None
 
 
-def _function_directories(cache_dir: Path) -> Iterator[tuple[str, Path]]:
-    if not cache_dir.is_dir():
-        return
-    for device in sorted(p for p in cache_dir.iterdir() if p.is_dir()):
-        for function in sorted(p for p in device.iterdir() if (p / "cache.db").is_file()):
-            yield device.name, function
-
-
 def _named(name: str, function: str | None) -> bool:
     """Whether a function called ``name`` is the one asked for (all when None), by its full
     name or its last part."""
@@ -91,20 +79,23 @@ def _read(device: str, directory: Path, stored_under: str, text: Any) -> Entry:
 def _walk(
     cache_dir: Path, function_id: str | None = None, wanted: Callable[[str], bool] | None = None
 ) -> Iterator[tuple[Path, str, Entry]]:
-    """Each entry stored under ``cache_dir`` (in the folders of ``function_id`` only, where
-    given; under the keys ``wanted`` accepts only, where given: the others are not read): its
-    folder, what it is stored under, and the entry as read."""
-    for device, directory in _function_directories(cache_dir):
-        if function_id is not None and directory.name != folder_name(function_id):
-            continue
-        folder = Folder(directory, directory.name)
-        try:
-            for stored_under in folder.stored_keys():
-                if wanted is None or wanted(stored_under):
-                    yield directory, stored_under, _read(device, directory, stored_under,
-                                                         folder.get(stored_under))  # fmt: skip
-        finally:
-            folder.close()
+    """Each entry stored under ``cache_dir`` (of ``function_id``, under the keys ``wanted``
+    accepts, where given: the others are not read): its folder, storage key, and the entry."""
+    devices = sorted(p for p in cache_dir.iterdir() if p.is_dir()) if cache_dir.is_dir() else []
+    for device in devices:
+        for directory in sorted(p for p in device.iterdir() if (p / "cache.db").is_file()):
+            if function_id is not None and directory.name != folder_name(function_id):
+                continue
+            folder = Folder(directory, directory.name)
+            try:
+                for stored_under in folder.stored_keys():
+                    if wanted is None or wanted(stored_under):
+                        entry = _read(
+                            device.name, directory, stored_under, folder.get(stored_under)
+                        )
+                        yield directory, stored_under, entry
+            finally:
+                folder.close()
 
 
 def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
@@ -121,9 +112,8 @@ def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
 def entries_of(
     cache_dir: Path, function_id: str, wanted: Callable[[str], bool]
 ) -> list[tuple[str, Entry]]:
-    """The stored results of the function ``function_id`` (on every device) under
-    ``cache_dir`` whose storage keys ``wanted`` accepts, each with its storage key; only those
-    are read."""
+    """The stored results of ``function_id`` (every device's) under ``cache_dir`` whose storage
+    keys ``wanted`` accepts, each with its storage key; only those are read."""
     return [
         (stored_under, entry)
         for _, stored_under, entry in _walk(cache_dir, function_id, wanted)
@@ -134,27 +124,19 @@ def entries_of(
 def size_bytes(cache_dir: Path) -> int:
     """Bytes on disk under ``cache_dir``; a file or folder removed while they are counted
     (another process closing its cache deletes its log files) counts as none."""
-    return sum(
-        _size(os.path.join(folder, name))
-        for folder, _, names in os.walk(cache_dir)
-        for name in names
-    )
-
-
-def _size(path: str) -> int:
-    """The size of the file at ``path``: none for one that is not there any more (or is not a
-    file)."""
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
-        return 0
-    return found.st_size if stat.S_ISREG(found.st_mode) else 0
+    total = 0
+    for folder, _, names in os.walk(cache_dir):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                found = os.stat(os.path.join(folder, name))
+                total += found.st_size if stat.S_ISREG(found.st_mode) else 0
+    return total
 
 
 def _function_of(folder: str, known: dict[str, str]) -> str | None:
-    """The function id whose entries or kernels a folder named ``folder`` holds, where it can
-    be told: a function with stored results (``known``: their ids by folder name), or an id
-    that the folder's readable part spells out whole (checked against the folder's digest)."""
+    """The function id whose entries or kernels ``folder`` (a name) holds, where it can be told:
+    one of ``known`` (ids with stored results, by folder name), or the one the folder's readable
+    part spells out whole (checked against its digest)."""
     if folder in known:
         return known[folder]
     readable = folder.rpartition("-")[0]
@@ -164,9 +146,8 @@ def _function_of(folder: str, known: dict[str, str]) -> str | None:
 
 
 def _folder_named(folder: str, function: str | None, known: dict[str, str]) -> bool:
-    """Whether a folder named ``folder`` (of results or kernels) is that of the function asked
-    for (all when None), matched as :func:`_named` matches results: a folder whose function
-    cannot be told is only that of its full id."""
+    """Whether ``folder`` (of results or kernels) is the function's (all when None), as
+    :func:`_named` matches results; one whose function cannot be told, only its full id's."""
     if function is None or folder == folder_name(function):
         return True
     name = _function_of(folder, known)
@@ -174,14 +155,13 @@ def _folder_named(folder: str, function: str | None, known: dict[str, str]) -> b
 
 
 def clear(cache_dir: Path, function: str | None = None) -> int:
-    """Delete the stored results (of one function, by its full name or last part; damaged
-    entries of its folders too) and the compiled kernels (all, or the function's); returns
-    how many results were deleted. The entries are read once."""
+    """Delete the stored results (of one function, by name or last part, damaged entries of
+    its folders too) and the compiled kernels (all, or its); how many results were deleted."""
     found = list(_walk(cache_dir))
     known = {
         folder_name(entry.function): entry.function
-        for _, stored_under, entry in found
-        if not entries.is_journal(stored_under) and entry.stored is not None
+        for _, _, entry in found
+        if entry.stored is not None  # (a journal is no entry: it reads as damaged)
     }
     doomed: dict[Path, list[str]] = {}
     for directory, stored_under, entry in found:
@@ -197,8 +177,7 @@ def clear(cache_dir: Path, function: str | None = None) -> int:
 
 
 def _delete(directory: Path, keys: list[str]) -> int:
-    """Delete ``keys`` from the cache folder ``directory``; how many of them, unfinished
-    tunings' journals aside, are gone (none where it cannot be written)."""
+    """Delete ``keys`` from ``directory``; how many of them, journals aside, are gone."""
     folder = Folder(directory, directory.name)
     try:
         if folder.mode is not Mode.WRITABLE:
@@ -213,8 +192,8 @@ def _delete(directory: Path, keys: list[str]) -> int:
 
 @dataclass(frozen=True)
 class Written:
-    """What an export file holds, as :func:`write_export` wrote it: how many stored results
-    and compiled kernels, and its size."""
+    """What :func:`write_export` wrote: how many stored results and compiled kernels, and the
+    file's size."""
 
     results: int
     kernels: int
@@ -224,12 +203,9 @@ class Written:
 def export(
     cache_dir: Path, path: Path, function: str | None = None, kernels: bool = True
 ) -> tuple[Written, int]:
-    """Write the stored results (of one function) to the JSON file ``path``, with the compiled
-    kernels the kernel store keeps for their functions unless ``kernels`` is False; what was
-    written, and how many damaged results were left out.
-
-    Raises :class:`CacheFileError`, saying why in words, where the file cannot be written.
-    """
+    """Write the stored results (of one function) to the JSON file ``path``, with their
+    functions' compiled kernels unless ``kernels`` is False; what was written, and how many
+    damaged results were left out. :class:`CacheFileError` where it cannot be written."""
     found = stored_entries(cache_dir, function)
     items = export_items(found)
     shipped = export_kernels(cache_dir, items) if kernels else []
@@ -262,13 +238,10 @@ def item_identity(item: dict[str, Any]) -> tuple[str, str, str, str]:
 def write_export(
     path: Path, items: list[dict[str, Any]], kernels: Sequence[compiled.Kernel] = ()
 ) -> Written:
-    """Write an export file of ``items`` (see :func:`export_items`), each (device, function,
-    key, kernel checksum) once, the last of each kept, and of compiled ``kernels``, each
-    (compute capability, function, key) once.
-
-    The file is written whole or not at all: to a temporary file beside it, then renamed.
-    Raises :class:`CacheFileError`, saying why in words, where it cannot be written.
-    """
+    """Write an export file of ``items`` (:func:`export_items`; the last of each
+    :func:`item_identity` kept) and of compiled ``kernels`` (each arch, function and key
+    once), whole or not at all (a temporary file beside it, renamed); :class:`CacheFileError`
+    where it cannot be written."""
     unique = {item_identity(i): i for i in items}
     once = {(k.arch, k.function, k.key): k for k in kernels}
     document = {
@@ -298,8 +271,7 @@ class ImportResult:
     other_device: int = 0
     #: Entries already in the cache (the same key and kernel checksum).
     already_present: int = 0
-    #: Entries and kernels that could not be written (a read-only or full cache), and why (in
-    #: words).
+    #: Entries and kernels that could not be written (a read-only or full cache), and why.
     not_written: int = 0
     why_not_written: str | None = None
     #: Compiled kernels written into the kernel store (for any compute capability).
@@ -310,17 +282,15 @@ class ImportResult:
 
 @dataclass(frozen=True)
 class ExportFile:
-    """What an export file holds: its results' items (:func:`export_items`) and its compiled
-    kernels."""
+    """What an export file holds: its items (:func:`export_items`) and compiled kernels."""
 
     items: list[dict[str, Any]]
     kernels: list[compiled.Kernel]
 
 
 def read_export(path: Path) -> ExportFile:
-    """The entries and compiled kernels of the export file at ``path``;
-    :class:`CacheFileError` when it cannot be read, or it or one of its entries or kernels is
-    not in the exported format."""
+    """The export file at ``path``; :class:`CacheFileError` when it cannot be read, or it or
+    one of its entries or kernels is not in the exported format."""
     # (Not text, not JSON, a number of more digits than Python reads: ValueError; JSON nested
     # deeper than Python reads: RecursionError.)
     try:
@@ -357,13 +327,9 @@ def _kernels(path: Path, found: Any) -> list[compiled.Kernel]:
 
 
 def import_file(path: Path, cache_dir: Path, device: str | None = None) -> ImportResult:
-    """Add the entries of an exported file for this device (``device``: its partition name,
-    the current device's by default) and all its compiled kernels to the cache under
-    ``cache_dir``.
-
-    Raises :class:`CacheFileError`, having written nothing, when the file or any entry or
-    kernel is not in the exported format.
-    """
+    """Add the entries of an export file for this device (:func:`import_items`) and all its
+    compiled kernels to the cache under ``cache_dir``; :class:`CacheFileError`, having written
+    nothing, when the file is not in the exported format (:func:`read_export`)."""
     shipped = read_export(path)
     result = import_items(shipped.items, cache_dir, device)
     kernels = compiled.add(shipped.kernels, Path(cache_dir))
@@ -382,7 +348,7 @@ def import_items(
     """Add the export items (:func:`read_export`) of this device (``device``: its partition
     name, the current device's by default) to the cache under ``cache_dir``."""
     device = device or current_kind().partition
-    added, other_device = Additions(sound=_sound), 0
+    added, other_device = Additions(_sound), 0
     for item in items:
         if item["device"] != device:
             other_device += 1
@@ -397,8 +363,7 @@ def import_items(
 
 
 def _sound(stored: Any) -> bool:
-    """Whether ``stored``, the text of a stored entry, can be read (one that cannot is damaged,
-    and an import replaces it)."""
+    """Whether ``stored``, an entry's text, can be read (else an import replaces it)."""
     try:
         entries.check(json.loads(stored))
     except (ValueError, TypeError):  # DamagedEntry, and JSON that is not JSON
@@ -407,9 +372,8 @@ def _sound(stored: Any) -> bool:
 
 
 def _valid(item: Any) -> bool:
-    if not isinstance(item, dict):
-        return False
-    if not all(isinstance(item.get(name), str) for name in ("device", "function", "key")):
+    names = ("device", "function", "key")
+    if not isinstance(item, dict) or not all(isinstance(item.get(n), str) for n in names):
         return False
     try:
         entries.check(item.get("entry"))

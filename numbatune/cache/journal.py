@@ -1,16 +1,13 @@
 """An unfinished tuning's outcomes on disk, so that a tuning cut short goes on where it stopped.
 
-A tuning that measures its variants in several batches (a search, or an exhaustive run of a
-large space) writes every variant's outcome to its journal after each batch but the last, beside
-the tune cache's entries (:func:`numbatune.cache.entry.journal_key`). A later tuning of the same
-key and checksum, in this process or another, starts from them, if it checks its variants'
-outputs as the unfinished one did (with the same tolerances, reference and outputs function,
-or not at all: which variants were wrong depends on them) and times them alike (launches or
-graph replays: :meth:`numbatune.config.Timing.serves`): variants measured before are not
-measured again, and the best of them is measured with the next batch, so every decision still
-compares times from one measurement. Storing the key's result deletes the journal; so does a
-tuning in which every variant failed, and a forced retune starts without it. Kernel Tuner's
-cache file resumes tuning runs in the same way.
+A tuning measured in several batches writes every variant's outcome to its journal after each
+batch but the last, beside the key's entry (:func:`numbatune.cache.entry.journal_key`). A later
+tuning of the key and checksum, in any process, starts from them where it checks outputs as the
+unfinished one did (the same check, or none: which variants were wrong depends on it) and times
+alike (:meth:`numbatune.config.Timing.serves`): variants measured before are not measured
+again, and their best is measured with the next batch, so every decision compares times of one
+measurement. Storing the key's result deletes the journal; a forced retune starts without it.
+(Kernel Tuner's cache file resumes tuning runs in the same way.)
 """
 
 from __future__ import annotations
@@ -46,16 +43,14 @@ class DiskJournal:
         self._stored_under = entries.journal_key(key_text, checksum)
         self._checksum = checksum
         self._variants = variants
-        #: The fingerprint of the tuning's check (:func:`~numbatune.tuning.checks.
-        #: fingerprint`), or None without check mode: it goes on only with an unfinished
-        #: tuning of the same check, or, without check mode, with one that checked nothing.
+        #: The check's fingerprint (None: no check mode) and the timing: it goes on only with
+        #: an unfinished tuning checked and timed alike.
         self._check = None if check is None else checks.fingerprint(check)
-        #: How the tuning times its variants: it goes on only with one timed alike.
         self._timing = timing
 
     def earlier(self) -> dict[Variant, Outcome]:
-        """The outcomes an earlier, unfinished tuning of the key recorded, if it checked them
-        as this one does (none if damaged: then it is deleted, with a warning)."""
+        """The outcomes an unfinished tuning of the key recorded, where it checked and timed
+        them alike (none if damaged: then it is deleted, with a warning)."""
         stored = self._folder.get(self._stored_under)
         if stored is None:
             return {}
@@ -73,8 +68,7 @@ class DiskJournal:
             return {}
 
     def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
-        """Keep ``outcomes`` (every variant measured so far), with this tuning's check and
-        timing."""
+        """Keep ``outcomes`` (every variant measured so far)."""
         recorded = entries.encode_outcomes(outcomes, self._checksum, self._check, self._timing)
         self._folder.set(self._stored_under, json.dumps(recorded))
 

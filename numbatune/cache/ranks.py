@@ -90,13 +90,10 @@ def group(setting: Ranks) -> RankGroup | None:
     """The job's ranks when tuning is collective (see the module) and the ``ranks``
     ``setting`` lets them be, else None. Looks at torch.distributed only if torch is
     imported."""
-    torch = sys.modules.get("torch")
-    if setting is Ranks.OFF or torch is None:
+    distributed = getattr(sys.modules.get("torch"), "distributed", None)
+    if setting is Ranks.OFF or distributed is None or not distributed.is_available():
         return None
-    distributed = getattr(torch, "distributed", None)
-    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
-        return None
-    if distributed.get_world_size() < 2:
+    if not distributed.is_initialized() or distributed.get_world_size() < 2:
         return None
     return _group.get(lambda: RankGroup(distributed))
 
@@ -146,8 +143,7 @@ def settle(
 ) -> dict[str, Any]:
     """Gather the shares (this rank's: ``{"entry": ...}``, ``{"error": ..., "results": ...}``,
     or None when it tuned none): the entry the group agrees on, an offered one or the merge of
-    the shares.
-    ``order``: each variant label's place in the kernel's variants."""
+    the shares. ``order``: each variant label's place in the kernel's variants."""
     shares = ranks.gather(share, kernel_name, key, timeout_s)
     if meeting.offered is not None:
         return meeting.offered
@@ -172,19 +168,12 @@ def merge(
         [*(result for entry in entries for result in entry["results"]), *failed],
         key=lambda result: order[result["variant"]],
     )
-    timed = [
-        (result["median_s"], index)
-        for index, result in enumerate(results)
-        if result["median_s"] is not None
-    ]
-    first = entries[0]
+    timed = [(r["median_s"], index) for index, r in enumerate(results) if r["median_s"] is not None]
     return {
-        **first,
+        **entries[0],
         "best_index": min(timed)[1],
         "checked": all(entry["checked"] for entry in entries),
-        "compile_s": max(entry["compile_s"] for entry in entries),
-        "benchmark_s": max(entry["benchmark_s"] for entry in entries),
-        "trial_s": max(entry["trial_s"] for entry in entries),
+        **{name: max(e[name] for e in entries) for name in ("compile_s", "benchmark_s", "trial_s")},
         "compiles": sum(entry["compiles"] for entry in entries),
         "results": results,
         "tied": [],  # (the shares were timed apart: their ties are not comparable)

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ logger = logging.getLogger("numbatune")
 
 
 def stored_anywhere(cache_dir: Path, function_id: str) -> bool:
-    """Whether some device's folder under ``cache_dir`` has a folder of the function's entries."""
+    """Whether some device's folder under ``cache_dir`` has one of the function's entries."""
     try:
         devices = [folder for folder in cache_dir.iterdir() if folder.is_dir()]
     except OSError:  # no cache yet, or none readable
@@ -56,14 +56,12 @@ def stored_anywhere(cache_dir: Path, function_id: str) -> bool:
 
 @dataclass(frozen=True)
 class Winner:
-    """A key's answer, as the hot path reads it."""
+    """A key's answer, as the hot path reads it: the winning variant, its index among the
+    kernel's variants, the parameters the launch function takes, the report it came from."""
 
-    #: The winning variant and its index among the kernel's variants.
     index: int
     variant: Variant
-    #: The parameters the launch function takes.
     params: dict[str, Any]
-    #: The report the winner came from.
     report: TuneReport
 
 
@@ -155,10 +153,9 @@ class TuneCache:
         return self.winners.get(key) or self.winners.get(canonical_key(key))
 
     def claim(self, key: Hashable, force: bool = False) -> Winner | Claim:
-        """The winner for ``key`` (canonical) where the table holds one (unless ``force``),
-        else the claim on finding it: held by this thread, or by one that finds it already.
-        With ``force`` the known winner serves other calls until the new one is published,
-        and stays if the claim is abandoned."""
+        """The winner for ``key`` (canonical) where the table holds one (unless ``force``: it
+        then serves other calls until a new one is published), else the claim on finding it:
+        held by this thread, or by one that finds it already."""
         with self._lock:
             known = self.winners.get(key)
             if known is not None and not force:
@@ -190,35 +187,25 @@ class TuneCache:
 
     # -- disk -------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def exclusive(self, key: Hashable, timeout_s: float) -> Iterator[None]:
-        """Hold the lock of ``key`` among processes that share this cache directory, so that
-        they tune it once; past ``timeout_s`` (the ``lock_timeout_s`` setting), or where the
-        lock cannot be taken, go on without it."""
+    def exclusive(self, key: Hashable, timeout_s: float) -> contextlib.AbstractContextManager:
+        """The lock of ``key`` among processes that share this cache directory, taken now (to
+        be held in a ``with``), so that they tune it once; past ``timeout_s`` (the
+        ``lock_timeout_s`` setting), or where the lock cannot be taken, none."""
         if self._directory is None:
-            yield
-            return
+            return contextlib.nullcontext()
         digest = hashlib.sha256(key_text(key).encode()).hexdigest()[:16]
         path = self._directory / "locks" / f"{folder_name(self.function_id)}-{digest}"
-        lock = filelock.FileLock(str(path) + ".lock", timeout=timeout_s)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            lock.acquire()
+            return filelock.FileLock(str(path) + ".lock", timeout=timeout_s).acquire()
         except filelock.Timeout:
             logger.warning(
                 "numbatune: %s: another process has tuned %s for %g s; tuning it here too",
                 self.function_id, key_text(key), timeout_s,
             )  # fmt: skip
-            yield
-            return
         except OSError as error:  # a read-only cache: no lock to take
             logger.debug("numbatune: %s: no lock for %s (%s)", self.function_id, key, error)
-            yield
-            return
-        try:
-            yield
-        finally:
-            lock.release()
+        return contextlib.nullcontext()
 
     def offer(self, key: Hashable, local: TuneReport | None) -> ranks.Offer:
         """What this rank brings to the tuning of ``key`` by the job's ranks
@@ -269,10 +256,8 @@ class TuneCache:
 
     def journal(self, key: Hashable, fresh: bool, check: Check | None, timing: Timing) -> Journal:
         """Where ``key``'s tuning keeps its outcomes as they are measured (nothing without a
-        cache directory); ``fresh``: first forget what an earlier, unfinished one measured;
-        ``check``: how the tuning checks its variants' outputs, or None, and ``timing``: how
-        it times them (it goes on only with an unfinished one that checked and timed them
-        alike)."""
+        cache directory); ``fresh``: first forget an unfinished one's; ``check`` and
+        ``timing``: how the tuning checks and times its variants (:class:`DiskJournal`)."""
         disk = self._open()
         if disk is None:
             return NoJournal()
@@ -319,14 +304,13 @@ class TuneCache:
             return None
 
     def store(self, key: Hashable, report: TuneReport) -> None:
-        """Keep ``report`` on disk as ``key``'s entry (it replaces the key's journal). Entries of
-        the key for other checksums stay: they may be another tuned kernel's of the same
-        function (other variants) or another version's still in use; ``numbatune cache clear``
-        removes them."""
+        """Keep ``report`` on disk as ``key``'s entry, in place of its journal. Entries of the key
+        for other checksums stay: another tuned kernel of the function, or another version still
+        in use, may read them."""
         disk = self._open()
         if disk is None:
             return
         text = key_text(key)
-        entry = entries.encode(report, self.checksum, self.function_id, text)
+        entry = self.encoded(key, report)
         if disk.set(entries.storage_key(text, self.checksum), json.dumps(entry)):
             disk.delete(entries.journal_key(text, self.checksum))
