@@ -37,9 +37,10 @@ typedef int (*event_query_t)(void *event);
 static launch_kernel_t launch_kernel = NULL;
 static launch_cooperative_t launch_cooperative = NULL;
 static get_current_context_t get_current_context = NULL;
-/* (not static: _order.c calls these two, _native.h) */
+/* (not static: _order.c calls these, _native.h) */
 event_record_t event_record = NULL;
 stream_wait_event_t stream_wait_event = NULL;
+stream_is_capturing_t stream_is_capturing = NULL;
 static event_query_t event_query = NULL;
 
 /* cuLaunchKernel's ``extra`` keys (cuda.h): the parameters as one buffer, and its size. */
@@ -193,7 +194,7 @@ static PyObject *checked(int error, const char *message) {
 }
 
 /* record(event, stream) -> None: cuEventRecord, raising numba's CudaAPIError on a failure. */
-static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *native_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *event, *stream;
     if (without_driver() || two_pointers(args, nargs, &event, &stream) < 0) return NULL;
     int error;
@@ -204,7 +205,7 @@ static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* wait(stream, event) -> None: cuStreamWaitEvent with no flags, raising as record does. */
-static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *native_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *stream, *event;
     if (without_driver() || two_pointers(args, nargs, &stream, &event) < 0) return NULL;
     int error;
@@ -1444,9 +1445,9 @@ static PyMethodDef methods[] = {
      "describe(api, array) -> (device type, device id, ndim, code, bits, lanes) or None"},
     {"same_classes", (PyCFunction)(void (*)(void))same_classes, METH_FASTCALL,
      "same_classes(args, classes) -> whether each value is of exactly its class"},
-    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
+    {"record", (PyCFunction)(void (*)(void))native_record, METH_FASTCALL,
      "record(event, stream): cuEventRecord, raising CudaAPIError on a failure"},
-    {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL,
+    {"wait", (PyCFunction)(void (*)(void))native_wait, METH_FASTCALL,
      "wait(stream, event): cuStreamWaitEvent, raising CudaAPIError on a failure"},
     {"query", (PyCFunction)(void (*)(void))query, METH_FASTCALL, "query(event) -> CUresult"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -1468,6 +1469,7 @@ static const char *load_driver(void) {
     event_record = (event_record_t)dlsym(driver, "cuEventRecord");
     stream_wait_event = (stream_wait_event_t)dlsym(driver, "cuStreamWaitEvent");
     event_query = (event_query_t)dlsym(driver, "cuEventQuery");
+    stream_is_capturing = (stream_is_capturing_t)dlsym(driver, "cuStreamIsCapturing");
     if (launch_kernel == NULL || launch_cooperative == NULL || get_current_context == NULL ||
         event_record == NULL || stream_wait_event == NULL || event_query == NULL) {
         return "libcuda.so.1 lacks cuLaunchKernel, cuLaunchCooperativeKernel, cuCtxGetCurrent, "
