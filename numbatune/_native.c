@@ -52,20 +52,20 @@ static event_query_t event_query = NULL;
 #define WRONG_CONTEXT -1 /* the thread's current context is not the function's */
 #define EMPTY_LAUNCH -2  /* a grid or block dimension is 0 */
 
+/* -1 with a ``type`` exception saying ``message``: a failed check's answer. */
+static int refuse(PyObject *type, const char *message) {
+    PyErr_SetString(type, message);
+    return -1;
+}
+
 static int unsigned_of(PyObject *value, unsigned *out) {
-    unsigned long result;
-    if (PyLong_Check(value)) {
-        result = PyLong_AsUnsignedLong(value);
-    } else {
-        PyObject *index = PyNumber_Index(value);
-        if (index == NULL) return -1;
-        result = PyLong_AsUnsignedLong(index);
-        Py_DECREF(index);
-    }
+    PyObject *index = PyNumber_Index(value);
+    if (index == NULL) return -1;
+    unsigned long result = PyLong_AsUnsignedLong(index);
+    Py_DECREF(index);
     if (result == (unsigned long)-1 && PyErr_Occurred()) return -1;
     if (result > 0xFFFFFFFFul) {
-        PyErr_SetString(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
-        return -1;
+        return refuse(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
     }
     *out = (unsigned)result;
     return 0;
@@ -78,8 +78,7 @@ static int dim3_of(PyObject *value, unsigned out[3]) {
         Py_ssize_t count = PySequence_Fast_GET_SIZE(value);
         PyObject **items = PySequence_Fast_ITEMS(value);
         if (count < 1 || count > 3) {
-            PyErr_SetString(PyExc_ValueError, "grid and block take 1 to 3 dimensions");
-            return -1;
+            return refuse(PyExc_ValueError, "grid and block take 1 to 3 dimensions");
         }
         for (Py_ssize_t i = 0; i < count; i++) {
             if (unsigned_of(items[i], &out[i]) < 0) return -1;
@@ -117,10 +116,9 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (without_driver()) return NULL;
     if (nargs != 7 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
         !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "launch(function, (grid, block[, shared]), stream, parameters: bytes, "
-                        "offsets: bytes, context, cooperative)");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError,
+                            "launch(function, (grid, block[, shared]), stream, parameters: bytes, "
+                            "offsets: bytes, context, cooperative)");
     }
     void *expected, *current = NULL;
     if (pointer_of(args[5], &expected) < 0) return NULL;
@@ -130,8 +128,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t config_size = PySequence_Fast_GET_SIZE(args[1]);
     PyObject **config = PySequence_Fast_ITEMS(args[1]);
     if (config_size != 2 && config_size != 3) {
-        PyErr_SetString(PyExc_ValueError, "a launch configuration is (grid, block[, shared])");
-        return NULL;
+        return PyErr_Format(PyExc_ValueError, "a launch configuration is (grid, block[, shared])");
     }
     if (dim3_of(config[0], grid) < 0 || dim3_of(config[1], block) < 0) return NULL;
     if (config_size == 3 && unsigned_of(config[2], &shared) < 0) return NULL;
@@ -159,10 +156,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     const int64_t *offsets = (const int64_t *)PyBytes_AS_STRING(args[4]);
     Py_ssize_t count = PyBytes_GET_SIZE(args[4]) / (Py_ssize_t)sizeof(int64_t);
-    if (count > MAX_PARAMETERS) {
-        PyErr_SetString(PyExc_ValueError, "too many kernel parameters");
-        return NULL;
-    }
+    if (count > MAX_PARAMETERS) return PyErr_Format(PyExc_ValueError, "too many kernel parameters");
     for (Py_ssize_t i = 0; i < count; i++) pointers[i] = data + offsets[i];
     Py_BEGIN_ALLOW_THREADS
     error = launch_cooperative(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
@@ -173,10 +167,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* Two handles from Python ints. */
 static int two_pointers(PyObject *const *args, Py_ssize_t nargs, void **a, void **b) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "expected two handles");
-        return -1;
-    }
+    if (nargs != 2) return refuse(PyExc_TypeError, "expected two handles");
     return pointer_of(args[0], a) < 0 || pointer_of(args[1], b) < 0 ? -1 : 0;
 }
 
@@ -218,10 +209,7 @@ PyObject *native_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 /* query(event) -> CUresult: cuEventQuery (0 once the device passed it, 600 before). */
 static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (without_driver()) return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "query(event)");
-        return NULL;
-    }
+    if (nargs != 1) return PyErr_Format(PyExc_TypeError, "query(event)");
     void *event;
     if (pointer_of(args[0], &event) < 0) return NULL;
     return PyLong_FromLong(event_query(event));
@@ -231,8 +219,7 @@ static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
  * tuple ``classes`` holds classes, each of exactly its class (a fast path's first check). */
 static PyObject *same_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "same_classes(args, classes: tuple)");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "same_classes(args, classes: tuple)");
     }
     Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
     if (!PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != count) Py_RETURN_FALSE;
@@ -308,17 +295,10 @@ static inline Py_ssize_t head_of(uint8_t structure) {
  * none of a version and completeness this file reads. */
 static PyObject *dlpack_api(PyObject *self, PyObject *cls) {
     PyObject *capsule = PyObject_GetAttrString(cls, "__dlpack_c_exchange_api__");
-    if (capsule == NULL) {
-        PyErr_Clear();
-        return PyLong_FromLong(0);
-    }
-    dl_exchange_api_t *api = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
-    Py_DECREF(capsule);
-    if (api == NULL) {
-        PyErr_Clear();
-        return PyLong_FromLong(0);
-    }
-    if (api->version.major != 1 || api->dltensor_from_py_object_no_sync == NULL ||
+    dl_exchange_api_t *api = capsule ? PyCapsule_GetPointer(capsule, "dlpack_exchange_api") : NULL;
+    Py_XDECREF(capsule);
+    if (api == NULL) PyErr_Clear();
+    if (api == NULL || api->version.major != 1 || api->dltensor_from_py_object_no_sync == NULL ||
         api->current_work_stream == NULL) {
         return PyLong_FromLong(0);
     }
@@ -403,8 +383,7 @@ static PyObject *key_part(PyObject *module, PyObject *read) {
     PyObject *shape, *dtype, *layout;
     if (!PyTuple_Check(read) || !PyArg_ParseTuple(read, "OUU", &shape, &dtype, &layout)) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "key_part((shape, dtype name, layout letter))");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "key_part((shape, dtype name, layout letter))");
     }
     PyObject *extents = PySequence_Fast(shape, "key_part: a shape is a sequence of integers");
     if (extents == NULL) return NULL;
@@ -437,9 +416,9 @@ static PyObject *key_part(PyObject *module, PyObject *read) {
 static PyObject *default_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "default_key(values, reads, flags): two tuples of one "
-                                         "length and the flags' classes");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError,
+                            "default_key(values, reads, flags): two tuples of one "
+                            "length and the flags' classes");
     }
     PyObject *key = PyList_New(0);
     if (key == NULL) return NULL;
@@ -534,21 +513,23 @@ typedef struct {
     PyObject *shapes;       /* a tuple of them, or NULL: not made since they changed */
 } Reader;
 
+/* A tuple of the ``count`` integers ``values`` (a new reference), or NULL with an exception. */
+static PyObject *tuple_of(const int64_t *values, Py_ssize_t count) {
+    PyObject *tuple = PyTuple_New(count);
+    for (Py_ssize_t i = 0; tuple != NULL && i < count; i++) {
+        PyObject *value = PyLong_FromLongLong(values[i]);
+        if (value == NULL) Py_CLEAR(tuple);
+        else PyTuple_SET_ITEM(tuple, i, value);
+    }
+    return tuple;
+}
+
 /* The part of the default key of an array of ``extents`` (a new reference): its ``parts``'
  * for the shape (which makes one it lacks). NULL with an exception. */
 static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
-    PyObject *shape = PyTuple_New(array->expected.ndim);
-    if (shape == NULL) return NULL;
-    for (int d = 0; d < array->expected.ndim; d++) {
-        PyObject *extent = PyLong_FromLongLong(extents[d]);
-        if (extent == NULL) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(shape, d, extent);
-    }
-    PyObject *part = PyObject_GetItem(array->parts, shape);
-    Py_DECREF(shape);
+    PyObject *shape = tuple_of(extents, array->expected.ndim);
+    PyObject *part = shape != NULL ? PyObject_GetItem(array->parts, shape) : NULL;
+    Py_XDECREF(shape);
     return part;
 }
 
@@ -608,27 +589,18 @@ static PyObject *read_result(Reader *self, PyObject *items, void *stream, const 
     }
     PyObject *starts = allocations != NULL ? allocations : Py_NewRef(Py_None);
     PyTuple_SET_ITEM(result, 2 + self->runs, starts);
-    PyObject *current = PyLong_FromVoidPtr(stream);
-    if (current == NULL) {
-        Py_DECREF(result);
-        return NULL;
+    PyObject *item = PyLong_FromVoidPtr(stream); /* (NULL: the tuple releases those it holds) */
+    PyTuple_SET_ITEM(result, 0, item);
+    if (item != NULL) {
+        item = key_of(self, items, extents);
+        PyTuple_SET_ITEM(result, 1, item);
     }
-    PyTuple_SET_ITEM(result, 0, current);
-    PyObject *key = key_of(self, items, extents);
-    if (key == NULL) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(result, 1, key);
-    for (Py_ssize_t r = 0; r < self->runs; r++) {
-        PyObject *fields = run_bytes(self, r, values);
-        if (fields == NULL) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(result, 2 + r, fields);
+    for (Py_ssize_t r = 0; item != NULL && r < self->runs; r++) {
+        item = run_bytes(self, r, values);
+        PyTuple_SET_ITEM(result, 2 + r, item);
         values += self->run_fields[r];
     }
+    if (item == NULL) Py_CLEAR(result);
     return result;
 }
 
@@ -638,10 +610,8 @@ static PyObject *read_result(Reader *self, PyObject *items, void *stream, const 
 static int read_dlpack(Reader *self, PyObject *value, dl_tensor_t *t, void **stream) {
     if (self->api->dltensor_from_py_object_no_sync(value, t) != 0) return -1;
     if (stream == NULL) return 0;
-    return self->api->current_work_stream(t->device.device_type, t->device.device_id, stream) ==
-                   0
-               ? 0
-               : -1;
+    int32_t type = t->device.device_type, id = t->device.device_id;
+    return self->api->current_work_stream(type, id, stream) == 0 ? 0 : -1;
 }
 
 /* The getters of ``type``'s attributes ``names`` (getters_t) into ``found``. */
@@ -964,20 +934,8 @@ static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nar
  * same object while they stay the same): what a launch function wrapped in ``by_shape``
  * depends on of them, with their dtypes and layouts, which the fast path fixes. */
 static PyObject *reader_shapes(Reader *self, void *closure) {
-    if (self->shapes == NULL) {
-        PyObject *shapes = PyTuple_New(self->total_extents);
-        if (shapes == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < self->total_extents; i++) {
-            PyObject *extent = PyLong_FromLongLong(self->shaped[i]);
-            if (extent == NULL) {
-                Py_DECREF(shapes);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(shapes, i, extent);
-        }
-        self->shapes = shapes;
-    }
-    return Py_NewRef(self->shapes);
+    if (self->shapes == NULL) self->shapes = tuple_of(self->shaped, self->total_extents);
+    return Py_XNewRef(self->shapes);
 }
 
 /* The arrays' state, from what is expected of each and where their key parts come from. */
@@ -988,17 +946,14 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
         PyObject *source = PyTuple_GET_ITEM(parts, i);
         array->expected = expected[i];
         if (expected[i].structure != STRUCTURE_NUMBA && expected[i].structure != STRUCTURE_MEMREF) {
-            PyErr_SetString(PyExc_ValueError, "Reader: an unknown structure of parameters");
-            return -1;
+            return refuse(PyExc_ValueError, "Reader: an unknown structure of parameters");
         }
         if (expected[i].ndim > MAX_DIMENSIONS) {
-            PyErr_SetString(PyExc_ValueError, "Reader: an array of too many dimensions");
-            return -1;
+            return refuse(PyExc_ValueError, "Reader: an array of too many dimensions");
         }
         if (source != Py_None) {
             if (!PyDict_Check(source)) {
-                PyErr_SetString(PyExc_TypeError, "Reader: a key part's source is a KeyParts");
-                return -1;
+                return refuse(PyExc_TypeError, "Reader: a key part's source is a KeyParts");
             }
             array->parts = Py_NewRef(source);
         }
@@ -1007,8 +962,7 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
         total_extents += expected[i].ndim;
     }
     if (total_fields > MAX_PARAMETERS) {
-        PyErr_SetString(PyExc_ValueError, "Reader: too many kernel parameters");
-        return -1;
+        return refuse(PyExc_ValueError, "Reader: too many kernel parameters");
     }
     self->extents = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
     self->shaped = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
@@ -1037,9 +991,9 @@ static int reader_key(Reader *self, PyObject *key) {
             continue;
         }
         if (i < 0 || (i < self->count && self->arrays[i].parts == NULL)) {
-            PyErr_SetString(PyExc_ValueError, "Reader: a key's element is an array with a key "
-                                              "part's source or an item past the arrays");
-            return -1;
+            return refuse(PyExc_ValueError,
+                          "Reader: a key's element is an array with a key "
+                          "part's source or an item past the arrays");
         }
         self->items = i >= self->items ? i + 1 : self->items;
         self->key_items[self->keyed++] = i;
@@ -1059,8 +1013,7 @@ static int reader_runs(Reader *self, PyObject *runs) {
         }
     }
     if (array != self->count) {
-        PyErr_SetString(PyExc_ValueError, "Reader: runs of at least one array, of all of them");
-        return -1;
+        return refuse(PyExc_ValueError, "Reader: runs of at least one array, of all of them");
     }
     return 0;
 }
@@ -1083,8 +1036,7 @@ static int reader_source(Reader *self, PyObject *source) {
         PyUnicode_CheckExact(PyTuple_GET_ITEM(source, 0))) {
         PyObject *tokens = PyTuple_GET_ITEM(source, 2);
         if (!PyTuple_Check(tokens) || PyTuple_GET_SIZE(tokens) != self->count) {
-            PyErr_SetString(PyExc_TypeError, "Reader: a memo source is (name, make, tokens)");
-            return -1;
+            return refuse(PyExc_TypeError, "Reader: a memo source is (name, make, tokens)");
         }
         self->memo = Py_NewRef(PyTuple_GET_ITEM(source, 0));
         PyUnicode_InternInPlace(&self->memo);
@@ -1100,16 +1052,14 @@ static int reader_source(Reader *self, PyObject *source) {
                           &PyTuple_Type, &dtypes) ||
         PyTuple_GET_SIZE(names) != NAME_COUNT || PyTuple_GET_SIZE(dtypes) != self->count) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "Reader: a source is a DLPack C exchange API's address, "
-                                         "(names, current stream function, dtypes) or "
-                                         "(name, make, tokens)");
-        return -1;
+        return refuse(PyExc_TypeError, "Reader: a source is a DLPack C exchange API's address, "
+                                       "(names, current stream function, dtypes) or "
+                                       "(name, make, tokens)");
     }
     for (int n = 0; n < NAME_COUNT; n++) {
         PyObject *name = PyTuple_GET_ITEM(names, n);
         if (!PyUnicode_CheckExact(name)) {
-            PyErr_SetString(PyExc_TypeError, "Reader: attribute names are str");
-            return -1;
+            return refuse(PyExc_TypeError, "Reader: attribute names are str");
         }
         self->names[n] = Py_NewRef(name);
         PyUnicode_InternInPlace(&self->names[n]);
@@ -1147,17 +1097,14 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         return NULL;
     }
     if (key != Py_None && !PyTuple_Check(key)) {
-        PyErr_SetString(PyExc_TypeError, "Reader: key is a tuple of indices or None");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "Reader: key is a tuple of indices or None");
     }
     if (offset != Py_None && !PyUnicode_CheckExact(offset)) {
-        PyErr_SetString(PyExc_TypeError, "Reader: offset is a method's name or None");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "Reader: offset is a method's name or None");
     }
     Py_ssize_t count = PyTuple_GET_SIZE(parts);
     if (count == 0 || PyBytes_GET_SIZE(expected) != count * (Py_ssize_t)sizeof(dl_expected_t)) {
-        PyErr_SetString(PyExc_ValueError, "Reader: one expectation and key part per array");
-        return NULL;
+        return PyErr_Format(PyExc_ValueError, "Reader: one expectation and key part per array");
     }
     Reader *self = (Reader *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -1181,14 +1128,14 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     return (PyObject *)self;
 }
 
+/* The objects a reader_array_t holds (reader_traverse, reader_clear). */
+#define ARRAY_OBJECTS(a) \
+    {&(a)->parts, &(a)->part, &(a)->dtype, &(a)->token, &(a)->seen, &(a)->allocation}
+
 static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
-        Py_VISIT(self->arrays[i].parts);
-        Py_VISIT(self->arrays[i].part);
-        Py_VISIT(self->arrays[i].dtype);
-        Py_VISIT(self->arrays[i].token);
-        Py_VISIT(self->arrays[i].seen);
-        Py_VISIT(self->arrays[i].allocation);
+        PyObject **held[] = ARRAY_OBJECTS(&self->arrays[i]);
+        for (size_t o = 0; o < sizeof held / sizeof *held; o++) Py_VISIT(*held[o]);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_VISIT(self->fields[r]);
@@ -1202,12 +1149,8 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
 
 static int reader_clear(Reader *self) {
     for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
-        Py_CLEAR(self->arrays[i].parts);
-        Py_CLEAR(self->arrays[i].part);
-        Py_CLEAR(self->arrays[i].dtype);
-        Py_CLEAR(self->arrays[i].token);
-        Py_CLEAR(self->arrays[i].seen);
-        Py_CLEAR(self->arrays[i].allocation);
+        PyObject **held[] = ARRAY_OBJECTS(&self->arrays[i]);
+        for (size_t o = 0; o < sizeof held / sizeof *held; o++) Py_CLEAR(*held[o]);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_CLEAR(self->fields[r]);
@@ -1298,8 +1241,7 @@ static PyObject *packer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     PyObject *pack;
     if (!PyArg_ParseTuple(args, "O:Packer", &pack)) return NULL;
     if (!PyCallable_Check(pack)) {
-        PyErr_SetString(PyExc_TypeError, "Packer(pack): pack is callable");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "Packer(pack): pack is callable");
     }
     Packer *self = (Packer *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -1421,10 +1363,7 @@ static PyTypeObject called_type = {
 /* describe(api, array) -> (device type, device id, ndim, type code, bits, lanes), or None
  * where the library cannot describe the array. */
 static PyObject *describe(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "describe(api, array)");
-        return NULL;
-    }
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "describe(api, array)");
     dl_exchange_api_t *api = api_of(args[0]);
     if (api == NULL) return NULL;
     dl_tensor_t t;
