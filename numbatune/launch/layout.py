@@ -31,7 +31,6 @@ from numbatune.compilers.base import (
     ArrayStructure,
     Conversion,
     Parameters,
-    ScalarParameters,
     TupleParameters,
 )
 from numbatune.keys import KeyParts, is_flag
@@ -141,10 +140,6 @@ class ArgumentPlan:
         array is read in C)."""
         return next(reversed(self._c_reads), None)
 
-    def _field(self, letter: str, value: str) -> None:
-        self.fields.append(letter)
-        self.values.append(value)
-
     def add(self, argument: str, argtype: Any, value: Any, top: bool = True) -> bool:
         """Plan the parameters of one argument, of the compiler's type ``argtype``; False when
         it has no plan. ``top``: an argument of the kernel (whose class the generated code
@@ -167,12 +162,10 @@ class ArgumentPlan:
             return False
         if top and is_flag(value):  # a mode flag: in the default key
             self.key_parts.append((argument, None, -1))  # (its class is checked: as there)
-        self._add_scalar(argument, parameters)
-        return True
-
-    def _add_scalar(self, argument: str, parameters: ScalarParameters) -> None:
         for letter, conversion in parameters.fields:
-            self._field(letter, _CONVERTED[conversion].format(argument))
+            self.fields.append(letter)
+            self.values.append(_CONVERTED[conversion].format(argument))
+        return True
 
     def _add_array(self, argument: str, parameters: ArrayParameters, value: Any, top: bool) -> bool:
         kind = kind_of(type(value))
@@ -217,7 +210,7 @@ class ArgumentPlan:
         key in ``_L_key`` where it is a top-level argument."""
         reads.arguments.append(argument)
         reads.expected.append(expected)
-        reads.parts.append(_key_parts(value) if top else None)
+        reads.parts.append(KeyParts(*arrays.read(value)[1:]) if top else None)
         if top:
             part = f"_{kind.name}_key[{reads.keyed}]"
             self.key_parts.append((part, kind, len(reads.arguments) - 1))
@@ -226,24 +219,11 @@ class ArgumentPlan:
     def _add_library_array(
         self, argument: str, parameters: ArrayParameters, value: Any, kind: ArrayKind, top: bool
     ) -> bool:
-        """A torch tensor's or CuPy array's parameters, read in C (:meth:`_add_c_array`);
-        False where they cannot be (an older torch, with no DLPack C exchange API)."""
-        if not self._add_c_array(argument, value, kind, parameters, top):
-            return False
-        if kind.stream is not None:
-            self.library_arrays.setdefault(kind, []).append(argument)
-        # (where the read gives no allocation: ordering across streams had not begun)
-        self._c_reads[kind].buffers.append(f"{self.constant(kind.buffer)}({argument})")
-        return True
-
-    def _add_c_array(
-        self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
-    ) -> bool:
-        """Read the array in C: through its library's DLPack C exchange API where it has one,
-        else by the attributes its kind names; its part of the
+        """A torch tensor's or CuPy array's parameters, read in C: through its library's DLPack
+        C exchange API where it has one, else by the attributes its kind names; its part of the
         key in ``_L_key`` and its kernel parameters in ``_L_fN`` with those of the arrays read
         before it whose parameters lead up to its, for library ``L`` (:meth:`close` adds the
-        read). False where it cannot be."""
+        read). False where they cannot be (an older torch, with no DLPack C exchange API)."""
         api = _native.dlpack_api(type(value))
         expected = _expected_in_c(api, value, kind, parameters)
         if expected is None:
@@ -252,6 +232,10 @@ class ArgumentPlan:
         self._add_read(reads, kind, argument, value, expected, top)
         reads.dtypes.append(value.dtype)
         self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * parameters.ndim)
+        if kind.stream is not None:
+            self.library_arrays.setdefault(kind, []).append(argument)
+        # (where the read gives no allocation: ordering across streams had not begun)
+        reads.buffers.append(f"{self.constant(kind.buffer)}({argument})")
         return True
 
     def _add_to_run(self, reads: _CReads, prefix: str, count: int) -> None:
@@ -262,17 +246,11 @@ class ArgumentPlan:
             self.packed[reads.start] += count
             reads.runs[-1] += 1
         else:
-            reads.start = self.start_packed(count, f"{prefix}{len(reads.runs)}")
+            reads.start = first
+            self.packed[first] = count
+            self.values.append(f"{prefix}{len(reads.runs)}")
             reads.runs.append(1)
         reads.end = len(self.fields)
-
-    def start_packed(self, count: int, value: str) -> int:
-        """The last ``count`` fields are given as one bytes value, ``value``; the index of the
-        first."""
-        first = len(self.fields) - count
-        self.packed[first] = count
-        self.values.append(value)
-        return first
 
 
 def _expected_in_c(
@@ -300,12 +278,6 @@ def _expected_in_c(
         device_type, device_id, ndim, code, bits, ord(parameters.layout),
         native.STRUCTURES.index(parameters.structure.value), reads_device,
     )  # fmt: skip
-
-
-def _key_parts(value: Any) -> KeyParts:
-    """The default-key parts of arrays of the dtype and layout of ``value``."""
-    _, dtype_name, layout_letter = arrays.read(value)
-    return KeyParts(dtype_name, layout_letter)
 
 
 def numba_array_memo(array: Any) -> tuple[str, bytes, int]:
