@@ -524,15 +524,6 @@ static PyObject *tuple_of(const int64_t *values, Py_ssize_t count) {
     return tuple;
 }
 
-/* The part of the default key of an array of ``extents`` (a new reference): its ``parts``'
- * for the shape (which makes one it lacks). NULL with an exception. */
-static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
-    PyObject *shape = tuple_of(extents, array->expected.ndim);
-    PyObject *part = shape != NULL ? PyObject_GetItem(array->parts, shape) : NULL;
-    Py_XDECREF(shape);
-    return part;
-}
-
 /* The read's key: for each of ``key_items``, the part of the array it names (its extents read
  * into ``extents``; the last read's part where they are the same), or the item of ``items``
  * it names, as it is. NULL with an exception. */
@@ -552,7 +543,11 @@ static PyObject *key_of(Reader *self, PyObject *items, const int64_t *extents) {
         if (array->part != NULL && memcmp(array->extents, read, size) == 0) {
             part = Py_NewRef(array->part);
         } else {
-            part = part_of(array, read); /* (may run Python code: the state is set after) */
+            /* its parts' for the shape, which make one they lack (may run Python code: the
+             * state is set after) */
+            PyObject *shape = tuple_of(read, array->expected.ndim);
+            part = shape != NULL ? PyObject_GetItem(array->parts, shape) : NULL;
+            Py_XDECREF(shape);
             if (part == NULL) {
                 Py_DECREF(key);
                 return NULL;
@@ -812,14 +807,9 @@ static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
     }
     Py_DECREF(memory);
     if (failed || device != e->device_id) return -1;
-    t->device.device_type = e->device_type;
-    t->device.device_id = e->device_id;
-    t->ndim = e->ndim;
-    t->dtype.code = e->code; /* (the dtype object is the one expected) */
-    t->dtype.bits = e->bits;
-    t->dtype.lanes = 1;
-    t->shape = shape;
-    t->byte_offset = 0;
+    /* (the dtype object is the one expected: its code and bits too) */
+    *t = (dl_tensor_t){t->data, {e->device_type, e->device_id}, e->ndim, {e->code, e->bits, 1},
+                       shape, t->strides, 0};
     if (stream == NULL) return 0;
     PyObject *current = PyObject_CallNoArgs(self->current_stream);
     if (current == NULL) return -1;
@@ -829,10 +819,10 @@ static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
 }
 
 /* Array ``value`` of a memo read: its memo (kept in its dict under the memo name, else made
- * by the memo function: a tuple of its token, its kernel parameters as
- * bytes and its allocation) carries the token expected; its parameters into ``out``, its
- * extents into ``extents``, and where ``start`` is not NULL its allocation into it (a new
- * reference). -1 where it is not as expected. */
+ * by the memo function: a tuple of its token, its kernel parameters as bytes and its
+ * allocation) carries the token expected; its parameters into ``out``, its extents into
+ * ``extents``, and where ``start`` is not NULL its allocation into it (a new reference). -1
+ * where it is not as expected. */
 static int read_memo(Reader *self, reader_array_t *array, PyObject *value, int64_t *out,
                      int64_t *extents, PyObject **start) {
     PyObject *dict = PyObject_GenericGetDict(value, NULL);
@@ -1018,15 +1008,14 @@ static int reader_runs(Reader *self, PyObject *runs) {
     return 0;
 }
 
-/* How the arrays are read: through the DLPack C exchange API at the address ``source``; for a
- * tuple (name, make, tokens), from the memo each keeps under ``name`` (made by ``make`` where
- * it is missing; read_memo), which must carry its token; or, for a tuple (names, current
- * stream function, dtypes), by attribute: ``names`` are those of
- * NAME_SHAPE to NAME_ALLOCATION (shape and strides in bytes, tuples or lists; whether
- * C-contiguous; dtype; the object holding the pointer and device index; those; of the object
- * the function returns, its handle; rank and size, which give the extents of arrays of at most
- * one dimension; of the memory object, the object whose pointer attribute is where its
- * allocation starts), ``dtypes`` the dtype object expected of each array. */
+/* How the arrays are read: through the DLPack C exchange API at the address ``source``; for a tuple
+ * (name, make, tokens), from the memo each keeps under ``name`` (made by ``make`` where it is
+ * missing; read_memo), which must carry its token; or, for a tuple (names, current stream function,
+ * dtypes), by attribute: ``names`` are those of NAME_SHAPE to NAME_ALLOCATION (shape and strides in
+ * bytes, tuples or lists; whether C-contiguous; dtype; the object holding the pointer and device
+ * index; those; of the object the function returns, its handle; rank and size, which give the
+ * extents of arrays of at most one dimension; of the memory object, the object whose pointer
+ * attribute is where its allocation starts), ``dtypes`` the dtype object expected of each array. */
 static int reader_source(Reader *self, PyObject *source) {
     if (PyLong_Check(source)) {
         self->api = api_of(source);
@@ -1071,23 +1060,22 @@ static int reader_source(Reader *self, PyObject *source) {
     return 0;
 }
 
-/* Reader(source, expected, parts, runs, offset=None, key=None): reads the tuples of arrays of
- * one fast path, of one library, read as ``source`` says (reader_source), in one call:
- * ``read(arrays[, allocations])``; with ``key`` (reader_key), the tuple holds after the arrays
- * the other items of the key, which it composes whole.
+/* Reader(source, expected, parts, runs, offset=None, key=None): reads the tuples of arrays of one
+ * fast path, of one library, read as ``source`` says (reader_source), in one call: ``read(arrays[,
+ * allocations])``; with ``key`` (reader_key), the tuple holds after the arrays the other items of
+ * the key, which it composes whole.
  *
- * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the
- * source of its part of the default key: a keys.KeyParts, the parts by shape (a dict that
- * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
- * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
- * current stream, through DLPack on the first array's device, the key, the parameters of
- * each run as bytes, and, where ``allocations`` is true, the starts of the arrays'
- * allocations, a tuple of ints, else None), or None where an array is not as
- * expected or its library cannot describe it. Parts and bytes equal to the last read's are
- * those objects again. An allocation starts, for arrays read through DLPack, at the data
- * pointer less the elements given by their method named ``offset`` (None: not read, the
- * allocations are None); for arrays read by attribute, at the pointer of the object their
- * memory object's allocation attribute holds. Where one cannot be read, they are all None. */
+ * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the source of
+ * its part of the default key: a keys.KeyParts, the parts by shape (a dict that makes the part of a
+ * shape not in it); ``runs`` splits the arrays, in order, into runs of consecutive kernel
+ * parameters (the count of arrays of each). ``read`` returns (the library's current stream, through
+ * DLPack on the first array's device, the key, the parameters of each run as bytes, and, where
+ * ``allocations`` is true, the starts of the arrays' allocations, a tuple of ints, else None), or
+ * None where an array is not as expected or its library cannot describe it. Parts and bytes equal
+ * to the last read's are those objects again. An allocation starts, for arrays read through DLPack,
+ * at the data pointer less the elements given by their method named ``offset`` (None: not read, the
+ * allocations are None); for arrays read by attribute, at the pointer of the object their memory
+ * object's allocation attribute holds. Where one cannot be read, they are all None. */
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"source", "expected", "parts", "runs", "offset", "key", NULL};
     PyObject *source, *expected, *parts, *runs, *offset = Py_None, *key = Py_None;
@@ -1421,13 +1409,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *result = PyModule_Create(&module);
     if (result == NULL) return NULL;
     driver_error = load_driver();
-    PyObject *reason = driver_error ? PyUnicode_FromString(driver_error) : Py_NewRef(Py_None);
-    if (reason == NULL || PyModule_AddObject(result, "DRIVER_ERROR", reason) < 0) {
-        Py_XDECREF(reason);
-        Py_DECREF(result);
-        return NULL;
-    }
-    if ((parts_made = PyDict_New()) == NULL || add_order_type(result) < 0 ||
+    if ((driver_error ? PyModule_AddStringConstant(result, "DRIVER_ERROR", driver_error)
+                      : PyModule_AddObjectRef(result, "DRIVER_ERROR", Py_None)) < 0 ||
+        (parts_made = PyDict_New()) == NULL || add_order_type(result) < 0 ||
         PyType_Ready(&reader_type) < 0 ||
         PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0 ||
         PyType_Ready(&packer_type) < 0 ||
