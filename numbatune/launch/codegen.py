@@ -7,13 +7,9 @@ winner the general path found, False where it cannot. docs/architecture.md draws
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable
 from typing import Any
 
-from numbatune import _native
 from numbatune.arraykinds import kind_of
-from numbatune.eager import run_as_written
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.rawstreams import HANDLE_MEMO
 
@@ -228,23 +224,3 @@ def _find_kept_winner(key: str, general: str) -> list[str]:
         *[f"    {line}" for line in _find_winner("key", general)],
         "        _last[0] = (key, published, winner)",
     ]
-
-
-def compile_functions(
-    code: str, namespace: dict[str, Any], name: str
-) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``call`` and ``launch_winner`` of ``code`` run in ``namespace`` (torch.compile runs them
-    as written: :mod:`numbatune.eager`)."""
-    exec(compile(code, f"<numbatune fast path of {name}>", "exec"), namespace)
-    run_as_written(namespace["call"], namespace["launch_winner"])
-    return namespace["call"], namespace["launch_winner"]
-
-
-def packer(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> dict[str, Any]:
-    """The names the generated code packs with: ``_pack`` (the C extension's ``Packer`` over
-    the plan's ``struct`` format) and the parameters' ``_offsets``."""
-    return {
-        "struct": struct,
-        "_pack": _native.Packer(struct.Struct(struct_format(plan, layout)).pack),
-        "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
-    }

@@ -1,11 +1,7 @@
-"""Fast paths: a tuned kernel's winners launched with their parameters packed by hand.
-
-numba's own launch types and wraps every argument again on every call (22-65 us on an H100). A
-fast path does that work once per argument signature and device, and its generated code
-(:mod:`numbatune.launch.codegen`) launches the key's winner. Torch and CuPy arrays launched on
-another stream than their library's current one first make that stream wait, on the device,
-for the current one: the ``__cuda_array_interface__``'s rule, which numba's launch keeps by
-synchronising the host.
+"""Fast paths: a tuned kernel's winners launched with their parameters packed by hand, the
+work numba's launch does on every call done once per argument signature and device; the
+generated code (:mod:`numbatune.launch.codegen`) launches the key's winner
+(docs/concepts/launching.md says what a hit does).
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ from numba import cuda
 from numbatune import _native, native
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
+from numbatune.eager import run_as_written
 from numbatune.launch import codegen
 from numbatune.launch.config import ByShape, checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import ArgumentPlan, half_bits
@@ -56,12 +53,9 @@ class Hooks:
 
 
 class FastPath:
-    """The generated launch of one argument signature on one device, made by :func:`build`.
-
-    ``call(args, stream)`` launches the winner of the arguments' key; ``launch_winner(args,
-    winner, stream)`` launches a given winner (False when it cannot). :meth:`learn` adds a
-    variant's compiled function for this signature.
-    """
+    """The generated launch of one argument signature on one device, made by :func:`build`:
+    ``call`` and ``launch_winner`` (:mod:`numbatune.launch.codegen`); :meth:`learn` adds a
+    variant's compiled function for this signature."""
 
     def __init__(
         self,
@@ -185,7 +179,9 @@ def _generate(
         "_same_classes": _native.same_classes,
         "_classes": tuple(map(type, args)),
         **plan.constants,
-        **codegen.packer(plan, layout),
+        "struct": struct,
+        "_pack": _native.Packer(struct.Struct(codegen.struct_format(plan, layout)).pack),
+        "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
         "_winners": winners,
         "_last": [(None, -1, None)],
         "_functions": functions,
@@ -198,8 +194,7 @@ def _generate(
         "_general": hooks.general,
         "_by_classes": hooks.by_classes,
         "_next": next_path,
-        "_numba": _numba_launcher(hooks),
-        "_failed": _failure_handler(hooks),
+        **_callbacks(hooks),
         "_checked_config": checked_launch_config,
         "_stream_handle": stream_handle,
         "_half_bits": half_bits,
@@ -209,20 +204,19 @@ def _generate(
         "_order": monitor.order,
         "_name": hooks.name,
     }
-    call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
+    exec(compile(code, f"<numbatune fast path of {hooks.name}>", "exec"), namespace)
+    call, launch_winner = namespace["call"], namespace["launch_winner"]
+    run_as_written(call, launch_winner)  # (torch.compile runs them as written)
     return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
 
 
-def _numba_launcher(hooks: Hooks) -> Callable[..., bool]:
-    def launch(args: tuple[Any, ...], winner: Any, config: tuple[Any, ...], stream: Any) -> bool:
+def _callbacks(hooks: Hooks) -> dict[str, Callable[..., bool]]:
+    """What the generated code calls to launch through numba instead (``_numba``) and when its
+    launch returned an error (``_failed``)."""
+
+    def numba(args: tuple[Any, ...], winner: Any, config: tuple[Any, ...], stream: Any) -> bool:
         hooks.numba(args, winner, config, stream)
         return True
-
-    return launch
-
-
-def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
-    """What the generated code calls when its launch returned an error."""
 
     def failed(
         error: int,
@@ -246,4 +240,4 @@ def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
         check_stream(stream)  # a clearer error when the stream is the cause
         raise CudaAPIError(error, f"{hooks.name}: launching with (grid, block[, shared]) {config}")
 
-    return failed
+    return {"_numba": numba, "_failed": failed}
