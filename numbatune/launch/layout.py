@@ -55,12 +55,10 @@ class ArgumentPlan:
     booleans (their value); each the expression that gives it, and for an array read in C its
     kind and index in that read, where the last read in C composes the whole key.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
-    that give them (one bytes value for the fields listed in ``packed``),
-    ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
-    arrays a read in C reads give theirs as one starred expression: the read's, once the
-    stream monitor watches every launch, else read in Python).
-    ``parameters`` (the kernel compiler's, :attr:`~numbatune.compilers.base.LaunchTarget.
-    parameters`) says which parameters an argument of a type becomes.
+    that give them (one bytes value for the fields listed in ``packed``), ``buffers`` the
+    expressions of the arrays' allocations (for ordering across streams; the arrays a read in C
+    reads give theirs as one starred expression: the read's, once the stream monitor watches
+    every launch, else read in Python). ``parameters`` is the kernel compiler's.
     """
 
     def __init__(self, parameters: Callable[[Any, Any], Parameters | None]) -> None:
