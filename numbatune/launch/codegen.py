@@ -97,9 +97,8 @@ def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> 
 
 def depends_on(args: tuple[Any, ...], plan: ArgumentPlan) -> str:
     """The expression of what a :class:`~numbatune.launch.config.ByShape` launch function's
-    result depends on, for arguments of this signature (whose dtypes and layouts it fixes): the
-    winner, the arrays' extents (each read in C gives those of its arrays, as one tuple that is
-    the same object while they stay the same) and each other argument's value."""
+    result depends on: the winner, each read in C's ``shapes`` and each other argument's value
+    (docs/concepts/launching.md)."""
     values = [f"a{i}" for i, value in enumerate(args) if kind_of(type(value)) is None]
     return f"(winner.index, {''.join(f'{part}, ' for part in [*plan.shapes, *values])})"
 

@@ -134,8 +134,7 @@ class ArgumentPlan:
         return f"({''.join(f'{part}, ' for part, _, _ in self.key_parts)})"
 
     def _composer(self) -> ArrayKind | None:
-        """The kind whose read in C composes the whole default key: the last read (None: no
-        array is read in C)."""
+        """The kind whose read in C composes the whole default key (:meth:`close`), or None."""
         return next(reversed(self._c_reads), None)
 
     def add(self, argument: str, argtype: Any, value: Any, top: bool = True) -> bool:
@@ -184,11 +183,9 @@ class ArgumentPlan:
         self, argument: str, value: Any, top: bool, structure: ArrayStructure
     ) -> None:
         """numba-cuda's and numba-cuda-mlir's arrays: their fields are read once per array
-        object and kept on it (:func:`numba_array_memo`, :func:`memref_array_memo`), as numba
-        keeps its own launch view of them, and the memos of all the arrays of a kind read in one
-        call of the C extension, with the other arrays of its kind (:meth:`close` adds the
-        read): its part of the key in ``_L_key`` and its kernel parameters in a run's bytes, as
-        :meth:`_add_c_array`'s."""
+        object and kept on it (:func:`numba_array_memo`, :func:`memref_array_memo`), and the
+        memos of all the arrays of a kind read in one call of the C extension, keyed and packed
+        as :meth:`_add_library_array` says."""
         memo, attribute = _MEMOS[structure]
         kind = kind_of(type(value))
         reads = self._c_reads.setdefault(kind, _CReads(0, memo=(attribute, memo)))
