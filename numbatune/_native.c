@@ -582,8 +582,7 @@ static PyObject *read_result(Reader *self, PyObject *items, void *stream, const 
         Py_XDECREF(allocations);
         return NULL;
     }
-    PyObject *starts = allocations != NULL ? allocations : Py_NewRef(Py_None);
-    PyTuple_SET_ITEM(result, 2 + self->runs, starts);
+    PyTuple_SET_ITEM(result, 2 + self->runs, allocations ? allocations : Py_NewRef(Py_None));
     PyObject *item = PyLong_FromVoidPtr(stream); /* (NULL: the tuple releases those it holds) */
     PyTuple_SET_ITEM(result, 0, item);
     if (item != NULL) {

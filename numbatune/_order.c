@@ -786,9 +786,9 @@ int add_order_type(PyObject *module) {
     after_name = PyUnicode_InternFromString("after");
     hold_name = PyUnicode_InternFromString("hold");
     wait_name = PyUnicode_InternFromString("wait");
-    if (!acquire_name || !release_name || !before_name || !after_name || !hold_name || !wait_name) {
+    if (!acquire_name || !release_name || !before_name || !after_name || !hold_name || !wait_name ||
+        PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) {
         return -1;
     }
-    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) return -1;
     return PyModule_AddObjectRef(module, "Order", (PyObject *)&order_type);
 }
