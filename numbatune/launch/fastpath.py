@@ -40,7 +40,6 @@ class Hooks:
     config: Callable[..., tuple[Any, ...]]
     #: The key function, or None for the default key (computed from the fields read).
     key: Callable[[tuple[Any, ...]], Hashable] | None
-    #: The general path.
     general: General
     #: The tuned kernel's lookup of the fast path by argument classes.
     by_classes: General
@@ -52,28 +51,19 @@ class Hooks:
     valid_params: tuple[dict[str, Any], ...] = ()
 
 
+@dataclass(eq=False, repr=False)
 class FastPath:
     """The generated launch of one argument signature on one device, made by :func:`build`:
     ``call`` and ``launch_winner`` (:mod:`numbatune.launch.codegen`); :meth:`learn` adds a
     variant's compiled function for this signature."""
 
-    def __init__(
-        self,
-        call: Callable[..., Any],
-        launch_winner: Callable[..., bool],
-        functions: dict[int, int],
-        layout: list[tuple[int, int]],
-        name: str,
-        code: str,
-        cooperative: bool,
-    ) -> None:
-        self.call = call
-        self._cooperative = cooperative
-        self.launch_winner = launch_winner
-        self.code = code
-        self._functions = functions
-        self._layout = layout
-        self._name = name
+    call: Callable[..., Any]
+    launch_winner: Callable[..., bool]
+    _functions: dict[int, int]
+    _layout: list[tuple[int, int]]
+    _name: str
+    code: str
+    _cooperative: bool
 
     def learn(self, index: int, dispatcher: Any, args: tuple[Any, ...]) -> bool:
         """Launch ``dispatcher``'s overload for ``args`` (compiled already) for variant
@@ -95,19 +85,12 @@ class FastPath:
 
 
 def build(
-    dispatcher: Any,
-    args: tuple[Any, ...],
-    winners: WinnerTable,
-    hooks: Hooks,
-    next_path: General,
+    dispatcher: Any, args: tuple[Any, ...], winners: WinnerTable, hooks: Hooks, next_path: General
 ) -> FastPath | None:
-    """A fast path for arguments typed as ``args`` (whose classes the caller has matched),
-    launching the winners in ``winners``; calls of another signature go to ``next_path``.
-
-    Returns None, logging why as a warning, when it has no plan for the kernel or its arguments;
-    the caller then launches through numba. ``dispatcher``'s overload for ``args`` must be
-    compiled.
-    """
+    """A fast path for arguments typed as ``args`` (whose classes the caller has matched, and
+    whose overload of ``dispatcher`` is compiled), launching the winners in ``winners``; calls
+    of another signature go to ``next_path``. None, logging why as a warning, where it has no
+    plan for the kernel or its arguments (the caller then launches through numba)."""
     target = compiler_for(dispatcher).launch_target(dispatcher, args)
     if isinstance(target, str):
         through_numba(hooks.name, args, target)
@@ -167,8 +150,7 @@ def _generate(
 ) -> FastPath:
     from numba.cuda.core import config as numba_config
 
-    sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
-    stream = codegen.stream_lines(args, sync, plan)
+    stream = codegen.stream_lines(args, bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC), plan)
     memo = isinstance(hooks.config, ByShape)
     code = codegen.source(
         plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
