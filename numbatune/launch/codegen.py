@@ -124,11 +124,7 @@ def _configure(depends: str | None) -> list[str]:
 
 
 def _tail(
-    plan: ArgumentPlan,
-    stream: list[str],
-    unavailable: str,
-    in_call: bool,
-    depends: str | None,
+    plan: ArgumentPlan, stream: list[str], unavailable: str, in_call: bool, depends: str | None
 ) -> list[str]:
     """Code that launches ``winner`` once the front has run (``unavailable``: no compiled
     function for this signature yet); ``_numba`` and ``_failed`` take over where the packing
@@ -170,9 +166,8 @@ def source(
     depends: str | None = None,
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature (``stream``:
-    :func:`stream_lines`'; ``depends``: :func:`depends_on`'s, for a ``ByShape`` launch
-    function); with ``checks_valid``, ``call`` asks ``valid`` and hands a refusal to the general
-    path."""
+    :func:`stream_lines`'; ``depends``: :func:`depends_on`'s, for a ``ByShape`` launch function);
+    with ``checks_valid``, ``call`` asks ``valid`` and hands a refusal to the general path."""
     key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [

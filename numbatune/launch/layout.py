@@ -1,10 +1,9 @@
 """A kernel's parameters, planned once per argument signature (the classes of the arguments,
 and for arrays their dtype, rank and layout): the reads that fetch an array's fields, the checks
 that hold for arguments of the signature, the default key's elements and a ``struct`` field per
-parameter, which :mod:`numbatune.launch.codegen` turns into code. numba's arrays (from the memo
-each keeps), torch's (the DLPack C exchange API) and CuPy's (the attributes its kind names) are
-read, checked and packed, and the key composed, in one C call per kind (``_native.Reader``);
-others (a torch with no DLPack C exchange API, before 2.10) are left to numba's launch.
+parameter, which :mod:`numbatune.launch.codegen` turns into code. Arrays are read, checked and
+packed, and the key composed, in one C call per kind (``_native.Reader``; docs/concepts/
+launching.md says how, of which kinds).
 
 Which parameters an argument becomes is the kernel compiler's to say
 (:attr:`numbatune.compilers.base.LaunchTarget.parameters`); numba-cuda's layout is not public
@@ -249,10 +248,7 @@ class ArgumentPlan:
 
 
 def _expected_in_c(
-    api: int,
-    value: Any,
-    kind: ArrayKind,
-    parameters: ArrayParameters,
+    api: int, value: Any, kind: ArrayKind, parameters: ArrayParameters
 ) -> bytes | None:
     """What the C extension's read expects of arrays like ``value`` (:data:`numbatune.native.
     EXPECTED`), or None where it cannot read them; ``api`` is the address of their class's
@@ -310,10 +306,7 @@ def memref_array_memo(array: Any) -> tuple[str, bytes, int]:
 
 
 #: The ``struct`` letters of an array's fields before its shape, by structure.
-_HEADS = {
-    ArrayStructure.NUMBA: ["Q", "Q", "q", "q", "Q"],
-    ArrayStructure.MEMREF: ["Q", "Q", "q"],
-}
+_HEADS = {ArrayStructure.NUMBA: ["Q", "Q", "q", "q", "Q"], ArrayStructure.MEMREF: ["Q", "Q", "q"]}
 #: How numba's arrays are read once and kept, by structure: the function, and the attribute
 #: it keeps them in.
 _MEMOS = {
