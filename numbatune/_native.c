@@ -37,9 +37,10 @@ typedef int (*event_query_t)(void *event);
 static launch_kernel_t launch_kernel = NULL;
 static launch_cooperative_t launch_cooperative = NULL;
 static get_current_context_t get_current_context = NULL;
-/* (not static: _order.c calls these two, _native.h) */
+/* (not static: _order.c calls these, _native.h) */
 event_record_t event_record = NULL;
 stream_wait_event_t stream_wait_event = NULL;
+stream_is_capturing_t stream_is_capturing = NULL;
 static event_query_t event_query = NULL;
 
 /* cuLaunchKernel's ``extra`` keys (cuda.h): the parameters as one buffer, and its size. */
@@ -51,20 +52,20 @@ static event_query_t event_query = NULL;
 #define WRONG_CONTEXT -1 /* the thread's current context is not the function's */
 #define EMPTY_LAUNCH -2  /* a grid or block dimension is 0 */
 
+/* -1 with a ``type`` exception saying ``message``: a failed check's answer. */
+static int refuse(PyObject *type, const char *message) {
+    PyErr_SetString(type, message);
+    return -1;
+}
+
 static int unsigned_of(PyObject *value, unsigned *out) {
-    unsigned long result;
-    if (PyLong_Check(value)) {
-        result = PyLong_AsUnsignedLong(value);
-    } else {
-        PyObject *index = PyNumber_Index(value);
-        if (index == NULL) return -1;
-        result = PyLong_AsUnsignedLong(index);
-        Py_DECREF(index);
-    }
+    PyObject *index = PyNumber_Index(value);
+    if (index == NULL) return -1;
+    unsigned long result = PyLong_AsUnsignedLong(index);
+    Py_DECREF(index);
     if (result == (unsigned long)-1 && PyErr_Occurred()) return -1;
     if (result > 0xFFFFFFFFul) {
-        PyErr_SetString(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
-        return -1;
+        return refuse(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
     }
     *out = (unsigned)result;
     return 0;
@@ -77,8 +78,7 @@ static int dim3_of(PyObject *value, unsigned out[3]) {
         Py_ssize_t count = PySequence_Fast_GET_SIZE(value);
         PyObject **items = PySequence_Fast_ITEMS(value);
         if (count < 1 || count > 3) {
-            PyErr_SetString(PyExc_ValueError, "grid and block take 1 to 3 dimensions");
-            return -1;
+            return refuse(PyExc_ValueError, "grid and block take 1 to 3 dimensions");
         }
         for (Py_ssize_t i = 0; i < count; i++) {
             if (unsigned_of(items[i], &out[i]) < 0) return -1;
@@ -116,10 +116,9 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (without_driver()) return NULL;
     if (nargs != 7 || !(PyTuple_Check(args[1]) || PyList_Check(args[1])) ||
         !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "launch(function, (grid, block[, shared]), stream, parameters: bytes, "
-                        "offsets: bytes, context, cooperative)");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError,
+                            "launch(function, (grid, block[, shared]), stream, parameters: bytes, "
+                            "offsets: bytes, context, cooperative)");
     }
     void *expected, *current = NULL;
     if (pointer_of(args[5], &expected) < 0) return NULL;
@@ -129,8 +128,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t config_size = PySequence_Fast_GET_SIZE(args[1]);
     PyObject **config = PySequence_Fast_ITEMS(args[1]);
     if (config_size != 2 && config_size != 3) {
-        PyErr_SetString(PyExc_ValueError, "a launch configuration is (grid, block[, shared])");
-        return NULL;
+        return PyErr_Format(PyExc_ValueError, "a launch configuration is (grid, block[, shared])");
     }
     if (dim3_of(config[0], grid) < 0 || dim3_of(config[1], block) < 0) return NULL;
     if (config_size == 3 && unsigned_of(config[2], &shared) < 0) return NULL;
@@ -158,10 +156,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     const int64_t *offsets = (const int64_t *)PyBytes_AS_STRING(args[4]);
     Py_ssize_t count = PyBytes_GET_SIZE(args[4]) / (Py_ssize_t)sizeof(int64_t);
-    if (count > MAX_PARAMETERS) {
-        PyErr_SetString(PyExc_ValueError, "too many kernel parameters");
-        return NULL;
-    }
+    if (count > MAX_PARAMETERS) return PyErr_Format(PyExc_ValueError, "too many kernel parameters");
     for (Py_ssize_t i = 0; i < count; i++) pointers[i] = data + offsets[i];
     Py_BEGIN_ALLOW_THREADS
     error = launch_cooperative(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
@@ -172,10 +167,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* Two handles from Python ints. */
 static int two_pointers(PyObject *const *args, Py_ssize_t nargs, void **a, void **b) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "expected two handles");
-        return -1;
-    }
+    if (nargs != 2) return refuse(PyExc_TypeError, "expected two handles");
     return pointer_of(args[0], a) < 0 || pointer_of(args[1], b) < 0 ? -1 : 0;
 }
 
@@ -193,7 +185,7 @@ static PyObject *checked(int error, const char *message) {
 }
 
 /* record(event, stream) -> None: cuEventRecord, raising numba's CudaAPIError on a failure. */
-static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *native_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *event, *stream;
     if (without_driver() || two_pointers(args, nargs, &event, &stream) < 0) return NULL;
     int error;
@@ -204,7 +196,7 @@ static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* wait(stream, event) -> None: cuStreamWaitEvent with no flags, raising as record does. */
-static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *native_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *stream, *event;
     if (without_driver() || two_pointers(args, nargs, &stream, &event) < 0) return NULL;
     int error;
@@ -217,10 +209,7 @@ static PyObject *wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 /* query(event) -> CUresult: cuEventQuery (0 once the device passed it, 600 before). */
 static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (without_driver()) return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "query(event)");
-        return NULL;
-    }
+    if (nargs != 1) return PyErr_Format(PyExc_TypeError, "query(event)");
     void *event;
     if (pointer_of(args[0], &event) < 0) return NULL;
     return PyLong_FromLong(event_query(event));
@@ -230,8 +219,7 @@ static PyObject *query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
  * tuple ``classes`` holds classes, each of exactly its class (a fast path's first check). */
 static PyObject *same_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "same_classes(args, classes: tuple)");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "same_classes(args, classes: tuple)");
     }
     Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
     if (!PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != count) Py_RETURN_FALSE;
@@ -307,17 +295,10 @@ static inline Py_ssize_t head_of(uint8_t structure) {
  * none of a version and completeness this file reads. */
 static PyObject *dlpack_api(PyObject *self, PyObject *cls) {
     PyObject *capsule = PyObject_GetAttrString(cls, "__dlpack_c_exchange_api__");
-    if (capsule == NULL) {
-        PyErr_Clear();
-        return PyLong_FromLong(0);
-    }
-    dl_exchange_api_t *api = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
-    Py_DECREF(capsule);
-    if (api == NULL) {
-        PyErr_Clear();
-        return PyLong_FromLong(0);
-    }
-    if (api->version.major != 1 || api->dltensor_from_py_object_no_sync == NULL ||
+    dl_exchange_api_t *api = capsule ? PyCapsule_GetPointer(capsule, "dlpack_exchange_api") : NULL;
+    Py_XDECREF(capsule);
+    if (api == NULL) PyErr_Clear();
+    if (api == NULL || api->version.major != 1 || api->dltensor_from_py_object_no_sync == NULL ||
         api->current_work_stream == NULL) {
         return PyLong_FromLong(0);
     }
@@ -402,8 +383,7 @@ static PyObject *key_part(PyObject *module, PyObject *read) {
     PyObject *shape, *dtype, *layout;
     if (!PyTuple_Check(read) || !PyArg_ParseTuple(read, "OUU", &shape, &dtype, &layout)) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "key_part((shape, dtype name, layout letter))");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "key_part((shape, dtype name, layout letter))");
     }
     PyObject *extents = PySequence_Fast(shape, "key_part: a shape is a sequence of integers");
     if (extents == NULL) return NULL;
@@ -436,9 +416,9 @@ static PyObject *key_part(PyObject *module, PyObject *read) {
 static PyObject *default_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "default_key(values, reads, flags): two tuples of one "
-                                         "length and the flags' classes");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError,
+                            "default_key(values, reads, flags): two tuples of one "
+                            "length and the flags' classes");
     }
     PyObject *key = PyList_New(0);
     if (key == NULL) return NULL;
@@ -533,22 +513,15 @@ typedef struct {
     PyObject *shapes;       /* a tuple of them, or NULL: not made since they changed */
 } Reader;
 
-/* The part of the default key of an array of ``extents`` (a new reference): its ``parts``'
- * for the shape (which makes one it lacks). NULL with an exception. */
-static PyObject *part_of(const reader_array_t *array, const int64_t *extents) {
-    PyObject *shape = PyTuple_New(array->expected.ndim);
-    if (shape == NULL) return NULL;
-    for (int d = 0; d < array->expected.ndim; d++) {
-        PyObject *extent = PyLong_FromLongLong(extents[d]);
-        if (extent == NULL) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(shape, d, extent);
+/* A tuple of the ``count`` integers ``values`` (a new reference), or NULL with an exception. */
+static PyObject *tuple_of(const int64_t *values, Py_ssize_t count) {
+    PyObject *tuple = PyTuple_New(count);
+    for (Py_ssize_t i = 0; tuple != NULL && i < count; i++) {
+        PyObject *value = PyLong_FromLongLong(values[i]);
+        if (value == NULL) Py_CLEAR(tuple);
+        else PyTuple_SET_ITEM(tuple, i, value);
     }
-    PyObject *part = PyObject_GetItem(array->parts, shape);
-    Py_DECREF(shape);
-    return part;
+    return tuple;
 }
 
 /* The read's key: for each of ``key_items``, the part of the array it names (its extents read
@@ -570,7 +543,11 @@ static PyObject *key_of(Reader *self, PyObject *items, const int64_t *extents) {
         if (array->part != NULL && memcmp(array->extents, read, size) == 0) {
             part = Py_NewRef(array->part);
         } else {
-            part = part_of(array, read); /* (may run Python code: the state is set after) */
+            /* its parts' for the shape, which make one they lack (may run Python code: the
+             * state is set after) */
+            PyObject *shape = tuple_of(read, array->expected.ndim);
+            part = shape != NULL ? PyObject_GetItem(array->parts, shape) : NULL;
+            Py_XDECREF(shape);
             if (part == NULL) {
                 Py_DECREF(key);
                 return NULL;
@@ -605,29 +582,19 @@ static PyObject *read_result(Reader *self, PyObject *items, void *stream, const 
         Py_XDECREF(allocations);
         return NULL;
     }
-    PyObject *starts = allocations != NULL ? allocations : Py_NewRef(Py_None);
-    PyTuple_SET_ITEM(result, 2 + self->runs, starts);
-    PyObject *current = PyLong_FromVoidPtr(stream);
-    if (current == NULL) {
-        Py_DECREF(result);
-        return NULL;
+    PyTuple_SET_ITEM(result, 2 + self->runs, allocations ? allocations : Py_NewRef(Py_None));
+    PyObject *item = PyLong_FromVoidPtr(stream); /* (NULL: the tuple releases those it holds) */
+    PyTuple_SET_ITEM(result, 0, item);
+    if (item != NULL) {
+        item = key_of(self, items, extents);
+        PyTuple_SET_ITEM(result, 1, item);
     }
-    PyTuple_SET_ITEM(result, 0, current);
-    PyObject *key = key_of(self, items, extents);
-    if (key == NULL) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(result, 1, key);
-    for (Py_ssize_t r = 0; r < self->runs; r++) {
-        PyObject *fields = run_bytes(self, r, values);
-        if (fields == NULL) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(result, 2 + r, fields);
+    for (Py_ssize_t r = 0; item != NULL && r < self->runs; r++) {
+        item = run_bytes(self, r, values);
+        PyTuple_SET_ITEM(result, 2 + r, item);
         values += self->run_fields[r];
     }
+    if (item == NULL) Py_CLEAR(result);
     return result;
 }
 
@@ -637,10 +604,8 @@ static PyObject *read_result(Reader *self, PyObject *items, void *stream, const 
 static int read_dlpack(Reader *self, PyObject *value, dl_tensor_t *t, void **stream) {
     if (self->api->dltensor_from_py_object_no_sync(value, t) != 0) return -1;
     if (stream == NULL) return 0;
-    return self->api->current_work_stream(t->device.device_type, t->device.device_id, stream) ==
-                   0
-               ? 0
-               : -1;
+    int32_t type = t->device.device_type, id = t->device.device_id;
+    return self->api->current_work_stream(type, id, stream) == 0 ? 0 : -1;
 }
 
 /* The getters of ``type``'s attributes ``names`` (getters_t) into ``found``. */
@@ -841,14 +806,9 @@ static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
     }
     Py_DECREF(memory);
     if (failed || device != e->device_id) return -1;
-    t->device.device_type = e->device_type;
-    t->device.device_id = e->device_id;
-    t->ndim = e->ndim;
-    t->dtype.code = e->code; /* (the dtype object is the one expected) */
-    t->dtype.bits = e->bits;
-    t->dtype.lanes = 1;
-    t->shape = shape;
-    t->byte_offset = 0;
+    /* (the dtype object is the one expected: its code and bits too) */
+    *t = (dl_tensor_t){t->data, {e->device_type, e->device_id}, e->ndim, {e->code, e->bits, 1},
+                       shape, t->strides, 0};
     if (stream == NULL) return 0;
     PyObject *current = PyObject_CallNoArgs(self->current_stream);
     if (current == NULL) return -1;
@@ -858,10 +818,10 @@ static int read_attributes(Reader *self, reader_array_t *array, PyObject *value,
 }
 
 /* Array ``value`` of a memo read: its memo (kept in its dict under the memo name, else made
- * by the memo function: a tuple of its token, its kernel parameters as
- * bytes and its allocation) carries the token expected; its parameters into ``out``, its
- * extents into ``extents``, and where ``start`` is not NULL its allocation into it (a new
- * reference). -1 where it is not as expected. */
+ * by the memo function: a tuple of its token, its kernel parameters as bytes and its
+ * allocation) carries the token expected; its parameters into ``out``, its extents into
+ * ``extents``, and where ``start`` is not NULL its allocation into it (a new reference). -1
+ * where it is not as expected. */
 static int read_memo(Reader *self, reader_array_t *array, PyObject *value, int64_t *out,
                      int64_t *extents, PyObject **start) {
     PyObject *dict = PyObject_GenericGetDict(value, NULL);
@@ -963,20 +923,8 @@ static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nar
  * same object while they stay the same): what a launch function wrapped in ``by_shape``
  * depends on of them, with their dtypes and layouts, which the fast path fixes. */
 static PyObject *reader_shapes(Reader *self, void *closure) {
-    if (self->shapes == NULL) {
-        PyObject *shapes = PyTuple_New(self->total_extents);
-        if (shapes == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < self->total_extents; i++) {
-            PyObject *extent = PyLong_FromLongLong(self->shaped[i]);
-            if (extent == NULL) {
-                Py_DECREF(shapes);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(shapes, i, extent);
-        }
-        self->shapes = shapes;
-    }
-    return Py_NewRef(self->shapes);
+    if (self->shapes == NULL) self->shapes = tuple_of(self->shaped, self->total_extents);
+    return Py_XNewRef(self->shapes);
 }
 
 /* The arrays' state, from what is expected of each and where their key parts come from. */
@@ -987,17 +935,14 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
         PyObject *source = PyTuple_GET_ITEM(parts, i);
         array->expected = expected[i];
         if (expected[i].structure != STRUCTURE_NUMBA && expected[i].structure != STRUCTURE_MEMREF) {
-            PyErr_SetString(PyExc_ValueError, "Reader: an unknown structure of parameters");
-            return -1;
+            return refuse(PyExc_ValueError, "Reader: an unknown structure of parameters");
         }
         if (expected[i].ndim > MAX_DIMENSIONS) {
-            PyErr_SetString(PyExc_ValueError, "Reader: an array of too many dimensions");
-            return -1;
+            return refuse(PyExc_ValueError, "Reader: an array of too many dimensions");
         }
         if (source != Py_None) {
             if (!PyDict_Check(source)) {
-                PyErr_SetString(PyExc_TypeError, "Reader: a key part's source is a KeyParts");
-                return -1;
+                return refuse(PyExc_TypeError, "Reader: a key part's source is a KeyParts");
             }
             array->parts = Py_NewRef(source);
         }
@@ -1006,8 +951,7 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
         total_extents += expected[i].ndim;
     }
     if (total_fields > MAX_PARAMETERS) {
-        PyErr_SetString(PyExc_ValueError, "Reader: too many kernel parameters");
-        return -1;
+        return refuse(PyExc_ValueError, "Reader: too many kernel parameters");
     }
     self->extents = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
     self->shaped = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
@@ -1036,9 +980,9 @@ static int reader_key(Reader *self, PyObject *key) {
             continue;
         }
         if (i < 0 || (i < self->count && self->arrays[i].parts == NULL)) {
-            PyErr_SetString(PyExc_ValueError, "Reader: a key's element is an array with a key "
-                                              "part's source or an item past the arrays");
-            return -1;
+            return refuse(PyExc_ValueError,
+                          "Reader: a key's element is an array with a key "
+                          "part's source or an item past the arrays");
         }
         self->items = i >= self->items ? i + 1 : self->items;
         self->key_items[self->keyed++] = i;
@@ -1058,21 +1002,19 @@ static int reader_runs(Reader *self, PyObject *runs) {
         }
     }
     if (array != self->count) {
-        PyErr_SetString(PyExc_ValueError, "Reader: runs of at least one array, of all of them");
-        return -1;
+        return refuse(PyExc_ValueError, "Reader: runs of at least one array, of all of them");
     }
     return 0;
 }
 
-/* How the arrays are read: through the DLPack C exchange API at the address ``source``; for a
- * tuple (name, make, tokens), from the memo each keeps under ``name`` (made by ``make`` where
- * it is missing; read_memo), which must carry its token; or, for a tuple (names, current
- * stream function, dtypes), by attribute: ``names`` are those of
- * NAME_SHAPE to NAME_ALLOCATION (shape and strides in bytes, tuples or lists; whether
- * C-contiguous; dtype; the object holding the pointer and device index; those; of the object
- * the function returns, its handle; rank and size, which give the extents of arrays of at most
- * one dimension; of the memory object, the object whose pointer attribute is where its
- * allocation starts), ``dtypes`` the dtype object expected of each array. */
+/* How the arrays are read: through the DLPack C exchange API at the address ``source``; for a tuple
+ * (name, make, tokens), from the memo each keeps under ``name`` (made by ``make`` where it is
+ * missing; read_memo), which must carry its token; or, for a tuple (names, current stream function,
+ * dtypes), by attribute: ``names`` are those of NAME_SHAPE to NAME_ALLOCATION (shape and strides in
+ * bytes, tuples or lists; whether C-contiguous; dtype; the object holding the pointer and device
+ * index; those; of the object the function returns, its handle; rank and size, which give the
+ * extents of arrays of at most one dimension; of the memory object, the object whose pointer
+ * attribute is where its allocation starts), ``dtypes`` the dtype object expected of each array. */
 static int reader_source(Reader *self, PyObject *source) {
     if (PyLong_Check(source)) {
         self->api = api_of(source);
@@ -1082,8 +1024,7 @@ static int reader_source(Reader *self, PyObject *source) {
         PyUnicode_CheckExact(PyTuple_GET_ITEM(source, 0))) {
         PyObject *tokens = PyTuple_GET_ITEM(source, 2);
         if (!PyTuple_Check(tokens) || PyTuple_GET_SIZE(tokens) != self->count) {
-            PyErr_SetString(PyExc_TypeError, "Reader: a memo source is (name, make, tokens)");
-            return -1;
+            return refuse(PyExc_TypeError, "Reader: a memo source is (name, make, tokens)");
         }
         self->memo = Py_NewRef(PyTuple_GET_ITEM(source, 0));
         PyUnicode_InternInPlace(&self->memo);
@@ -1099,16 +1040,14 @@ static int reader_source(Reader *self, PyObject *source) {
                           &PyTuple_Type, &dtypes) ||
         PyTuple_GET_SIZE(names) != NAME_COUNT || PyTuple_GET_SIZE(dtypes) != self->count) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "Reader: a source is a DLPack C exchange API's address, "
-                                         "(names, current stream function, dtypes) or "
-                                         "(name, make, tokens)");
-        return -1;
+        return refuse(PyExc_TypeError, "Reader: a source is a DLPack C exchange API's address, "
+                                       "(names, current stream function, dtypes) or "
+                                       "(name, make, tokens)");
     }
     for (int n = 0; n < NAME_COUNT; n++) {
         PyObject *name = PyTuple_GET_ITEM(names, n);
         if (!PyUnicode_CheckExact(name)) {
-            PyErr_SetString(PyExc_TypeError, "Reader: attribute names are str");
-            return -1;
+            return refuse(PyExc_TypeError, "Reader: attribute names are str");
         }
         self->names[n] = Py_NewRef(name);
         PyUnicode_InternInPlace(&self->names[n]);
@@ -1120,23 +1059,22 @@ static int reader_source(Reader *self, PyObject *source) {
     return 0;
 }
 
-/* Reader(source, expected, parts, runs, offset=None, key=None): reads the tuples of arrays of
- * one fast path, of one library, read as ``source`` says (reader_source), in one call:
- * ``read(arrays[, allocations])``; with ``key`` (reader_key), the tuple holds after the arrays
- * the other items of the key, which it composes whole.
+/* Reader(source, expected, parts, runs, offset=None, key=None): reads the tuples of arrays of one
+ * fast path, of one library, read as ``source`` says (reader_source), in one call: ``read(arrays[,
+ * allocations])``; with ``key`` (reader_key), the tuple holds after the arrays the other items of
+ * the key, which it composes whole.
  *
- * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the
- * source of its part of the default key: a keys.KeyParts, the parts by shape (a dict that
- * makes the part of a shape not in it); ``runs`` splits the arrays, in order, into runs of
- * consecutive kernel parameters (the count of arrays of each). ``read`` returns (the library's
- * current stream, through DLPack on the first array's device, the key, the parameters of
- * each run as bytes, and, where ``allocations`` is true, the starts of the arrays'
- * allocations, a tuple of ints, else None), or None where an array is not as
- * expected or its library cannot describe it. Parts and bytes equal to the last read's are
- * those objects again. An allocation starts, for arrays read through DLPack, at the data
- * pointer less the elements given by their method named ``offset`` (None: not read, the
- * allocations are None); for arrays read by attribute, at the pointer of the object their
- * memory object's allocation attribute holds. Where one cannot be read, they are all None. */
+ * ``expected`` holds a dl_expected_t per array, packed; ``parts``, per array, None or the source of
+ * its part of the default key: a keys.KeyParts, the parts by shape (a dict that makes the part of a
+ * shape not in it); ``runs`` splits the arrays, in order, into runs of consecutive kernel
+ * parameters (the count of arrays of each). ``read`` returns (the library's current stream, through
+ * DLPack on the first array's device, the key, the parameters of each run as bytes, and, where
+ * ``allocations`` is true, the starts of the arrays' allocations, a tuple of ints, else None), or
+ * None where an array is not as expected or its library cannot describe it. Parts and bytes equal
+ * to the last read's are those objects again. An allocation starts, for arrays read through DLPack,
+ * at the data pointer less the elements given by their method named ``offset`` (None: not read, the
+ * allocations are None); for arrays read by attribute, at the pointer of the object their memory
+ * object's allocation attribute holds. Where one cannot be read, they are all None. */
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"source", "expected", "parts", "runs", "offset", "key", NULL};
     PyObject *source, *expected, *parts, *runs, *offset = Py_None, *key = Py_None;
@@ -1146,17 +1084,14 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         return NULL;
     }
     if (key != Py_None && !PyTuple_Check(key)) {
-        PyErr_SetString(PyExc_TypeError, "Reader: key is a tuple of indices or None");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "Reader: key is a tuple of indices or None");
     }
     if (offset != Py_None && !PyUnicode_CheckExact(offset)) {
-        PyErr_SetString(PyExc_TypeError, "Reader: offset is a method's name or None");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "Reader: offset is a method's name or None");
     }
     Py_ssize_t count = PyTuple_GET_SIZE(parts);
     if (count == 0 || PyBytes_GET_SIZE(expected) != count * (Py_ssize_t)sizeof(dl_expected_t)) {
-        PyErr_SetString(PyExc_ValueError, "Reader: one expectation and key part per array");
-        return NULL;
+        return PyErr_Format(PyExc_ValueError, "Reader: one expectation and key part per array");
     }
     Reader *self = (Reader *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -1180,14 +1115,14 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     return (PyObject *)self;
 }
 
+/* The objects a reader_array_t holds (reader_traverse, reader_clear). */
+#define ARRAY_OBJECTS(a) \
+    {&(a)->parts, &(a)->part, &(a)->dtype, &(a)->token, &(a)->seen, &(a)->allocation}
+
 static int reader_traverse(Reader *self, visitproc visit, void *arg) {
     for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
-        Py_VISIT(self->arrays[i].parts);
-        Py_VISIT(self->arrays[i].part);
-        Py_VISIT(self->arrays[i].dtype);
-        Py_VISIT(self->arrays[i].token);
-        Py_VISIT(self->arrays[i].seen);
-        Py_VISIT(self->arrays[i].allocation);
+        PyObject **held[] = ARRAY_OBJECTS(&self->arrays[i]);
+        for (size_t o = 0; o < sizeof held / sizeof *held; o++) Py_VISIT(*held[o]);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_VISIT(self->fields[r]);
@@ -1201,12 +1136,8 @@ static int reader_traverse(Reader *self, visitproc visit, void *arg) {
 
 static int reader_clear(Reader *self) {
     for (Py_ssize_t i = 0; self->arrays != NULL && i < self->count; i++) {
-        Py_CLEAR(self->arrays[i].parts);
-        Py_CLEAR(self->arrays[i].part);
-        Py_CLEAR(self->arrays[i].dtype);
-        Py_CLEAR(self->arrays[i].token);
-        Py_CLEAR(self->arrays[i].seen);
-        Py_CLEAR(self->arrays[i].allocation);
+        PyObject **held[] = ARRAY_OBJECTS(&self->arrays[i]);
+        for (size_t o = 0; o < sizeof held / sizeof *held; o++) Py_CLEAR(*held[o]);
     }
     for (Py_ssize_t r = 0; self->fields != NULL && r < self->runs; r++) {
         Py_CLEAR(self->fields[r]);
@@ -1297,8 +1228,7 @@ static PyObject *packer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     PyObject *pack;
     if (!PyArg_ParseTuple(args, "O:Packer", &pack)) return NULL;
     if (!PyCallable_Check(pack)) {
-        PyErr_SetString(PyExc_TypeError, "Packer(pack): pack is callable");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError, "Packer(pack): pack is callable");
     }
     Packer *self = (Packer *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -1420,10 +1350,7 @@ static PyTypeObject called_type = {
 /* describe(api, array) -> (device type, device id, ndim, type code, bits, lanes), or None
  * where the library cannot describe the array. */
 static PyObject *describe(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "describe(api, array)");
-        return NULL;
-    }
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "describe(api, array)");
     dl_exchange_api_t *api = api_of(args[0]);
     if (api == NULL) return NULL;
     dl_tensor_t t;
@@ -1444,9 +1371,9 @@ static PyMethodDef methods[] = {
      "describe(api, array) -> (device type, device id, ndim, code, bits, lanes) or None"},
     {"same_classes", (PyCFunction)(void (*)(void))same_classes, METH_FASTCALL,
      "same_classes(args, classes) -> whether each value is of exactly its class"},
-    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
+    {"record", (PyCFunction)(void (*)(void))native_record, METH_FASTCALL,
      "record(event, stream): cuEventRecord, raising CudaAPIError on a failure"},
-    {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL,
+    {"wait", (PyCFunction)(void (*)(void))native_wait, METH_FASTCALL,
      "wait(stream, event): cuStreamWaitEvent, raising CudaAPIError on a failure"},
     {"query", (PyCFunction)(void (*)(void))query, METH_FASTCALL, "query(event) -> CUresult"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -1468,6 +1395,7 @@ static const char *load_driver(void) {
     event_record = (event_record_t)dlsym(driver, "cuEventRecord");
     stream_wait_event = (stream_wait_event_t)dlsym(driver, "cuStreamWaitEvent");
     event_query = (event_query_t)dlsym(driver, "cuEventQuery");
+    stream_is_capturing = (stream_is_capturing_t)dlsym(driver, "cuStreamIsCapturing");
     if (launch_kernel == NULL || launch_cooperative == NULL || get_current_context == NULL ||
         event_record == NULL || stream_wait_event == NULL || event_query == NULL) {
         return "libcuda.so.1 lacks cuLaunchKernel, cuLaunchCooperativeKernel, cuCtxGetCurrent, "
@@ -1480,13 +1408,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *result = PyModule_Create(&module);
     if (result == NULL) return NULL;
     driver_error = load_driver();
-    PyObject *reason = driver_error ? PyUnicode_FromString(driver_error) : Py_NewRef(Py_None);
-    if (reason == NULL || PyModule_AddObject(result, "DRIVER_ERROR", reason) < 0) {
-        Py_XDECREF(reason);
-        Py_DECREF(result);
-        return NULL;
-    }
-    if ((parts_made = PyDict_New()) == NULL || add_order_type(result) < 0 ||
+    if ((driver_error ? PyModule_AddStringConstant(result, "DRIVER_ERROR", driver_error)
+                      : PyModule_AddObjectRef(result, "DRIVER_ERROR", Py_None)) < 0 ||
+        (parts_made = PyDict_New()) == NULL || add_order_type(result) < 0 ||
         PyType_Ready(&reader_type) < 0 ||
         PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0 ||
         PyType_Ready(&packer_type) < 0 ||

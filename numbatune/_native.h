@@ -8,10 +8,18 @@
 
 typedef int (*event_record_t)(void *event, void *stream);
 typedef int (*stream_wait_event_t)(void *stream, void *event, unsigned flags);
+typedef int (*stream_is_capturing_t)(void *stream, int *status);
 
-/* cuEventRecord and cuStreamWaitEvent (NULL where the driver is not loaded). */
+/* cuEventRecord, cuStreamWaitEvent and cuStreamIsCapturing (NULL where the driver is not
+ * loaded, or, the last, lacks it). */
 extern event_record_t event_record;
 extern stream_wait_event_t stream_wait_event;
+extern stream_is_capturing_t stream_is_capturing;
+
+/* The module's record(event, stream) and wait(stream, event): events whose record and
+ * wait_event are these are the driver's, which an order calls directly. */
+PyObject *native_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* Adds the Order type to the extension module: 0, or -1 with an exception. */
 int add_order_type(PyObject *module);

@@ -15,18 +15,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <dlfcn.h>
 #include <structmember.h>
 
 #include "_native.h"
-
-/* The C functions of the module's record and wait (set by add_order_type): events whose record
- * and wait_event are these are the driver's, which an order calls directly. */
-static PyCFunction module_record = NULL, module_wait = NULL;
-
-/* cuStreamIsCapturing, where the driver is loaded (set by add_order_type). */
-typedef int (*stream_is_capturing_t)(void *stream, int *status);
-static stream_is_capturing_t stream_is_capturing = NULL;
 
 /* One stream's state: what the Python class keeps in _open, _event, _waited, _barrier and
  * _past_barrier under the stream's key. */
@@ -665,9 +656,10 @@ static int set_events(Order *self, PyObject *value, void *unused) {
     Py_XSETREF(self->wait_event, wait_event);
     Py_XSETREF(self->capturing, capturing);
     self->driver = event_record != NULL && stream_wait_event != NULL && record != NULL &&
-                   PyCFunction_Check(record) && PyCFunction_GET_FUNCTION(record) == module_record &&
-                   PyCFunction_Check(wait_event) &&
-                   PyCFunction_GET_FUNCTION(wait_event) == module_wait;
+                   PyCFunction_Check(record) && PyCFunction_Check(wait_event) &&
+                   PyCFunction_GET_FUNCTION(record) == (PyCFunction)(void (*)(void))native_record &&
+                   PyCFunction_GET_FUNCTION(wait_event) ==
+                       (PyCFunction)(void (*)(void))native_wait;
     return 0;
 }
 
@@ -794,23 +786,9 @@ int add_order_type(PyObject *module) {
     after_name = PyUnicode_InternFromString("after");
     hold_name = PyUnicode_InternFromString("hold");
     wait_name = PyUnicode_InternFromString("wait");
-    if (!acquire_name || !release_name || !before_name || !after_name || !hold_name || !wait_name) {
+    if (!acquire_name || !release_name || !before_name || !after_name || !hold_name || !wait_name ||
+        PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) {
         return -1;
     }
-    PyObject *record = PyObject_GetAttrString(module, "record");
-    PyObject *wait = record ? PyObject_GetAttrString(module, "wait") : NULL;
-    if (wait != NULL && PyCFunction_Check(record) && PyCFunction_Check(wait)) {
-        module_record = PyCFunction_GET_FUNCTION(record);
-        module_wait = PyCFunction_GET_FUNCTION(wait);
-    }
-    Py_XDECREF(record);
-    Py_XDECREF(wait);
-    if (wait == NULL) return -1;
-    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD); /* (loaded by _native) */
-    if (driver != NULL) {
-        stream_is_capturing = (stream_is_capturing_t)dlsym(driver, "cuStreamIsCapturing");
-        dlclose(driver); /* (the reference NOLOAD took: the driver stays loaded) */
-    }
-    if (PyType_Ready(&stream_type) < 0 || PyType_Ready(&order_type) < 0) return -1;
     return PyModule_AddObjectRef(module, "Order", (PyObject *)&order_type);
 }

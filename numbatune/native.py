@@ -1,6 +1,7 @@
 """What the launch does in C, through the extension ``numbatune._native`` built with the package:
 the driver calls ``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` and
-``cuEventQuery``, array arguments read through the DLPack C exchange API or their attributes,
+``cuEventQuery``, array arguments read through the DLPack C exchange API (torch's, from 2.10)
+or their attributes, in one call for all the arrays of a library (``_native.Reader``),
 the default key, the call of a tuned kernel, the packing of its parameters, and the bookkeeping
 of the order across streams (``_native.Order``, ``_order.c``); this module holds the constants
 its callers share with it (``_native.c`` documents each function).
@@ -10,20 +11,10 @@ stops without them), nothing of CUDA: it loads the driver when imported, and whe
 its ``DRIVER_ERROR`` says why and its driver calls raise, saying so (its array reads still
 work). The driver calls release the GIL while the driver runs.
 
-The launch (``_native.launch``) takes ``(function, config, stream, parameters, offsets, context,
-cooperative)``: the function, stream and context as integer handles; ``config`` as ``(grid,
-block)`` or ``(grid, block, shared_bytes)``, grid and block each an int or a tuple of up to 3 ints;
-the kernel's parameters packed in ``parameters`` (bytes) at the offsets listed in ``offsets``
-(bytes of int64), which the C extension hands the driver as one buffer (a cooperative launch, one
-pointer per parameter); ``cooperative`` true for a kernel that synchronises its grid
-(``cuLaunchCooperativeKernel``). Driver calls return the ``CUresult`` as an int; the launch
-returns, launching nothing, :data:`WRONG_CONTEXT` when the calling thread's current context is not
-``context`` (the function's: another device, or a thread that has none yet) and
+Driver calls return the ``CUresult`` as an int; the launch (``_native.launch``, whose arguments
+``_native.c`` lists) returns, launching nothing, :data:`WRONG_CONTEXT` when the calling thread's
+current context is not the function's (another device, or a thread that has none yet) and
 :data:`EMPTY_LAUNCH` when a grid or block dimension is 0.
-
-Array libraries that publish the DLPack C exchange API (``__dlpack_c_exchange_api__`` on their
-array class: torch from 2.10) let C read an array's pointer, shape, strides, dtype and device, and
-the library's current stream, in one call for all the arrays of a launch (``_native.Reader``).
 """
 
 from __future__ import annotations

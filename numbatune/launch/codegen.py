@@ -7,13 +7,9 @@ winner the general path found, False where it cannot. docs/architecture.md draws
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable
 from typing import Any
 
-from numbatune import _native
 from numbatune.arraykinds import kind_of
-from numbatune.eager import run_as_written
 from numbatune.launch.layout import ArgumentPlan
 from numbatune.rawstreams import HANDLE_MEMO
 
@@ -101,9 +97,8 @@ def _front(plan: ArgumentPlan, arity: int, reject: str, reject_classes: str) -> 
 
 def depends_on(args: tuple[Any, ...], plan: ArgumentPlan) -> str:
     """The expression of what a :class:`~numbatune.launch.config.ByShape` launch function's
-    result depends on, for arguments of this signature (whose dtypes and layouts it fixes): the
-    winner, the arrays' extents (each read in C gives those of its arrays, as one tuple that is
-    the same object while they stay the same) and each other argument's value."""
+    result depends on: the winner, each read in C's ``shapes`` and each other argument's value
+    (docs/concepts/launching.md)."""
     values = [f"a{i}" for i, value in enumerate(args) if kind_of(type(value)) is None]
     return f"(winner.index, {''.join(f'{part}, ' for part in [*plan.shapes, *values])})"
 
@@ -129,11 +124,7 @@ def _configure(depends: str | None) -> list[str]:
 
 
 def _tail(
-    plan: ArgumentPlan,
-    stream: list[str],
-    unavailable: str,
-    in_call: bool,
-    depends: str | None,
+    plan: ArgumentPlan, stream: list[str], unavailable: str, in_call: bool, depends: str | None
 ) -> list[str]:
     """Code that launches ``winner`` once the front has run (``unavailable``: no compiled
     function for this signature yet); ``_numba`` and ``_failed`` take over where the packing
@@ -175,9 +166,8 @@ def source(
     depends: str | None = None,
 ) -> str:
     """The source of ``call`` and ``launch_winner`` for one signature (``stream``:
-    :func:`stream_lines`'; ``depends``: :func:`depends_on`'s, for a ``ByShape`` launch
-    function); with ``checks_valid``, ``call`` asks ``valid`` and hands a refusal to the general
-    path."""
+    :func:`stream_lines`'; ``depends``: :func:`depends_on`'s, for a ``ByShape`` launch function);
+    with ``checks_valid``, ``call`` asks ``valid`` and hands a refusal to the general path."""
     key = "_key(args)" if custom_key else plan.key()
     general = "return _general(args, stream)"
     valid = [
@@ -228,23 +218,3 @@ def _find_kept_winner(key: str, general: str) -> list[str]:
         *[f"    {line}" for line in _find_winner("key", general)],
         "        _last[0] = (key, published, winner)",
     ]
-
-
-def compile_functions(
-    code: str, namespace: dict[str, Any], name: str
-) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``call`` and ``launch_winner`` of ``code`` run in ``namespace`` (torch.compile runs them
-    as written: :mod:`numbatune.eager`)."""
-    exec(compile(code, f"<numbatune fast path of {name}>", "exec"), namespace)
-    run_as_written(namespace["call"], namespace["launch_winner"])
-    return namespace["call"], namespace["launch_winner"]
-
-
-def packer(plan: ArgumentPlan, layout: list[tuple[int, int]]) -> dict[str, Any]:
-    """The names the generated code packs with: ``_pack`` (the C extension's ``Packer`` over
-    the plan's ``struct`` format) and the parameters' ``_offsets``."""
-    return {
-        "struct": struct,
-        "_pack": _native.Packer(struct.Struct(struct_format(plan, layout)).pack),
-        "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
-    }

@@ -7,10 +7,7 @@ tuning's launches and the general path's, under numba's simulator too, which wou
 run a block of 2,048 threads as 2,048 Python threads; a variant whose configuration is beyond
 them fails while tuning). A hit's fast path leaves the check to the launch, and checks where
 the C launcher or the driver refuses the configuration, so that its error says what is wrong.
-
-A launch function wrapped in :func:`by_shape` is called once per variant and per value of what
-it depends on (the arrays' shapes and dtypes, the other arguments' values); a hit's fast path
-looks its configuration up by the shapes and values it reads, and does not call it.
+A launch function wrapped in :func:`by_shape` is not called on a hit.
 """
 
 from __future__ import annotations
@@ -31,12 +28,8 @@ LaunchConfig = tuple[Any, ...]
 
 
 class ByShape:
-    """A launch function whose configuration depends only on the arrays' shapes and dtypes and
-    the other arguments' values, computed once per such value and variant (:func:`by_shape`).
-
-    Called as the launch function is; :meth:`remember` is the memo the fast path fills, keyed
-    by the shapes and values its generated code read.
-    """
+    """A launch function marked by :func:`by_shape`, called as it is; :meth:`remember` is the
+    memo the fast path fills, keyed by the shapes and values its generated code read."""
 
     #: The most configurations kept per memo; a full memo is emptied.
     LIMIT = 1024

@@ -1,11 +1,7 @@
-"""Fast paths: a tuned kernel's winners launched with their parameters packed by hand.
-
-numba's own launch types and wraps every argument again on every call (22-65 us on an H100). A
-fast path does that work once per argument signature and device, and its generated code
-(:mod:`numbatune.launch.codegen`) launches the key's winner. Torch and CuPy arrays launched on
-another stream than their library's current one first make that stream wait, on the device,
-for the current one: the ``__cuda_array_interface__``'s rule, which numba's launch keeps by
-synchronising the host.
+"""Fast paths: a tuned kernel's winners launched with their parameters packed by hand, the
+work numba's launch does on every call done once per argument signature and device; the
+generated code (:mod:`numbatune.launch.codegen`) launches the key's winner
+(docs/concepts/launching.md says what a hit does).
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ from numba import cuda
 from numbatune import _native, native
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
+from numbatune.eager import run_as_written
 from numbatune.launch import codegen
 from numbatune.launch.config import ByShape, checked_launch_config, is_empty, launch_error
 from numbatune.launch.layout import ArgumentPlan, half_bits
@@ -43,7 +40,6 @@ class Hooks:
     config: Callable[..., tuple[Any, ...]]
     #: The key function, or None for the default key (computed from the fields read).
     key: Callable[[tuple[Any, ...]], Hashable] | None
-    #: The general path.
     general: General
     #: The tuned kernel's lookup of the fast path by argument classes.
     by_classes: General
@@ -55,31 +51,19 @@ class Hooks:
     valid_params: tuple[dict[str, Any], ...] = ()
 
 
+@dataclass(eq=False, repr=False)
 class FastPath:
-    """The generated launch of one argument signature on one device, made by :func:`build`.
+    """The generated launch of one argument signature on one device, made by :func:`build`:
+    ``call`` and ``launch_winner`` (:mod:`numbatune.launch.codegen`); :meth:`learn` adds a
+    variant's compiled function for this signature."""
 
-    ``call(args, stream)`` launches the winner of the arguments' key; ``launch_winner(args,
-    winner, stream)`` launches a given winner (False when it cannot). :meth:`learn` adds a
-    variant's compiled function for this signature.
-    """
-
-    def __init__(
-        self,
-        call: Callable[..., Any],
-        launch_winner: Callable[..., bool],
-        functions: dict[int, int],
-        layout: list[tuple[int, int]],
-        name: str,
-        code: str,
-        cooperative: bool,
-    ) -> None:
-        self.call = call
-        self._cooperative = cooperative
-        self.launch_winner = launch_winner
-        self.code = code
-        self._functions = functions
-        self._layout = layout
-        self._name = name
+    call: Callable[..., Any]
+    launch_winner: Callable[..., bool]
+    _functions: dict[int, int]
+    _layout: list[tuple[int, int]]
+    _name: str
+    code: str
+    _cooperative: bool
 
     def learn(self, index: int, dispatcher: Any, args: tuple[Any, ...]) -> bool:
         """Launch ``dispatcher``'s overload for ``args`` (compiled already) for variant
@@ -101,19 +85,12 @@ class FastPath:
 
 
 def build(
-    dispatcher: Any,
-    args: tuple[Any, ...],
-    winners: WinnerTable,
-    hooks: Hooks,
-    next_path: General,
+    dispatcher: Any, args: tuple[Any, ...], winners: WinnerTable, hooks: Hooks, next_path: General
 ) -> FastPath | None:
-    """A fast path for arguments typed as ``args`` (whose classes the caller has matched),
-    launching the winners in ``winners``; calls of another signature go to ``next_path``.
-
-    Returns None, logging why as a warning, when it has no plan for the kernel or its arguments;
-    the caller then launches through numba. ``dispatcher``'s overload for ``args`` must be
-    compiled.
-    """
+    """A fast path for arguments typed as ``args`` (whose classes the caller has matched, and
+    whose overload of ``dispatcher`` is compiled), launching the winners in ``winners``; calls
+    of another signature go to ``next_path``. None, logging why as a warning, where it has no
+    plan for the kernel or its arguments (the caller then launches through numba)."""
     target = compiler_for(dispatcher).launch_target(dispatcher, args)
     if isinstance(target, str):
         through_numba(hooks.name, args, target)
@@ -173,8 +150,7 @@ def _generate(
 ) -> FastPath:
     from numba.cuda.core import config as numba_config
 
-    sync = bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC)
-    stream = codegen.stream_lines(args, sync, plan)
+    stream = codegen.stream_lines(args, bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC), plan)
     memo = isinstance(hooks.config, ByShape)
     code = codegen.source(
         plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
@@ -185,7 +161,9 @@ def _generate(
         "_same_classes": _native.same_classes,
         "_classes": tuple(map(type, args)),
         **plan.constants,
-        **codegen.packer(plan, layout),
+        "struct": struct,
+        "_pack": _native.Packer(struct.Struct(codegen.struct_format(plan, layout)).pack),
+        "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
         "_winners": winners,
         "_last": [(None, -1, None)],
         "_functions": functions,
@@ -198,8 +176,7 @@ def _generate(
         "_general": hooks.general,
         "_by_classes": hooks.by_classes,
         "_next": next_path,
-        "_numba": _numba_launcher(hooks),
-        "_failed": _failure_handler(hooks),
+        **_callbacks(hooks),
         "_checked_config": checked_launch_config,
         "_stream_handle": stream_handle,
         "_half_bits": half_bits,
@@ -209,20 +186,19 @@ def _generate(
         "_order": monitor.order,
         "_name": hooks.name,
     }
-    call, launch_winner = codegen.compile_functions(code, namespace, hooks.name)
+    exec(compile(code, f"<numbatune fast path of {hooks.name}>", "exec"), namespace)
+    call, launch_winner = namespace["call"], namespace["launch_winner"]
+    run_as_written(call, launch_winner)  # (torch.compile runs them as written)
     return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
 
 
-def _numba_launcher(hooks: Hooks) -> Callable[..., bool]:
-    def launch(args: tuple[Any, ...], winner: Any, config: tuple[Any, ...], stream: Any) -> bool:
+def _callbacks(hooks: Hooks) -> dict[str, Callable[..., bool]]:
+    """What the generated code calls to launch through numba instead (``_numba``) and when its
+    launch returned an error (``_failed``)."""
+
+    def numba(args: tuple[Any, ...], winner: Any, config: tuple[Any, ...], stream: Any) -> bool:
         hooks.numba(args, winner, config, stream)
         return True
-
-    return launch
-
-
-def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
-    """What the generated code calls when its launch returned an error."""
 
     def failed(
         error: int,
@@ -246,4 +222,4 @@ def _failure_handler(hooks: Hooks) -> Callable[..., bool]:
         check_stream(stream)  # a clearer error when the stream is the cause
         raise CudaAPIError(error, f"{hooks.name}: launching with (grid, block[, shared]) {config}")
 
-    return failed
+    return {"_numba": numba, "_failed": failed}

@@ -1,10 +1,9 @@
 """A kernel's parameters, planned once per argument signature (the classes of the arguments,
 and for arrays their dtype, rank and layout): the reads that fetch an array's fields, the checks
 that hold for arguments of the signature, the default key's elements and a ``struct`` field per
-parameter, which :mod:`numbatune.launch.codegen` turns into code. numba's arrays (from the memo
-each keeps), torch's (the DLPack C exchange API) and CuPy's (the attributes its kind names) are
-read, checked and packed, and the key composed, in one C call per kind (``_native.Reader``);
-others (a torch with no DLPack C exchange API, before 2.10) are left to numba's launch.
+parameter, which :mod:`numbatune.launch.codegen` turns into code. Arrays are read, checked and
+packed, and the key composed, in one C call per kind (``_native.Reader``; docs/concepts/
+launching.md says how, of which kinds).
 
 Which parameters an argument becomes is the kernel compiler's to say
 (:attr:`numbatune.compilers.base.LaunchTarget.parameters`); numba-cuda's layout is not public
@@ -31,7 +30,6 @@ from numbatune.compilers.base import (
     ArrayStructure,
     Conversion,
     Parameters,
-    ScalarParameters,
     TupleParameters,
 )
 from numbatune.keys import KeyParts, is_flag
@@ -56,12 +54,10 @@ class ArgumentPlan:
     booleans (their value); each the expression that gives it, and for an array read in C its
     kind and index in that read, where the last read in C composes the whole key.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
-    that give them (one bytes value for the fields listed in ``packed``),
-    ``buffers`` the expressions of the arrays' allocations (for ordering across streams; the
-    arrays a read in C reads give theirs as one starred expression: the read's, once the
-    stream monitor watches every launch, else read in Python).
-    ``parameters`` (the kernel compiler's, :attr:`~numbatune.compilers.base.LaunchTarget.
-    parameters`) says which parameters an argument of a type becomes.
+    that give them (one bytes value for the fields listed in ``packed``), ``buffers`` the
+    expressions of the arrays' allocations (for ordering across streams; the arrays a read in C
+    reads give theirs as one starred expression: the read's, once the stream monitor watches
+    every launch, else read in Python). ``parameters`` is the kernel compiler's.
     """
 
     def __init__(self, parameters: Callable[[Any, Any], Parameters | None]) -> None:
@@ -137,13 +133,8 @@ class ArgumentPlan:
         return f"({''.join(f'{part}, ' for part, _, _ in self.key_parts)})"
 
     def _composer(self) -> ArrayKind | None:
-        """The kind whose read in C composes the whole default key: the last read (None: no
-        array is read in C)."""
+        """The kind whose read in C composes the whole default key (:meth:`close`), or None."""
         return next(reversed(self._c_reads), None)
-
-    def _field(self, letter: str, value: str) -> None:
-        self.fields.append(letter)
-        self.values.append(value)
 
     def add(self, argument: str, argtype: Any, value: Any, top: bool = True) -> bool:
         """Plan the parameters of one argument, of the compiler's type ``argtype``; False when
@@ -167,12 +158,10 @@ class ArgumentPlan:
             return False
         if top and is_flag(value):  # a mode flag: in the default key
             self.key_parts.append((argument, None, -1))  # (its class is checked: as there)
-        self._add_scalar(argument, parameters)
-        return True
-
-    def _add_scalar(self, argument: str, parameters: ScalarParameters) -> None:
         for letter, conversion in parameters.fields:
-            self._field(letter, _CONVERTED[conversion].format(argument))
+            self.fields.append(letter)
+            self.values.append(_CONVERTED[conversion].format(argument))
+        return True
 
     def _add_array(self, argument: str, parameters: ArrayParameters, value: Any, top: bool) -> bool:
         kind = kind_of(type(value))
@@ -193,11 +182,9 @@ class ArgumentPlan:
         self, argument: str, value: Any, top: bool, structure: ArrayStructure
     ) -> None:
         """numba-cuda's and numba-cuda-mlir's arrays: their fields are read once per array
-        object and kept on it (:func:`numba_array_memo`, :func:`memref_array_memo`), as numba
-        keeps its own launch view of them, and the memos of all the arrays of a kind read in one
-        call of the C extension, with the other arrays of its kind (:meth:`close` adds the
-        read): its part of the key in ``_L_key`` and its kernel parameters in a run's bytes, as
-        :meth:`_add_c_array`'s."""
+        object and kept on it (:func:`numba_array_memo`, :func:`memref_array_memo`), and the
+        memos of all the arrays of a kind read in one call of the C extension, keyed and packed
+        as :meth:`_add_library_array` says."""
         memo, attribute = _MEMOS[structure]
         kind = kind_of(type(value))
         reads = self._c_reads.setdefault(kind, _CReads(0, memo=(attribute, memo)))
@@ -217,7 +204,7 @@ class ArgumentPlan:
         key in ``_L_key`` where it is a top-level argument."""
         reads.arguments.append(argument)
         reads.expected.append(expected)
-        reads.parts.append(_key_parts(value) if top else None)
+        reads.parts.append(KeyParts(*arrays.read(value)[1:]) if top else None)
         if top:
             part = f"_{kind.name}_key[{reads.keyed}]"
             self.key_parts.append((part, kind, len(reads.arguments) - 1))
@@ -226,24 +213,11 @@ class ArgumentPlan:
     def _add_library_array(
         self, argument: str, parameters: ArrayParameters, value: Any, kind: ArrayKind, top: bool
     ) -> bool:
-        """A torch tensor's or CuPy array's parameters, read in C (:meth:`_add_c_array`);
-        False where they cannot be (an older torch, with no DLPack C exchange API)."""
-        if not self._add_c_array(argument, value, kind, parameters, top):
-            return False
-        if kind.stream is not None:
-            self.library_arrays.setdefault(kind, []).append(argument)
-        # (where the read gives no allocation: ordering across streams had not begun)
-        self._c_reads[kind].buffers.append(f"{self.constant(kind.buffer)}({argument})")
-        return True
-
-    def _add_c_array(
-        self, argument: str, value: Any, kind: ArrayKind, parameters: ArrayParameters, top: bool
-    ) -> bool:
-        """Read the array in C: through its library's DLPack C exchange API where it has one,
-        else by the attributes its kind names; its part of the
+        """A torch tensor's or CuPy array's parameters, read in C: through its library's DLPack
+        C exchange API where it has one, else by the attributes its kind names; its part of the
         key in ``_L_key`` and its kernel parameters in ``_L_fN`` with those of the arrays read
         before it whose parameters lead up to its, for library ``L`` (:meth:`close` adds the
-        read). False where it cannot be."""
+        read). False where they cannot be (an older torch, with no DLPack C exchange API)."""
         api = _native.dlpack_api(type(value))
         expected = _expected_in_c(api, value, kind, parameters)
         if expected is None:
@@ -252,6 +226,10 @@ class ArgumentPlan:
         self._add_read(reads, kind, argument, value, expected, top)
         reads.dtypes.append(value.dtype)
         self._add_to_run(reads, f"_{kind.name}_f", parameters.structure.head + 2 * parameters.ndim)
+        if kind.stream is not None:
+            self.library_arrays.setdefault(kind, []).append(argument)
+        # (where the read gives no allocation: ordering across streams had not begun)
+        reads.buffers.append(f"{self.constant(kind.buffer)}({argument})")
         return True
 
     def _add_to_run(self, reads: _CReads, prefix: str, count: int) -> None:
@@ -262,24 +240,15 @@ class ArgumentPlan:
             self.packed[reads.start] += count
             reads.runs[-1] += 1
         else:
-            reads.start = self.start_packed(count, f"{prefix}{len(reads.runs)}")
+            reads.start = first
+            self.packed[first] = count
+            self.values.append(f"{prefix}{len(reads.runs)}")
             reads.runs.append(1)
         reads.end = len(self.fields)
 
-    def start_packed(self, count: int, value: str) -> int:
-        """The last ``count`` fields are given as one bytes value, ``value``; the index of the
-        first."""
-        first = len(self.fields) - count
-        self.packed[first] = count
-        self.values.append(value)
-        return first
-
 
 def _expected_in_c(
-    api: int,
-    value: Any,
-    kind: ArrayKind,
-    parameters: ArrayParameters,
+    api: int, value: Any, kind: ArrayKind, parameters: ArrayParameters
 ) -> bytes | None:
     """What the C extension's read expects of arrays like ``value`` (:data:`numbatune.native.
     EXPECTED`), or None where it cannot read them; ``api`` is the address of their class's
@@ -300,12 +269,6 @@ def _expected_in_c(
         device_type, device_id, ndim, code, bits, ord(parameters.layout),
         native.STRUCTURES.index(parameters.structure.value), reads_device,
     )  # fmt: skip
-
-
-def _key_parts(value: Any) -> KeyParts:
-    """The default-key parts of arrays of the dtype and layout of ``value``."""
-    _, dtype_name, layout_letter = arrays.read(value)
-    return KeyParts(dtype_name, layout_letter)
 
 
 def numba_array_memo(array: Any) -> tuple[str, bytes, int]:
@@ -343,10 +306,7 @@ def memref_array_memo(array: Any) -> tuple[str, bytes, int]:
 
 
 #: The ``struct`` letters of an array's fields before its shape, by structure.
-_HEADS = {
-    ArrayStructure.NUMBA: ["Q", "Q", "q", "q", "Q"],
-    ArrayStructure.MEMREF: ["Q", "Q", "q"],
-}
+_HEADS = {ArrayStructure.NUMBA: ["Q", "Q", "q", "q", "Q"], ArrayStructure.MEMREF: ["Q", "Q", "q"]}
 #: How numba's arrays are read once and kept, by structure: the function, and the attribute
 #: it keeps them in.
 _MEMOS = {
