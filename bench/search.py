@@ -10,9 +10,9 @@ Three examples, each over a widened space (:data:`SPACES`), at the examples' ful
 - ``softmax`` (``examples/softmax.py``, 16384 x 16384, 630 variants): 1 to 32 warps a row, 1
   to 16 rows a block (128 to 1024 threads), 1 to 64 columns a thread keeps, fast or exact math,
   and no register cap or a cap of 64 or 128.
-- ``stencil`` (``examples/stencil.py``, 16384^2, 624 variants): blocks of 16 to 256 by 1 to 16
-  threads (64 to 1024), 1 to 32 rows a thread, with or without the shared-memory tile, and no
-  register cap or a cap of 32 or 64.
+- ``stencil`` (``examples/stencil.py``, 16384^2, 408 variants): blocks of 32 to 256 threads, 1
+  to 8 columns by 1 to 16 rows of points a thread (at most 32), neighbours read or from warp
+  shuffles, and no register cap or a cap of 32 or 64.
 
 Each search runs in a fresh process with an empty cache directory: a ``pattern``, a ``random``
 and a ``model`` search with a budget of 60 s (compiling, trial runs and timing included); then the
@@ -23,7 +23,9 @@ once, offline, with ``NUMBATUNE_CACHE_DIR`` kept between runs: a run cut short g
 stopped (numbatune.cache.journal). Its result file (every variant's tuned median and the best
 variant) is what the searches are held against (``--exhaustive DIR``: DIR/EXAMPLE.json), and
 what ``python -m bench.search replay EXAMPLE EXHAUSTIVE.json TRIES BATCH SEEDS`` replays each
-strategy against, once per seed, with no GPU (:func:`replay`).
+strategy against, once per seed, with no GPU (:func:`replay`). A result file holds the space of
+its day: ``bench/results/search-exhaustive-h100-2026-11-24/stencil.json`` replays with the
+stencil example and space of then (commit a6d9b6c or before), not with today's.
 
 ``--smoke`` (CI, under numba's simulator): tiny arguments, a few variants of each space, and
 each strategy on one example; the times mean nothing.
@@ -101,17 +103,16 @@ def softmax_space(smoke: bool = False) -> list[Any]:
 def stencil_space(smoke: bool = False) -> list[Any]:
     """The widened stencil space (see the module's docstring)."""
     space = []
-    for bx, by, rows, shared, cap in itertools.product(
-        [32] if smoke else [16, 32, 64, 128, 256],
-        [2] if smoke else [1, 2, 4, 8, 16],
-        [1, 4] if smoke else [1, 2, 4, 8, 16, 32],
+    for bx, cols, rows, shuffle, cap in itertools.product(
+        [64] if smoke else [32, 64, 128, 256],
+        [2] if smoke else [1, 2, 4, 8],
+        [2, 4] if smoke else [1, 2, 4, 8, 16],
         [False] if smoke else [False, True],
         [None] if smoke else [None, 32, 64],
     ):
-        if not 64 <= bx * by <= 1024 or by * rows * (bx + 2) * 4 > 48 * 1024:
-            continue
-        params = dict(BX=bx, BY=by, ROWS=rows, COLUMN=rows + 2, HALO_X=bx + 2, HALO_Y=by * rows)
-        space.append(_capped(params | {"SHARED": shared}, cap))
+        if cols * rows <= 32:
+            params = {"BX": bx, "COLS": cols, "ROWS": rows, "SHUFFLE": shuffle}
+            space.append(_capped(params, cap))
     return space
 
 
