@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from numbatune.config import check_environment, parse_positive_int
+from numbatune.config import Timing, check_environment, parse_positive_int
 from numbatune.errors import NumbatuneError
 
 if TYPE_CHECKING:
@@ -166,7 +166,8 @@ def _entry_rows(entry: Any) -> list[list]:
     stored = entry.stored
     rows[0][-1] = (
         f"compile {stored['compile_s']:.2f} s ({stored['compiles']} kernels), "
-        f"trial runs {stored['trial_s']:.2f} s, benchmark {stored['benchmark_s']:.2f} s"
+        f"trial runs {stored['trial_s']:.2f} s, benchmark {stored['benchmark_s']:.2f} s, "
+        f"timed as {stored.get('timing', Timing.LAUNCHES.value)}"
     )
     return rows
 

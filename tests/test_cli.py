@@ -71,6 +71,7 @@ def test_cache_list_and_show_give_tables_and_json(capsys, tuned_saxpy):
     assert len(shown["results"]) == len(tuned_saxpy.variants)
     status, out, _ = run(capsys, "cache", "show", "saxpy")
     assert status == 0 and "BLOCK=128, ITEMS=1" in out and "*" in out
+    assert f"timed as {shown['timing']}" in out  # (under the simulator: the wall clock)
 
 
 def test_cache_show_takes_a_key_as_printed(capsys, tuned_saxpy):
