@@ -509,7 +509,6 @@ typedef struct {
     PyObject **fields;      /* each run's parameters as last read (bytes), or NULL */
     int64_t *extents;       /* the arrays' extents of the last read, one block */
     Py_ssize_t total_extents;
-    int64_t *shaped;        /* the extents ``shapes`` holds (those of the last read) */
     PyObject *shapes;       /* a tuple of them, or NULL: not made since they changed */
 } Reader;
 
@@ -912,18 +911,18 @@ static PyObject *reader_read(Reader *self, PyObject *const *args, Py_ssize_t nar
         written += array->fields;
     }
     size_t size = (size_t)self->total_extents * sizeof(int64_t);
-    if (self->shapes == NULL || memcmp(self->shaped, extents, size) != 0) {
-        Py_CLEAR(self->shapes);
-        memcpy(self->shaped, extents, size);
-    }
-    return read_result(self, arrays, stream, values, extents, allocations);
+    if (self->shapes != NULL && memcmp(self->extents, extents, size) != 0) Py_CLEAR(self->shapes);
+    PyObject *result = read_result(self, arrays, stream, values, extents, allocations);
+    /* (key_of kept the keyed arrays' extents with their parts: this keeps every array's) */
+    if (result != NULL) memcpy(self->extents, extents, size);
+    return result;
 }
 
 /* reader.shapes: the extents of the last read's arrays, in order, as one tuple of ints (the
  * same object while they stay the same): what a launch function wrapped in ``by_shape``
  * depends on of them, with their dtypes and layouts, which the fast path fixes. */
 static PyObject *reader_shapes(Reader *self, void *closure) {
-    if (self->shapes == NULL) self->shapes = tuple_of(self->shaped, self->total_extents);
+    if (self->shapes == NULL) self->shapes = tuple_of(self->extents, self->total_extents);
     return Py_XNewRef(self->shapes);
 }
 
@@ -954,8 +953,7 @@ static int reader_arrays(Reader *self, const dl_expected_t *expected, PyObject *
         return refuse(PyExc_ValueError, "Reader: too many kernel parameters");
     }
     self->extents = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
-    self->shaped = PyMem_Calloc((size_t)total_extents + 1, sizeof(int64_t));
-    if (self->extents == NULL || self->shaped == NULL) return -1;
+    if (self->extents == NULL) return -1;
     self->total_extents = total_extents;
     for (Py_ssize_t i = 0, at = 0; i < self->count; at += self->arrays[i++].expected.ndim) {
         self->arrays[i].extents = self->extents + at;
@@ -1160,7 +1158,6 @@ static void reader_dealloc(Reader *self) {
     PyMem_Free(self->key_items);
     PyMem_Free(self->fields);
     PyMem_Free(self->extents);
-    PyMem_Free(self->shaped);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
