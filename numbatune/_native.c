@@ -1408,6 +1408,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if ((driver_error ? PyModule_AddStringConstant(result, "DRIVER_ERROR", driver_error)
                       : PyModule_AddObjectRef(result, "DRIVER_ERROR", Py_None)) < 0 ||
         (parts_made = PyDict_New()) == NULL || add_order_type(result) < 0 ||
+        add_launcher_type(result) < 0 ||
         PyType_Ready(&reader_type) < 0 ||
         PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0 ||
         PyType_Ready(&packer_type) < 0 ||

@@ -1,6 +1,6 @@
-/* What the extension's two files share (_native.c, _order.c): the driver's event calls, which
- * _native.c loads and _order.c calls where an order's events are the module's, and the hook that
- * adds _order.c's types to the module. */
+/* What the extension's files share (_native.c, _order.c, _launcher.c): the driver's event calls,
+ * which _native.c loads and _order.c calls where an order's events are the module's, the order's
+ * calls the launcher makes, and the hooks that add the other files' types to the module. */
 #ifndef NUMBATUNE_NATIVE_H
 #define NUMBATUNE_NATIVE_H
 
@@ -23,5 +23,17 @@ PyObject *native_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* Adds the Order type to the extension module: 0, or -1 with an exception. */
 int add_order_type(PyObject *module);
+
+/* An Order's before(), after(), hold() and apart() (_order.c documents them), called by the
+ * Launcher directly; its ``stream`` (borrowed); whether a value is an Order. */
+PyObject *order_before(PyObject *order, PyObject *const *args, Py_ssize_t nargs);
+PyObject *order_after(PyObject *order, PyObject *const *args, Py_ssize_t nargs);
+PyObject *order_hold(PyObject *order, PyObject *const *args, Py_ssize_t nargs);
+PyObject *order_apart(PyObject *order, PyObject *const *args, Py_ssize_t nargs);
+PyObject *order_stream(PyObject *order);
+int is_order(PyObject *value);
+
+/* Adds the Launcher type (_launcher.c) to the extension module: 0, or -1 with an exception. */
+int add_launcher_type(PyObject *module);
 
 #endif

@@ -449,7 +449,8 @@ static PyObject *ask_monitor(Order *self, PyObject *name, PyObject *const *args,
  * before(): what it returns (it needs its after()), or, where that is None, the stream's quick
  * entry, or () where a buffer's last use is already another (another thread ended the epoch
  * the monitor noted it in: after() notes it again). */
-static PyObject *before(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *order_before(PyObject *order, PyObject *const *args, Py_ssize_t nargs) {
+    Order *self = (Order *)order;
     if (!called(nargs, 4, args, 1, "before(stream, buffers: tuple, name, given)")) return NULL;
     PyObject *entry = quick_entry(self, args[0], args[1], self->lock);
     if (entry != Py_None) return entry;
@@ -470,7 +471,8 @@ static PyObject *before(Order *self, PyObject *const *args, Py_ssize_t nargs) {
  * An entry: where it is no longer the stream's quick one (another thread ended the epoch), the
  * buffers are noted again under the lock (the event that ended it cannot cover the launch).
  * Else the monitor's after(ticket). */
-static PyObject *after(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *order_after(PyObject *order, PyObject *const *args, Py_ssize_t nargs) {
+    Order *self = (Order *)order;
     if (!called(nargs, 3, args, 1, "after(stream, buffers: tuple, ticket)")) return NULL;
     if (!PyTuple_Check(args[2])) return ask_monitor(self, after_name, &args[2], 1);
     PyObject *entry = PyDict_GetItemWithError(self->quick, args[0]);
@@ -482,7 +484,8 @@ static PyObject *after(Order *self, PyObject *const *args, Py_ssize_t nargs) {
 /* hold(stream, arrays): keep ``arrays`` alive past a launch queued on ``stream``: into the
  * stream's pending list where it has one (the keeper records its event), else the monitor's
  * hold(). */
-static PyObject *hold(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *order_hold(PyObject *order, PyObject *const *args, Py_ssize_t nargs) {
+    Order *self = (Order *)order;
     if (!called(nargs, 2, args, 0, "hold(stream, arrays)")) return NULL;
     PyObject *pending = PyDict_GetItemWithError(self->pending, args[0]);
     if (pending == NULL) return PyErr_Occurred() ? NULL : ask_monitor(self, hold_name, args, 2);
@@ -503,7 +506,8 @@ static PyObject *hold(Order *self, PyObject *const *args, Py_ssize_t nargs) {
  * with nothing the driver does ordering one after the other: not the legacy default stream and
  * a blocking stream (each waits for the other's work), as far as ``blocking`` knows. Where
  * ``wait``, ``stream`` then waits for ``producer`` on the device (the monitor's wait()). */
-static PyObject *apart(Order *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *order_apart(PyObject *order, PyObject *const *args, Py_ssize_t nargs) {
+    Order *self = (Order *)order;
     if (!called(nargs, 4, args, 0, "apart(stream, producer, given, wait)")) return NULL;
     int failed = 0;
     void *producer = handle_of(args[1], &failed);
@@ -725,13 +729,13 @@ static PyMethodDef order_methods[] = {
      "quick_use(stream, buffers, lock) -> the stream's open entry, or None where not quick"},
     {"launched", (PyCFunction)launched, METH_O, "launched(stream): end the stream's epoch"},
     {"barrier", (PyCFunction)barrier, METH_NOARGS, "barrier(): forget every buffer"},
-    {"before", (PyCFunction)(void (*)(void))before, METH_FASTCALL,
+    {"before", (PyCFunction)(void (*)(void))order_before, METH_FASTCALL,
      "before(stream, buffers, name, given) -> what after() takes, or None: a launch ordered"},
-    {"after", (PyCFunction)(void (*)(void))after, METH_FASTCALL,
+    {"after", (PyCFunction)(void (*)(void))order_after, METH_FASTCALL,
      "after(stream, buffers, ticket): what before() gave, once the launch is queued"},
-    {"hold", (PyCFunction)(void (*)(void))hold, METH_FASTCALL,
+    {"hold", (PyCFunction)(void (*)(void))order_hold, METH_FASTCALL,
      "hold(stream, arrays): arrays kept alive past a launch on the stream"},
-    {"apart", (PyCFunction)(void (*)(void))apart, METH_FASTCALL,
+    {"apart", (PyCFunction)(void (*)(void))order_apart, METH_FASTCALL,
      "apart(stream, producer, given, wait) -> whether nothing orders the two streams"},
     {"retire", (PyCFunction)(void (*)(void))retire, METH_FASTCALL,
      "retire(stream, record) -> (event, epoch), or None: a stream to forget, its event recorded"},
@@ -777,6 +781,10 @@ static PyTypeObject order_type = {
     .tp_members = order_members,
     .tp_getset = order_getset,
 };
+
+PyObject *order_stream(PyObject *order) { return ((Order *)order)->stream; }
+
+int is_order(PyObject *value) { return Py_IS_TYPE(value, &order_type); }
 
 /* Adds the Order type to the extension module. */
 int add_order_type(PyObject *module) {

@@ -3,8 +3,9 @@ the driver calls ``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent`` an
 ``cuEventQuery``, array arguments read through the DLPack C exchange API (torch's, from 2.10)
 or their attributes, in one call for all the arrays of a library (``_native.Reader``),
 the default key, the call of a tuned kernel, the packing of its parameters, and the bookkeeping
-of the order across streams (``_native.Order``, ``_order.c``); this module holds the constants
-its callers share with it (``_native.c`` documents each function).
+of the order across streams (``_native.Order``, ``_order.c``) and a fast path's launch once its
+arrays are read (``_native.Launcher``, ``_launcher.c``); this module holds the constants its
+callers share with it (``_native.c`` documents each function).
 
 The extension needs a C compiler and ``Python.h`` when numbatune is installed (``setup.py``
 stops without them), nothing of CUDA: it loads the driver when imported, and where it cannot,

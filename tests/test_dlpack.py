@@ -236,7 +236,7 @@ def test_a_by_shape_launch_function_runs_once_per_shape_value_and_variant_on_hit
     path, _ = _fast_path(example, monkeypatch, launch=nt.by_shape(grid))
     path._functions[1] = 2
     configs = []
-    path.launch_winner.__globals__["_launch"] = lambda *call: configs.append(call[1]) or 0
+    path.launcher.launch = lambda *call: configs.append(call[1]) or 0
     small = types.SimpleNamespace(index=0, params={"BLOCK": 32})
     large = types.SimpleNamespace(index=1, params={"BLOCK": 64})
     calls_made = [
@@ -475,7 +475,7 @@ def test_arrays_between_other_parameters_are_packed_in_runs_and_keyed_as_the_gen
     winners = WinnerTable()
     through_dlpack, launched = _fast_path(example, monkeypatch, winners=winners)
     # (0, 1), then (3, 4's two, 5): after 1.5
-    runs = "_torch_f0, _torch_f1, _torch_allocations = _torch_read"
+    runs = "_torch_f0, _torch_f1, _ = _torch_read"
     assert runs in through_dlpack.code
     packed = _parameters(through_dlpack, launched, example)
     tensors = (example[0], example[1], 1.5, example[3], *pair, example[5])
@@ -494,7 +494,7 @@ def test_a_winner_published_again_for_a_key_is_launched_from_the_next_call(monke
     winners = WinnerTable()
     path, _ = _fast_path(example, monkeypatch, winners=winners)
     functions = []
-    path.call.__globals__["_launch"] = lambda function, *rest: functions.append(function) or 0
+    path.launcher.launch = lambda function, *rest: functions.append(function) or 0
     path._functions.update({0: 100, 1: 101})
     key = default_key(example)
 
@@ -519,13 +519,12 @@ def test_a_launch_configuration_the_launch_cannot_take_is_refused_in_words(monke
     example = (torch.zeros(5), torch.zeros(5), 2.5)
     winners = WinnerTable()
     winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
-    path, _ = _fast_path(example, monkeypatch, winners=winners)
-    path.call.__globals__["_config"] = lambda *args, **params: (-1, 32)
+    path, _ = _fast_path(example, monkeypatch, winners=winners, launch=lambda *a, **p: (-1, 32))
 
     def launch(*call):  # as the C launcher refuses it
         raise OverflowError("can't convert negative int to unsigned")
 
-    path.call.__globals__["_launch"] = launch
+    path.launcher.launch = launch
     refused = r"copy: the launch function returned \(-1, 32\); expected"
     with pytest.raises(ValueError, match=refused):
         path.call(example, None)
@@ -662,8 +661,8 @@ def test_attribute_reads_follow_new_arrays_and_shapes_set_in_place(attribute_arr
     path, launched = _attribute_path(example, monkeypatch, winners=winners)
     winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
     streams = []
-    launch = path.call.__globals__["_launch"]
-    path.call.__globals__["_launch"] = lambda *call: streams.append(call[2]) or launch(*call)
+    launch = path.launcher.launch
+    path.launcher.launch = lambda *call: streams.append(call[2]) or launch(*call)
 
     def launched_fields(args):
         path.call(args, None)
@@ -694,7 +693,7 @@ def test_the_last_read_in_c_composes_the_default_key_of_arrays_of_two_libraries(
     example = (torch.zeros(5), AttributeArray(np.zeros(3, np.float32)), True, torch.zeros(2, 3))
     winners = WinnerTable()
     path, launched = _attribute_path(example, monkeypatch, winners=winners)
-    assert "    key = _attribute_arrays_key\n" in path.code  # (the torch parts its items)
+    assert "_hit(args, stream, _attribute_arrays_key, " in path.code  # (the torch parts its items)
     winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
     path.call(example, 7)
     assert len(launched) == 1

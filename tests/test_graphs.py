@@ -128,10 +128,9 @@ def test_a_hit_given_a_graph_builder_launches_on_its_capturing_stream_and_waits_
     )
     example = (torch.ones(8), torch.zeros(8), 2.5)
     path, _ = _fast_path(example, monkeypatch)
-    names = path.launch_winner.__globals__
     streams = []
-    names["_launch"] = lambda *call: streams.append(call[2]) or 0
-    events = names["_order"].monitor.events
+    path.launcher.launch = lambda *call: streams.append(call[2]) or 0
+    events = path.call.__globals__["_order"].monitor.events
     winner = types.SimpleNamespace(index=0, params={})
     for stream in (7, 8):  # two streams: every launch is ordered from now on
         assert path.launch_winner(example, winner, stream)

@@ -23,6 +23,7 @@ from numba import cuda
 import numbatune as nt
 from numbatune import _native
 from numbatune.arrays import SIMULATOR
+from numbatune.cache.tunecache import WinnerTable
 from numbatune.config import Isolate
 from numbatune.streams.monitor import Monitor
 from numbatune.streams.order import LIMIT, new_order
@@ -524,23 +525,34 @@ class _Interrupted:
 
 
 def _ordered_launch(monitor, library_array=False):
-    """The generated code's ordering around ``launch(stream)``, for one buffer ``x``; with
-    ``library_array``, ``x`` is also a CuPy array whose library's current stream is
-    ``producer_cupy`` (0)."""
-    from numbatune.arraykinds import CUPY
-    from numbatune.launch import codegen
+    """A fast path's ordering around ``launch(stream)`` (the C ``Launcher``'s), for one buffer
+    ``x`` launched on ``stream`` (given as ``given``); with ``library_array``, ``x`` is also an
+    array of a library whose current stream is 0."""
+    launches, streams = [], []
 
-    arrays = {CUPY: ["x"]} if library_array else {}
-    plan = SimpleNamespace(buffers=["x"], library_arrays=arrays)
-    before, after = codegen._ordering(plan)
-    current = [
-        "    producer_cupy = 0",  # (the launch's stream waits for it, where nothing orders the two)
-        "    unordered_cupy = stream != producer_cupy and _order.apart(stream, 0, given, True)",
-    ] if library_array else []  # fmt: skip
-    body = "\n".join([*current, *before, "    launch(stream)", *after])
-    namespace = {"_order": monitor.order, "_name": "k"}
-    exec(f"def ordered(stream, x, given, launch):\n{body}", namespace)
-    return namespace["ordered"]
+    class Fallbacks:  # (what the Launcher asks Python for: here, the stream's handle)
+        def handle(self, given):
+            return streams[-1]
+
+        def kept(self, args, unordered):
+            return args if unordered & 1 else ()
+
+    winners = WinnerTable()
+    winners["key"] = SimpleNamespace(index=0, params={})
+    launcher = _native.Launcher(
+        winners=winners, functions={0: 1}, config=lambda *args: (1, 1), configs=None,
+        readers=(), scalars=(), pack=_native.Packer(lambda: b""),
+        launch=lambda *call: launches[-1](call[2]) or 0, offsets=b"", context=0,
+        cooperative=False, order=monitor.order, fallbacks=Fallbacks(), name="k", sync=True,
+        reads=1, streamed=int(library_array), top=-1, remember=True, valid=False,
+    )  # fmt: skip
+
+    def ordered(stream, x, given, launch):
+        streams.append(stream)
+        launches.append(launch)
+        launcher.hit((x,), given, "key", (0, None, (x,)))
+
+    return ordered
 
 
 def test_library_arrays_launched_off_their_librarys_stream_are_kept_with_one_stream_in_use():

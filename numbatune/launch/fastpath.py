@@ -15,6 +15,7 @@ from typing import Any
 from numba import cuda
 
 from numbatune import _native, native
+from numbatune.arraykinds import kind_of
 from numbatune.cache.tunecache import WinnerTable
 from numbatune.compilers import compiler_for
 from numbatune.eager import run_as_written
@@ -59,6 +60,8 @@ class FastPath:
 
     call: Callable[..., Any]
     launch_winner: Callable[..., bool]
+    #: The C ``Launcher`` they hand what they read to.
+    launcher: Any
     _functions: dict[int, int]
     _layout: list[tuple[int, int]]
     _name: str
@@ -150,57 +153,91 @@ def _generate(
 ) -> FastPath:
     from numba.cuda.core import config as numba_config
 
-    stream = codegen.stream_lines(args, bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC), plan)
-    memo = isinstance(hooks.config, ByShape)
-    code = codegen.source(
-        plan, len(args), hooks.key is not None, hooks.valid is not None, stream,
-        codegen.depends_on(args, plan) if memo else None,
-    )  # fmt: skip
-    functions: dict[int, int] = {}
-    namespace = {
-        "_same_classes": _native.same_classes,
-        "_classes": tuple(map(type, args)),
-        **plan.constants,
-        "struct": struct,
-        "_pack": _native.Packer(struct.Struct(codegen.struct_format(plan, layout)).pack),
-        "_offsets": struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
-        "_winners": winners,
-        "_last": [(None, -1, None)],
-        "_functions": functions,
-        "_key": hooks.key,
-        "_config": hooks.config,
-        **({"_configs": {}} if memo else {}),
-        "_valid": hooks.valid,
-        "_valid_params": hooks.valid_params,
-        "_launch_error": launch_error,
-        "_general": hooks.general,
-        "_by_classes": hooks.by_classes,
-        "_next": next_path,
-        **_callbacks(hooks),
-        "_checked_config": checked_launch_config,
-        "_stream_handle": stream_handle,
-        "_half_bits": half_bits,
-        "_launch": _native.launch,
-        "_context": int(cuda.current_context().handle),
-        "_cooperative": cooperative,
-        "_order": monitor.order,
-        "_name": hooks.name,
-    }
+    code = codegen.source(plan, len(args), hooks.key is not None)
+    namespace = {**plan.constants, "_same_classes": _native.same_classes,
+                 "_classes": tuple(map(type, args)), "_key": hooks.key,
+                 "_by_classes": hooks.by_classes, "_next": next_path, "_order": monitor.order,
+                 "_half_bits": half_bits}  # fmt: skip
     exec(compile(code, f"<numbatune fast path of {hooks.name}>", "exec"), namespace)
+    top = next((plan.read_kinds.index(kind) for kind in map(kind_of, map(type, args))
+                if kind in plan.read_kinds and kind.stream is not None), -1)  # fmt: skip
+    functions: dict[int, int] = {}
+    memo = isinstance(hooks.config, ByShape)
+    launcher = _native.Launcher(
+        winners=winners,
+        functions=functions,
+        config=hooks.config,
+        configs={} if memo else None,
+        readers=tuple(plan.readers),
+        scalars=tuple(i for i, value in enumerate(args) if kind_of(type(value)) is None),
+        pack=_native.Packer(struct.Struct(codegen.struct_format(plan, layout)).pack),
+        launch=_native.launch,
+        offsets=struct.pack(f"<{len(layout)}q", *(offset for offset, _ in layout)),
+        context=int(cuda.current_context().handle),
+        cooperative=cooperative,
+        order=monitor.order,
+        fallbacks=Fallbacks(hooks, namespace["buffers"], namespace["kept"]),
+        name=hooks.name,
+        sync=bool(numba_config.CUDA_ARRAY_INTERFACE_SYNC),
+        reads=len(plan.reads),
+        streamed=sum(1 << i for i, kind in enumerate(plan.read_kinds) if kind.stream is not None),
+        top=top,
+        remember=hooks.key is None,
+        valid=hooks.valid is not None,
+    )
+    namespace.update(_hit=launcher.hit, _launch_winner=launcher.launch_winner)
     call, launch_winner = namespace["call"], namespace["launch_winner"]
     run_as_written(call, launch_winner)  # (torch.compile runs them as written)
-    return FastPath(call, launch_winner, functions, layout, hooks.name, code, cooperative)
+    return FastPath(call, launch_winner, launcher, functions, layout, hooks.name, code, cooperative)
 
 
-def _callbacks(hooks: Hooks) -> dict[str, Callable[..., bool]]:
-    """What the generated code calls to launch through numba instead (``_numba``) and when its
-    launch returned an error (``_failed``)."""
+class Fallbacks:
+    """What a fast path's C ``Launcher`` hands to Python: the calls it cannot take, the errors
+    it words, and the reads of the arguments' allocations and arrays in Python (``buffers`` and
+    ``kept``, the generated code's)."""
 
-    def numba(args: tuple[Any, ...], winner: Any, config: tuple[Any, ...], stream: Any) -> bool:
-        hooks.numba(args, winner, config, stream)
+    def __init__(
+        self,
+        hooks: Hooks,
+        buffers: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+        kept: Callable[[tuple[Any, ...], int], tuple[Any, ...]],
+    ) -> None:
+        self._hooks = hooks
+        self.buffers = buffers
+        self.kept = kept
+        self.handle = stream_handle
+
+    def general(self, args: tuple[Any, ...], stream: Any) -> Any:
+        """A new key, or a winner with no function for this signature: the general path."""
+        return self._hooks.general(args, stream)
+
+    def valid(self, args: tuple[Any, ...], winner: Any) -> bool:
+        """Whether the ``valid`` function lets ``winner`` run on ``args``."""
+        params = self._hooks.valid_params[winner.index]
+        try:
+            return bool(self._hooks.valid(*args, **params))  # type: ignore[misc]
+        except Exception as error:  # the valid function's: say so, as the general path
+            raise launch_error(error, params, self._hooks.name, "valid") from error
+
+    def numba(
+        self, args: tuple[Any, ...], winner: Any, config: tuple[Any, ...], given: Any
+    ) -> bool:
+        """A value the packing refused (an int over 2**63, 1e39 for a float32), which numba
+        types or converts otherwise: numba's launch."""
+        self._hooks.numba(args, winner, config, given)
         return True
 
+    def config_failed(self, error: Exception, params: dict[str, Any]) -> None:
+        """The launch function raised ``error``: raised again, saying so."""
+        raise launch_error(error, params, self._hooks.name) from error
+
+    def bad_config(self, error: Exception, config: Any) -> None:
+        """The launch refused ``config`` with ``error``: what is wrong with it, in words."""
+        checked_launch_config(config, self._hooks.name)
+        raise error
+
     def failed(
+        self,
         error: int,
         args: tuple[Any, ...],
         winner: Any,
@@ -209,6 +246,9 @@ def _callbacks(hooks: Hooks) -> dict[str, Callable[..., bool]]:
         stream: int,
         in_call: bool,
     ) -> bool:
+        """The launch returned ``error``: another device or thread (nothing ran), an empty
+        grid, or the driver's error raised."""
+        hooks = self._hooks
         if error == native.WRONG_CONTEXT:  # another device, or a new thread: nothing ran
             if in_call:
                 hooks.general(args, given)
@@ -221,5 +261,3 @@ def _callbacks(hooks: Hooks) -> dict[str, Callable[..., bool]]:
 
         check_stream(stream)  # a clearer error when the stream is the cause
         raise CudaAPIError(error, f"{hooks.name}: launching with (grid, block[, shared]) {config}")
-
-    return {"_numba": numba, "_failed": failed}

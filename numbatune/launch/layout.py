@@ -54,10 +54,11 @@ class ArgumentPlan:
     booleans (their value); each the expression that gives it, and for an array read in C its
     kind and index in that read, where the last read in C composes the whole key.
     ``fields`` are the ``struct`` letters of the kernel parameters, ``values`` the expressions
-    that give them (one bytes value for the fields listed in ``packed``), ``buffers`` the
-    expressions of the arrays' allocations (for ordering across streams; the arrays a read in C
-    reads give theirs as one starred expression: the read's, once the stream monitor watches
-    every launch, else read in Python). ``parameters`` is the kernel compiler's.
+    that give them (one bytes value for the fields listed in ``packed``), ``reads`` the names of
+    the results of the reads in C, ``readers`` their readers and ``read_kinds`` their kinds,
+    ``buffers`` the expressions of the arrays' allocations read in Python (for ordering across
+    streams where a read gives none: the stream monitor does not watch every launch yet).
+    ``parameters`` is the kernel compiler's.
     """
 
     def __init__(self, parameters: Callable[[Any, Any], Parameters | None]) -> None:
@@ -73,12 +74,10 @@ class ArgumentPlan:
         #: Fields given as one bytes value, of so many consecutive 8-byte parameters, by the
         #: index of the first.
         self.packed: dict[int, int] = {}
-        #: Expressions of each kind's current stream, where its arrays are read in C (read in
-        #: the same call).
-        self.current_streams: dict[ArrayKind, str] = {}
+        self.reads: list[str] = []
+        self.readers: list[Any] = []
+        self.read_kinds: list[ArrayKind] = []
         self.constants: dict[str, Any] = {}
-        #: Expressions of the extents of the arrays each read in C read last, one per read.
-        self.shapes: list[str] = []
         self._c_reads: dict[ArrayKind, _CReads] = {}
 
     def constant(self, value: Any) -> str:
@@ -111,18 +110,17 @@ class ArgumentPlan:
             reader = _native.Reader(source, b"".join(reads.expected), tuple(reads.parts),
                                     tuple(reads.runs), kind.offset_method,
                                     None if key is None else tuple(key))  # fmt: skip
-            self.shapes.append(f"{self.constant(reader)}.shapes")
             runs = "".join(f", {prefix}_f{run}" for run in range(len(reads.runs)))
             read = f"{self.constant(reader.read)}(({arrays}), _order.ordering)"
             self.steps += [
                 ("read", f"{result} = {read}"),
                 ("check", f"{result} is not None"),
-                ("read", f"{prefix}_current, {prefix}_key{runs}, {prefix}_allocations = {result}"),
+                ("read", f"_, {prefix}_key{runs}, _ = {result}"),
             ]
-            if kind.stream is not None:
-                self.current_streams[kind] = f"{prefix}_current"
-            listed = "".join(f"{buffer}, " for buffer in reads.buffers)
-            self.buffers.append(f"*({prefix}_allocations or ({listed}))")
+            self.reads.append(result)
+            self.readers.append(reader)
+            self.read_kinds.append(kind)
+            self.buffers += reads.buffers
 
     def key(self) -> str:
         """The expression of the default key: the key the last read in C composes (:meth:`close`),
