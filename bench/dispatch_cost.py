@@ -249,11 +249,12 @@ class _LaunchParts:
 
     @classmethod
     def of(cls, parts: dict[str, Any], args: tuple[Any, ...]) -> _LaunchParts:
-        (function,) = parts["_functions"].values()
-        winner = next(iter(parts["_winners"].values()))
-        return cls(function, parts["_config"], winner.params, _packed(parts, args),
-                   parts["_launch"], parts["_offsets"], parts["_context"],
-                   parts["_cooperative"])  # fmt: skip
+        launcher = parts["_hit"].__self__  # (the fast path's C Launcher)
+        (function,) = launcher.functions.values()
+        winner = next(iter(launcher.winners.values()))
+        return cls(function, launcher.config, winner.params, _packed(parts, args),
+                   launcher.launch, launcher.offsets, launcher.context,
+                   launcher.cooperative)  # fmt: skip
 
     def run(self, config: Any, stream: int) -> int:
         """The driver's launch of the parameters packed once, with ``config`` on ``stream``."""
@@ -330,24 +331,33 @@ def _floor(
 
 
 def launch_stubbed(path: Callable[..., Any]) -> Callable[..., Any]:
-    """A generated fast path's function with its driver launch replaced by a no-op."""
-    return FunctionType(path.__code__, {**path.__globals__, "_launch": lambda *a: 0})
+    """A generated fast path's function with its driver launch replaced by a no-op: its C
+    Launcher's twin that launches through the no-op (a tree from before the Launcher: the
+    launch its generated code calls)."""
+    names = path.__globals__
+    if "_hit" in names:
+        twin = names["_hit"].__self__.with_launch(lambda *a: 0)
+        names = {**names, "_hit": twin.hit, "_launch_winner": twin.launch_winner}
+    else:
+        names = {**names, "_launch": lambda *a: 0}
+    return FunctionType(path.__code__, names)
 
 
 def _packed(parts: dict[str, Any], args: tuple[Any, ...]) -> bytes:
     """The parameters the fast path packs for ``args`` (captured from one call)."""
     captured = []
-    original = parts["_launch"]
+    launcher = parts["_hit"].__self__
+    original = launcher.launch
 
     def capture(*launch_arguments):
         captured.append(launch_arguments[3])  # (function, config, stream, parameters, ...)
         return original(*launch_arguments)
 
-    parts["_launch"] = capture
+    launcher.launch = capture
     try:
         parts["call"](args, None)
     finally:
-        parts["_launch"] = original
+        launcher.launch = original
     return captured[0]
 
 

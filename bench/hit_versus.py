@@ -51,9 +51,11 @@ OTHER = "numbatune_other"
 #: Builds the copy's C extension in place, as setup.py builds numbatune's (trees that compile
 #: it on first use, as ``_numbatune_launch``, build their own and leave this one unused).
 _BUILD_EXTENSION = f"""
+from glob import glob
+
 from setuptools import Extension, setup
 
-sources = ["{OTHER}/_native.c", "{OTHER}/_order.c"]
+sources = sorted(glob("{OTHER}/_*.c"))
 extension = Extension("{OTHER}._native", sources, libraries=["dl"])
 setup(name="{OTHER}", ext_modules=[extension], script_args=["-q", "build_ext", "--inplace"])
 """

@@ -415,7 +415,28 @@ static void launcher_dealloc(Launcher *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* with_launch(launch) -> a Launcher like this one (its state shared, its memo's last answer and
+ * last key not) that launches through ``launch`` (the bench's stand-in for the driver). */
+static PyObject *with_launch(Launcher *self, PyObject *launch) {
+    Launcher *twin = (Launcher *)Py_TYPE(self)->tp_alloc(Py_TYPE(self), 0);
+    if (twin == NULL) return NULL;
+#define COPY(name) twin->name = Py_XNewRef(self->name);
+    LAUNCHER_OBJECTS(COPY)
+#undef COPY
+    Py_CLEAR(twin->last);
+    Py_CLEAR(twin->last_config);
+    Py_SETREF(twin->launch, Py_NewRef(launch));
+    twin->reads = self->reads;
+    twin->streamed = self->streamed;
+    twin->top = self->top;
+    twin->remember = self->remember;
+    twin->valid = self->valid;
+    return (PyObject *)twin;
+}
+
 static PyMethodDef launcher_methods[] = {
+    {"with_launch", (PyCFunction)with_launch, METH_O,
+     "with_launch(launch) -> a Launcher like this one that launches through launch"},
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL,
      "hit(args, stream, key, read..., value...): launch the key's winner"},
     {"launch_winner", (PyCFunction)(void (*)(void))launch_winner, METH_FASTCALL,
@@ -427,6 +448,14 @@ static PyMethodDef launcher_methods[] = {
 static PyMemberDef launcher_members[] = {
     {"launch", T_OBJECT_EX, offsetof(Launcher, launch), 0,
      "what launches: numbatune._native.launch, or what stands in for it"},
+    {"winners", T_OBJECT, offsetof(Launcher, winners), READONLY, "the winner table"},
+    {"functions", T_OBJECT, offsetof(Launcher, functions), READONLY,
+     "each variant's compiled function for this signature"},
+    {"config", T_OBJECT, offsetof(Launcher, config), READONLY, "the launch function"},
+    {"offsets", T_OBJECT, offsetof(Launcher, offsets), READONLY, "the parameters' offsets"},
+    {"context", T_OBJECT, offsetof(Launcher, context), READONLY, "the functions' context"},
+    {"cooperative", T_OBJECT, offsetof(Launcher, cooperative), READONLY,
+     "whether the kernel synchronises its grid"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -509,3 +509,28 @@ def test_the_performance_tables_of_readme_and_benchmarks_are_their_results_files
     # README shows the headlines of the same table: each of its rows is one of benchmarks.md's.
     assert set(readme["summary"][0].splitlines()[3:]) <= set(benchmarks["summary"][0].splitlines())
     assert "| a cache hit, 1 Ki float32" in readme["summary"][0]
+
+
+def test_the_dispatch_benchs_profile_takes_a_fast_paths_launch_apart(monkeypatch):
+    """The hit's profile rows (on a GPU) time the launcher's parts: the driver's launch of the
+    parameters packed once, and the generated code with the launch stubbed. Here a torch CPU
+    tensors' fast path, its launch a capture."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    from bench.dispatch_cost import _LaunchParts, launch_stubbed
+    from numbatune.cache.tunecache import WinnerTable
+    from numbatune.keys import default_key
+    from tests.test_dlpack import _fast_path
+
+    example = (torch.zeros(5), torch.zeros(5), 2.5)
+    winners = WinnerTable()
+    winners[default_key(example)] = types.SimpleNamespace(index=0, params={})
+    path, launched = _fast_path(example, monkeypatch, winners=winners)
+    parts = _LaunchParts.of(path.call.__globals__, example)
+    assert (parts.function, parts.packed) == (1, launched.pop())
+    assert parts.run((1, 1), 0) == 0 and launched.pop() == parts.packed
+    launch_stubbed(path.call)(example, None)
+    assert not launched  # (the stub launched it)
+    path.call(example, None)
+    assert launched.pop() == parts.packed
