@@ -1,10 +1,10 @@
 """What pyproject.toml cannot say: the C extension, and the examples shipped inside the package.
 
-``numbatune._native`` (``_native.c``, ``_order.c`` and ``_launcher.c``: the launch, the driver's
-event calls, the array reads, the stream order and the fast paths' launchers) needs a C
-compiler and ``Python.h``, nothing of CUDA: it loads the driver when it is imported.
-numbatune cannot run without it: where it cannot be built, the install stops with one line
-that says what to install.
+``numbatune._native`` (``_native.c``, ``_order.c`` and ``_launcher.c``, made one module by
+``_module.c``: the launch, the driver's event calls, the array reads, the stream order and the
+fast paths' launchers) needs a C compiler and ``Python.h``, nothing of CUDA: it loads the
+driver when it is imported. numbatune cannot run without it: where it cannot be built, the
+install stops with one line that says what to install.
 
 The example kernels live in ``examples/`` at the top of the repository and are installed as
 ``numbatune/examples`` (``numbatune demo`` tunes them).
@@ -62,7 +62,9 @@ setup(
     ext_modules=[
         Extension(
             "numbatune._native",
-            sources=["numbatune/_native.c", "numbatune/_order.c", "numbatune/_launcher.c"],
+            sources=[
+                f"numbatune/{name}.c" for name in ("_module", "_native", "_order", "_launcher")
+            ],
             depends=["numbatune/_native.h"],
             libraries=["dl"],
         )

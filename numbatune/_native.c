@@ -2,8 +2,8 @@
  * arguments read through the DLPack C exchange API or their attributes (and, in _order.c, the
  * stream order).
  *
- * Built with the package as the extension numbatune._native (setup.py, which stops where it
- * cannot be built) and loaded by numbatune/native.py. The kernel's parameters arrive packed in
+ * Built with the package into the extension numbatune._native (_module.c; setup.py, which
+ * stops where it cannot be built) and loaded by numbatune/native.py. The kernel's parameters arrive packed in
  * one bytes object, laid out as the driver lays them out, with the byte offset of each parameter
  * in another; the driver copies them during the call (as one buffer; a cooperative launch, one
  * parameter at a time), so nothing is shared between calls or threads, and the driver's calls
@@ -1379,9 +1379,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "numbatune._native", NULL, -1,
-                                    methods};
-
 /* Why the driver calls cannot be made (NULL when they can). */
 static const char *load_driver(void) {
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
@@ -1401,24 +1398,19 @@ static const char *load_driver(void) {
     return NULL;
 }
 
-PyMODINIT_FUNC PyInit__native(void) {
-    PyObject *result = PyModule_Create(&module);
-    if (result == NULL) return NULL;
+int add_native(PyObject *module) {
     driver_error = load_driver();
-    if ((driver_error ? PyModule_AddStringConstant(result, "DRIVER_ERROR", driver_error)
-                      : PyModule_AddObjectRef(result, "DRIVER_ERROR", Py_None)) < 0 ||
-        (parts_made = PyDict_New()) == NULL || add_order_type(result) < 0 ||
-        add_launcher_type(result) < 0 ||
-        PyType_Ready(&reader_type) < 0 ||
-        PyModule_AddObjectRef(result, "Reader", (PyObject *)&reader_type) < 0 ||
-        PyType_Ready(&packer_type) < 0 ||
-        PyModule_AddObjectRef(result, "Packer", (PyObject *)&packer_type) < 0 ||
-        (entry_name = PyUnicode_InternFromString("entry")) == NULL ||
-        (stream_name = PyUnicode_InternFromString("stream")) == NULL ||
-        PyType_Ready(&called_type) < 0 ||
-        PyModule_AddObjectRef(result, "Called", (PyObject *)&called_type) < 0) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    return result;
+    return PyModule_AddFunctions(module, methods) < 0 ||
+                   (driver_error ? PyModule_AddStringConstant(module, "DRIVER_ERROR", driver_error)
+                                 : PyModule_AddObjectRef(module, "DRIVER_ERROR", Py_None)) < 0 ||
+                   (parts_made = PyDict_New()) == NULL || PyType_Ready(&reader_type) < 0 ||
+                   PyModule_AddObjectRef(module, "Reader", (PyObject *)&reader_type) < 0 ||
+                   PyType_Ready(&packer_type) < 0 ||
+                   PyModule_AddObjectRef(module, "Packer", (PyObject *)&packer_type) < 0 ||
+                   (entry_name = PyUnicode_InternFromString("entry")) == NULL ||
+                   (stream_name = PyUnicode_InternFromString("stream")) == NULL ||
+                   PyType_Ready(&called_type) < 0 ||
+                   PyModule_AddObjectRef(module, "Called", (PyObject *)&called_type) < 0
+               ? -1
+               : 0;
 }

@@ -1,6 +1,6 @@
-/* What the extension's files share (_native.c, _order.c, _launcher.c): the driver's event calls,
- * which _native.c loads and _order.c calls where an order's events are the module's, the order's
- * calls the launcher makes, and the hooks that add the other files' types to the module. */
+/* What the extension's files share (_native.c, _order.c, _launcher.c, _module.c): the driver's
+ * event calls, which _native.c loads and _order.c calls where an order's events are the
+ * module's, the order's calls the launcher makes, and what each file adds to the module. */
 #ifndef NUMBATUNE_NATIVE_H
 #define NUMBATUNE_NATIVE_H
 
@@ -20,6 +20,10 @@ extern stream_is_capturing_t stream_is_capturing;
  * wait_event are these are the driver's, which an order calls directly. */
 PyObject *native_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* Add to the extension module (_module.c) what each file makes: 0, or -1 with an exception.
+ * _native.c: the driver's calls, the array reads, the packer, Called. */
+int add_native(PyObject *module);
 
 /* Adds the Order type to the extension module: 0, or -1 with an exception. */
 int add_order_type(PyObject *module);
