@@ -568,15 +568,7 @@ class _Indices:
 
 
 #: The expressions an element index may be made of, each of its parts one.
-_ARITHMETIC = (
-    ast.BinOp,
-    ast.UnaryOp,
-    ast.BoolOp,
-    ast.Compare,
-    ast.IfExp,
-    ast.Tuple,
-    ast.Subscript,
-)
+_ARITHMETIC = (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.Subscript)
 
 
 def _gives_integers(function: Any) -> bool:

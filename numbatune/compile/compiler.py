@@ -31,7 +31,7 @@ from numbatune.forking import ForkSafeLock, PerProcess
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
 from numbatune.values import stable_text
-from numbatune.variants import Variant
+from numbatune.variants import Variant, grouped
 
 logger = logging.getLogger("numbatune")
 
@@ -191,8 +191,7 @@ class Compiler:
         """Start the fork server of the compile workers ``variants`` would need, long before
         any is asked for: it warms up while the caller makes its arguments."""
         if (found := self._pool_for(variants, settings.compile_workers)) is not None:
-            pool, _ = found
-            pool.prepare()
+            found[0].prepare()
 
     def warm_up(self, variants: Sequence[Variant], workers: int) -> None:
         """Start the ``workers`` compile workers ``variants`` may need, so that they start
@@ -329,8 +328,7 @@ class Compiler:
         pool = compile_pool(self._kernels, taken.compile_workers) if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
-            builds = self._builds(waiting)
-            here = self._compile_in_workers(pool, builds, settled, tally, taken)
+            here = self._compile_in_workers(pool, self._builds(waiting), settled, tally, taken)
         for members, argtypes in here:  # compiled() makes every signature at once
             if isinstance(settled.results.get(members[0]), Failed):
                 continue
@@ -344,10 +342,8 @@ class Compiler:
     def _builds(self, waiting: list[_Waiting]) -> list[list[_Waiting]]:
         """``waiting`` grouped into what one worker builds (the kernels of one build key and
         signature), the largest first, so that the last to finish is not a long one."""
-        builds: dict[tuple[Any, ...], list[_Waiting]] = {}
-        for members, argtypes in waiting:
-            key = (self._template.build_key(members[0]), argtypes)
-            builds.setdefault(key, []).append((members, argtypes))
+        build_key = self._template.build_key
+        builds = grouped(waiting, lambda kernel: (build_key(kernel[0][0]), kernel[1]))
         size = self._template.written_out_size
         return sorted(builds.values(), key=lambda kernels: -size(kernels[0][0][0]))
 
@@ -486,11 +482,7 @@ class Compiler:
         return True
 
     def _keep(
-        self,
-        variant: Variant,
-        dispatcher: Any,
-        argtypes: tuple[Any, ...],
-        cache_dir: Path | None,
+        self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...], cache_dir: Path | None
     ) -> None:
         """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the store of
         ``cache_dir``, unless it holds it or cannot be written (a read-only cache): it is not

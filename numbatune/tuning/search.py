@@ -20,7 +20,7 @@ from typing import Protocol
 
 from numbatune.strategies import Strategy
 from numbatune.tuning.grid import Grid
-from numbatune.variants import Variant
+from numbatune.variants import Variant, grouped
 
 #: An exhaustive search measures spaces of up to this many variants in one measurement.
 WHOLE_UP_TO = 256
@@ -76,10 +76,8 @@ def siblings(
 ) -> dict[Variant, tuple[Variant, ...]]:
     """Each variant of ``space`` with those built with it (the same ``build_key``: they differ
     only in a register cap, say), itself among them, in the space's order."""
-    builds: dict[Hashable, list[Variant]] = {}
-    for variant in space:
-        builds.setdefault(build_key(variant), []).append(variant)
-    return {variant: tuple(members) for members in builds.values() for variant in members}
+    builds = grouped(space, build_key).values()
+    return {variant: tuple(members) for members in builds for variant in members}
 
 
 def with_siblings(

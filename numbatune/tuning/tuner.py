@@ -53,10 +53,9 @@ def tune(job: TuneJob) -> TuneReport:
         len(job.variants),
         plan.pruned,
     )
-    clock = Clock()
     started = time.perf_counter()
     expected = _reference_outputs(job)  # (check mode: once for every set)
-    clock.compile_s += time.perf_counter() - started
+    clock = Clock(compile_s=time.perf_counter() - started)
     tries = plan.tries()
     *fallbacks, last = left = _sets_left(tries, job.journal.earlier())
     job = _starting_past(job, tries[: len(tries) - len(left)])  # (failed in an earlier tuning)
@@ -132,10 +131,9 @@ def _launched(job: TuneJob, variant: Variant) -> tuple[Any, ...]:
     """Compile ``variant`` and run it once on clones of the arguments (raising where it does not
     compile or run); the clones."""
     clones = job.arguments.clone(job.stream)
-    launchers = job.compile(
+    launcher = job.compile(
         [variant], clones, job.arguments.values, job.stream, _ignore, _ignore, job.settings
-    )
-    launcher = launchers[variant]
+    )[variant]
     if isinstance(launcher, Failed):
         raise TuningError(launcher.error)
     launcher(clones, job.stream)
@@ -202,13 +200,9 @@ def _search(
     clones = job.arguments.clone(job.stream)
     restore = arrays.restorer(clones, _originals(job), job.stream)
     progress = Progress(job.kernel_name, limit)
-    proposals = search.proposer(
-        strategy,
-        variants,
-        job.starts,
-        search.randomness_for(job.search.seed, stable_text(job.key)),
-        max(_BATCH, job.settings.compile_workers),
-    )
+    randomness = search.randomness_for(job.search.seed, stable_text(job.key))
+    batch = max(_BATCH, job.settings.compile_workers)
+    proposals = search.proposer(strategy, variants, job.starts, randomness, batch)
     # Variants built together (one compile) are measured together, except by an exhaustive
     # search, which measures each anyway.
     exhaustive = strategy is Strategy.EXHAUSTIVE
@@ -228,10 +222,9 @@ def _search(
             break
         proposal = proposal[: limit - len(outcomes)]
         measured = [*proposal, best] if best is not None else proposal
-        found = _measure(
-            job, measured, clones, restore, clock, progress, outcomes, expected, launchers
+        outcomes.update(
+            _measure(job, measured, clones, restore, clock, progress, outcomes, expected, launchers)
         )
-        outcomes.update(found)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
         room = _room(budget, strategy, started, batch_started, builds, job.settings)
