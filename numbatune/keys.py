@@ -195,8 +195,7 @@ def _function_key(function: Callable[..., Hashable], kernel_name: str) -> KeyFun
 
 
 def is_array_part(part: Any) -> bool:
-    """Whether ``part`` of a key is an array's part of the default key: (shape, dtype,
-    layout)."""
+    """Whether ``part`` of a key is an array's part of the default key: (shape, dtype, layout)."""
     return (
         isinstance(part, tuple)
         and len(part) == 3

@@ -101,23 +101,14 @@ _SHARED_LIMIT = 1024
 def shared_state(spec: KernelSpec, function_id: str) -> SharedState:
     """The state a tuned kernel of ``spec`` shares with those of the same code and options."""
     template = spec.template
+    # The function's name: a kernel of the same code in another module keeps its results (and
+    # its compiled kernels) under its own name. The variants' texts have the code of the device
+    # functions they give, which their labels only name.
+    variants = (template.variant_text(v) for v in spec.variants)
+    code = "\0".join([function_id, template.compiler.identity(), template.code_text(), *variants])
+    options = spec.sharing_options()
     key = identity.sharing_key(
-        "\0".join(
-            [
-                # The function's name: a kernel of the same code in another module keeps its
-                # results (and its compiled kernels) under its own name.
-                function_id,
-                template.compiler.identity(),
-                template.code_text(),
-                # The code of the device functions the variants give, which labels only name.
-                *(template.variant_text(v) for v in spec.variants),
-            ]
-        ),
-        template.jit_options,
-        template.signatures,
-        spec.variants,
-        spec.launch,
-        spec.sharing_options(),
+        code, template.jit_options, template.signatures, spec.variants, spec.launch, options
     )
     with _shared_lock:
         shared = _shared.get(key)

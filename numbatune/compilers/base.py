@@ -160,8 +160,7 @@ class Builds(Protocol):
     """The compiler's module that builds its kernels in a compile worker, with no GPU."""
 
     def environment(self) -> list[str]:
-        """The versions and settings that change the code it generates: part of every
-        checksum."""
+        """The versions and settings that change the code it generates: part of every checksum."""
 
     def toolchain(self) -> tuple[str, ...]:
         """The versions that decide the code a build makes, the compiler's identity first: part
@@ -226,9 +225,8 @@ class KernelCompiler(abc.ABC):
     def specialise(
         self, function: types.FunctionType, original: types.FunctionType, options: dict[str, Any]
     ) -> Any:
-        """A new kernel object of ``function``, a variant's copy of ``original`` (the user's
-        kernel, or a device function it calls: ``options`` then say so), compiled with
-        ``options``."""
+        """A new kernel object of ``function``, a variant's copy of ``original`` (the user's kernel,
+        or a device function it calls: ``options`` then say so), compiled with ``options``."""
 
     def own_helper(self, device_function: Any) -> Any:
         """The version its kernels call of ``device_function``: another compiler's own of
@@ -253,9 +251,8 @@ class KernelCompiler(abc.ABC):
 
     @abc.abstractmethod
     def launch_target(self, kernel: Any, args: tuple[Any, ...]) -> LaunchTarget | str:
-        """What the fast path launches ``kernel``'s compiled overload for ``args`` by, or why
-        it cannot here (a simulator, an unknown parameter layout, no overload, a debug
-        kernel)."""
+        """What the fast path launches ``kernel``'s compiled overload for ``args`` by, or why it
+        cannot here (a simulator, an unknown parameter layout, no overload, a debug kernel)."""
 
     @abc.abstractmethod
     def launch(

@@ -143,16 +143,11 @@ class CompiledKernel:
     @classmethod
     def of(cls, result: Any) -> CompiledKernel:
         """The kernel of a numba-cuda-mlir compile result (``dispatcher.compile``)."""
-        argtypes = tuple(result.signature.args)
-        cc = tuple(result.metadata["gpu_target"]["linker_cc"][:2])
-        return cls(
-            result.metadata["cubin"],
-            result.metadata["func_name"],
-            cc,  # type: ignore[arg-type]
-            tuple(mlir_parameters.packing(argtype) for argtype in argtypes),
-            bool(result.metadata.get("use_cooperative")),
-            argtypes,
-        )
+        metadata, argtypes = result.metadata, tuple(result.signature.args)
+        cc = tuple(metadata["gpu_target"]["linker_cc"][:2])
+        packing = tuple(mlir_parameters.packing(argtype) for argtype in argtypes)
+        cooperative = bool(metadata.get("use_cooperative"))
+        return cls(metadata["cubin"], metadata["func_name"], cc, packing, cooperative, argtypes)  # type: ignore[arg-type]
 
     @property
     def argtypes(self) -> tuple[Any, ...]:

@@ -166,11 +166,9 @@ def parameter_layout(function: int) -> list[tuple[int, int]]:
     if layout is None:
         from cuda.bindings import driver
 
-        layout = []
+        layout, handle = [], driver.CUfunction(function)
         while True:
-            error, offset, size = driver.cuFuncGetParamInfo(
-                driver.CUfunction(function), len(layout)
-            )
+            error, offset, size = driver.cuFuncGetParamInfo(handle, len(layout))
             if error == driver.CUresult.CUDA_ERROR_INVALID_VALUE:  # past the last parameter
                 break
             if error != driver.CUresult.CUDA_SUCCESS:
@@ -211,9 +209,8 @@ def launch(
 
     context = int(cuda.current_context().handle)  # (numba-cuda's: the device's primary one)
     data, offsets = pack(fields(packings, args), parameter_layout(function))
-    error = _native.launch(
-        function, config, stream_handle(stream or 0), data, offsets, context, cooperative
-    )
+    handle = stream_handle(stream or 0)
+    error = _native.launch(function, config, handle, data, offsets, context, cooperative)
     if error and error != native.EMPTY_LAUNCH:
         from numba.cuda.cudadrv.driver import CudaAPIError
 

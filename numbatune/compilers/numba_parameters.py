@@ -67,9 +67,8 @@ def parameters(numba_type: Any, value: Any) -> Parameters | None:
 
 def scalar_parameters(numba_type: Any, types: ModuleType) -> ScalarParameters | None:
     """How a bool, integer or real scalar of ``numba_type`` is passed, as numba-cuda and
-    numba-cuda-mlir pass it: its value in its type's width (a bool: one byte; a float16: its
-    bits); None for other types. ``types`` is numba's types module, or numba-cuda-mlir's copy.
-    """
+    numba-cuda-mlir pass it: its value in its type's width (a bool: one byte; a float16: its bits);
+    None for other types. ``types`` is numba's types module, or numba-cuda-mlir's copy."""
     value = Conversion.VALUE
     if numba_type == types.boolean:
         return ScalarParameters((("?", value),))

@@ -98,11 +98,10 @@ TIE_CEILING = 0.02
 
 
 def within_noise(leader: Timed, other: Timed) -> bool:
-    """Whether ``other``'s time is within the measurement's noise of ``leader``'s (the faster):
-    its median exceeds the leader's by less than the half interquartile ranges of both
-    together (their middle halves overlap), taken as at least :data:`TIE_FLOOR` and at most
-    :data:`TIE_CEILING` of the leader's median. A variant stopped early is clearly slower, and
-    never a tie."""
+    """Whether ``other``'s time is within the measurement's noise of ``leader``'s (the faster): its
+    median exceeds the leader's by less than the half interquartile ranges of both together (their
+    middle halves overlap), taken as at least :data:`TIE_FLOOR` and at most :data:`TIE_CEILING` of
+    the leader's median. A variant stopped early is clearly slower, and never a tie."""
     if other.stopped_early:
         return False
     noise = (leader.spread_s + other.spread_s) / 2

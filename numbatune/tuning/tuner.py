@@ -187,11 +187,10 @@ def _search(
     clock: Clock,
     expected: checks.Observed | None,
 ) -> tuple[dict[Variant, Outcome], Variant | None, tuple[Variant, ...]]:
-    """Measure the batches ``strategy`` proposes (from where a journal says an earlier
-    tuning stopped) until the space or the budget is spent, then settle ties
-    (:func:`_settled`); the outcomes, the best, and the variants it was chosen among as ties.
-    The journal keeps the outcomes after each batch that another follows (the last batch's
-    are the result, stored)."""
+    """Measure the batches ``strategy`` proposes (from where a journal says an earlier tuning
+    stopped) until the space or the budget is spent, then settle ties (:func:`_settled`); the
+    outcomes, the best, and the variants it was chosen among as ties. The journal keeps the outcomes
+    after each batch that another follows (the last batch's are the result, stored)."""
     budget = job.search.budget
     limit = len(variants)  # how many variants it may measure
     if strategy is not Strategy.EXHAUSTIVE and budget.variants is not None:
