@@ -107,8 +107,7 @@ def function_with(
     namespace: dict[str, Any],
     closure: tuple[types.CellType, ...] | None,
 ) -> types.FunctionType:
-    """A copy of ``function`` (its name, defaults and documentation) with other code, globals
-    and closure."""
+    """A copy of ``function`` (name, defaults, docstring) with other code, globals and closure."""
     copy = types.FunctionType(code, namespace, function.__name__, function.__defaults__, closure)
     copy.__kwdefaults__ = function.__kwdefaults__
     copy.__qualname__ = function.__qualname__
@@ -299,8 +298,7 @@ def _same_loop_nodes(statements: list[ast.stmt]) -> Iterator[ast.AST]:
 
 
 def _assigned(nodes: list[ast.AST]) -> set[str]:
-    """The names ``nodes`` bind (assign, delete, import, take as parameters): in a function,
-    its local variables."""
+    """The names ``nodes`` bind (assigned, deleted, imported, parameters): a function's locals."""
     names = set()
     for child in (c for node in nodes for c in ast.walk(node)):
         if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):

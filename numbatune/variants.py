@@ -226,8 +226,7 @@ def product(
 
 
 def grouped(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
-    """``items`` (variants, or groups of them) grouped by ``key``, the groups and their members
-    in the order met."""
+    """``items`` (variants, or groups of them) by ``key``, groups and members in the order met."""
     groups: dict[K, list[T]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)

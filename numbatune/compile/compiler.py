@@ -128,8 +128,7 @@ def build_task(
 
 @dataclass
 class Tally:
-    """One tuned kernel's kernels compiled and loaded from the store, and its trial runs'
-    seconds."""
+    """A tuned kernel's kernels compiled and loaded from the store, and its trial runs' seconds."""
 
     compiles: int = 0
     loaded: int = 0

@@ -56,8 +56,7 @@ class Resources:
 
 @dataclass(frozen=True)
 class Built:
-    """A kernel built in a compile worker: what :meth:`KernelCompiler.load` loads, and what
-    the build saw."""
+    """A compile worker's kernel: what :meth:`KernelCompiler.load` loads, and what its build saw."""
 
     payload: bytes
     resources: Resources | None
@@ -171,8 +170,7 @@ class Builds(Protocol):
         calls; raises where it, or a value it reads, cannot be."""
 
     def loads_function(self, pickled: bytes) -> types.FunctionType:
-        """(In a worker) the function :meth:`dumps_function` pickled, its device functions
-        rebuilt in this process."""
+        """(In a worker) what :meth:`dumps_function` pickled, its device functions rebuilt here."""
 
     def warm(self) -> None:
         """(In the compile workers' fork server) do the slow first steps of a build once, for
@@ -213,8 +211,7 @@ class KernelCompiler(abc.ABC):
 
     @abc.abstractmethod
     def claims(self, kernel: Any) -> bool:
-        """Whether ``kernel`` (a user's kernel, or a kernel object this compiler made) is
-        this compiler's."""
+        """Whether ``kernel`` (a user's kernel, or a kernel object it made) is this compiler's."""
 
     @abc.abstractmethod
     def unwrap(self, kernel: Any) -> Unwrapped:

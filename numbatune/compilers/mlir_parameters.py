@@ -61,8 +61,7 @@ def parameters(argtype: Any, value: Any) -> Parameters | None:
 
 
 def packing(argtype: Any) -> Packing | None:
-    """How an argument of numba-cuda-mlir's type ``argtype`` is packed; None where numbatune
-    does not pack one."""
+    """How numbatune packs an argument of numba-cuda-mlir's type ``argtype`` (None: it does not)."""
     from numba_cuda_mlir.numba_cuda import types
 
     if isinstance(argtype, types.Array):

@@ -248,8 +248,7 @@ class Session:
         self._way: tuple[str | None, tuple[Any, ...]] | None = None
 
     def run(self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]) -> list[str | None]:
-        """Run each ``(kernel, launch configuration)`` once: for each, None if it ran, else
-        why it failed."""
+        """Run each ``(kernel, configuration)`` once: None for each that ran, else why it failed."""
         reasons: list[str | None] = []
         batch = len(kernels)
         while len(reasons) < len(kernels):
