@@ -63,10 +63,9 @@ class SharedState:
         return self._checksum
 
     def prepare_workers(self, cache_dir: Path | None) -> None:
-        """Start the compile workers' fork server for a kernel just defined, if it is likely to
-        be tuned in this process: ``cache_dir`` has nothing of it, and this is the user's
-        process (not a ``multiprocessing`` child nor a numbatune worker, which import the
-        user's modules again)."""
+        """Start the compile workers' fork server for a kernel just defined, if likely to be tuned
+        in this process: ``cache_dir`` has nothing of it, and this is the user's process (not a
+        ``multiprocessing`` child nor a numbatune worker, which import the user's modules again)."""
         if processes.in_worker() or multiprocessing.parent_process() is not None:
             return
         if cache_dir is None or not stored_anywhere(cache_dir, self._function_id):

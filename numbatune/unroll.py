@@ -77,9 +77,8 @@ def has_static_loops(function: Callable[..., Any]) -> bool:
 
 
 def written_out(function: types.FunctionType) -> types.FunctionType:
-    """``function`` with its ``static_range`` loops written out (itself when it has none),
-    their bounds evaluated in its globals and closure; line numbers are kept, so numba's errors
-    point at the user's source."""
+    """``function`` with its ``static_range`` loops written out (itself if none), bounds evaluated
+    in its globals and closure; line numbers kept: numba's errors point at the user's source."""
     if not has_static_loops(function):
         return function
     definition = _clone(_definition(function.__code__, function.__qualname__))
@@ -188,8 +187,7 @@ class _Unroller:
         return result
 
     def size(self, statements: list[ast.stmt]) -> int:
-        """How many statements :meth:`unroll` makes of ``statements`` (bounds it cannot
-        evaluate count as one step)."""
+        """How many statements :meth:`unroll` makes of ``statements`` (unknown bounds: one turn)."""
         total = 0
         for statement in statements:
             blocks = [getattr(holder, field) for holder, field in _blocks(statement)]

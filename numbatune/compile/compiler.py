@@ -483,9 +483,8 @@ class Compiler:
     def _keep(
         self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...], cache_dir: Path | None
     ) -> None:
-        """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the store of
-        ``cache_dir``, unless it holds it or cannot be written (a read-only cache): it is not
-        serialised for nothing at every tuning."""
+        """Save ``dispatcher``'s kernel for ``argtypes`` in ``cache_dir``'s store, unless it holds
+        it or cannot be written (read-only): it is not serialised for nothing at every tuning."""
         if cache_dir is None:
             return
         store = self._store(cache_dir)

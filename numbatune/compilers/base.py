@@ -184,10 +184,9 @@ class Builds(Protocol):
         cc: tuple[int, int],
         max_registers: tuple[int | None, ...] = (None,),
     ) -> list[Built | LinkFailed]:
-        """(In a compile worker) compile ``function`` with ``options`` for ``argtypes`` and
-        compute capability ``cc`` once, and link it per register cap of ``max_registers``
-        (None: no cap): each kernel built, or :class:`LinkFailed`. Raises where it does not
-        compile (the variants' error)."""
+        """(In a worker) compile ``function`` with ``options`` for ``argtypes`` and compute
+        capability ``cc`` once, and link it per cap of ``max_registers`` (None: no cap): each kernel
+        built, or :class:`LinkFailed`. Raises where it does not compile (the variants' error)."""
 
 
 class KernelCompiler(abc.ABC):

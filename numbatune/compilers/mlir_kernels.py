@@ -59,10 +59,9 @@ def _default_options() -> dict[str, Any]:
 
 
 def options_of(dispatcher: Any) -> dict[str, Any]:
-    """The options ``dispatcher`` was decorated with: those that differ from a plain
-    ``cuda.jit``'s, less those derived from others (``opt_level`` from ``opt``, ``fastmath``
-    from ``fast_math``) and those numbatune decides (:data:`_NOT_OWN`), so that passing them to
-    ``cuda.jit`` again makes the same kernel."""
+    """``dispatcher``'s options: those that differ from a plain ``cuda.jit``'s, less those derived
+    from others (``opt_level`` from ``opt``, ``fastmath`` from ``fast_math``) and those numbatune
+    decides (:data:`_NOT_OWN`), so that passing them to ``cuda.jit`` again makes the same kernel."""
     defaults = _default_options()
     options = {
         name: value
@@ -121,9 +120,8 @@ _STATES = ("cubin", "name", "cc", "packing", "cooperative")
 
 
 class CompiledKernel:
-    """A compiled numba-cuda-mlir kernel as numbatune keeps it (its function loaded once per
-    context); it also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
-    (:attr:`metadata`)."""
+    """A numba-cuda-mlir kernel as numbatune keeps it (its function loaded once a context); it also
+    serves numba-cuda-mlir's own launch, from a dispatcher's overloads (:attr:`metadata`)."""
 
     def __init__(
         self,
@@ -158,8 +156,7 @@ class CompiledKernel:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """What numba-cuda-mlir's launch reads of an overload (its cubin, function name and
-        cooperative flag)."""
+        """What numba-cuda-mlir's launch reads: the cubin, function name and cooperative flag."""
         return {"cubin": self.cubin, "func_name": self.name, "use_cooperative": self.cooperative}
 
     def function(self) -> int:

@@ -47,9 +47,8 @@ Packing = ScalarParameters | ArrayParameters | TuplePacking
 
 
 def parameters(argtype: Any, value: Any) -> Parameters | None:
-    """How numba-cuda-mlir passes ``value``, typed ``argtype``, as kernel parameters; None
-    where numbatune does not pack it (records, complex numbers, Python ints of 64 unsigned bits,
-    other types)."""
+    """How numba-cuda-mlir passes ``value``, typed ``argtype``, as parameters; None where numbatune
+    does not pack it (records, complex numbers, Python ints of 64 unsigned bits, others)."""
     from numba_cuda_mlir.numba_cuda import types
 
     if isinstance(argtype, types.BaseTuple):
@@ -82,8 +81,7 @@ def packing(argtype: Any) -> Packing | None:
 def planned_type(declared: Any, actual: Any) -> Any:
     """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
     overload's type ``declared``; None where numbatune does not convert it: numba-cuda's rules
-    (:func:`numbatune.compilers.numba_parameters.planned_type`) over numba-cuda-mlir's copy of
-    numba's types."""
+    (:func:`numbatune.compilers.numba_parameters.planned_type`) over numba-cuda-mlir's types."""
     from numba_cuda_mlir.numba_cuda import types
 
     return numba_parameters.planned_type(declared, actual, types)
@@ -158,9 +156,8 @@ _layouts: dict[int, list[tuple[int, int]]] = {}
 
 
 def parameter_layout(function: int) -> list[tuple[int, int]]:
-    """(offset, size) of each parameter of a loaded ``CUfunction``, as the driver reports
-    them (``cuFuncGetParamInfo``), kept per function; numba's ``CudaAPIError`` where it cannot
-    (an older driver)."""
+    """(offset, size) of each parameter of a loaded ``CUfunction``, as ``cuFuncGetParamInfo``
+    reports them, kept per function; numba's ``CudaAPIError`` where it cannot (an older driver)."""
     layout = _layouts.get(function)
     if layout is None:
         from cuda.bindings import driver

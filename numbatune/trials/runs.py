@@ -407,9 +407,8 @@ def _opened_by_ipc(array: Any) -> _OpenedByIpc:
 
 @contextlib.contextmanager
 def _shared_copies(args: tuple[Any, ...], stream: Any) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """Host copies of the arrays among ``args``, taken on ``stream``, in one file a worker
-    opens by its path: the path, and for each argument its :class:`_Slot` or (not an array)
-    the value itself."""
+    """Host copies of the arrays among ``args``, taken on ``stream``, in one file a worker opens by
+    path: the path, and for each argument its :class:`_Slot` or (not an array) the value itself."""
     slots: dict[int, tuple[_Slot, Any]] = {}  # by the array's id: its slot and device view
     size = 0
     for array in (a for arg in args for a in arrays.arrays_in(arg)):

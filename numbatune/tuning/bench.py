@@ -364,11 +364,10 @@ def measure(
     taken: Snapshot | None = None,
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``; under graph timing, a
-    :class:`~numbatune.tuning.job.Bound` launch), as the module says: its result, or the
-    exception it raised (it is not run again). ``inputs``, the arguments the runs work on,
-    decide the L2 flush; ``restore`` queues what puts them back before every run, outside the
-    timed region; ``rounds``: exactly this many timed rounds on a GPU; ``taken``: the tuning's
-    settings (None: now's)."""
+    :class:`~numbatune.tuning.job.Bound` launch), as the module says: its result, or the exception
+    it raised (it is not run again). ``inputs``, the runs' arguments, decide the L2 flush;
+    ``restore`` queues what puts them back before every run, outside the timed region; ``rounds``:
+    exactly this many timed rounds on a GPU; ``taken``: the tuning's settings (None: now's)."""
     taken = taken or settings.snapshot()
     timed_by = timing(taken)
     if timed_by is Timing.WALL_CLOCK:

@@ -49,9 +49,8 @@ def proposer(
     randomness: random.Random,
     batch: int,
 ) -> Proposer:
-    """The proposer of ``strategy`` (not ``auto``) over ``space``, starting from ``starts``
-    (those in the space), proposing at most ``batch`` variants at a time (``exhaustive``: as
-    the module says)."""
+    """The proposer of ``strategy`` (not ``auto``) over ``space``, starting from ``starts`` (those
+    in the space), at most ``batch`` variants at a time (``exhaustive``: as the module says)."""
     inside = set(space)
     firsts = list(dict.fromkeys(v for v in starts if v in inside))
     chosen = set(firsts)
@@ -124,8 +123,7 @@ def randomness_for(seed: int, key_text: str) -> random.Random:
 
 
 class _InOrder:
-    """Proposes the given variants in order, ``batch`` at a time, skipping those measured
-    already, whatever the times."""
+    """The given variants in order, ``batch`` at a time, less those measured, whatever the times."""
 
     def __init__(self, order: list[Variant], batch: int) -> None:
         self._left = deque(order)

@@ -87,10 +87,9 @@ def _starting_past(job: TuneJob, failed: Sequence[Sequence[Variant]]) -> TuneJob
 def _sets_left(
     tries: Sequence[Sequence[Variant]], recorded: Mapping[Variant, Outcome]
 ) -> Sequence[Sequence[Variant]]:
-    """The variant sets of ``tries`` still to tune: from the first that holds every variant an
-    earlier, unfinished tuning of the key ``recorded``. A tuning cut short in a fallback set
-    goes on in it: the sets before it failed (each failure discarded the journal), and are not
-    tuned again."""
+    """The variant sets of ``tries`` to tune: from the first that holds every variant an earlier,
+    unfinished tuning of the key ``recorded``. A tuning cut short in a fallback set goes on in it:
+    the sets before it failed (each failure discarded the journal), and are not tuned again."""
     for start, variant_set in enumerate(tries):
         if recorded.keys() <= set(variant_set):
             return tries[start:]
