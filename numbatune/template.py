@@ -50,8 +50,7 @@ class KernelTemplate:
         self.signature = inspect.signature(self.function)
         self._functions = references.reachable(self.function)
         self._check_callees()
-        #: Every name the kernel and the device functions it calls read as globals or
-        #: closure variables.
+        #: Every name the kernel and its device functions read as globals or closure variables.
         self.names_read = frozenset(
             name for f in self._functions for name in references.names_read(f.__code__)
         )
@@ -151,9 +150,8 @@ class KernelTemplate:
         return list(grouped(variants, self.code_key).values())
 
     def build_key(self, variant: Variant) -> tuple[str, str]:
-        """What of ``variant`` decides the compile of its kernel to PTX: its :meth:`code_key`
-        less the jit options only linking reads. Kernels of one build key are built together:
-        one compile, then a link each."""
+        """What of ``variant`` decides its kernel's compile to PTX: its :meth:`code_key` less the
+        link-only jit options. Kernels of one build key build together: one compile, a link each."""
         return self._key(variant, self.build_options(variant))
 
     def build_options(self, variant: Variant) -> dict[str, Any]:

@@ -80,9 +80,8 @@ class RebuildError(Exception):
     """A worker could not rebuild a kernel's function (it is compiled in the parent instead)."""
 
 
-#: The errors of a worker's task that have the parent compile the kernel itself: the worker
-#: could not rebuild its function, or read the task (argument types of a class of the user's
-#: script: a named tuple's).
+#: A worker's errors that have the parent compile the kernel itself: the worker could not rebuild
+#: its function, or read the task (argument types of a class of the user's script: a named tuple's).
 _HERE = (RebuildError.__name__, processes.UnreadableTask.__name__)
 
 

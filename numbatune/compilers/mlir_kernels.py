@@ -25,13 +25,11 @@ from numbatune.compilers.mlir_parameters import Packing
 #: The compiler's name, in identities and messages.
 NAME = "numba-cuda-mlir"
 
-#: The format of a serialised kernel (:meth:`CompiledKernel.dumps`); part of the kernel
-#: store's keys.
+#: The format of serialised kernels (:meth:`CompiledKernel.dumps`); part of the kernel store's keys.
 PAYLOAD_VERSION = 1
 
-#: Options numba-cuda-mlir derives from others when it decorates or compiles a kernel, or that
-#: numbatune decides: not a kernel's own (``chip`` and ``cc``: numbatune compiles for the device
-#: a call runs on).
+#: Options numba-cuda-mlir derives from others as it decorates or compiles, or that numbatune
+#: decides: not a kernel's own (``chip``, ``cc``: numbatune compiles for the device a call runs on).
 _NOT_OWN = frozenset({"device", "_lto_explicit", "chip", "cc", "_compile_output", "abi_info"})
 
 

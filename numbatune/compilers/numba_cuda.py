@@ -77,9 +77,8 @@ class NumbaCuda(KernelCompiler):
             kernel._specialized = True
 
     def launch_target(self, kernel: Any, args: tuple[Any, ...]) -> LaunchTarget | str:
-        """The overload of the arguments' own types, or, for a kernel declared with
-        signatures, the declared overload numba converts them to, with numba's parameters
-        and the context's ``CUfunction``."""
+        """The overload of the arguments' own types or, for a kernel of declared signatures, the one
+        numba converts them to, with numba's parameters and the context's ``CUfunction``."""
         unsupported = numba_parameters.unsupported()
         if unsupported is not None:
             return unsupported

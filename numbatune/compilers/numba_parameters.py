@@ -24,8 +24,7 @@ from numbatune.compilers.base import (
 #: numba-cuda versions whose kernel parameter layout this module was checked against.
 SUPPORTED_NUMBA_CUDA = ("0.30.",)
 
-#: The ``struct`` letter of an integer parameter, by its width in bits (signed; upper case for
-#: unsigned).
+#: The ``struct`` letter of an integer parameter by width in bits (signed; upper case: unsigned).
 _INTEGER_LETTERS = {8: "b", 16: "h", 32: "i", 64: "q"}
 
 

@@ -144,9 +144,8 @@ class _Trying:
                                            self._tried)  # fmt: skip
 
     def add(self, members: Sequence[Variant], made: bool) -> None:
-        """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
-        this tuning ``made`` their kernel, tell ``may_run`` of each as it may run (now, or once
-        through its trial)."""
+        """Try those of ``members`` (sharing a kernel, now compiled) that need it; if this tuning
+        ``made`` their kernel, tell ``may_run`` of each as it may run (now, or after its trial)."""
         if made:
             self._made.update(members)
         compiler, name = self._kernel.compiler, self._kernel.name

@@ -57,8 +57,7 @@ Run = Callable[[], None]
 
 
 #: Launches of one variant that its CUDA graph holds under graph timing (a run's time is the
-#: replay's divided by them, as Triton's ``do_bench_cudagraph``'s): starting a replay counts a
-#: tenth.
+#: replay's over them, as Triton's ``do_bench_cudagraph``'s): starting a replay counts a tenth.
 GRAPH_LAUNCHES = 10
 
 _told_no_graphs = False

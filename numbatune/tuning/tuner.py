@@ -284,9 +284,8 @@ def _settled(
     return winner, ties if len(ties) > 1 else ()
 
 
-#: The fewest variants a search proposes at a time (one for each compile worker, where more
-#: wait), each with its siblings: smaller batches let a search step from what it measured
-#: more often in its budget.
+#: The fewest variants a search proposes at once (one a compile worker, where more wait), each with
+#: its siblings: smaller batches let a search step from what it measured more often in its budget.
 _BATCH = 8
 
 
@@ -310,10 +309,9 @@ def _fastest(
     times: Mapping[Variant, float | None],
     best: Variant | None,
 ) -> Variant | None:
-    """The fastest of ``candidates`` that were timed (one batch: measured together, the best so
-    far among them; the first in the kernel's order among equals), else ``best`` while its
-    latest run was timed, else the fastest timed in any batch (None where none was): never a
-    variant whose latest run failed."""
+    """The fastest timed of ``candidates`` (one batch, measured with the best so far; the first in
+    the kernel's order among equals), else ``best`` while its latest run was timed, else the fastest
+    timed in any batch (or None): never a variant whose latest run failed."""
     timed = [v for v in candidates if times[v] is not None]
     if not timed and best is not None and times[best] is not None:
         return best
