@@ -120,12 +120,8 @@ def is_flag(value: Any) -> bool:
 
 def _types_of(args: tuple[Any, ...]) -> tuple[tuple[str, str, int], ...]:
     """Dtype, layout and number of dimensions of each array argument."""
-    types = []
-    for value in args:
-        found = arrays.read(value)
-        if found is not None:
-            types.append((found[1], found[2], len(found[0])))
-    return tuple(types)
+    reads = [arrays.read(value) for value in args]
+    return tuple((read[1], read[2], len(read[0])) for read in reads if read is not None)
 
 
 def default_key(args: tuple[Any, ...]) -> Hashable:
@@ -172,10 +168,8 @@ def _named_key(names: list[str], signature: inspect.Signature, kernel_name: str)
     positions = [parameters.index(name) for name in names]
 
     def named_key(args: tuple[Any, ...]) -> Hashable:
-        picked = []
-        for i in positions:
-            found = arrays.read(args[i])
-            picked.append(args[i] if found is None else default_key_part(found))
+        reads = [(args[i], arrays.read(args[i])) for i in positions]
+        picked = [value if read is None else default_key_part(read) for value, read in reads]
         return (*picked, *_types_of(args))
 
     return named_key
@@ -195,8 +189,7 @@ def _function_key(function: Callable[..., Hashable], kernel_name: str) -> KeyFun
 
 
 def is_array_part(part: Any) -> bool:
-    """Whether ``part`` of a key is an array's part of the default key: (shape, dtype,
-    layout)."""
+    """Whether ``part`` of a key is an array's part of the default key: (shape, dtype, layout)."""
     return (
         isinstance(part, tuple)
         and len(part) == 3

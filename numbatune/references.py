@@ -23,6 +23,7 @@ import numpy as np
 from numba import types as numba_types
 
 from numbatune.values import is_integer, stable_text
+from numbatune.variants import grouped
 
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
 _STORES = {"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"}
@@ -268,11 +269,8 @@ def _lambdas(source: str) -> dict[int, list[ast.Lambda]]:
         tree = ast.parse(source)
     except SyntaxError:
         return {}
-    found: dict[int, list[ast.Lambda]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Lambda):
-            found.setdefault(node.lineno, []).append(node)
-    return found
+    lambdas = (node for node in ast.walk(tree) if isinstance(node, ast.Lambda))
+    return grouped(lambdas, lambda node: node.lineno)
 
 
 def _parameters(arguments: ast.arguments) -> list[ast.arg]:
@@ -568,15 +566,7 @@ class _Indices:
 
 
 #: The expressions an element index may be made of, each of its parts one.
-_ARITHMETIC = (
-    ast.BinOp,
-    ast.UnaryOp,
-    ast.BoolOp,
-    ast.Compare,
-    ast.IfExp,
-    ast.Tuple,
-    ast.Subscript,
-)
+_ARITHMETIC = (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.Subscript)
 
 
 def _gives_integers(function: Any) -> bool:

@@ -53,8 +53,7 @@ class Miss:
     """One request for a key's winner."""
 
     key: Hashable
-    #: The caller's arguments, read once (tuning runs on clones), and numba's stream for
-    #: tuning.
+    #: The caller's arguments, read once (tuning runs on clones), and numba's stream for tuning.
     arguments: Arguments
     stream: Any
     #: The arguments tuning need not copy back before each run.
@@ -166,8 +165,7 @@ class Resolver:
         waiting or recording: the stored entry that serves the plan, else what the miss policy
         serves; None where a call tunes the key first (or raises, under ``on_miss="error"``)."""
         walk = self._walk(Miss(key, arguments, None, serve=True), settings.snapshot())
-        stored = cache.load(canonical_key(key))
-        stored = None if stored is None else _reuse(stored, walk)
+        stored = _reuse(cache.load(canonical_key(key)), walk)
         if stored is not None:
             return stored
         if walk.policy in (OnMiss.NEAREST, OnMiss.BACKGROUND):
@@ -196,9 +194,7 @@ class Resolver:
         group = ranks.group(taken.ranks) if tunes and len(walk.plan.first) > 1 else None
         # Processes sharing the cache tune a key once (ranks: by agreeing).
         with contextlib.nullcontext() if group else cache.exclusive(key, taken.lock_timeout_s):
-            stored = None if miss.force else cache.load(key)
-            if stored is not None:
-                stored = _reuse(stored, walk)
+            stored = None if miss.force else _reuse(cache.load(key), walk)
             if group is not None:
                 report = self._agreed(cache, key, walk, group, stored)
             elif stored is not None:
@@ -352,12 +348,12 @@ def _from_memory(winner: Winner) -> TuneReport:
     return dataclasses.replace(winner.report, source=Source.MEMORY)
 
 
-def _reuse(stored: TuneReport, walk: _Walk) -> TuneReport | None:
-    """A stored report as the answer, or None to tune again: one timed otherwise than the
-    walk's tuning times (on a GPU: launches, graph replays may choose another winner), or, in
-    check mode, checked otherwise (its verdicts are not this check's); else as
+def _reuse(stored: TuneReport | None, walk: _Walk) -> TuneReport | None:
+    """A stored report (if any) as the answer, or None to tune again: one timed otherwise than
+    the walk's tuning times (on a GPU: launches, graph replays may choose another winner), or,
+    in check mode, checked otherwise (its verdicts are not this check's); else as
     :func:`numbatune.tuning.levels.reuse` decides."""
-    if not stored.timing.serves(walk.timing):
+    if stored is None or not stored.timing.serves(walk.timing):
         return None
     if walk.check is not None and stored.check != checks.fingerprint(walk.check):
         return None

@@ -63,10 +63,9 @@ class SharedState:
         return self._checksum
 
     def prepare_workers(self, cache_dir: Path | None) -> None:
-        """Start the compile workers' fork server for a kernel just defined, if it is likely to
-        be tuned in this process: ``cache_dir`` has nothing of it, and this is the user's
-        process (not a ``multiprocessing`` child nor a numbatune worker, which import the
-        user's modules again)."""
+        """Start the compile workers' fork server for a kernel just defined, if likely to be tuned
+        in this process: ``cache_dir`` has nothing of it, and this is the user's process (not a
+        ``multiprocessing`` child nor a numbatune worker, which import the user's modules again)."""
         if processes.in_worker() or multiprocessing.parent_process() is not None:
             return
         if cache_dir is None or not stored_anywhere(cache_dir, self._function_id):
@@ -101,23 +100,14 @@ _SHARED_LIMIT = 1024
 def shared_state(spec: KernelSpec, function_id: str) -> SharedState:
     """The state a tuned kernel of ``spec`` shares with those of the same code and options."""
     template = spec.template
+    # The function's name: a kernel of the same code in another module keeps its results (and
+    # its compiled kernels) under its own name. The variants' texts have the code of the device
+    # functions they give, which their labels only name.
+    variants = (template.variant_text(v) for v in spec.variants)
+    code = "\0".join([function_id, template.compiler.identity(), template.code_text(), *variants])
+    options = spec.sharing_options()
     key = identity.sharing_key(
-        "\0".join(
-            [
-                # The function's name: a kernel of the same code in another module keeps its
-                # results (and its compiled kernels) under its own name.
-                function_id,
-                template.compiler.identity(),
-                template.code_text(),
-                # The code of the device functions the variants give, which labels only name.
-                *(template.variant_text(v) for v in spec.variants),
-            ]
-        ),
-        template.jit_options,
-        template.signatures,
-        spec.variants,
-        spec.launch,
-        spec.sharing_options(),
+        code, template.jit_options, template.signatures, spec.variants, spec.launch, options
     )
     with _shared_lock:
         shared = _shared.get(key)

@@ -165,8 +165,7 @@ class KernelSpec:
 
     def is_valid(self, variant: Variant, args: tuple[Any, ...]) -> bool:
         """Whether ``variant`` may run on ``args``, as ``valid`` says (True without one); a
-        :class:`~numbatune.errors.LaunchFunctionError` naming the parameters when ``valid``
-        raises."""
+        :class:`~numbatune.errors.LaunchFunctionError` naming the parameters if ``valid`` raises."""
         if self.valid is None:
             return True
         index = self.index.get(variant)
@@ -220,8 +219,7 @@ def _checked_name(name: Any, kernel: Any) -> str:
 def _check_parameter_names(
     variants: Sequence[Variant], parameters: Sequence[str], name: str
 ) -> None:
-    """Refuse a variant parameter named like an argument of the kernel: the launch function
-    would be given both."""
+    """Refuse variant parameters named like kernel arguments: the launch function would get both."""
     clash = sorted({p for v in variants for p in v.params} & set(parameters))
     if clash:
         raise ValueError(

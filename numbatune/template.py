@@ -22,7 +22,7 @@ from numbatune.arrays import SIMULATOR
 from numbatune.compilers import COMPILERS, KernelCompiler, compiler_for
 from numbatune.references import code_description, source_of
 from numbatune.values import stable_text
-from numbatune.variants import LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant
+from numbatune.variants import LINK_OPTIONS, SIMULATOR_JIT_OPTIONS, Variant, grouped
 
 
 def environment_description(compiler: KernelCompiler) -> list[str]:
@@ -50,8 +50,7 @@ class KernelTemplate:
         self.signature = inspect.signature(self.function)
         self._functions = references.reachable(self.function)
         self._check_callees()
-        #: Every name the kernel and the device functions it calls read as globals or
-        #: closure variables.
+        #: Every name the kernel and its device functions read as globals or closure variables.
         self.names_read = frozenset(
             name for f in self._functions for name in references.names_read(f.__code__)
         )
@@ -148,15 +147,11 @@ class KernelTemplate:
     def by_kernel(self, variants: Sequence[Variant]) -> list[list[Variant]]:
         """``variants`` grouped by the kernel they compile to (the same :meth:`code_key`), the
         groups and their members in the order met."""
-        groups: dict[tuple[str, str], list[Variant]] = {}
-        for variant in variants:
-            groups.setdefault(self.code_key(variant), []).append(variant)
-        return list(groups.values())
+        return list(grouped(variants, self.code_key).values())
 
     def build_key(self, variant: Variant) -> tuple[str, str]:
-        """What of ``variant`` decides the compile of its kernel to PTX: its :meth:`code_key`
-        less the jit options only linking reads. Kernels of one build key are built together:
-        one compile, then a link each."""
+        """What of ``variant`` decides its kernel's compile to PTX: its :meth:`code_key` less the
+        link-only jit options. Kernels of one build key build together: one compile, a link each."""
         return self._key(variant, self.build_options(variant))
 
     def build_options(self, variant: Variant) -> dict[str, Any]:
@@ -197,9 +192,7 @@ class KernelTemplate:
     def by_build(self, variants: Sequence[Variant]) -> list[list[list[Variant]]]:
         """``variants`` grouped by kernel (:meth:`by_kernel`), the kernels grouped by their
         :meth:`build_key`, in the order met."""
-        builds: dict[tuple[str, str], list[list[Variant]]] = {}
-        for members in self.by_kernel(variants):
-            builds.setdefault(self.build_key(members[0]), []).append(members)
+        builds = grouped(self.by_kernel(variants), lambda members: self.build_key(members[0]))
         return list(builds.values())
 
     def jit_options_of(self, variant: Variant) -> dict[str, Any]:
@@ -242,7 +235,6 @@ class KernelTemplate:
         (:func:`numbatune.references.helpers`), and the versions and settings that change
         generated code. A stored result whose checksum differs is tuned again.
         """
-        digest = hashlib.sha256()
         parts = [
             *environment_description(self.compiler),
             stable_text(self.jit_options),
@@ -255,10 +247,7 @@ class KernelTemplate:
             ),
             *(self.variant_text(v) for v in variants),
         ]
-        for part in parts:
-            digest.update(part.encode())
-            digest.update(b"\0")
-        return digest.hexdigest()[:32]
+        return hashlib.sha256("".join(f"{part}\0" for part in parts).encode()).hexdigest()[:32]
 
 
 class _Specialiser:
@@ -306,8 +295,6 @@ class _Specialiser:
     def function(self, function: types.FunctionType, write_out: bool = True) -> types.FunctionType:
         """A copy of ``function`` with the parameters and specialised callees bound, and its
         ``static_range`` loops written out if ``write_out``."""
-        namespace = dict(function.__globals__)
-        namespace.update(self._params)
         proxies: dict[str, dict[str, Any]] = {}
         rebound: dict[str, Any] = {}
         for callee in references.callees(function):
@@ -326,11 +313,11 @@ class _Specialiser:
                 if references.lookup(function, other) is module
             }
             rebound[name] = _proxy_module(module, read, replaced)
-        namespace.update(
-            {k: v for k, v in rebound.items() if k not in function.__code__.co_freevars}
-        )
+        free = function.__code__.co_freevars
+        namespace = {**function.__globals__, **self._params}
+        namespace.update({name: value for name, value in rebound.items() if name not in free})
         bound = {**rebound, **self._params}
-        cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
+        cells = zip(free, function.__closure__ or (), strict=True)
         closure = function.__closure__ and tuple(
             types.CellType(bound[name]) if name in bound else cell for name, cell in cells
         )

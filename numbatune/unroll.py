@@ -77,9 +77,8 @@ def has_static_loops(function: Callable[..., Any]) -> bool:
 
 
 def written_out(function: types.FunctionType) -> types.FunctionType:
-    """``function`` with its ``static_range`` loops written out (itself when it has none),
-    their bounds evaluated in its globals and closure; line numbers are kept, so numba's errors
-    point at the user's source."""
+    """``function`` with its ``static_range`` loops written out (itself if none), bounds evaluated
+    in its globals and closure; line numbers kept: numba's errors point at the user's source."""
     if not has_static_loops(function):
         return function
     definition = _clone(_definition(function.__code__, function.__qualname__))
@@ -107,8 +106,7 @@ def function_with(
     namespace: dict[str, Any],
     closure: tuple[types.CellType, ...] | None,
 ) -> types.FunctionType:
-    """A copy of ``function`` (its name, defaults and documentation) with other code, globals
-    and closure."""
+    """A copy of ``function`` (name, defaults, docstring) with other code, globals and closure."""
     copy = types.FunctionType(code, namespace, function.__name__, function.__defaults__, closure)
     copy.__kwdefaults__ = function.__kwdefaults__
     copy.__qualname__ = function.__qualname__
@@ -189,8 +187,7 @@ class _Unroller:
         return result
 
     def size(self, statements: list[ast.stmt]) -> int:
-        """How many statements :meth:`unroll` makes of ``statements`` (bounds it cannot
-        evaluate count as one step)."""
+        """How many statements :meth:`unroll` makes of ``statements`` (unknown bounds: one turn)."""
         total = 0
         for statement in statements:
             blocks = [getattr(holder, field) for holder, field in _blocks(statement)]
@@ -299,8 +296,7 @@ def _same_loop_nodes(statements: list[ast.stmt]) -> Iterator[ast.AST]:
 
 
 def _assigned(nodes: list[ast.AST]) -> set[str]:
-    """The names ``nodes`` bind (assign, delete, import, take as parameters): in a function,
-    its local variables."""
+    """The names ``nodes`` bind (assigned, deleted, imported, parameters): a function's locals."""
     names = set()
     for child in (c for node in nodes for c in ast.walk(node)):
         if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from numbatune.values import is_integer, plain, stable_text
 
@@ -31,6 +31,9 @@ LINK_OPTIONS = frozenset({"max_registers"})
 
 #: A variant's priority: an integer, or a function of the tuning key that returns one.
 Priority = int | Callable[[Hashable], int]
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 class Variant:
@@ -89,13 +92,11 @@ class Variant:
             raise TypeError(f"Variant: parameter names must be identifiers, got {list(params)}")
         _check_priority(priority)
         _check_jit_options(jit)
-        plain_params = {name: plain(value) for name, value in params.items()}
-        plain_jit = {name: plain(value) for name, value in jit.items()}
-        param_texts = {name: stable_text(value) for name, value in plain_params.items()}
-        jit_texts = {name: stable_text(value) for name, value in plain_jit.items()}
-        self.params = plain_params
-        self.jit = plain_jit
+        self.params = {name: plain(value) for name, value in params.items()}
+        self.jit = {name: plain(value) for name, value in jit.items()}
         self.priority = priority
+        param_texts = {name: stable_text(value) for name, value in self.params.items()}
+        jit_texts = {name: stable_text(value) for name, value in self.jit.items()}
         self.label = ", ".join(f"{n}={t}" for n, t in [*param_texts.items(), *jit_texts.items()])
         self._identity = (tuple(sorted(param_texts.items())), tuple(sorted(jit_texts.items())))
 
@@ -212,22 +213,24 @@ def product(
         params = {name: column[0] for name, column in zip(names, combination, strict=False)}
         if where is not None and not where(**params):
             continue
-        variants.append(
-            Variant._made(
-                params,
-                {
-                    name: column[0]
-                    for name, column in zip(jit_names, combination[count:], strict=True)
-                },
-                0 if priority is None else _check_priority(priority(**params)),
-                ", ".join([column[1] for column in combination]),
-                (
-                    tuple([combination[axis][2] for axis in param_order]),
-                    tuple([combination[axis][2] for axis in jit_order]),
-                ),
-            )
+        identity = (
+            tuple([combination[axis][2] for axis in param_order]),
+            tuple([combination[axis][2] for axis in jit_order]),
         )
+        chosen = 0 if priority is None else _check_priority(priority(**params))
+        label = ", ".join([column[1] for column in combination])
+        jit_columns = zip(jit_names, combination[count:], strict=True)
+        jits = {name: column[0] for name, column in jit_columns}
+        variants.append(Variant._made(params, jits, chosen, label, identity))
     return variants
+
+
+def grouped(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """``items`` (variants, or groups of them) by ``key``, groups and members in the order met."""
+    groups: dict[K, list[T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
 
 
 def _check_jit_options(names: Iterable[str]) -> None:

@@ -31,7 +31,7 @@ from numbatune.forking import ForkSafeLock, PerProcess
 from numbatune.template import KernelTemplate
 from numbatune.tuning.results import Failed
 from numbatune.values import stable_text
-from numbatune.variants import Variant
+from numbatune.variants import Variant, grouped
 
 logger = logging.getLogger("numbatune")
 
@@ -80,9 +80,8 @@ class RebuildError(Exception):
     """A worker could not rebuild a kernel's function (it is compiled in the parent instead)."""
 
 
-#: The errors of a worker's task that have the parent compile the kernel itself: the worker
-#: could not rebuild its function, or read the task (argument types of a class of the user's
-#: script: a named tuple's).
+#: A worker's errors that have the parent compile the kernel itself: the worker could not rebuild
+#: its function, or read the task (argument types of a class of the user's script: a named tuple's).
 _HERE = (RebuildError.__name__, processes.UnreadableTask.__name__)
 
 
@@ -128,8 +127,7 @@ def build_task(
 
 @dataclass
 class Tally:
-    """One tuned kernel's kernels compiled and loaded from the store, and its trial runs'
-    seconds."""
+    """A tuned kernel's kernels compiled and loaded from the store, and its trial runs' seconds."""
 
     compiles: int = 0
     loaded: int = 0
@@ -191,8 +189,7 @@ class Compiler:
         """Start the fork server of the compile workers ``variants`` would need, long before
         any is asked for: it warms up while the caller makes its arguments."""
         if (found := self._pool_for(variants, settings.compile_workers)) is not None:
-            pool, _ = found
-            pool.prepare()
+            found[0].prepare()
 
     def warm_up(self, variants: Sequence[Variant], workers: int) -> None:
         """Start the ``workers`` compile workers ``variants`` may need, so that they start
@@ -329,8 +326,7 @@ class Compiler:
         pool = compile_pool(self._kernels, taken.compile_workers) if len(waiting) > 1 else None
         here = waiting
         if pool is not None:
-            builds = self._builds(waiting)
-            here = self._compile_in_workers(pool, builds, settled, tally, taken)
+            here = self._compile_in_workers(pool, self._builds(waiting), settled, tally, taken)
         for members, argtypes in here:  # compiled() makes every signature at once
             if isinstance(settled.results.get(members[0]), Failed):
                 continue
@@ -344,10 +340,8 @@ class Compiler:
     def _builds(self, waiting: list[_Waiting]) -> list[list[_Waiting]]:
         """``waiting`` grouped into what one worker builds (the kernels of one build key and
         signature), the largest first, so that the last to finish is not a long one."""
-        builds: dict[tuple[Any, ...], list[_Waiting]] = {}
-        for members, argtypes in waiting:
-            key = (self._template.build_key(members[0]), argtypes)
-            builds.setdefault(key, []).append((members, argtypes))
+        build_key = self._template.build_key
+        builds = grouped(waiting, lambda kernel: (build_key(kernel[0][0]), kernel[1]))
         size = self._template.written_out_size
         return sorted(builds.values(), key=lambda kernels: -size(kernels[0][0][0]))
 
@@ -486,15 +480,10 @@ class Compiler:
         return True
 
     def _keep(
-        self,
-        variant: Variant,
-        dispatcher: Any,
-        argtypes: tuple[Any, ...],
-        cache_dir: Path | None,
+        self, variant: Variant, dispatcher: Any, argtypes: tuple[Any, ...], cache_dir: Path | None
     ) -> None:
-        """Save the kernel ``dispatcher`` compiled for ``argtypes`` in the store of
-        ``cache_dir``, unless it holds it or cannot be written (a read-only cache): it is not
-        serialised for nothing at every tuning."""
+        """Save ``dispatcher``'s kernel for ``argtypes`` in ``cache_dir``'s store, unless it holds
+        it or cannot be written (read-only): it is not serialised for nothing at every tuning."""
         if cache_dir is None:
             return
         store = self._store(cache_dir)

@@ -34,8 +34,7 @@ __all__ = [
 
 
 def available() -> dict[str, str]:
-    """The compilers numbatune knows, ``{name: version}``: ``"not installed"`` for those that
-    are not installed here."""
+    """The known compilers' ``{name: version}``: ``"not installed"`` for those not installed."""
     found = {compiler.name: compiler.version for compiler in COMPILERS}
     for compiler in (NUMBA_CUDA, NUMBA_CUDA_MLIR):
         found.setdefault(compiler.name, "not installed")

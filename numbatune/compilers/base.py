@@ -56,8 +56,7 @@ class Resources:
 
 @dataclass(frozen=True)
 class Built:
-    """A kernel built in a compile worker: what :meth:`KernelCompiler.load` loads, and what
-    the build saw."""
+    """A compile worker's kernel: what :meth:`KernelCompiler.load` loads, and what its build saw."""
 
     payload: bytes
     resources: Resources | None
@@ -160,8 +159,7 @@ class Builds(Protocol):
     """The compiler's module that builds its kernels in a compile worker, with no GPU."""
 
     def environment(self) -> list[str]:
-        """The versions and settings that change the code it generates: part of every
-        checksum."""
+        """The versions and settings that change the code it generates: part of every checksum."""
 
     def toolchain(self) -> tuple[str, ...]:
         """The versions that decide the code a build makes, the compiler's identity first: part
@@ -172,8 +170,7 @@ class Builds(Protocol):
         calls; raises where it, or a value it reads, cannot be."""
 
     def loads_function(self, pickled: bytes) -> types.FunctionType:
-        """(In a worker) the function :meth:`dumps_function` pickled, its device functions
-        rebuilt in this process."""
+        """(In a worker) what :meth:`dumps_function` pickled, its device functions rebuilt here."""
 
     def warm(self) -> None:
         """(In the compile workers' fork server) do the slow first steps of a build once, for
@@ -187,10 +184,9 @@ class Builds(Protocol):
         cc: tuple[int, int],
         max_registers: tuple[int | None, ...] = (None,),
     ) -> list[Built | LinkFailed]:
-        """(In a compile worker) compile ``function`` with ``options`` for ``argtypes`` and
-        compute capability ``cc`` once, and link it per register cap of ``max_registers``
-        (None: no cap): each kernel built, or :class:`LinkFailed`. Raises where it does not
-        compile (the variants' error)."""
+        """(In a worker) compile ``function`` with ``options`` for ``argtypes`` and compute
+        capability ``cc`` once, and link it per cap of ``max_registers`` (None: no cap): each kernel
+        built, or :class:`LinkFailed`. Raises where it does not compile (the variants' error)."""
 
 
 class KernelCompiler(abc.ABC):
@@ -214,8 +210,7 @@ class KernelCompiler(abc.ABC):
 
     @abc.abstractmethod
     def claims(self, kernel: Any) -> bool:
-        """Whether ``kernel`` (a user's kernel, or a kernel object this compiler made) is
-        this compiler's."""
+        """Whether ``kernel`` (a user's kernel, or a kernel object it made) is this compiler's."""
 
     @abc.abstractmethod
     def unwrap(self, kernel: Any) -> Unwrapped:
@@ -226,9 +221,8 @@ class KernelCompiler(abc.ABC):
     def specialise(
         self, function: types.FunctionType, original: types.FunctionType, options: dict[str, Any]
     ) -> Any:
-        """A new kernel object of ``function``, a variant's copy of ``original`` (the user's
-        kernel, or a device function it calls: ``options`` then say so), compiled with
-        ``options``."""
+        """A new kernel object of ``function``, a variant's copy of ``original`` (the user's kernel,
+        or a device function it calls: ``options`` then say so), compiled with ``options``."""
 
     def own_helper(self, device_function: Any) -> Any:
         """The version its kernels call of ``device_function``: another compiler's own of
@@ -253,9 +247,8 @@ class KernelCompiler(abc.ABC):
 
     @abc.abstractmethod
     def launch_target(self, kernel: Any, args: tuple[Any, ...]) -> LaunchTarget | str:
-        """What the fast path launches ``kernel``'s compiled overload for ``args`` by, or why
-        it cannot here (a simulator, an unknown parameter layout, no overload, a debug
-        kernel)."""
+        """What the fast path launches ``kernel``'s compiled overload for ``args`` by, or why it
+        cannot here (a simulator, an unknown parameter layout, no overload, a debug kernel)."""
 
     @abc.abstractmethod
     def launch(

@@ -46,8 +46,7 @@ class Jit:
         return buffer.getvalue()
 
     def loads(self, pickled: bytes) -> Any:
-        """(In a worker) the function :meth:`dumps` pickled, its device functions made once per
-        process."""
+        """(In a worker) what :meth:`dumps` pickled, its device functions made once per process."""
         return importlib.import_module(self.cloudpickle).loads(pickled)
 
 

@@ -74,10 +74,9 @@ def build(
     cc: tuple[int, int],
     max_registers: tuple[int | None, ...] = (None,),
 ) -> list[Built | LinkFailed]:
-    """(In a worker) compile the kernel function for ``argtypes`` and ``cc`` once per
-    register cap (numba-cuda-mlir reads the cap as it compiles): a kernel each, in their
-    order. The first compile's error raises (the variants' error); a later one fails that
-    kernel alone."""
+    """(In a worker) compile the kernel function for ``argtypes`` and ``cc`` once per register cap
+    (numba-cuda-mlir reads the cap as it compiles): a kernel each, in their order. The first
+    compile's error raises (the variants' error); a later one fails that kernel alone."""
     from numba_cuda_mlir import cuda
 
     target(cc)

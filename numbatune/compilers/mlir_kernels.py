@@ -25,13 +25,11 @@ from numbatune.compilers.mlir_parameters import Packing
 #: The compiler's name, in identities and messages.
 NAME = "numba-cuda-mlir"
 
-#: The format of a serialised kernel (:meth:`CompiledKernel.dumps`); part of the kernel
-#: store's keys.
+#: The format of serialised kernels (:meth:`CompiledKernel.dumps`); part of the kernel store's keys.
 PAYLOAD_VERSION = 1
 
-#: Options numba-cuda-mlir derives from others when it decorates or compiles a kernel, or that
-#: numbatune decides: not a kernel's own (``chip`` and ``cc``: numbatune compiles for the device
-#: a call runs on).
+#: Options numba-cuda-mlir derives from others as it decorates or compiles, or that numbatune
+#: decides: not a kernel's own (``chip``, ``cc``: numbatune compiles for the device a call runs on).
 _NOT_OWN = frozenset({"device", "_lto_explicit", "chip", "cc", "_compile_output", "abi_info"})
 
 
@@ -59,10 +57,9 @@ def _default_options() -> dict[str, Any]:
 
 
 def options_of(dispatcher: Any) -> dict[str, Any]:
-    """The options ``dispatcher`` was decorated with: those that differ from a plain
-    ``cuda.jit``'s, less those derived from others (``opt_level`` from ``opt``, ``fastmath``
-    from ``fast_math``) and those numbatune decides (:data:`_NOT_OWN`), so that passing them to
-    ``cuda.jit`` again makes the same kernel."""
+    """``dispatcher``'s options: those that differ from a plain ``cuda.jit``'s, less those derived
+    from others (``opt_level`` from ``opt``, ``fastmath`` from ``fast_math``) and those numbatune
+    decides (:data:`_NOT_OWN`), so that passing them to ``cuda.jit`` again makes the same kernel."""
     defaults = _default_options()
     options = {
         name: value
@@ -121,9 +118,8 @@ _STATES = ("cubin", "name", "cc", "packing", "cooperative")
 
 
 class CompiledKernel:
-    """A compiled numba-cuda-mlir kernel as numbatune keeps it (its function loaded once per
-    context); it also serves numba-cuda-mlir's own launch, from a dispatcher's overloads
-    (:attr:`metadata`)."""
+    """A numba-cuda-mlir kernel as numbatune keeps it (its function loaded once a context); it also
+    serves numba-cuda-mlir's own launch, from a dispatcher's overloads (:attr:`metadata`)."""
 
     def __init__(
         self,
@@ -143,16 +139,11 @@ class CompiledKernel:
     @classmethod
     def of(cls, result: Any) -> CompiledKernel:
         """The kernel of a numba-cuda-mlir compile result (``dispatcher.compile``)."""
-        argtypes = tuple(result.signature.args)
-        cc = tuple(result.metadata["gpu_target"]["linker_cc"][:2])
-        return cls(
-            result.metadata["cubin"],
-            result.metadata["func_name"],
-            cc,  # type: ignore[arg-type]
-            tuple(mlir_parameters.packing(argtype) for argtype in argtypes),
-            bool(result.metadata.get("use_cooperative")),
-            argtypes,
-        )
+        metadata, argtypes = result.metadata, tuple(result.signature.args)
+        cc = tuple(metadata["gpu_target"]["linker_cc"][:2])
+        packing = tuple(mlir_parameters.packing(argtype) for argtype in argtypes)
+        cooperative = bool(metadata.get("use_cooperative"))
+        return cls(metadata["cubin"], metadata["func_name"], cc, packing, cooperative, argtypes)  # type: ignore[arg-type]
 
     @property
     def argtypes(self) -> tuple[Any, ...]:
@@ -163,8 +154,7 @@ class CompiledKernel:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """What numba-cuda-mlir's launch reads of an overload (its cubin, function name and
-        cooperative flag)."""
+        """What numba-cuda-mlir's launch reads: the cubin, function name and cooperative flag."""
         return {"cubin": self.cubin, "func_name": self.name, "use_cooperative": self.cooperative}
 
     def function(self) -> int:

@@ -47,9 +47,8 @@ Packing = ScalarParameters | ArrayParameters | TuplePacking
 
 
 def parameters(argtype: Any, value: Any) -> Parameters | None:
-    """How numba-cuda-mlir passes ``value``, typed ``argtype``, as kernel parameters; None
-    where numbatune does not pack it (records, complex numbers, Python ints of 64 unsigned bits,
-    other types)."""
+    """How numba-cuda-mlir passes ``value``, typed ``argtype``, as parameters; None where numbatune
+    does not pack it (records, complex numbers, Python ints of 64 unsigned bits, others)."""
     from numba_cuda_mlir.numba_cuda import types
 
     if isinstance(argtype, types.BaseTuple):
@@ -61,8 +60,7 @@ def parameters(argtype: Any, value: Any) -> Parameters | None:
 
 
 def packing(argtype: Any) -> Packing | None:
-    """How an argument of numba-cuda-mlir's type ``argtype`` is packed; None where numbatune
-    does not pack one."""
+    """How numbatune packs an argument of numba-cuda-mlir's type ``argtype`` (None: it does not)."""
     from numba_cuda_mlir.numba_cuda import types
 
     if isinstance(argtype, types.Array):
@@ -83,8 +81,7 @@ def packing(argtype: Any) -> Packing | None:
 def planned_type(declared: Any, actual: Any) -> Any:
     """The type to plan an argument typed ``actual`` with, for a parameter of the compiled
     overload's type ``declared``; None where numbatune does not convert it: numba-cuda's rules
-    (:func:`numbatune.compilers.numba_parameters.planned_type`) over numba-cuda-mlir's copy of
-    numba's types."""
+    (:func:`numbatune.compilers.numba_parameters.planned_type`) over numba-cuda-mlir's types."""
     from numba_cuda_mlir.numba_cuda import types
 
     return numba_parameters.planned_type(declared, actual, types)
@@ -159,18 +156,15 @@ _layouts: dict[int, list[tuple[int, int]]] = {}
 
 
 def parameter_layout(function: int) -> list[tuple[int, int]]:
-    """(offset, size) of each parameter of a loaded ``CUfunction``, as the driver reports
-    them (``cuFuncGetParamInfo``), kept per function; numba's ``CudaAPIError`` where it cannot
-    (an older driver)."""
+    """(offset, size) of each parameter of a loaded ``CUfunction``, as ``cuFuncGetParamInfo``
+    reports them, kept per function; numba's ``CudaAPIError`` where it cannot (an older driver)."""
     layout = _layouts.get(function)
     if layout is None:
         from cuda.bindings import driver
 
-        layout = []
+        layout, handle = [], driver.CUfunction(function)
         while True:
-            error, offset, size = driver.cuFuncGetParamInfo(
-                driver.CUfunction(function), len(layout)
-            )
+            error, offset, size = driver.cuFuncGetParamInfo(handle, len(layout))
             if error == driver.CUresult.CUDA_ERROR_INVALID_VALUE:  # past the last parameter
                 break
             if error != driver.CUresult.CUDA_SUCCESS:
@@ -211,9 +205,8 @@ def launch(
 
     context = int(cuda.current_context().handle)  # (numba-cuda's: the device's primary one)
     data, offsets = pack(fields(packings, args), parameter_layout(function))
-    error = _native.launch(
-        function, config, stream_handle(stream or 0), data, offsets, context, cooperative
-    )
+    handle = stream_handle(stream or 0)
+    error = _native.launch(function, config, handle, data, offsets, context, cooperative)
     if error and error != native.EMPTY_LAUNCH:
         from numba.cuda.cudadrv.driver import CudaAPIError
 

@@ -172,8 +172,7 @@ def build(
 
 
 def _linked(kernel: Any, cap: int | None, target: Any, compiled_s: float) -> Built | LinkFailed:
-    """``kernel``, compiled, linked with a register cap of ``cap``; ``compiled_s``: what its
-    compile took."""
+    """``kernel``, compiled, linked with register cap ``cap``; ``compiled_s``: its compile time."""
     from numba.cuda.cudadrv import driver
 
     started = time.perf_counter()

@@ -63,10 +63,9 @@ class NumbaCuda(KernelCompiler):
         return kernel.overloads.get(argtypes)
 
     def add(self, kernel: Any, argtypes: tuple[Any, ...], compiled: Any, declared: int) -> None:
-        """Compile, or add an overload; a dispatcher of declared signatures then compiles no
-        other, as numba's ``cuda.jit(signatures)``, and with one it is specialised as numba
-        makes it (only then: numba's compile of a specialised dispatcher returns the kernel it
-        holds)."""
+        """Compile, or add an overload; a dispatcher of declared signatures then compiles no other,
+        as numba's ``cuda.jit(signatures)``, and with one it is specialised as numba makes it (only
+        then: numba's compile of a specialised dispatcher returns the kernel it holds)."""
         if compiled is None:
             kernel.disable_compile(False)
             kernel.compile(argtypes)
@@ -78,9 +77,8 @@ class NumbaCuda(KernelCompiler):
             kernel._specialized = True
 
     def launch_target(self, kernel: Any, args: tuple[Any, ...]) -> LaunchTarget | str:
-        """The overload of the arguments' own types, or, for a kernel declared with
-        signatures, the declared overload numba converts them to, with numba's parameters
-        and the context's ``CUfunction``."""
+        """The overload of the arguments' own types or, for a kernel of declared signatures, the one
+        numba converts them to, with numba's parameters and the context's ``CUfunction``."""
         unsupported = numba_parameters.unsupported()
         if unsupported is not None:
             return unsupported

@@ -144,9 +144,8 @@ def device_options(dispatcher: Any) -> dict[str, Any]:
 
 
 def declared_overload(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """The compiled overload numba would convert arguments typed ``signature`` to, as it
-    chooses one for a kernel declared with signatures; None where none (or several) would
-    take them."""
+    """The compiled overload numba would convert arguments typed ``signature`` to, as it chooses one
+    for a kernel declared with signatures; None where none (or several) would take them."""
     from numba.core import types as numba_types
     from numba.core.typing import signature as make_signature
 

@@ -24,8 +24,7 @@ from numbatune.compilers.base import (
 #: numba-cuda versions whose kernel parameter layout this module was checked against.
 SUPPORTED_NUMBA_CUDA = ("0.30.",)
 
-#: The ``struct`` letter of an integer parameter, by its width in bits (signed; upper case for
-#: unsigned).
+#: The ``struct`` letter of an integer parameter by width in bits (signed; upper case: unsigned).
 _INTEGER_LETTERS = {8: "b", 16: "h", 32: "i", 64: "q"}
 
 
@@ -67,9 +66,8 @@ def parameters(numba_type: Any, value: Any) -> Parameters | None:
 
 def scalar_parameters(numba_type: Any, types: ModuleType) -> ScalarParameters | None:
     """How a bool, integer or real scalar of ``numba_type`` is passed, as numba-cuda and
-    numba-cuda-mlir pass it: its value in its type's width (a bool: one byte; a float16: its
-    bits); None for other types. ``types`` is numba's types module, or numba-cuda-mlir's copy.
-    """
+    numba-cuda-mlir pass it: its value in its type's width (a bool: one byte; a float16: its bits);
+    None for other types. ``types`` is numba's types module, or numba-cuda-mlir's copy."""
     value = Conversion.VALUE
     if numba_type == types.boolean:
         return ScalarParameters((("?", value),))

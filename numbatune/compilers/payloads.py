@@ -11,10 +11,9 @@ from typing import Any
 
 
 def pack(version: int, states: dict[str, Any], pickler: types.ModuleType = pickle) -> bytes:
-    """``states`` (what loading the kernel takes) with the compiler's payload format
-    ``version``, pickled by ``pickler.dumps`` and compressed, for :func:`unpack`. ``pickler``
-    may be a compiler's cloudpickle, which pickles classes of a script by value:
-    :func:`unpack`'s ``pickle.loads`` reads either."""
+    """``states`` (what loading the kernel takes) with payload format ``version``, pickled by
+    ``pickler`` and compressed, for :func:`unpack`. ``pickler`` may be a compiler's cloudpickle,
+    which pickles a script's classes by value: :func:`unpack`'s ``pickle.loads`` reads either."""
     return zlib.compress(pickler.dumps({"version": version, **states}, protocol=5))
 
 

@@ -149,10 +149,7 @@ REFUSED_LAUNCHES = frozenset({1, 701})
 
 
 def trial(
-    token: str,
-    kernels: Sequence[tuple[bytes, tuple[Any, ...]]],
-    target: Target,
-    progress: str,
+    token: str, kernels: Sequence[tuple[bytes, tuple[Any, ...]]], target: Target, progress: str
 ) -> list[str | None] | processes.Done:
     """(In the worker) run each ``(kernel, launch configuration)`` once on the staged
     arguments, restored first, and wait for it: None for each that ran, else why it failed.
@@ -251,8 +248,7 @@ class Session:
         self._way: tuple[str | None, tuple[Any, ...]] | None = None
 
     def run(self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]) -> list[str | None]:
-        """Run each ``(kernel, launch configuration)`` once: for each, None if it ran, else
-        why it failed."""
+        """Run each ``(kernel, configuration)`` once: None for each that ran, else why it failed."""
         reasons: list[str | None] = []
         batch = len(kernels)
         while len(reasons) < len(kernels):
@@ -281,9 +277,8 @@ class Session:
         self, kernels: Sequence[tuple[bytes, tuple[Any, ...]]]
     ) -> processes.TaskOutcome | _Unstaged:
         """One trial task, the arguments staged first in a worker that does not hold them."""
-        task = processes.Task(
-            __name__, "trial", (self.token, kernels, self.target, self._progress.path)
-        )
+        arguments = (self.token, kernels, self.target, self._progress.path)
+        task = processes.Task(__name__, "trial", arguments)
         outcome = self.pool.run([task], self.timeout_s)[0]
         if isinstance(outcome, processes.Raised) and outcome.kind == "NotStaged":
             why = self._stage()
@@ -316,8 +311,7 @@ def _failed_alone(running: tuple[int, float], started: float, limit: float) -> b
     took more) it is tried again alone, with the whole limit."""
     index, since = running
     now = time.time()
-    timed_out = now - started >= limit
-    return not timed_out or index == 0 or now - since >= limit - min(1.0, limit / 10)
+    return now - started < limit or index == 0 or now - since >= limit - min(1.0, limit / 10)
 
 
 @dataclass(frozen=True)
@@ -347,12 +341,9 @@ class Pipeline:
         )
         self._reasons: dict[Hashable, str | None] = {}
         self._error: BaseException | None = None
-        device = devices.current_index()
+        served = (args, stream, target, timeout_s, devices.current_index())
         self._thread = threading.Thread(
-            target=self._serve,
-            args=(args, stream, target, timeout_s, device),
-            name="numbatune-trials",
-            daemon=True,
+            target=self._serve, args=served, name="numbatune-trials", daemon=True
         )
         self._thread.start()
 
@@ -369,12 +360,7 @@ class Pipeline:
         return self._reasons
 
     def _serve(
-        self,
-        args: tuple[Any, ...],
-        stream: Any,
-        target: Target,
-        timeout_s: float,
-        device: int,
+        self, args: tuple[Any, ...], stream: Any, target: Target, timeout_s: float, device: int
     ) -> None:
         from numba import cuda
 
@@ -421,9 +407,8 @@ def _opened_by_ipc(array: Any) -> _OpenedByIpc:
 
 @contextlib.contextmanager
 def _shared_copies(args: tuple[Any, ...], stream: Any) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """Host copies of the arrays among ``args``, taken on ``stream``, in one file a worker
-    opens by its path: the path, and for each argument its :class:`_Slot` or (not an array)
-    the value itself."""
+    """Host copies of the arrays among ``args``, taken on ``stream``, in one file a worker opens by
+    path: the path, and for each argument its :class:`_Slot` or (not an array) the value itself."""
     slots: dict[int, tuple[_Slot, Any]] = {}  # by the array's id: its slot and device view
     size = 0
     for array in (a for arg in args for a in arrays.arrays_in(arg)):

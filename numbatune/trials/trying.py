@@ -101,6 +101,12 @@ def compile_and_try(
             dispatcher = kernel.compiler.dispatcher(variant)
             arrived(variant, kernel.launcher(variant, dispatcher, launch_args))
 
+    def launcher(variant: Variant, made: Any) -> Launcher | Failed:
+        try:
+            return made if isinstance(made, Failed) else kernel.launcher(variant, made, launch_args)
+        except Exception as error:
+            return Failed.of(error)
+
     trying = _Trying(kernel, args, launch_args, stream, may_run, taken)
     try:
         compiled = kernel.compiler.compile_all(
@@ -109,17 +115,7 @@ def compile_and_try(
     finally:  # also when compiling is interrupted: the trial worker is freed
         failed = trying.finish()
     compiled.update({v: f for v, f in failed.items() if not isinstance(compiled.get(v), Failed)})
-    launchers: dict[Variant, Launcher | Failed] = {}
-    for variant, compiled_kernel in compiled.items():
-        try:
-            launchers[variant] = (
-                compiled_kernel
-                if isinstance(compiled_kernel, Failed)
-                else kernel.launcher(variant, compiled_kernel, launch_args)
-            )
-        except Exception as error:
-            launchers[variant] = Failed.of(error)
-    return launchers
+    return {variant: launcher(variant, made) for variant, made in compiled.items()}
 
 
 class _Trying:
@@ -148,9 +144,8 @@ class _Trying:
                                            self._tried)  # fmt: skip
 
     def add(self, members: Sequence[Variant], made: bool) -> None:
-        """Try the variants ``members`` (which share a kernel, now compiled) that need it; when
-        this tuning ``made`` their kernel, tell ``may_run`` of each as it may run (now, or once
-        through its trial)."""
+        """Try those of ``members`` (sharing a kernel, now compiled) that need it; if this tuning
+        ``made`` their kernel, tell ``may_run`` of each as it may run (now, or after its trial)."""
         if made:
             self._made.update(members)
         compiler, name = self._kernel.compiler, self._kernel.name

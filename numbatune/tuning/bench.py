@@ -57,8 +57,7 @@ Run = Callable[[], None]
 
 
 #: Launches of one variant that its CUDA graph holds under graph timing (a run's time is the
-#: replay's divided by them, as Triton's ``do_bench_cudagraph``'s): starting a replay counts a
-#: tenth.
+#: replay's over them, as Triton's ``do_bench_cudagraph``'s): starting a replay counts a tenth.
 GRAPH_LAUNCHES = 10
 
 _told_no_graphs = False
@@ -98,11 +97,10 @@ TIE_CEILING = 0.02
 
 
 def within_noise(leader: Timed, other: Timed) -> bool:
-    """Whether ``other``'s time is within the measurement's noise of ``leader``'s (the faster):
-    its median exceeds the leader's by less than the half interquartile ranges of both
-    together (their middle halves overlap), taken as at least :data:`TIE_FLOOR` and at most
-    :data:`TIE_CEILING` of the leader's median. A variant stopped early is clearly slower, and
-    never a tie."""
+    """Whether ``other``'s time is within the measurement's noise of ``leader``'s (the faster): its
+    median exceeds the leader's by less than the half interquartile ranges of both together (their
+    middle halves overlap), taken as at least :data:`TIE_FLOOR` and at most :data:`TIE_CEILING` of
+    the leader's median. A variant stopped early is clearly slower, and never a tie."""
     if other.stopped_early:
         return False
     noise = (leader.spread_s + other.spread_s) / 2
@@ -365,11 +363,10 @@ def measure(
     taken: Snapshot | None = None,
 ) -> dict[Hashable, Timed | Exception]:
     """Time each run (a function that queues one launch on ``stream``; under graph timing, a
-    :class:`~numbatune.tuning.job.Bound` launch), as the module says: its result, or the
-    exception it raised (it is not run again). ``inputs``, the arguments the runs work on,
-    decide the L2 flush; ``restore`` queues what puts them back before every run, outside the
-    timed region; ``rounds``: exactly this many timed rounds on a GPU; ``taken``: the tuning's
-    settings (None: now's)."""
+    :class:`~numbatune.tuning.job.Bound` launch), as the module says: its result, or the exception
+    it raised (it is not run again). ``inputs``, the runs' arguments, decide the L2 flush;
+    ``restore`` queues what puts them back before every run, outside the timed region; ``rounds``:
+    exactly this many timed rounds on a GPU; ``taken``: the tuning's settings (None: now's)."""
     taken = taken or settings.snapshot()
     timed_by = timing(taken)
     if timed_by is Timing.WALL_CLOCK:

@@ -126,23 +126,20 @@ def as_check(check: bool | Check | None, kernel_name: str) -> Check | None:
 
 
 def fingerprint(check: Check) -> str:
-    """A digest of what decides ``check``'s verdicts, the same in every process: its
-    tolerances, and the source of its reference and outputs functions and of the functions of
-    their own package they call (as the kernel's checksum covers its launch function: the
-    values they read are not covered). A stored result's or an unfinished tuning's verdicts
-    hold only for a check of the same digest (:mod:`numbatune.resolver`,
-    :mod:`numbatune.cache.journal`)."""
+    """A digest of what decides ``check``'s verdicts, the same in every process: its tolerances, and
+    the source of its reference and outputs functions and of the functions of their own package they
+    call (as the kernel's checksum covers its launch function: the values they read are not
+    covered). A stored result's or an unfinished tuning's verdicts hold only for a check of the same
+    digest (:mod:`numbatune.resolver`, :mod:`numbatune.cache.journal`)."""
     parts = [f"tolerances: {[None if t is None else float(t) for t in (check.rtol, check.atol)]}"]
     roles = (
         ("reference", check.reference, "the kernel as written"),
         ("outputs", check.outputs, "every array argument"),
     )
     for role, function, default in roles:
-        if function is None:
-            parts.append(f"{role}: {default}")
-            continue
-        parts.append(f"{role}: {source_of(function)}")
-        parts += (f"{role} helper {h.__qualname__}: {source_of(h)}" for h in helpers(function))
+        parts.append(f"{role}: {default if function is None else source_of(function)}")
+        if function is not None:
+            parts += (f"{role} helper {h.__qualname__}: {source_of(h)}" for h in helpers(function))
     return hashlib.sha256("".join(f"{part}\0" for part in parts).encode()).hexdigest()[:32]
 
 

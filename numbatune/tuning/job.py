@@ -71,15 +71,12 @@ class Journal(Protocol):
 
     def earlier(self) -> Mapping[Variant, Outcome]:
         """What an earlier, unfinished tuning of the key measured."""
-        ...
 
     def record(self, outcomes: Mapping[Variant, Outcome]) -> None:
         """Keep ``outcomes``, every variant measured so far."""
-        ...
 
     def discard(self) -> None:
         """Forget them."""
-        ...
 
 
 class NoJournal:

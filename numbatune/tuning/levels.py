@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from numbatune.config import LEVELS
 from numbatune.strategies import Strategy
 from numbatune.tuning.results import TuneReport
-from numbatune.variants import Variant
+from numbatune.variants import Variant, grouped
 
 logger = logging.getLogger("numbatune")
 
@@ -101,9 +101,7 @@ def plan(
 ) -> Plan:
     """Prune ``variants`` for ``key``, group them by priority and cut the groups by ``level``."""
     kept = list(variants) if prune is None else _pruned(kernel_name, key, variants, prune)
-    groups: dict[int, list[Variant]] = {}
-    for variant in kept:
-        groups.setdefault(variant.priority_for(key), []).append(variant)
+    groups = grouped(kept, lambda variant: variant.priority_for(key))
     ordered = tuple(tuple(groups[priority]) for priority in sorted(groups, reverse=True))
     count = min(GROUPS_BY_LEVEL[level] or len(ordered), len(ordered))
     return Plan(level, ordered, count, len(variants) - len(kept))

@@ -53,8 +53,7 @@ class Screen:
         self._arrivals.put((variant, launcher))
 
     def finish(self) -> dict[Variant, Timed | Exception]:
-        """Screen what has arrived, then stop; the variants dropped, with their result (or the
-        error their run raised)."""
+        """Screen what arrived and stop; those dropped, with their result or their run's error."""
         self._arrivals.put(None)
         self._thread.join()
         if self._error is not None:

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from numbatune.strategies import Strategy
 from numbatune.tuning.grid import Grid
-from numbatune.variants import Variant
+from numbatune.variants import Variant, grouped
 
 #: An exhaustive search measures spaces of up to this many variants in one measurement.
 WHOLE_UP_TO = 256
@@ -49,9 +49,8 @@ def proposer(
     randomness: random.Random,
     batch: int,
 ) -> Proposer:
-    """The proposer of ``strategy`` (not ``auto``) over ``space``, starting from ``starts``
-    (those in the space), proposing at most ``batch`` variants at a time (``exhaustive``: as
-    the module says)."""
+    """The proposer of ``strategy`` (not ``auto``) over ``space``, starting from ``starts`` (those
+    in the space), at most ``batch`` variants at a time (``exhaustive``: as the module says)."""
     inside = set(space)
     firsts = list(dict.fromkeys(v for v in starts if v in inside))
     chosen = set(firsts)
@@ -76,10 +75,8 @@ def siblings(
 ) -> dict[Variant, tuple[Variant, ...]]:
     """Each variant of ``space`` with those built with it (the same ``build_key``: they differ
     only in a register cap, say), itself among them, in the space's order."""
-    builds: dict[Hashable, list[Variant]] = {}
-    for variant in space:
-        builds.setdefault(build_key(variant), []).append(variant)
-    return {variant: tuple(members) for members in builds.values() for variant in members}
+    builds = grouped(space, build_key).values()
+    return {variant: tuple(members) for members in builds for variant in members}
 
 
 def with_siblings(
@@ -126,8 +123,7 @@ def randomness_for(seed: int, key_text: str) -> random.Random:
 
 
 class _InOrder:
-    """Proposes the given variants in order, ``batch`` at a time, skipping those measured
-    already, whatever the times."""
+    """The given variants in order, ``batch`` at a time, less those measured, whatever the times."""
 
     def __init__(self, order: list[Variant], batch: int) -> None:
         self._left = deque(order)

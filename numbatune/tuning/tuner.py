@@ -53,10 +53,9 @@ def tune(job: TuneJob) -> TuneReport:
         len(job.variants),
         plan.pruned,
     )
-    clock = Clock()
     started = time.perf_counter()
     expected = _reference_outputs(job)  # (check mode: once for every set)
-    clock.compile_s += time.perf_counter() - started
+    clock = Clock(compile_s=time.perf_counter() - started)
     tries = plan.tries()
     *fallbacks, last = left = _sets_left(tries, job.journal.earlier())
     job = _starting_past(job, tries[: len(tries) - len(left)])  # (failed in an earlier tuning)
@@ -88,10 +87,9 @@ def _starting_past(job: TuneJob, failed: Sequence[Sequence[Variant]]) -> TuneJob
 def _sets_left(
     tries: Sequence[Sequence[Variant]], recorded: Mapping[Variant, Outcome]
 ) -> Sequence[Sequence[Variant]]:
-    """The variant sets of ``tries`` still to tune: from the first that holds every variant an
-    earlier, unfinished tuning of the key ``recorded``. A tuning cut short in a fallback set
-    goes on in it: the sets before it failed (each failure discarded the journal), and are not
-    tuned again."""
+    """The variant sets of ``tries`` to tune: from the first that holds every variant an earlier,
+    unfinished tuning of the key ``recorded``. A tuning cut short in a fallback set goes on in it:
+    the sets before it failed (each failure discarded the journal), and are not tuned again."""
     for start, variant_set in enumerate(tries):
         if recorded.keys() <= set(variant_set):
             return tries[start:]
@@ -132,10 +130,9 @@ def _launched(job: TuneJob, variant: Variant) -> tuple[Any, ...]:
     """Compile ``variant`` and run it once on clones of the arguments (raising where it does not
     compile or run); the clones."""
     clones = job.arguments.clone(job.stream)
-    launchers = job.compile(
+    launcher = job.compile(
         [variant], clones, job.arguments.values, job.stream, _ignore, _ignore, job.settings
-    )
-    launcher = launchers[variant]
+    )[variant]
     if isinstance(launcher, Failed):
         raise TuningError(launcher.error)
     launcher(clones, job.stream)
@@ -189,11 +186,10 @@ def _search(
     clock: Clock,
     expected: checks.Observed | None,
 ) -> tuple[dict[Variant, Outcome], Variant | None, tuple[Variant, ...]]:
-    """Measure the batches ``strategy`` proposes (from where a journal says an earlier
-    tuning stopped) until the space or the budget is spent, then settle ties
-    (:func:`_settled`); the outcomes, the best, and the variants it was chosen among as ties.
-    The journal keeps the outcomes after each batch that another follows (the last batch's
-    are the result, stored)."""
+    """Measure the batches ``strategy`` proposes (from where a journal says an earlier tuning
+    stopped) until the space or the budget is spent, then settle ties (:func:`_settled`); the
+    outcomes, the best, and the variants it was chosen among as ties. The journal keeps the outcomes
+    after each batch that another follows (the last batch's are the result, stored)."""
     budget = job.search.budget
     limit = len(variants)  # how many variants it may measure
     if strategy is not Strategy.EXHAUSTIVE and budget.variants is not None:
@@ -202,13 +198,9 @@ def _search(
     clones = job.arguments.clone(job.stream)
     restore = arrays.restorer(clones, _originals(job), job.stream)
     progress = Progress(job.kernel_name, limit)
-    proposals = search.proposer(
-        strategy,
-        variants,
-        job.starts,
-        search.randomness_for(job.search.seed, stable_text(job.key)),
-        max(_BATCH, job.settings.compile_workers),
-    )
+    randomness = search.randomness_for(job.search.seed, stable_text(job.key))
+    batch = max(_BATCH, job.settings.compile_workers)
+    proposals = search.proposer(strategy, variants, job.starts, randomness, batch)
     # Variants built together (one compile) are measured together, except by an exhaustive
     # search, which measures each anyway.
     exhaustive = strategy is Strategy.EXHAUSTIVE
@@ -228,10 +220,9 @@ def _search(
             break
         proposal = proposal[: limit - len(outcomes)]
         measured = [*proposal, best] if best is not None else proposal
-        found = _measure(
-            job, measured, clones, restore, clock, progress, outcomes, expected, launchers
+        outcomes.update(
+            _measure(job, measured, clones, restore, clock, progress, outcomes, expected, launchers)
         )
-        outcomes.update(found)
         times.update({v: _median(outcomes[v]) for v in measured})
         best = _fastest(job, measured, times, best)
         room = _room(budget, strategy, started, batch_started, builds, job.settings)
@@ -293,9 +284,8 @@ def _settled(
     return winner, ties if len(ties) > 1 else ()
 
 
-#: The fewest variants a search proposes at a time (one for each compile worker, where more
-#: wait), each with its siblings: smaller batches let a search step from what it measured
-#: more often in its budget.
+#: The fewest variants a search proposes at once (one a compile worker, where more wait), each with
+#: its siblings: smaller batches let a search step from what it measured more often in its budget.
 _BATCH = 8
 
 
@@ -319,10 +309,9 @@ def _fastest(
     times: Mapping[Variant, float | None],
     best: Variant | None,
 ) -> Variant | None:
-    """The fastest of ``candidates`` that were timed (one batch: measured together, the best so
-    far among them; the first in the kernel's order among equals), else ``best`` while its
-    latest run was timed, else the fastest timed in any batch (None where none was): never a
-    variant whose latest run failed."""
+    """The fastest timed of ``candidates`` (one batch, measured with the best so far; the first in
+    the kernel's order among equals), else ``best`` while its latest run was timed, else the fastest
+    timed in any batch (or None): never a variant whose latest run failed."""
     timed = [v for v in candidates if times[v] is not None]
     if not timed and best is not None and times[best] is not None:
         return best
