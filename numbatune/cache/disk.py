@@ -227,11 +227,10 @@ def _whole(database: Path) -> bool:
     """Whether SQLite finds ``database`` whole (``PRAGMA quick_check``; a connection of this
     process's SQLite keeps the locks of its other connections)."""
     try:
-        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=60)
-        try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=60)
+        ) as connection:
             return connection.execute("PRAGMA quick_check").fetchone() == ("ok",)
-        finally:
-            connection.close()
     except sqlite3.DatabaseError:
         return False
 
