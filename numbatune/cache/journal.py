@@ -61,9 +61,8 @@ class DiskJournal:
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
                 "numbatune: discarded the damaged record of an unfinished tuning (%s, %s)",
-                self._stored_under,
-                error,
-            )
+                self._stored_under, error,
+            )  # fmt: skip
             self.discard()
             return {}
 

@@ -285,21 +285,16 @@ class TuneCache:
         if stored is None:
             stored_keys = (k for k in disk.stored_keys() if not entries.is_journal(k))
             if any(entries.key_of(k) == text for k in stored_keys):
-                logger.info(
-                    "numbatune: %s: stored result for %s is stale; tuning again",
-                    self.function_id,
-                    text,
-                )
+                logger.info("numbatune: %s: stored result for %s is stale; tuning again",
+                            self.function_id, text)  # fmt: skip
             return None
         try:
             return entries.decode(json.loads(stored), key, self._by_label, self.checksum)
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
                 "numbatune: %s: discarded a damaged tune cache entry for %s (%s); tuning again",
-                self.function_id,
-                text,
-                error,
-            )
+                self.function_id, text, error,
+            )  # fmt: skip
             disk.delete(entries.storage_key(text, self.checksum))
             return None
 
