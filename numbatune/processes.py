@@ -301,8 +301,7 @@ class WorkerPool:
     ) -> None:
         self.size = max(1, size)
         self._environment = dict(environment)
-        self._idle_s = idle_s
-        self._warm = warm
+        self._idle_s, self._warm = idle_s, warm
         self._server: _ForkServer | None = None
         self._server_lock = threading.Lock()
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()

@@ -39,10 +39,8 @@ class DiskJournal:
         check: Check | None,
         timing: Timing,
     ) -> None:
-        self._folder = folder
+        self._folder, self._checksum, self._variants = folder, checksum, variants
         self._stored_under = entries.journal_key(key_text, checksum)
-        self._checksum = checksum
-        self._variants = variants
         #: The check's fingerprint (None: no check mode) and the timing: it goes on only with
         #: an unfinished tuning checked and timed alike.
         self._check = None if check is None else checks.fingerprint(check)

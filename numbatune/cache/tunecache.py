@@ -118,8 +118,7 @@ class TuneCache:
         self.function_id = function_id
         self._variants = tuple(variants)
         self._by_label = {v.label: v for v in variants}
-        self._launch_params = launch_params
-        self._directory = directory
+        self._launch_params, self._directory = launch_params, directory
         self._checksum_of = checksum
         self._checksum: str | None = None
         self._disk: Folder | None = None
