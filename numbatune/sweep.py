@@ -312,12 +312,10 @@ def _gathered(
     cache_dirs: Sequence[str],
     earlier: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Each Ray actor's results for its share, record by record (:meth:`Sweeper.tune`), the
-    actors side by side. An actor is handed its next record only once its last's results are
-    here (Ray loses the reply of a call whose actor exits before sending it). From the first
-    call that failed (the actor died, raised or ran past ``deadline``: it is stopped), an
-    actor's records are kept as its cache directory holds them where that is on this machine,
-    else failed."""
+    """Each Ray actor's results for its share, record by record (:meth:`Sweeper.tune`), side
+    by side; an actor gets its next record once its last's results are here (Ray loses the
+    reply of a call whose actor exits before sending it). From its first failed call (it died,
+    raised or ran past ``deadline``: stopped), its records are :func:`_kept_share`'s."""
     gathered: list[dict[str, list[Any]]] = [
         {"outcomes": [], "items": [], "kernels": []} for _ in actors
     ]

@@ -61,8 +61,7 @@ class Entry:
 
 
 def _named(name: str, function: str | None) -> bool:
-    """Whether a function called ``name`` is the one asked for (all when None), by its full
-    name or its last part."""
+    """Whether ``name`` is the ``function`` asked for (all when None): full, or its last part."""
     base = base_name(name)
     return function is None or function in (name, base, base.rpartition(".")[2])
 
@@ -186,8 +185,7 @@ def _delete(directory: Path, keys: list[str]) -> int:
 
 @dataclass(frozen=True)
 class Written:
-    """What :func:`write_export` wrote: how many stored results and compiled kernels, and the
-    file's size."""
+    """What :func:`write_export` wrote."""
 
     results: int
     kernels: int
@@ -224,8 +222,7 @@ def export_kernels(
 
 
 def item_identity(item: dict[str, Any]) -> tuple[str, str, str, str]:
-    """What tells export items (:func:`export_items`) apart: device, function, key and the
-    kernel's checksum."""
+    """What tells export items (:func:`export_items`) apart."""
     return item["device"], item["function"], item["key"], item["entry"]["checksum"]
 
 

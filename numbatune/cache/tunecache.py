@@ -56,8 +56,7 @@ def stored_anywhere(cache_dir: Path, function_id: str) -> bool:
 
 @dataclass(frozen=True)
 class Winner:
-    """A key's answer, as the hot path reads it: the winning variant, its index among the
-    kernel's variants, the parameters the launch function takes, the report it came from."""
+    """A key's answer, as the hot path reads it (``params``: what the launch function takes)."""
 
     index: int
     variant: Variant
@@ -167,8 +166,7 @@ class TuneCache:
         return Claim(key, held, pending)
 
     def publish(self, claim: Claim, winner: Winner) -> None:
-        """Put ``winner`` in the winner table under the key of the held ``claim``, and
-        release the claim: the threads waiting on it take the winner."""
+        """Put ``winner`` in the table under the held ``claim``'s key; its waiters take it."""
         with self._lock:
             self.winners[claim.key] = winner
             self.winners.published += 1  # (after the store: see WinnerTable)
