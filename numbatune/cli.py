@@ -15,7 +15,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,15 +110,8 @@ class _Failure(Exception):
 
 
 #: What a user's mistake raises, as opposed to a bug: said in one line by :func:`main`.
-_MISTAKES = (
-    _Failure,
-    NumbatuneError,
-    FileNotFoundError,
-    IsADirectoryError,
-    NotADirectoryError,
-    PermissionError,
-    ValueError,
-)
+_MISTAKES = (_Failure, NumbatuneError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+             PermissionError, ValueError)  # fmt: skip
 
 
 def _output(path: Path) -> Path:
@@ -155,15 +148,14 @@ def _entry_rows(entry: Any) -> list[list]:
     key = stored_key_label(entry.key)
     if entry.damaged is not None:
         return [[key, "damaged: " + entry.damaged[:80], "", "", ""]]
-    rows = []
-    for index, result in enumerate(entry.stored["results"]):
+    stored, rows = entry.stored, []
+    for index, result in enumerate(stored["results"]):
         time = result["median_s"]
         outcome = f"{time * 1e6:.2f}" if time is not None else (result["error"] or "")[:60]
         if result.get("mismatch"):
             outcome = "wrong result: " + json.dumps(result["mismatch"])
-        best = "*" if index == entry.stored["best_index"] else ""
+        best = "*" if index == stored["best_index"] else ""
         rows.append([key if index == 0 else "", result["variant"], outcome, best, ""])
-    stored = entry.stored
     rows[0][-1] = (
         f"compile {stored['compile_s']:.2f} s ({stored['compiles']} kernels), "
         f"trial runs {stored['trial_s']:.2f} s, benchmark {stored['benchmark_s']:.2f} s, "
@@ -290,18 +282,13 @@ def _compile(arguments: argparse.Namespace) -> int:
         if not path.exists():
             raise _Failure(f"{path}: no such file or folder")
         for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
-            module = demo.example_module(file)
-            cases += [demo.example_case(example, True) for example in demo.examples_of(module)]
+            examples = demo.examples_of(demo.example_module(file))
+            cases += [demo.example_case(example, True) for example in examples]
     if not cases:
         raise _Failure(demo.NO_EXAMPLES)
+    progress = _progress if sys.stderr.isatty() else lambda finished, total: None
     started = time.perf_counter()
-    compiled = precompile.precompile(
-        cases,
-        arguments.cc,
-        cache_dir,
-        arguments.workers,
-        _progress if sys.stderr.isatty() else lambda finished, total: None,
-    )
+    compiled = precompile.precompile(cases, arguments.cc, cache_dir, arguments.workers, progress)
     seconds = time.perf_counter() - started
     rows = [_compiled_row(c) for c in compiled]
     header = ["kernel", "variant", "registers", "spills (st/ld B)", "shared B", "stack B", "s"]
@@ -360,9 +347,7 @@ def _sweep(arguments: argparse.Namespace) -> int:
     from numbatune.config import settings
 
     output = _output(arguments.output)
-    path = arguments.record or settings.record
-    if path is None:
-        path = record.served_keys_path(_needs_cache())
+    path = arguments.record or settings.record or record.served_keys_path(_needs_cache())
     if not Path(path).is_file():
         raise _Failure(f"no record at {path}: give RECORD, or set NUMBATUNE_RECORD while the "
                        "program runs")  # fmt: skip
@@ -415,15 +400,20 @@ def _report(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _with_json(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    command.add_argument("--json", action="store_true", help="JSON on stdout, for scripts")
+def _command(
+    parent: Any, name: str, help: str, run: Callable[[argparse.Namespace], int], json: bool = False
+) -> argparse.ArgumentParser:
+    """The (sub)command ``name`` of ``parent`` that ``run`` does, with ``--json`` if asked."""
+    command = parent.add_parser(name, help=help)
+    if json:
+        command.add_argument("--json", action="store_true", help="JSON on stdout, for scripts")
+    command.set_defaults(run=run)
     return command
 
 
 def _add_sweep(commands: Any) -> None:
-    sweep = _with_json(
-        commands.add_parser("sweep", help="tune recorded keys, over GPUs or Ray, into an export")
-    )
+    sweep = _command(commands, "sweep", "tune recorded keys, over GPUs or Ray, into an export",
+                     _sweep, json=True)  # fmt: skip
     sweep.add_argument(
         "record", nargs="?", type=Path,
         help="the record (default: NUMBATUNE_RECORD, else <cache_dir>/record.jsonl)",
@@ -439,7 +429,6 @@ def _add_sweep(commands: Any) -> None:
     )  # fmt: skip
     sweep.add_argument("--workers", type=_positive_int, help="workers (default: one per GPU)")
     _with_no_kernels(sweep)
-    sweep.set_defaults(run=_sweep)
 
 
 def _with_no_kernels(command: argparse.ArgumentParser) -> None:
@@ -458,54 +447,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"numbatune {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = commands.add_parser("demo", help="tune the example kernels and print a table")
+    demo = _command(commands, "demo", "tune the example kernels and print a table", _demo)
     demo.add_argument("--examples", type=Path, help="directory of example modules")
     size = demo.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", default=None, help="small sizes")
     size.add_argument("--full", dest="small", action="store_false", help="GPU-sized inputs")
     demo.add_argument("--all", action="store_true", help="every variant's time, not the winners")
-    demo.set_defaults(run=_demo)
-
-    _with_json(commands.add_parser("info", help="devices, versions and the cache")).set_defaults(
-        run=_info
-    )
+    _command(commands, "info", "devices, versions and the cache", _info, json=True)
     cache = commands.add_parser("cache", help="list, show, clear, export or import results")
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
-    _with_json(actions.add_parser("list", help="functions with stored results")).set_defaults(
-        run=_cache_list
-    )
-    show = _with_json(actions.add_parser("show", help="a function's results, every variant"))
+    _command(actions, "list", "functions with stored results", _cache_list, json=True)
+    show = _command(actions, "show", "a function's results, every variant", _cache_show, json=True)
     show.add_argument("function", help="the function (full name or its last part)")
     show.add_argument(
         "key", nargs="?", help="only this key, as printed (else the keys whose text holds this)"
     )
-    show.set_defaults(run=_cache_show)
-    clear = actions.add_parser("clear", help="delete stored results (all, or one function's)")
-    clear.add_argument("function", nargs="?")
-    clear.set_defaults(run=_cache_clear)
-    export = actions.add_parser(
-        "export", help="write stored results and their compiled kernels to a JSON file"
+    clear = _command(
+        actions, "clear", "delete stored results (all, or one function's)", _cache_clear
     )
+    clear.add_argument("function", nargs="?")
+    export = _command(actions, "export", "write stored results and their compiled kernels to a "
+                      "JSON file", _cache_export)  # fmt: skip
     export.add_argument("file", type=Path)
     export.add_argument("--function", help="only this function's results")
     _with_no_kernels(export)
-    export.set_defaults(run=_cache_export)
-    load = actions.add_parser("import", help="add an exported file's results for this device")
-    load.add_argument("file", type=Path)
-    load.set_defaults(run=_cache_import)
-    compile_ = _with_json(
-        commands.add_parser("compile", help="compile every variant ahead of time, with no GPU")
+    load = _command(
+        actions, "import", "add an exported file's results for this device", _cache_import
     )
+    load.add_argument("file", type=Path)
+    compile_ = _command(commands, "compile", "compile every variant ahead of time, with no GPU",
+                        _compile, json=True)  # fmt: skip
     compile_.add_argument("paths", nargs="+", type=Path, help="example modules or their folders")
     compile_.add_argument("--cc", type=_compute_capability, required=True, help="e.g. 9.0")
     compile_.add_argument("--cache-dir", type=Path, help="where to keep them (default: the cache)")
     compile_.add_argument("--workers", type=_positive_int, help="worker processes (default: cores)")
-    compile_.set_defaults(run=_compile)
     _add_sweep(commands)
-    report = _with_json(commands.add_parser("report", help="every variant's time per key"))
+    report = _command(commands, "report", "every variant's time per key", _report, json=True)
     report.add_argument("function")
     report.add_argument("-o", "--output", type=Path, help="write a picture (.png, .svg, .pdf)")
-    report.set_defaults(run=_report)
     return parser
 
 

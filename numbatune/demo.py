@@ -257,11 +257,8 @@ def stored_key_label(text: str) -> str:
 
 def _runs(texts: list[str]) -> list[str]:
     """``texts`` with each run of equal ones said once, with its count: ``3 of TEXT``."""
-    said: list[str] = []
-    for text, run in itertools.groupby(texts):
-        count = len(list(run))
-        said.append(text if count == 1 else f"{count} of {text}")
-    return said
+    counted = [(text, len(list(run))) for text, run in itertools.groupby(texts)]
+    return [text if count == 1 else f"{count} of {text}" for text, count in counted]
 
 
 def format_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

@@ -11,6 +11,7 @@ device.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,10 +97,8 @@ def precompile(
         if isinstance(outcome, processes.Raised) and outcome.kind == _LIBRARY_NOT_FOUND:
             missing.append(_install_hint(outcome.message))
 
-    try:
+    with contextlib.closing(pool):
         pool.run(tasks, settings.compile_timeout_s, finished)
-    finally:
-        pool.close()
     if missing:
         raise CompilerNotFoundError(missing[0])
     return [compiled for index in range(len(jobs)) for compiled in recorded[index]]

@@ -301,8 +301,7 @@ class WorkerPool:
     ) -> None:
         self.size = max(1, size)
         self._environment = dict(environment)
-        self._idle_s = idle_s
-        self._warm = warm
+        self._idle_s, self._warm = idle_s, warm
         self._server: _ForkServer | None = None
         self._server_lock = threading.Lock()
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
@@ -521,12 +520,8 @@ def _fork_server(fd: int) -> None:
 
 def _reaped(news: Mapping[int, int]) -> list[tuple[int, int]]:
     """The workers among ``news`` that have ended, and their exit statuses (as Popen's)."""
-    ended = []
-    for pid in list(news):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            ended.append((pid, os.waitstatus_to_exitcode(status)))
-    return ended
+    waited = [os.waitpid(pid, os.WNOHANG) for pid in news]  # (0, 0) for one still running
+    return [(pid, os.waitstatus_to_exitcode(status)) for pid, status in waited if pid]
 
 
 def _tell(fd: int, value: int, close: bool = True) -> None:

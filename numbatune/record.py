@@ -83,9 +83,8 @@ def rebuild(description: dict[str, Any], seed: int = 0) -> Any:
         kind, value = description["type"], description["scalar"]
         if isinstance(value, list):  # a complex number, [real, imaginary]
             value = complex(*value)
-        if kind in ("bool", "int", "float", "complex"):
-            return {"bool": bool, "int": int, "float": float, "complex": complex}[kind](value)
-        return np.dtype(kind).type(value)
+        python = {"bool": bool, "int": int, "float": float, "complex": complex}.get(kind)
+        return python(value) if python is not None else np.dtype(kind).type(value)
     dtype = np.dtype(description["dtype"])
     shape = tuple(description["shape"])
     if dtype.kind in "fc":
@@ -96,12 +95,7 @@ def rebuild(description: dict[str, Any], seed: int = 0) -> Any:
 
 
 def write(
-    path: Path,
-    function: str,
-    module: str,
-    qualname: str,
-    key_text: str,
-    args: tuple[Any, ...],
+    path: Path, function: str, module: str, qualname: str, key_text: str, args: tuple[Any, ...]
 ) -> None:
     """Append the line of one call to the record at ``path``, unless this process wrote it (a
     write that raised or was cut short is tried again when the key is next met)."""

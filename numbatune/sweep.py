@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import importlib
+import itertools
 import json
 import os
 import shutil
@@ -157,13 +158,9 @@ def split(records: Sequence[Record], count: int) -> list[list[Record]]:
     the sizes allow (a worker compiles a kernel's variants once for all its keys)."""
     ordered = sorted(records, key=lambda r: (r.function, r.key or ""))
     count = max(1, min(count, len(ordered)))
-    size, extra = divmod(len(ordered), count)
-    shares, start = [], 0
-    for index in range(count):
-        end = start + size + (index < extra)
-        shares.append(ordered[start:end])
-        start = end
-    return shares
+    size, extra = divmod(len(ordered), count)  # the first ``extra`` shares take one more
+    starts = [index * size + min(index, extra) for index in range(count + 1)]
+    return [ordered[start:end] for start, end in itertools.pairwise(starts)]
 
 
 def _on_this_machine(
@@ -182,11 +179,9 @@ def _on_this_machine(
             pool = processes.WorkerPool(1, processes.environment(SIMULATOR, paths, **device))
             cache_dir = Path(folder) / f"worker-{index}"
             arguments = (shares[index], tuple(modules), tuple(paths), str(cache_dir), earlier)
-            try:
-                task = processes.Task(__name__, "tune_records", arguments)
+            task = processes.Task(__name__, "tune_records", arguments)
+            with contextlib.closing(pool):
                 outcome = pool.run([task], WORKER_LIMIT_S)[0]
-            finally:
-                pool.close()
             if isinstance(outcome, processes.Done):
                 return outcome.value
             return _kept_share(shares[index], cache_dir, earlier, f"its worker failed: {outcome}")
@@ -317,12 +312,10 @@ def _gathered(
     cache_dirs: Sequence[str],
     earlier: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Each Ray actor's results for its share, record by record (:meth:`Sweeper.tune`), the
-    actors side by side. An actor is handed its next record only once its last's results are
-    here (Ray loses the reply of a call whose actor exits before sending it). From the first
-    call that failed (the actor died, raised or ran past ``deadline``: it is stopped), an
-    actor's records are kept as its cache directory holds them where that is on this machine,
-    else failed."""
+    """Each Ray actor's results for its share, record by record (:meth:`Sweeper.tune`), side
+    by side; an actor gets its next record once its last's results are here (Ray loses the
+    reply of a call whose actor exits before sending it). From its first failed call (it died,
+    raised or ran past ``deadline``: stopped), its records are :func:`_kept_share`'s."""
     gathered: list[dict[str, list[Any]]] = [
         {"outcomes": [], "items": [], "kernels": []} for _ in actors
     ]

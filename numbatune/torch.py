@@ -73,13 +73,9 @@ def custom_op(
         raise ValueError(f"custom_op: name must be an identifier, got {name!r}")
     if schema is None:
         aliases = iter(string.ascii_lowercase)
-        schema = "({}) -> ()".format(
-            ", ".join(
-                f"Tensor({next(aliases)}!) {parameter}" if parameter in written
-                else f"Tensor {parameter}"
-                for parameter in parameters
-            )
-        )  # fmt: skip
+        tensors = [f"Tensor({next(aliases)}!) {p}" if p in written else f"Tensor {p}"
+                   for p in parameters]  # fmt: skip
+        schema = f"({', '.join(tensors)}) -> ()"
 
     def launch(*args: Any) -> None:
         kernel(*args)

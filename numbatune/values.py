@@ -29,9 +29,7 @@ def next_power_of_two(n: int) -> int:
 def plain(value: Any) -> Any:
     """``value`` with NumPy scalars that numba types like Python's (int64, float64, bool)
     made Python numbers; other values unchanged."""
-    if isinstance(value, np.int64 | np.float64 | np.bool_):
-        return value.item()
-    return value
+    return value.item() if isinstance(value, np.int64 | np.float64 | np.bool_) else value
 
 
 def stable_text(value: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import re
 from collections.abc import Container, Iterable
@@ -75,18 +76,14 @@ def _stored_in(
 ) -> list[Kernel]:
     if not (folder / "cache.db").is_file():
         return []
-    disk = Folder(folder, function, KERNELS)
-    try:
-        kernels = [
+    with contextlib.closing(Folder(folder, function, KERNELS)) as disk:
+        return [
             Kernel(arch, function, key, payload)
             for key in disk.stored_keys()
             if _KEY.fullmatch(key)
             and (arch, function, key) not in known
             and isinstance(payload := disk.get(key), bytes)
         ]
-    finally:
-        disk.close()
-    return kernels
 
 
 def encode(kernel: Kernel) -> dict[str, str]:
@@ -129,8 +126,7 @@ def add(kernels: Iterable[Kernel], cache_dir: Path) -> Additions:
     for kernel in kernels:
         by_folder.setdefault(kernel.folder(cache_dir), []).append(kernel)
     for folder, members in by_folder.items():
-        disk = Folder(folder, members[0].function, KERNELS)
-        for kernel in members:
-            added.add(disk, kernel.key, kernel.payload)
-        disk.close()
+        with contextlib.closing(Folder(folder, members[0].function, KERNELS)) as disk:
+            for kernel in members:
+                added.add(disk, kernel.key, kernel.payload)
     return added

@@ -81,10 +81,8 @@ def in_words(error: BaseException, path: Path | None = None) -> str:
     """A disk ``error`` (met at ``path`` where it names none) in one line: what it means ("is
     a file", "is read-only", "the disk is full", "is damaged"), the error in parentheses, and
     the remedy (``[Errno 20]`` alone says neither)."""
-    text = str(error)
-    number = getattr(error, "errno", None)
-    where = getattr(error, "filename", None)
-    near = where or path
+    number, where = getattr(error, "errno", None), getattr(error, "filename", None)
+    text, near = str(error), where or path
     in_the_way = None if near is None else _file_in_the_way(Path(near))
     if number in (errno.ENOTDIR, errno.EEXIST) and in_the_way is not None:
         return (
@@ -126,8 +124,8 @@ def write_problem(directory: Path) -> str | None:
         space = os.statvfs(existing)
     except OSError as error:
         return in_words(error)
-    if space.f_bavail * space.f_frsize < 1 << 20:
-        free = space.f_bavail * space.f_frsize
+    free = space.f_bavail * space.f_frsize
+    if free < 1 << 20:
         return in_words(OSError(errno.ENOSPC, f"{free} bytes free", str(existing)))
     return None
 
@@ -135,13 +133,10 @@ def write_problem(directory: Path) -> str | None:
 class _ReadOnly:
     """A diskcache database read through SQLite's read-only mode.
 
-    SQLite reads a database in WAL mode through its shared-memory file (``-shm``). Where that
-    is missing and the folder cannot take it (a read-only folder: "unable to open database
-    file"), SQLite reads the database only as an immutable file, which leaves out its log
-    (``-wal``). So there, a database without a log is read as an immutable file (all it holds
-    is in the file), and one with a log (a cache copied while in use, without its ``-shm``) is
-    copied with its log into a temporary folder, where SQLite applies the log, and read from
-    memory: the entries of its log are served too, and its folder is not written.
+    Without its shared-memory file (``-shm``), in a folder that cannot take one, SQLite reads a
+    WAL database only as an immutable file, leaving out its log (``-wal``): a database without
+    a log is read so; one with a log (a cache copied while in use) is copied with it into a
+    temporary folder, where SQLite applies the log, and read from memory.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -155,8 +150,7 @@ class _ReadOnly:
 
     @classmethod
     def _without_shared_memory(cls, database: Path) -> sqlite3.Connection:
-        """A connection to ``database``'s entries, its log's too, read without its
-        shared-memory file."""
+        """A connection to ``database``'s entries and its log's, without its ``-shm``."""
         log = database.with_name(f"{database.name}-wal")
         if not log.is_file() or log.stat().st_size == 0:
             return cls._connect(f"{database.resolve().as_uri()}?mode=ro&immutable=1")
@@ -227,11 +221,10 @@ def _whole(database: Path) -> bool:
     """Whether SQLite finds ``database`` whole (``PRAGMA quick_check``; a connection of this
     process's SQLite keeps the locks of its other connections)."""
     try:
-        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=60)
-        try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=60)
+        ) as connection:
             return connection.execute("PRAGMA quick_check").fetchone() == ("ok",)
-        finally:
-            connection.close()
     except sqlite3.DatabaseError:
         return False
 
@@ -263,9 +256,7 @@ class Folder:
     ``name`` (its function) and ``holds`` are for messages."""
 
     def __init__(self, folder: Path, name: str, holds: Holds = RESULTS) -> None:
-        self.folder = folder
-        self._name = name
-        self._holds = holds
+        self.folder, self._name, self._holds = folder, name, holds
         parents = folder.parents  # its cache directory: its stores are warned of its state once
         self._cache_dir = parents[holds.depth - 1] if len(parents) >= holds.depth else folder
         self.mode = Mode.MEMORY
@@ -364,11 +355,9 @@ class Folder:
 
     def _damage(self) -> str | None:
         """What is wrong with the database file opened, or None while it is whole; one another
-        process replaced or removed is opened again. The header is read through a descriptor
-        kept open for the process's life (:func:`_watched`): opening the file and closing it
-        again would drop the locks SQLite holds on it in this process (POSIX locks go with any
-        close), after which another process closing the database deletes the write-ahead log
-        this one still writes to."""
+        process replaced or removed is opened again. Its header is read through the descriptor
+        :data:`_watching` keeps: closing another would drop SQLite's POSIX locks on it here, and
+        another process closing the database would then delete the log this one writes to."""
         database = self.folder / _DATABASE
         try:
             stat = database.stat()

@@ -89,6 +89,7 @@ def encode(report: TuneReport, checksum: str, function: str, key_text: str) -> d
 def encode_result(result: VariantResult) -> dict[str, Any]:
     """The stored form of one variant's result, as an entry's ``results`` hold it."""
     outcome = result.outcome
+    mismatch = dataclasses.asdict(outcome.mismatch) if isinstance(outcome, Mismatched) else None
     return {
         "variant": result.variant.label,
         "params": {k: stable_text(v) for k, v in result.variant.params.items()},
@@ -98,9 +99,7 @@ def encode_result(result: VariantResult) -> dict[str, Any]:
         "spread_s": result.spread_s,
         "runs": result.runs,
         "error": result.error,
-        "mismatch": dataclasses.asdict(outcome.mismatch)
-        if isinstance(outcome, Mismatched)
-        else None,
+        "mismatch": mismatch,
     }
 
 
@@ -187,13 +186,11 @@ def check(entry: Any) -> dict[str, Any]:
     strategy = entry.get("strategy")
     if not isinstance(strategy, str) or strategy not in searches:  # (a list is unhashable)
         raise DamagedEntry(f"strategy {strategy!r} is not a search strategy")
-    best = entry.get("best_index")
-    if type(best) is not int or not 0 <= best < len(entry["results"]):
-        raise DamagedEntry(f"best_index {best!r} is not one of the {len(entry['results'])} results")
+    best, count = entry.get("best_index"), len(entry["results"])
+    if type(best) is not int or not 0 <= best < count:
+        raise DamagedEntry(f"best_index {best!r} is not one of the {count} results")
     tied = entry.get("tied", [])  # (entries stored before have none)
-    if not isinstance(tied, list) or not all(
-        type(i) is int and 0 <= i < len(entry["results"]) for i in tied
-    ):
+    if not isinstance(tied, list) or not all(type(i) is int and 0 <= i < count for i in tied):
         raise DamagedEntry(f"tied is {tied!r}, expected indices of results")
     _timing(entry)
     for result in entry["results"]:
@@ -288,18 +285,19 @@ def decode(
     if entry["checksum"] != checksum:
         return None
     outcomes = _outcomes(entry["results"], variants)
-    best = variants[entry["results"][entry["best_index"]]["variant"]]
     order = list(variants.values())
+
+    def place(index: int) -> int:  # of the variant of the stored result ``index``
+        return order.index(variants[entry["results"][index]["variant"]])
+
     return TuneReport(
         key,
-        order.index(best),
+        place(entry["best_index"]),
         Source.DISK,
         tuple(VariantResult(v, outcomes.get(v, NOT_TRIED)) for v in order),
         **{name: entry[name] for name in _AS_STORED},
         check=entry.get("check", ""),
         strategy=Strategy(entry["strategy"]),
-        tied=tuple(
-            order.index(variants[entry["results"][i]["variant"]]) for i in entry.get("tied", ())
-        ),
+        tied=tuple(map(place, entry.get("tied", ()))),
         timing=_timing(entry),
     )

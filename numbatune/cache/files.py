@@ -61,8 +61,7 @@ class Entry:
 
 
 def _named(name: str, function: str | None) -> bool:
-    """Whether a function called ``name`` is the one asked for (all when None), by its full
-    name or its last part."""
+    """Whether ``name`` is the ``function`` asked for (all when None): full, or its last part."""
     base = base_name(name)
     return function is None or function in (name, base, base.rpartition(".")[2])
 
@@ -86,16 +85,13 @@ def _walk(
         for directory in sorted(p for p in device.iterdir() if (p / "cache.db").is_file()):
             if function_id is not None and directory.name != folder_name(function_id):
                 continue
-            folder = Folder(directory, directory.name)
-            try:
+            with contextlib.closing(Folder(directory, directory.name)) as folder:
                 for stored_under in folder.stored_keys():
                     if wanted is None or wanted(stored_under):
                         entry = _read(
                             device.name, directory, stored_under, folder.get(stored_under)
                         )
                         yield directory, stored_under, entry
-            finally:
-                folder.close()
 
 
 def stored_entries(cache_dir: Path, function: str | None = None) -> list[Entry]:
@@ -178,22 +174,18 @@ def clear(cache_dir: Path, function: str | None = None) -> int:
 
 def _delete(directory: Path, keys: list[str]) -> int:
     """Delete ``keys`` from ``directory``; how many of them, journals aside, are gone."""
-    folder = Folder(directory, directory.name)
-    try:
+    with contextlib.closing(Folder(directory, directory.name)) as folder:
         if folder.mode is not Mode.WRITABLE:
             return 0
         for key in keys:
             folder.delete(key)
         left = set(folder.stored_keys())
         return sum(key not in left and not entries.is_journal(key) for key in keys)
-    finally:
-        folder.close()
 
 
 @dataclass(frozen=True)
 class Written:
-    """What :func:`write_export` wrote: how many stored results and compiled kernels, and the
-    file's size."""
+    """What :func:`write_export` wrote."""
 
     results: int
     kernels: int
@@ -230,8 +222,7 @@ def export_kernels(
 
 
 def item_identity(item: dict[str, Any]) -> tuple[str, str, str, str]:
-    """What tells export items (:func:`export_items`) apart: device, function, key and the
-    kernel's checksum."""
+    """What tells export items (:func:`export_items`) apart."""
     return item["device"], item["function"], item["key"], item["entry"]["checksum"]
 
 
@@ -354,10 +345,9 @@ def import_items(
             other_device += 1
             continue
         directory = function_folder(Path(cache_dir) / device, item["function"])
-        folder = Folder(directory, item["function"])
-        added.add(folder, entries.storage_key(item["key"], item["entry"]["checksum"]),
-                  json.dumps(item["entry"]))  # fmt: skip
-        folder.close()
+        with contextlib.closing(Folder(directory, item["function"])) as folder:
+            stored_under = entries.storage_key(item["key"], item["entry"]["checksum"])
+            added.add(folder, stored_under, json.dumps(item["entry"]))
     return ImportResult(added.written, other_device, added.already_present, added.not_written,
                         added.why_not_written)  # fmt: skip
 

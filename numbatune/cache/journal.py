@@ -39,10 +39,8 @@ class DiskJournal:
         check: Check | None,
         timing: Timing,
     ) -> None:
-        self._folder = folder
+        self._folder, self._checksum, self._variants = folder, checksum, variants
         self._stored_under = entries.journal_key(key_text, checksum)
-        self._checksum = checksum
-        self._variants = variants
         #: The check's fingerprint (None: no check mode) and the timing: it goes on only with
         #: an unfinished tuning checked and timed alike.
         self._check = None if check is None else checks.fingerprint(check)
@@ -61,9 +59,8 @@ class DiskJournal:
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
                 "numbatune: discarded the damaged record of an unfinished tuning (%s, %s)",
-                self._stored_under,
-                error,
-            )
+                self._stored_under, error,
+            )  # fmt: skip
             self.discard()
             return {}
 

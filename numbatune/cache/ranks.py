@@ -49,8 +49,7 @@ class RankGroup:
     """The ranks of the job, exchanging values through the job's store."""
 
     def __init__(self, distributed: Any) -> None:
-        self.rank = distributed.get_rank()
-        self.size = distributed.get_world_size()
+        self.rank, self.size = distributed.get_rank(), distributed.get_world_size()
         store = distributed.distributed_c10d._get_default_store()
         self._store = distributed.PrefixStore("numbatune/", store)
         #: How many exchanges this rank has begun (every rank begins the same ones in order).

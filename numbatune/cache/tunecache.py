@@ -56,8 +56,7 @@ def stored_anywhere(cache_dir: Path, function_id: str) -> bool:
 
 @dataclass(frozen=True)
 class Winner:
-    """A key's answer, as the hot path reads it: the winning variant, its index among the
-    kernel's variants, the parameters the launch function takes, the report it came from."""
+    """A key's answer, as the hot path reads it (``params``: what the launch function takes)."""
 
     index: int
     variant: Variant
@@ -118,8 +117,7 @@ class TuneCache:
         self.function_id = function_id
         self._variants = tuple(variants)
         self._by_label = {v.label: v for v in variants}
-        self._launch_params = launch_params
-        self._directory = directory
+        self._launch_params, self._directory = launch_params, directory
         self._checksum_of = checksum
         self._checksum: str | None = None
         self._disk: Folder | None = None
@@ -168,8 +166,7 @@ class TuneCache:
         return Claim(key, held, pending)
 
     def publish(self, claim: Claim, winner: Winner) -> None:
-        """Put ``winner`` in the winner table under the key of the held ``claim``, and
-        release the claim: the threads waiting on it take the winner."""
+        """Put ``winner`` in the table under the held ``claim``'s key; its waiters take it."""
         with self._lock:
             self.winners[claim.key] = winner
             self.winners.published += 1  # (after the store: see WinnerTable)
@@ -285,21 +282,16 @@ class TuneCache:
         if stored is None:
             stored_keys = (k for k in disk.stored_keys() if not entries.is_journal(k))
             if any(entries.key_of(k) == text for k in stored_keys):
-                logger.info(
-                    "numbatune: %s: stored result for %s is stale; tuning again",
-                    self.function_id,
-                    text,
-                )
+                logger.info("numbatune: %s: stored result for %s is stale; tuning again",
+                            self.function_id, text)  # fmt: skip
             return None
         try:
             return entries.decode(json.loads(stored), key, self._by_label, self.checksum)
         except (ValueError, TypeError) as error:  # DamagedEntry, and JSON that is not JSON
             logger.warning(
                 "numbatune: %s: discarded a damaged tune cache entry for %s (%s); tuning again",
-                self.function_id,
-                text,
-                error,
-            )
+                self.function_id, text, error,
+            )  # fmt: skip
             disk.delete(entries.storage_key(text, self.checksum))
             return None
 
